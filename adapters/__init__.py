@@ -1,0 +1,1 @@
+"""Adapters: the Python SDK and drop-in classes for LangChain and LlamaIndex."""

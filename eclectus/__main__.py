@@ -1,0 +1,3 @@
+from eclectus.cli import main
+
+raise SystemExit(main())

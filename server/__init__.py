@@ -1,0 +1,1 @@
+"""Eclectus server: sessions, graphs, scheduling and the built-in engine."""

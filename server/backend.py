@@ -1,0 +1,111 @@
+"""The one small async interface through which the scheduler reaches an engine.
+
+The built-in engine (``eclectus.server.engine.AsyncEngine``) implements it; scheduler unit
+tests use a scripted engine. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from eclectus.server.engine.sampling_params import SamplingParams
+
+
+@dataclass(frozen=True, slots=True)
+class EngineRequest:
+    """One generation: a prompt given as segments, and how to sample.
+
+    The prompt is the concatenation of ``segments``; each segment is tokenized on its own and
+    the token ids are concatenated (after a BOS token where the tokenizer adds one), so a
+    segment boundary is an exact KV reuse point. ``priority``: lower runs first (the engine
+    admits waiting requests in (priority, arrival) order). ``group``: requests the scheduler
+    dispatched together (siblings); ``tenant`` salts the prefix cache so tenants never share
+    KV. ``pin_prefix_segments``: how many leading segments the graph still needs later; the
+    engine keeps their KV pinned until :meth:`Backend.unpin` with the same request id.
+    """
+
+    request_id: str
+    segments: tuple[str, ...]
+    sampling: SamplingParams
+    priority: float = 0.0
+    group: str | None = None
+    tenant: str | None = None
+    pin_prefix_segments: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class EngineOutput:
+    """A step's news about one request: text and tokens new since the previous output.
+    The last output of a request has ``finished`` set and a ``finish_reason``
+    ("stop", "length", "abort")."""
+
+    request_id: str
+    text: str
+    token_ids: tuple[int, ...]
+    finished: bool = False
+    finish_reason: str | None = None
+    num_prompt_tokens: int = 0
+    num_cached_tokens: int = 0  # prompt tokens served from the prefix cache
+    num_output_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStats:
+    """A snapshot for /metrics and for the scheduler's load decisions."""
+
+    num_running: int = 0
+    num_waiting: int = 0
+    num_free_blocks: int = 0
+    num_total_blocks: int = 0
+    num_cached_blocks: int = 0
+    prompt_tokens: int = 0  # prompt tokens of all requests so far
+    prefill_tokens: int = 0  # prompt tokens actually computed (cache misses, recompute)
+    cache_hit_tokens: int = 0  # prompt tokens served from the prefix cache
+    generated_tokens: int = 0
+    num_preemptions: int = 0
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCard:
+    name: str
+    context_window: int
+    eos_token_id: int | None = None
+
+
+class EngineError(RuntimeError):
+    """The engine failed a request; the message says why."""
+
+
+class Backend(Protocol):
+    """What the scheduler needs from an engine. Methods that change state say so."""
+
+    @property
+    def model(self) -> ModelCard: ...
+
+    async def start(self) -> None:
+        """Start the engine's step loop (mutates: starts a thread or task)."""
+
+    async def shutdown(self) -> None:
+        """Stop the step loop; abort everything in flight (mutates)."""
+
+    def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
+        """Submit ``request`` (mutates: enqueues) and stream its outputs until finished.
+        Raises EngineError if the engine fails it; closing the iterator early aborts it."""
+        ...
+
+    async def abort(self, request_id: str) -> None:
+        """Abort a request if it is still running and free what it holds (mutates)."""
+
+    async def unpin(self, request_id: str) -> None:
+        """Release the prefix pinned by ``request_id`` (mutates; no-op if none)."""
+
+    def count_tokens(self, text: str) -> list[int]:
+        """Token ids of ``text`` as the engine would tokenize one segment (pure)."""
+        ...
+
+    def stats(self) -> EngineStats:
+        """A snapshot of load and counters (pure)."""
+        ...

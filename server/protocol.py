@@ -1,0 +1,343 @@
+"""The Eclectus wire protocol, version 1: every frame as a pydantic v2 model.
+
+Client and server both import this module; it imports neither torch nor the engine, so a
+client-only install can use it. docs/protocol.md explains each frame; keep the two in step.
+
+A frame is one JSON object with a ``type`` discriminator and an optional client-chosen ``id``
+that the server echoes in every reply to that frame.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
+
+PROTOCOL_VERSION = 1
+
+Criteria = Literal["latency", "throughput", "deadline"]
+VarId = Annotated[str, Field(min_length=1, max_length=256)]
+
+
+class _Frame(BaseModel):
+    """Base of every frame: unknown fields are an error, not silently dropped."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    id: str | None = Field(default=None, max_length=256)
+
+
+class SamplingSpec(BaseModel):
+    """How one output placeholder is generated (the engine's SamplingParams on the wire)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    max_tokens: int = Field(default=64, ge=1)
+    temperature: float = Field(default=0.0, ge=0.0, le=10.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    top_k: int = Field(default=-1, ge=-1)  # -1: off
+    seed: int | None = None
+    stop: list[str] = Field(default_factory=list, max_length=16)
+    ignore_eos: bool = False
+
+
+# -- segments: the pieces of one call's prompt, in order ------------------------------------
+
+
+class TextSegment(BaseModel):
+    """Constant text of the template. Its boundaries are exact prefix-reuse points."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    text: str
+
+
+class VarSegment(BaseModel):
+    """An input: the text of a variable, resolved on the server."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    var: VarId
+
+
+class GenSegment(BaseModel):
+    """An output: the model generates this variable's text at this point of the prompt."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    gen: VarId
+    sampling: SamplingSpec = Field(default_factory=SamplingSpec)
+
+
+Segment = TextSegment | VarSegment | GenSegment
+
+
+# -- graph fragments ------------------------------------------------------------------------
+
+
+class VarSpec(BaseModel):
+    """Declares a variable. With ``value`` it is a constant input; without, something in the
+    graph (a call's GenSegment, an op, or a later ``set``) produces it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    id: VarId
+    name: str | None = Field(default=None, max_length=256)
+    value: str | None = None
+
+
+class CallSpec(BaseModel):
+    """One semantic function call: a prompt of segments with one or more outputs.
+
+    Either ``segments`` directly, or a ``template`` with ``{{name}}`` placeholders plus
+    ``bind`` (placeholder name -> var id, for every placeholder) and ``sampling``
+    (placeholder name -> spec, for the outputs). The server turns the template form into
+    segments with :func:`parse_template`, so a malformed template is reported there.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    id: VarId
+    model: str | None = None
+    segments: list[Segment] | None = None
+    template: str | None = None
+    bind: dict[str, VarId] = Field(default_factory=dict)
+    sampling: dict[str, SamplingSpec] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_form(self) -> CallSpec:
+        if (self.segments is None) == (self.template is None):
+            raise ValueError("a call needs exactly one of 'segments' or 'template'")
+        return self
+
+
+class OpSpec(BaseModel):
+    """A server-side text operator over variables (no model call).
+
+    ``join``: ``prefix + sep.join(inputs) + suffix``.
+    ``repr_list``: Python's ``repr(list_of_str)`` of the inputs, byte-identical to what
+    ``str([...])`` gives on the client (LangChain renders lists that way).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    id: VarId
+    op: Literal["join", "repr_list"]
+    inputs: list[VarId] = Field(min_length=0)
+    output: VarId
+    sep: str = ""
+    prefix: str = ""
+    suffix: str = ""
+
+
+class GetSpec(BaseModel):
+    """Ask for a variable's value; activates everything upstream of it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    var: VarId
+    criteria: Criteria = "latency"
+    deadline_ms: float | None = Field(default=None, gt=0)
+    stream: bool = False
+
+
+# -- client -> server -----------------------------------------------------------------------
+
+
+class Hello(_Frame):
+    type: Literal["hello"] = "hello"
+    protocol: int = PROTOCOL_VERSION
+    token: str | None = None
+    app: str | None = Field(default=None, max_length=256)
+    tenant: str | None = Field(default=None, max_length=256)
+
+
+class Submit(_Frame):
+    """A graph fragment: new variables, calls and ops, and the gets that activate them.
+    Later fragments may refer to variables of earlier ones in the same session."""
+
+    type: Literal["submit"] = "submit"
+    vars: list[VarSpec] = Field(default_factory=list)
+    calls: list[CallSpec] = Field(default_factory=list)
+    ops: list[OpSpec] = Field(default_factory=list)
+    gets: list[GetSpec] = Field(default_factory=list)
+
+
+class Get(_Frame):
+    type: Literal["get"] = "get"
+    var: VarId
+    criteria: Criteria = "latency"
+    deadline_ms: float | None = Field(default=None, gt=0)
+    stream: bool = False
+
+
+class Set(_Frame):
+    """The client supplies the value of a declared, unproduced variable."""
+
+    type: Literal["set"] = "set"
+    var: VarId
+    value: str
+
+
+class Cancel(_Frame):
+    type: Literal["cancel"] = "cancel"
+    var: VarId
+
+
+class Tokenize(_Frame):
+    type: Literal["tokenize"] = "tokenize"
+    text: str
+    model: str | None = None
+
+
+class Close(_Frame):
+    type: Literal["close"] = "close"
+
+
+ClientFrame = Annotated[
+    Hello | Submit | Get | Set | Cancel | Tokenize | Close, Field(discriminator="type")
+]
+CLIENT_FRAME = TypeAdapter(ClientFrame)
+
+
+# -- server -> client -----------------------------------------------------------------------
+
+
+class ModelInfo(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+    context_window: int
+    max_output_tokens: int | None = None
+
+
+class Limits(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    max_frame_bytes: int
+    max_prompt_tokens: int
+    max_vars_per_session: int
+    max_calls_per_session: int
+
+
+class Welcome(_Frame):
+    type: Literal["welcome"] = "welcome"
+    session: str
+    protocol: int = PROTOCOL_VERSION
+    server_version: str
+    models: list[ModelInfo]
+    limits: Limits
+
+
+class Ack(_Frame):
+    """A submit, set or cancel was accepted."""
+
+    type: Literal["ack"] = "ack"
+
+
+class Delta(_Frame):
+    """Streamed text of a variable being generated (only for gets with ``stream``)."""
+
+    type: Literal["delta"] = "delta"
+    var: VarId
+    text: str
+
+
+class Usage(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+
+
+class Value(_Frame):
+    """The final text of a variable; answers a get."""
+
+    type: Literal["value"] = "value"
+    var: VarId
+    text: str
+    usage: Usage | None = None
+    finish_reason: str | None = None
+
+
+class Tokens(_Frame):
+    type: Literal["tokens"] = "tokens"
+    count: int
+    ids: list[int]
+
+
+ErrorCode = Literal[
+    "bad_request",
+    "unknown_type",
+    "unknown_var",
+    "duplicate_var",
+    "duplicate_producer",
+    "cycle",
+    "bad_template",
+    "limit_exceeded",
+    "unauthorized",
+    "engine_error",
+    "cancelled",
+    "protocol_version",
+    "internal",
+]
+
+
+class Error(_Frame):
+    """Something the client sent or asked for failed. The session stays open unless the
+    code is ``unauthorized`` (the server then closes the socket)."""
+
+    type: Literal["error"] = "error"
+    code: ErrorCode
+    message: str
+    field: str | None = None
+    var: str | None = None
+
+
+ServerFrame = Annotated[
+    Welcome | Ack | Delta | Value | Tokens | Error, Field(discriminator="type")
+]
+SERVER_FRAME = TypeAdapter(ServerFrame)
+
+
+# -- templates ------------------------------------------------------------------------------
+
+_PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+
+
+class TemplateError(ValueError):
+    """A template's placeholders are malformed; the message names the problem."""
+
+
+def template_placeholders(template: str) -> list[str]:
+    """The placeholder names of ``template`` in order; raises TemplateError when braces are
+    unbalanced, a placeholder is not an identifier, or a name appears twice."""
+    names: list[str] = []
+    rest = _PLACEHOLDER.sub("", template)
+    if "{{" in rest or "}}" in rest:
+        bad = rest[max(0, rest.find("{{" if "{{" in rest else "}}") - 10) :][:40]
+        raise TemplateError(f"unbalanced or malformed placeholder near {bad!r}")
+    for match in _PLACEHOLDER.finditer(template):
+        name = match.group(1)
+        if name in names:
+            raise TemplateError(f"placeholder {{{{{name}}}}} appears twice")
+        names.append(name)
+    return names
+
+
+def parse_template(
+    template: str, bind: dict[str, str], sampling: dict[str, SamplingSpec]
+) -> list[Segment]:
+    """Turn a ``{{name}}`` template into segments. Every placeholder must be bound to a
+    variable id; those with a sampling spec are outputs (GenSegment), the rest inputs."""
+    names = template_placeholders(template)
+    for name in names:
+        if name not in bind:
+            raise TemplateError(f"placeholder {{{{{name}}}}} is not bound to a variable")
+    for name in [*bind, *sampling]:
+        if name not in names:
+            raise TemplateError(f"{name!r} is not a placeholder of the template")
+    segments: list[Segment] = []
+    pos = 0
+    for match in _PLACEHOLDER.finditer(template):
+        if match.start() > pos:
+            segments.append(TextSegment(text=template[pos : match.start()]))
+        name = match.group(1)
+        if name in sampling:
+            segments.append(GenSegment(gen=bind[name], sampling=sampling[name]))
+        else:
+            segments.append(VarSegment(var=bind[name]))
+        pos = match.end()
+    if pos < len(template):
+        segments.append(TextSegment(text=template[pos:]))
+    return segments
