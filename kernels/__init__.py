@@ -1,0 +1,61 @@
+"""Attention kernels for paged KV caches and shared prefixes (Parrot-style cascade).
+
+The engine calls only the dispatching functions below; each runs a Triton kernel on CUDA and a
+vectorised torch path elsewhere (see ``dispatch``). Build a plan once per engine step
+(:func:`plan_prefill`, :func:`plan_decode`) and pass it to every layer. LSE values are natural
+log throughout. Importing this package never needs triton.
+"""
+
+from eclectus.kernels.dispatch import (
+    HAS_TRITON,
+    cascade_decode_attention,
+    decode_attention,
+    merge_attention_states,
+    paged_decode_attention,
+    prefill_attention,
+    store_kv,
+    use_triton,
+)
+from eclectus.kernels.plans import (
+    CASCADE_MIN_GROUP_SIZE,
+    CASCADE_MIN_SHARED_TOKENS,
+    CascadeGroup,
+    CascadePlan,
+    DecodePlan,
+    PrefillPlan,
+    build_decode_plan,
+    find_cascade_groups,
+    plan_decode,
+    plan_prefill,
+)
+from eclectus.kernels.reference import (
+    ref_attention,
+    ref_merge_attention_states,
+    ref_paged_decode,
+    ref_prefill,
+)
+
+__all__ = [
+    "CASCADE_MIN_GROUP_SIZE",
+    "CASCADE_MIN_SHARED_TOKENS",
+    "HAS_TRITON",
+    "CascadeGroup",
+    "CascadePlan",
+    "DecodePlan",
+    "PrefillPlan",
+    "build_decode_plan",
+    "cascade_decode_attention",
+    "decode_attention",
+    "find_cascade_groups",
+    "merge_attention_states",
+    "paged_decode_attention",
+    "plan_decode",
+    "plan_prefill",
+    "prefill_attention",
+    "ref_attention",
+    "ref_merge_attention_states",
+    "ref_paged_decode",
+    "ref_prefill",
+    "store_kv",
+    "use_triton",
+]

@@ -1,0 +1,136 @@
+"""The functions the engine calls: each picks the Triton kernel or the torch path.
+
+Triton runs when q is on a CUDA device and triton imports, or when ``ECLECTUS_KERNELS=triton``
+forces it (CPU tensors under ``TRITON_INTERPRET=1``, for tests); ``ECLECTUS_KERNELS=torch``
+forces the torch paths. Read per call, so tests can switch it. Shapes (every function):
+caches [num_blocks, block_size, Hkv, D]; q [tokens, Hq, D] with Hq a multiple of Hkv; LSE
+natural log, [tokens, Hq], fp32; outputs in q's dtype.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import torch
+from eclectus.kernels import torch_ops
+from eclectus.kernels.plans import DecodePlan, PrefillPlan
+from torch import Tensor
+
+HAS_TRITON = importlib.util.find_spec("triton") is not None
+ENV_BACKEND = "ECLECTUS_KERNELS"  # "triton" | "torch" | unset (auto)
+
+
+def use_triton(q: Tensor) -> bool:
+    """Whether the Triton kernels serve this call (see the module docstring)."""
+    forced = os.environ.get(ENV_BACKEND, "").lower()
+    if forced == "torch":
+        return False
+    if forced == "triton":
+        if not HAS_TRITON:
+            raise RuntimeError(f"{ENV_BACKEND}=triton but triton is not importable")
+        return True
+    return q.is_cuda and HAS_TRITON
+
+
+def _check_attention_args(q: Tensor, k_cache: Tensor, v_cache: Tensor) -> None:
+    if q.dim() != 3 or k_cache.dim() != 4 or k_cache.shape != v_cache.shape:
+        raise ValueError(f"want q [T, Hq, D] and caches [N, bs, Hkv, D], got q "
+                         f"{tuple(q.shape)}, k {tuple(k_cache.shape)}, v {tuple(v_cache.shape)}")
+    if q.shape[2] != k_cache.shape[3] or q.shape[1] % k_cache.shape[2]:
+        raise ValueError(f"head mismatch: q {tuple(q.shape)} vs cache {tuple(k_cache.shape)}")
+
+
+def store_kv(k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, slot_mapping: Tensor) -> None:
+    """Write new tokens into the paged cache. MUTATES k_cache and v_cache.
+
+    k, v [T, Hkv, D]; slot_mapping int64 [T], slot = block_id * block_size + offset.
+    """
+    num_kv_heads, head_dim = k_cache.shape[2:]
+    k_cache.view(-1, num_kv_heads, head_dim)[slot_mapping] = k.to(k_cache.dtype)
+    v_cache.view(-1, num_kv_heads, head_dim)[slot_mapping] = v.to(v_cache.dtype)
+
+
+def merge_attention_states(o_a: Tensor, lse_a: Tensor, o_b: Tensor,
+                           lse_b: Tensor) -> tuple[Tensor, Tensor]:
+    """Attention over the union of two disjoint key sets from each side's partial result.
+
+    o_a, o_b [N, H, D]; lse_a, lse_b [N, H] fp32, NATURAL-log log-sum-exp of the scaled
+    scores; an empty side has lse = -inf (both empty: o = 0, lse = -inf). Exact and stable
+    (weights exp(lse_x - max)). Returns (o [N, H, D] in o_a's dtype, lse [N, H] fp32). Pure.
+    """
+    if use_triton(o_a):
+        from eclectus.kernels.triton_cascade import merge_attention_states_triton
+
+        return merge_attention_states_triton(o_a, lse_a, o_b, lse_b)
+    return torch_ops.merge_attention_states_torch(o_a, lse_a, o_b, lse_b)
+
+
+def paged_decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: DecodePlan,
+                           scale: float) -> tuple[Tensor, Tensor]:
+    """Plain paged decode (ignores the plan's cascade): request i's query q[i] attends to all
+    its seq_lens[i] tokens through its block table. q [B, Hq, D] -> (o [B, Hq, D], lse [B, Hq])."""
+    _check_attention_args(q, k_cache, v_cache)
+    if use_triton(q):
+        from eclectus.kernels.triton_decode import paged_decode_triton
+
+        return paged_decode_triton(q, k_cache, v_cache, plan.block_tables, plan.seq_lens,
+                                   scale, max_len=plan.max_seq_len)
+    return torch_ops.paged_decode_window_torch(q, k_cache, v_cache, plan.block_tables,
+                                               plan.seq_lens, scale, plan.max_blocks)
+
+
+def cascade_decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: DecodePlan,
+                             scale: float) -> tuple[Tensor, Tensor]:
+    """Shared-prefix decode: each group's prefix once for all its queries, each request's
+    suffix on its own, all merged by LSE. Needs ``plan.cascade``. q [B, Hq, D] ->
+    (o [B, Hq, D], lse [B, Hq] fp32); equal to paged attention over the whole sequences."""
+    _check_attention_args(q, k_cache, v_cache)
+    cascade = plan.cascade
+    if cascade is None:
+        raise ValueError("plan has no cascade groups; use paged_decode_attention")
+    if use_triton(q):
+        from eclectus.kernels.triton_cascade import cascade_decode_triton
+
+        return cascade_decode_triton(q, k_cache, v_cache, plan, scale)
+    o_mem, lse_mem = torch_ops.cascade_prefix_torch(q, k_cache, v_cache, cascade, scale)
+    o_suf, lse_suf = torch_ops.paged_decode_window_torch(
+        q, k_cache, v_cache, plan.block_tables, plan.seq_lens, scale,
+        cascade.max_suffix_blocks, kv_starts=cascade.suffix_starts)
+    return _merge_members(o_mem, lse_mem, o_suf, lse_suf, cascade.member_request_ids)
+
+
+def _merge_members(o_mem: Tensor, lse_mem: Tensor, o_suf: Tensor, lse_suf: Tensor,
+                   member_request_ids: Tensor) -> tuple[Tensor, Tensor]:
+    """Fold every group's membership rows and the suffixes into one state per request."""
+    batch = o_suf.shape[0]
+    index = torch.cat([member_request_ids, torch.arange(batch, device=o_suf.device)])
+    o, lse = torch_ops.combine_states_by_index(
+        torch.cat([o_mem.float(), o_suf.float()]), torch.cat([lse_mem, lse_suf]), index, batch)
+    return o.to(o_suf.dtype), lse
+
+
+def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: DecodePlan,
+                     scale: float) -> Tensor:
+    """One decode step's attention for one layer: q [B, Hq, D] -> o [B, Hq, D] (q's dtype).
+
+    Uses the shared-prefix path when the plan found paying groups, else plain paged. Pure.
+    """
+    if plan.cascade is not None:
+        return cascade_decode_attention(q, k_cache, v_cache, plan, scale)[0]
+    return paged_decode_attention(q, k_cache, v_cache, plan, scale)[0]
+
+
+def prefill_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: PrefillPlan,
+                      scale: float) -> Tensor:
+    """Prefill over a paged prefix: q [sum(query_lens), Hq, D] -> o, same shape and dtype.
+
+    Query j of request i sits at position seq_lens[i] - query_lens[i] + j and attends to the
+    request's cached positions <= its own (causal); its K/V must already be in the cache. Pure.
+    """
+    _check_attention_args(q, k_cache, v_cache)
+    if use_triton(q):
+        from eclectus.kernels.triton_prefill import prefill_triton
+
+        return prefill_triton(q, k_cache, v_cache, plan, scale)
+    return torch_ops.prefill_torch(q, k_cache, v_cache, plan, scale)

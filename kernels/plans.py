@@ -1,0 +1,273 @@
+"""Attention plans: built ONCE per engine step from plain Python lists, then read by every layer.
+
+A plan holds the step's block tables and lengths as device tensors, plus the host-side sizes
+(maximum lengths, block counts) that the kernels need for shapes and grids, so no layer ever
+synchronises with the device to learn them.
+
+Cascade grouping (``plan_decode(..., cascade=True)``) works on PHYSICAL block ids: the engine's
+prefix cache shares blocks physically, so two requests whose block tables start with the same
+ids see identical KV there. We insert every request's full blocks into a trie keyed by block id,
+compress single-path chains (a radix tree), and walk it from the root:
+
+* a node whose requests (>= ``CASCADE_MIN_GROUP_SIZE``) share a span of at least
+  ``CASCADE_MIN_SHARED_TOKENS`` tokens not yet covered by an ancestor group becomes a group:
+  that span's KV is read once for all its requests' queries;
+* a span too short to pay is handed down: the child groups start where the last emitted
+  ancestor group ended, so nothing is dropped;
+* nested groups (system prompt -> document -> branch) get increasing ``level`` numbers; the
+  groups of one level have disjoint requests;
+* a request's own suffix starts where its deepest group ends.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+# A group of one request shares nothing.
+CASCADE_MIN_GROUP_SIZE = 2
+# Below this many shared tokens the extra pass plus the LSE merge costs more than the KV reads
+# it saves (a decode step reads ~2 * Hkv * D * 2 bytes per token per request).
+CASCADE_MIN_SHARED_TOKENS = 64
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _table_tensor(block_tables: list[list[int]], device: torch.device) -> Tensor:
+    """Pad ragged block tables with block 0 into int32 [batch, max_blocks_per_seq]."""
+    width = max((len(t) for t in block_tables), default=0)
+    rows = [list(t) + [0] * (width - len(t)) for t in block_tables]
+    return torch.tensor(rows, dtype=torch.int32, device=device).reshape(len(rows), width)
+
+
+def _check_lengths(block_tables: list[list[int]], seq_lens: list[int], block_size: int) -> None:
+    if block_size < 1:
+        raise ValueError(f"block_size must be >= 1, got {block_size}")
+    if len(block_tables) != len(seq_lens):
+        raise ValueError(f"{len(block_tables)} block tables but {len(seq_lens)} seq_lens")
+    for i, (table, n) in enumerate(zip(block_tables, seq_lens, strict=True)):
+        if n < 1 or len(table) < _cdiv(n, block_size):
+            raise ValueError(f"request {i}: seq_len {n} needs {_cdiv(n, block_size)} blocks, "
+                             f"table has {len(table)}")
+
+
+@dataclass(slots=True)
+class PrefillPlan:
+    """Chunked-prefill step: request i has ``query_lens[i]`` new tokens (already in the cache)
+    at the end of its ``seq_lens[i]`` tokens of context; queries are packed request after
+    request. Immutable once built."""
+
+    block_tables: Tensor  # int32 [batch, max_blocks_per_seq], padded with 0
+    cu_query_lens: Tensor  # int32 [batch + 1]: request i's queries are rows [cu[i], cu[i+1])
+    query_lens: Tensor  # int32 [batch]
+    seq_lens: Tensor  # int32 [batch]
+    query_lens_list: tuple[int, ...]  # host copies, for loops and shapes
+    seq_lens_list: tuple[int, ...]
+    block_size: int
+    max_query_len: int
+    max_seq_len: int
+
+    @property
+    def num_requests(self) -> int:
+        return len(self.seq_lens_list)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(self.query_lens_list)
+
+
+def plan_prefill(block_tables: list[list[int]], query_lens: list[int], seq_lens: list[int],
+                 block_size: int, device: torch.device) -> PrefillPlan:
+    """Build the prefill plan (pure: reads lists, allocates small device tensors)."""
+    _check_lengths(block_tables, seq_lens, block_size)
+    if len(query_lens) != len(seq_lens):
+        raise ValueError(f"{len(query_lens)} query_lens but {len(seq_lens)} seq_lens")
+    for i, (q, n) in enumerate(zip(query_lens, seq_lens, strict=True)):
+        if not 0 <= q <= n:
+            raise ValueError(f"request {i}: query_len {q} not in [0, seq_len={n}]")
+    cu = [0]
+    for q in query_lens:
+        cu.append(cu[-1] + q)
+    return PrefillPlan(
+        block_tables=_table_tensor(block_tables, device),
+        cu_query_lens=torch.tensor(cu, dtype=torch.int32, device=device),
+        query_lens=torch.tensor(query_lens, dtype=torch.int32, device=device),
+        seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=device),
+        query_lens_list=tuple(query_lens), seq_lens_list=tuple(seq_lens),
+        block_size=block_size, max_query_len=max(query_lens, default=0),
+        max_seq_len=max(seq_lens, default=0))
+
+
+@dataclass(frozen=True, slots=True)
+class CascadeGroup:
+    """Requests whose KV agrees on blocks [start_block, end_block) of their tables."""
+
+    level: int  # 0 = outermost shared prefix; nested groups count up
+    request_ids: tuple[int, ...]  # batch indices, ascending
+    start_block: int  # first block index (in every member's table) this group covers
+    end_block: int  # exclusive
+    table_row: int  # a member whose block table row holds the group's block ids
+
+    @property
+    def num_blocks(self) -> int:
+        return self.end_block - self.start_block
+
+
+@dataclass(slots=True)
+class _TrieNode:
+    depth: int  # number of blocks from the root to this node inclusive
+    request_ids: list[int] = field(default_factory=list)
+    children: dict[int, _TrieNode] = field(default_factory=dict)
+
+
+def _build_trie(block_tables: list[list[int]], seq_lens: list[int], block_size: int) -> _TrieNode:
+    root = _TrieNode(depth=0)
+    for i, (table, n) in enumerate(zip(block_tables, seq_lens, strict=True)):
+        node = root
+        for j in range(n // block_size):  # full blocks only: a partial block may diverge
+            node = node.children.setdefault(table[j], _TrieNode(depth=j + 1))
+            node.request_ids.append(i)
+    return root
+
+
+def find_cascade_groups(block_tables: list[list[int]], seq_lens: list[int], block_size: int, *,
+                        min_shared_tokens: int = CASCADE_MIN_SHARED_TOKENS,
+                        min_group_size: int = CASCADE_MIN_GROUP_SIZE,
+                        ) -> tuple[list[CascadeGroup], list[int]]:
+    """Group requests by shared leading physical blocks (see the module docstring).
+
+    Returns (groups, suffix_starts): groups in pre-order (a parent before its children);
+    ``suffix_starts[i]`` is the first token position of request i not covered by a group.
+    Pure function.
+    """
+    suffix_starts = [0] * len(seq_lens)
+    groups: list[CascadeGroup] = []
+    # stack of (node, first uncovered block, level for a group emitted here)
+    stack = [(child, 0, 0) for child in reversed(_build_trie(block_tables, seq_lens,
+                                                             block_size).children.values())]
+    while stack:
+        node, start, level = stack.pop()
+        while len(node.children) == 1:  # radix compression: same requests continue
+            (only,) = node.children.values()
+            if len(only.request_ids) != len(node.request_ids):
+                break
+            node = only
+        members = node.request_ids
+        if len(members) < min_group_size:
+            continue  # deeper nodes have even fewer requests
+        if (node.depth - start) * block_size >= min_shared_tokens:
+            groups.append(CascadeGroup(level, tuple(members), start, node.depth, members[0]))
+            for i in members:
+                suffix_starts[i] = node.depth * block_size
+            start, level = node.depth, level + 1
+        stack.extend((c, start, level) for c in reversed(node.children.values()))
+    return groups, suffix_starts
+
+
+@dataclass(slots=True)
+class CascadePlan:
+    """The shared-prefix work of a decode step. Immutable once built.
+
+    Membership rows: group after group (pre-order), each group's requests ascending; row m
+    is request ``member_request_ids[m]`` attending to its group's blocks.
+    """
+
+    groups: tuple[CascadeGroup, ...]
+    num_levels: int
+    group_request_ids: tuple[Tensor, ...]  # per group: int64 [group size]
+    group_block_ids: tuple[Tensor, ...]  # per group: int64 [num_blocks], physical ids
+    member_request_ids: Tensor  # int64 [num_members]
+    group_member_offsets: Tensor  # int32 [num_groups + 1]: CSR into membership rows
+    group_table_rows: Tensor  # int32 [num_groups]
+    group_starts: Tensor  # int32 [num_groups], tokens (multiple of block_size)
+    group_ends: Tensor  # int32 [num_groups], tokens, exclusive
+    suffix_starts: Tensor  # int32 [batch], first token of each request's own suffix
+    max_group_size: int
+    max_group_tokens: int
+    max_suffix_blocks: int  # blocks spanned by the widest suffix window
+
+    @property
+    def num_groups(self) -> int:
+        return len(self.groups)
+
+
+@dataclass(slots=True)
+class DecodePlan:
+    """A decode step: one query per request, at position seq_lens[i] - 1. Immutable."""
+
+    block_tables: Tensor  # int32 [batch, max_blocks_per_seq], padded with 0
+    seq_lens: Tensor  # int32 [batch]
+    seq_lens_list: tuple[int, ...]
+    block_size: int
+    max_seq_len: int
+    max_blocks: int  # ceil(max_seq_len / block_size)
+    cascade: CascadePlan | None  # None: plain paged attention pays best
+
+    @property
+    def num_requests(self) -> int:
+        return len(self.seq_lens_list)
+
+
+def _cascade_plan(block_tables: list[list[int]], seq_lens: list[int], block_size: int,
+                  groups: list[CascadeGroup], suffix_starts: list[int],
+                  device: torch.device) -> CascadePlan:
+    members = [i for g in groups for i in g.request_ids]
+    offsets = [0]
+    for g in groups:
+        offsets.append(offsets[-1] + len(g.request_ids))
+
+    def ints(values: list[int], dtype: torch.dtype = torch.int32) -> Tensor:
+        return torch.tensor(values, dtype=dtype, device=device)
+
+    suffix_blocks = [_cdiv(n, block_size) - s // block_size
+                     for n, s in zip(seq_lens, suffix_starts, strict=True)]
+    return CascadePlan(
+        groups=tuple(groups), num_levels=1 + max(g.level for g in groups),
+        group_request_ids=tuple(ints(list(g.request_ids), torch.int64) for g in groups),
+        group_block_ids=tuple(ints(block_tables[g.table_row][g.start_block:g.end_block],
+                                   torch.int64) for g in groups),
+        member_request_ids=ints(members, torch.int64), group_member_offsets=ints(offsets),
+        group_table_rows=ints([g.table_row for g in groups]),
+        group_starts=ints([g.start_block * block_size for g in groups]),
+        group_ends=ints([g.end_block * block_size for g in groups]),
+        suffix_starts=ints(suffix_starts),
+        max_group_size=max(len(g.request_ids) for g in groups),
+        max_group_tokens=max(g.num_blocks for g in groups) * block_size,
+        max_suffix_blocks=max(1, *suffix_blocks))
+
+
+def build_decode_plan(block_tables: list[list[int]], seq_lens: list[int], block_size: int,
+                      device: torch.device, *, cascade: bool = True,
+                      min_shared_tokens: int = CASCADE_MIN_SHARED_TOKENS,
+                      min_group_size: int = CASCADE_MIN_GROUP_SIZE) -> DecodePlan:
+    """:func:`plan_decode` with the grouping thresholds exposed (tests, benchmarks). Pure."""
+    _check_lengths(block_tables, seq_lens, block_size)
+    cascade_plan = None
+    if cascade:
+        groups, suffix_starts = find_cascade_groups(
+            block_tables, seq_lens, block_size,
+            min_shared_tokens=min_shared_tokens, min_group_size=min_group_size)
+        if groups:
+            cascade_plan = _cascade_plan(block_tables, seq_lens, block_size, groups,
+                                         suffix_starts, device)
+    max_seq_len = max(seq_lens, default=0)
+    return DecodePlan(
+        block_tables=_table_tensor(block_tables, device),
+        seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=device),
+        seq_lens_list=tuple(seq_lens), block_size=block_size, max_seq_len=max_seq_len,
+        max_blocks=_cdiv(max_seq_len, block_size), cascade=cascade_plan)
+
+
+def plan_decode(block_tables: list[list[int]], seq_lens: list[int], block_size: int,
+                device: torch.device, *, cascade: bool = True) -> DecodePlan:
+    """Build the decode plan for one step (pure: reads lists, allocates small device tensors).
+
+    One query per request at position ``seq_lens[i] - 1`` (already stored in the cache). With
+    ``cascade=True`` requests sharing leading physical blocks are grouped (module docstring)
+    when the sharing pays; ``cascade=False`` or no paying group gives plain paged attention.
+    """
+    return build_decode_plan(block_tables, seq_lens, block_size, device, cascade=cascade)

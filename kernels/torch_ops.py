@@ -1,0 +1,142 @@
+"""Fast torch paths: what the dispatchers run on CPU (and anywhere Triton is unavailable).
+
+Decode is vectorised over the batch: a padded gather of every request's KV window into
+[B, L, Hkv, D], one batched matmul per side, a length mask. The cascade path loops over GROUPS,
+not requests: a group's stacked queries [Hkv, G * group, D] meet its prefix keys in one matmul,
+so the prefix KV is read once per group. Prefill loops over requests (each one is big) and uses
+scaled_dot_product_attention. Math in fp32; outputs in q's dtype; LSE natural log, fp32.
+Nothing here mutates its inputs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from eclectus.kernels.plans import CascadePlan, PrefillPlan
+from torch import Tensor
+
+
+def merge_attention_states_torch(o_a: Tensor, lse_a: Tensor, o_b: Tensor,
+                                 lse_b: Tensor) -> tuple[Tensor, Tensor]:
+    """Exact, stable merge of two partial attentions over disjoint key sets.
+
+    o [N, H, D], lse [N, H] fp32 natural log; a side with lse = -inf is empty. Returns
+    (o in o_a's dtype, lse fp32). Both sides empty gives (0, -inf).
+    """
+    m = torch.maximum(lse_a, lse_b)
+    m = torch.where(m == -math.inf, 0.0, m)  # keeps exp() finite when both sides are empty
+    w_a, w_b = torch.exp(lse_a - m), torch.exp(lse_b - m)
+    total = w_a + w_b
+    inv = torch.where(total > 0, 1.0 / total, 0.0)
+    o = o_a.float() * (w_a * inv)[..., None] + o_b.float() * (w_b * inv)[..., None]
+    return o.to(o_a.dtype), m + torch.log(total)
+
+
+def combine_states_by_index(o_parts: Tensor, lse_parts: Tensor, index: Tensor,
+                            num_out: int) -> tuple[Tensor, Tensor]:
+    """Merge any number of partial states per output row: row ``index[m]`` gets part m.
+
+    o_parts [M, H, D], lse_parts [M, H] fp32, index int64 [M] -> (o [num_out, H, D] fp32,
+    lse [num_out, H] fp32). Rows with no non-empty part come out (0, -inf).
+    """
+    num_heads = lse_parts.shape[1]
+    m = torch.full((num_out, num_heads), -math.inf, device=lse_parts.device)
+    m = m.scatter_reduce(0, index[:, None].expand(-1, num_heads), lse_parts, "amax")
+    m = torch.where(m == -math.inf, 0.0, m)
+    w = torch.exp(lse_parts - m[index])  # [M, H]; empty parts weigh 0
+    total = torch.zeros_like(m).index_add_(0, index, w)
+    o = torch.zeros((num_out, *o_parts.shape[1:]), device=o_parts.device)
+    o.index_add_(0, index, o_parts.float() * w[..., None])
+    o = o * torch.where(total > 0, 1.0 / total, 0.0)[..., None]
+    return o, m + torch.log(total)
+
+
+def _softmax_av(scores: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    """scores [..., M, L] fp32 (masked: -inf), v [..., L, D] -> (o [..., M, D], lse [..., M])."""
+    lse = torch.logsumexp(scores, dim=-1)
+    safe = torch.where(lse == -math.inf, 0.0, lse)  # empty rows: exp(-inf - 0) = 0
+    return torch.exp(scores - safe[..., None]) @ v, lse
+
+
+def paged_decode_window_torch(q: Tensor, k_cache: Tensor, v_cache: Tensor, block_tables: Tensor,
+                              seq_lens: Tensor, scale: float, max_window_blocks: int,
+                              kv_starts: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """Request i's query attends to its tokens [kv_starts[i] (default 0), seq_lens[i]).
+
+    q [B, Hq, D]; caches [num_blocks, block_size, Hkv, D]; block_tables int32 [B, W];
+    seq_lens, kv_starts int32 [B]; max_window_blocks: host bound on the blocks any window spans.
+    Returns (o [B, Hq, D] in q's dtype, lse [B, Hq] fp32).
+    """
+    batch, num_q_heads, head_dim = q.shape
+    _, block_size, num_kv_heads, _ = k_cache.shape
+    starts = torch.zeros_like(seq_lens) if kv_starts is None else kv_starts
+    first = (starts // block_size).long()  # first block of each window
+    cols = first[:, None] + torch.arange(max_window_blocks, device=q.device)
+    blocks = block_tables.long().gather(1, cols.clamp_max(block_tables.shape[1] - 1))
+    length = max_window_blocks * block_size
+    k = k_cache[blocks].view(batch, length, num_kv_heads, head_dim)
+    v = v_cache[blocks].view(batch, length, num_kv_heads, head_dim)
+    pos = first[:, None] * block_size + torch.arange(length, device=q.device)
+    valid = (pos >= starts[:, None]) & (pos < seq_lens[:, None])  # [B, L]
+    qg = q.view(batch, num_kv_heads, -1, head_dim).float() * scale
+    scores = qg @ k.permute(0, 2, 3, 1).float()  # [B, Hkv, group, L]
+    scores.masked_fill_(~valid[:, None, None, :], -math.inf)
+    o, lse = _softmax_av(scores, v.transpose(1, 2).float())
+    return o.reshape(batch, num_q_heads, head_dim).to(q.dtype), lse.reshape(batch, num_q_heads)
+
+
+def cascade_prefix_torch(q: Tensor, k_cache: Tensor, v_cache: Tensor, cascade: CascadePlan,
+                         scale: float) -> tuple[Tensor, Tensor]:
+    """Each group's queries against its shared blocks, one matmul per group and side.
+
+    Returns membership-row states (o [num_members, Hq, D] fp32, lse [num_members, Hq] fp32),
+    rows in the plan's membership order.
+    """
+    _, num_q_heads, head_dim = q.shape
+    num_kv_heads = k_cache.shape[2]
+    group = num_q_heads // num_kv_heads
+    outs, lses = [], []
+    for request_ids, block_ids in zip(cascade.group_request_ids, cascade.group_block_ids,
+                                      strict=True):
+        size = request_ids.numel()
+        k = k_cache[block_ids].view(-1, num_kv_heads, head_dim)  # read once for the group
+        v = v_cache[block_ids].view(-1, num_kv_heads, head_dim)
+        # stack the group's queries into one tile per kv head: [Hkv, size * group, D]
+        qg = q[request_ids].view(size, num_kv_heads, group, head_dim).transpose(0, 1)
+        qg = qg.reshape(num_kv_heads, size * group, head_dim).float() * scale
+        o, lse = _softmax_av(qg @ k.permute(1, 2, 0).float(), v.transpose(0, 1).float())
+        outs.append(o.view(num_kv_heads, size, group, head_dim).transpose(0, 1)
+                    .reshape(size, num_q_heads, head_dim))
+        lses.append(lse.view(num_kv_heads, size, group).transpose(0, 1).reshape(size, -1))
+    return torch.cat(outs), torch.cat(lses)
+
+
+def prefill_torch(q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: PrefillPlan,
+                  scale: float) -> Tensor:
+    """Chunked prefill over paged context, one SDPA call per request.
+
+    q [T, Hq, D] -> o [T, Hq, D] in q's dtype.
+    """
+    block_size, num_kv_heads, head_dim = k_cache.shape[1:]
+    out = torch.empty_like(q)
+    row = 0
+    for i, (nq, n) in enumerate(zip(plan.query_lens_list, plan.seq_lens_list, strict=True)):
+        if nq == 0:
+            continue
+        blocks = plan.block_tables[i, : -(-n // block_size)].long()
+        k = k_cache[blocks].view(-1, num_kv_heads, head_dim)[:n].transpose(0, 1)[None]
+        v = v_cache[blocks].view(-1, num_kv_heads, head_dim)[:n].transpose(0, 1)[None]
+        qi = q[row : row + nq].transpose(0, 1)[None]  # [1, Hq, nq, D]
+        if nq == n:  # no cached context: plain causal
+            o = F.scaled_dot_product_attention(qi, k, v, is_causal=True, scale=scale,
+                                               enable_gqa=True)
+        else:  # query j sits at n - nq + j: a bottom-right aligned causal mask
+            keep = (torch.arange(n, device=q.device)[None, :]
+                    <= torch.arange(n - nq, n, device=q.device)[:, None])
+            o = F.scaled_dot_product_attention(qi, k, v, attn_mask=keep, scale=scale,
+                                               enable_gqa=True)
+        out[row : row + nq] = o[0].transpose(0, 1)
+        row += nq
+    return out

@@ -1,0 +1,122 @@
+"""The torch paths the dispatchers run on CPU, against the looped references."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from eclectus.kernels import (
+    build_decode_plan,
+    cascade_decode_attention,
+    decode_attention,
+    merge_attention_states,
+    paged_decode_attention,
+    plan_prefill,
+    prefill_attention,
+    ref_attention,
+    ref_merge_attention_states,
+    ref_paged_decode,
+    ref_prefill,
+    store_kv,
+)
+from kernel_cases import make_batch, nested_batch
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(autouse=True)
+def _torch_backend(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ECLECTUS_KERNELS", "torch")
+
+
+def _queries(batch: int, num_q_heads: int, head_dim: int, seed: int = 1) -> torch.Tensor:
+    return torch.randn(batch, num_q_heads, head_dim, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize(("num_q_heads", "num_kv_heads", "head_dim"), [(4, 2, 64), (8, 8, 16)])
+def test_paged_decode_matches_reference(num_q_heads: int, num_kv_heads: int,
+                                        head_dim: int) -> None:
+    batch = nested_batch(block_size=4, num_kv_heads=num_kv_heads, head_dim=head_dim)
+    q = _queries(len(batch.seq_lens), num_q_heads, head_dim)
+    plan = build_decode_plan(batch.block_tables, batch.seq_lens, 4, CPU, cascade=False)
+    o, lse = paged_decode_attention(q, batch.k_cache, batch.v_cache, plan, 0.3)
+    o_ref, lse_ref = ref_paged_decode(q, batch.k_cache, batch.v_cache, batch.block_tables,
+                                      batch.seq_lens, 0.3)
+    torch.testing.assert_close(o, o_ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(lse, lse_ref, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("min_tokens", [4, 16])
+def test_cascade_equals_paged_attention_over_concatenated_kv(min_tokens: int) -> None:
+    """Nested levels, several groups, an empty suffix, an ungrouped request."""
+    batch = nested_batch(block_size=4, num_kv_heads=2, head_dim=32)
+    q = _queries(len(batch.seq_lens), 6, 32)
+    plan = build_decode_plan(batch.block_tables, batch.seq_lens, 4, CPU,
+                             min_shared_tokens=min_tokens)
+    assert plan.cascade is not None
+    o, lse = cascade_decode_attention(q, batch.k_cache, batch.v_cache, plan, 0.2)
+    o_ref, lse_ref = ref_paged_decode(q, batch.k_cache, batch.v_cache, batch.block_tables,
+                                      batch.seq_lens, 0.2)
+    torch.testing.assert_close(o, o_ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(lse, lse_ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(decode_attention(q, batch.k_cache, batch.v_cache, plan, 0.2), o)
+
+
+def test_cascade_with_all_suffixes_empty_and_bf16() -> None:
+    batch = make_batch([("p",)] * 3, {"p": 12}, [0, 0, 0], block_size=4, num_kv_heads=1,
+                       head_dim=16, dtype=torch.bfloat16)
+    q = _queries(3, 2, 16).bfloat16()
+    plan = build_decode_plan(batch.block_tables, batch.seq_lens, 4, CPU, min_shared_tokens=4)
+    assert plan.cascade is not None
+    o, _ = cascade_decode_attention(q, batch.k_cache, batch.v_cache, plan, 0.25)
+    o_ref, _ = ref_paged_decode(q, batch.k_cache, batch.v_cache, batch.block_tables,
+                                batch.seq_lens, 0.25)
+    assert o.dtype == torch.bfloat16
+    torch.testing.assert_close(o.float(), o_ref.float(), atol=2e-2, rtol=2e-2)
+
+
+def test_merge_of_two_halves_is_attention_over_the_union() -> None:
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(5, 4, 8, generator=gen), torch.randn(9, 2, 8, generator=gen),
+               torch.randn(9, 2, 8, generator=gen))
+    o_all, lse_all = ref_attention(q, k, v, 0.5)
+    o_a, lse_a = ref_attention(q, k[:4], v[:4], 0.5)
+    o_b, lse_b = ref_attention(q, k[4:], v[4:], 0.5)
+    o, lse = merge_attention_states(o_a, lse_a, o_b, lse_b)
+    torch.testing.assert_close(o, o_all, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(lse, lse_all, atol=1e-5, rtol=1e-5)
+
+
+def test_merge_handles_empty_sides_and_huge_lse() -> None:
+    o_a, o_b = torch.ones(2, 1, 3), torch.full((2, 1, 3), 2.0)
+    lse_a = torch.tensor([[-math.inf], [1000.0]])
+    lse_b = torch.tensor([[-math.inf], [-math.inf]])
+    o, lse = merge_attention_states(o_a, lse_a, o_b, lse_b)
+    assert torch.equal(o[0], torch.zeros(1, 3)) and lse[0].item() == -math.inf
+    assert torch.equal(o[1], o_a[1]) and lse[1].item() == 1000.0
+    o_ref, lse_ref = ref_merge_attention_states(o_a, lse_a, o_b, lse_b)
+    torch.testing.assert_close(o, o_ref)
+    torch.testing.assert_close(lse, lse_ref)
+
+
+@pytest.mark.parametrize(("query_lens", "num_q_heads"), [([5, 1, 0, 9], 4), ([11, 2, 7, 3], 2)])
+def test_prefill_matches_reference(query_lens: list[int], num_q_heads: int) -> None:
+    """Chunked prefill over cached blocks, a one-token chunk, an empty chunk, a full prompt."""
+    batch = make_batch([("a",), ("a",), ("b",), ()], {"a": 6, "b": 3}, [5, 1, 4, 11],
+                       block_size=4, num_kv_heads=2, head_dim=16)
+    plan = plan_prefill(batch.block_tables, query_lens, batch.seq_lens, 4, CPU)
+    q = torch.randn(sum(query_lens), num_q_heads, 16, generator=torch.Generator().manual_seed(4))
+    o = prefill_attention(q, batch.k_cache, batch.v_cache, plan, 0.25)
+    o_ref, _ = ref_prefill(q, batch.k_cache, batch.v_cache, batch.block_tables, query_lens,
+                           batch.seq_lens, 0.25)
+    torch.testing.assert_close(o, o_ref, atol=1e-5, rtol=1e-5)
+
+
+def test_store_kv_writes_slots() -> None:
+    k_cache, v_cache = torch.zeros(3, 4, 2, 8), torch.zeros(3, 4, 2, 8)
+    k, v = torch.randn(3, 2, 8), torch.randn(3, 2, 8)
+    store_kv(k, v, k_cache, v_cache, torch.tensor([9, 2, 4]))
+    assert torch.equal(k_cache[2, 1], k[0]) and torch.equal(v_cache[0, 2], v[1])
+    assert torch.equal(k_cache[1, 0], k[2])
+    assert k_cache.abs().sum() == k.abs().sum()
