@@ -74,10 +74,12 @@ def paged_decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: De
     if use_triton(q):
         from eclectus.kernels.triton_decode import paged_decode_triton
 
-        return paged_decode_triton(q, k_cache, v_cache, plan.block_tables, plan.seq_lens,
-                                   scale, max_len=plan.max_seq_len)
-    return torch_ops.paged_decode_window_torch(q, k_cache, v_cache, plan.block_tables,
-                                               plan.seq_lens, scale, plan.max_blocks)
+        o, lse = paged_decode_triton(q, k_cache, v_cache, plan.block_tables, plan.seq_lens,
+                                     scale, max_len=plan.max_seq_len)
+    else:
+        o, lse = torch_ops.paged_decode_window_torch(q, k_cache, v_cache, plan.block_tables,
+                                                     plan.seq_lens, scale, plan.max_blocks)
+    return o.to(q.dtype), lse
 
 
 def cascade_decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: DecodePlan,
@@ -97,17 +99,18 @@ def cascade_decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: 
     o_suf, lse_suf = torch_ops.paged_decode_window_torch(
         q, k_cache, v_cache, plan.block_tables, plan.seq_lens, scale,
         cascade.max_suffix_blocks, kv_starts=cascade.suffix_starts)
-    return _merge_members(o_mem, lse_mem, o_suf, lse_suf, cascade.member_request_ids)
+    o, lse = _merge_members(o_mem, lse_mem, o_suf, lse_suf, cascade.member_request_ids)
+    return o.to(q.dtype), lse
 
 
 def _merge_members(o_mem: Tensor, lse_mem: Tensor, o_suf: Tensor, lse_suf: Tensor,
                    member_request_ids: Tensor) -> tuple[Tensor, Tensor]:
-    """Fold every group's membership rows and the suffixes into one state per request."""
+    """Fold every group's membership rows and the suffixes (all fp32) into one state per
+    request: (o [B, Hq, D] fp32, lse [B, Hq] fp32)."""
     batch = o_suf.shape[0]
     index = torch.cat([member_request_ids, torch.arange(batch, device=o_suf.device)])
-    o, lse = torch_ops.combine_states_by_index(
-        torch.cat([o_mem.float(), o_suf.float()]), torch.cat([lse_mem, lse_suf]), index, batch)
-    return o.to(o_suf.dtype), lse
+    return torch_ops.combine_states_by_index(
+        torch.cat([o_mem, o_suf]), torch.cat([lse_mem, lse_suf]), index, batch)
 
 
 def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: DecodePlan,

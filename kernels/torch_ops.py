@@ -53,6 +53,17 @@ def combine_states_by_index(o_parts: Tensor, lse_parts: Tensor, index: Tensor,
     return o, m + torch.log(total)
 
 
+def combine_splits(o_parts: Tensor, lse_parts: Tensor) -> tuple[Tensor, Tensor]:
+    """Merge partial states along dim 0: o_parts [S, N, H, D], lse_parts [S, N, H] fp32
+    -> (o [N, H, D] fp32, lse [N, H] fp32). All-empty rows give (0, -inf)."""
+    m = lse_parts.amax(0)
+    m = torch.where(m == -math.inf, 0.0, m)
+    w = torch.exp(lse_parts - m)  # [S, N, H]
+    total = w.sum(0)
+    o = (o_parts * w[..., None]).sum(0) * torch.where(total > 0, 1.0 / total, 0.0)[..., None]
+    return o, m + torch.log(total)
+
+
 def _softmax_av(scores: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
     """scores [..., M, L] fp32 (masked: -inf), v [..., L, D] -> (o [..., M, D], lse [..., M])."""
     lse = torch.logsumexp(scores, dim=-1)
@@ -67,7 +78,7 @@ def paged_decode_window_torch(q: Tensor, k_cache: Tensor, v_cache: Tensor, block
 
     q [B, Hq, D]; caches [num_blocks, block_size, Hkv, D]; block_tables int32 [B, W];
     seq_lens, kv_starts int32 [B]; max_window_blocks: host bound on the blocks any window spans.
-    Returns (o [B, Hq, D] in q's dtype, lse [B, Hq] fp32).
+    Returns (o [B, Hq, D] fp32, lse [B, Hq] fp32): fp32 so a cascade merges unrounded states.
     """
     batch, num_q_heads, head_dim = q.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
@@ -84,7 +95,7 @@ def paged_decode_window_torch(q: Tensor, k_cache: Tensor, v_cache: Tensor, block
     scores = qg @ k.permute(0, 2, 3, 1).float()  # [B, Hkv, group, L]
     scores.masked_fill_(~valid[:, None, None, :], -math.inf)
     o, lse = _softmax_av(scores, v.transpose(1, 2).float())
-    return o.reshape(batch, num_q_heads, head_dim).to(q.dtype), lse.reshape(batch, num_q_heads)
+    return o.reshape(batch, num_q_heads, head_dim), lse.reshape(batch, num_q_heads)
 
 
 def cascade_prefix_torch(q: Tensor, k_cache: Tensor, v_cache: Tensor, cascade: CascadePlan,
