@@ -1,0 +1,62 @@
+"""EngineConfig: every knob of the built-in engine in one frozen, validated dataclass."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+MiB = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """Configuration of one engine instance. Defaults serve a laptop CPU.
+
+    The KV pool is sized once at start: ``num_kv_blocks`` when given (tests force tiny pools
+    with it), else ``kv_cache_bytes`` divided by the bytes one block takes over all layers
+    (2 * num_layers * block_size * num_kv_heads * head_dim * dtype size).
+    """
+
+    model: str = "tiny"  # preset name or a HF-format directory
+    dtype: str = "float32"  # "float32" | "bfloat16" | "float16"
+    device: str = "cpu"
+    block_size: int = 16  # tokens per KV block
+    kv_cache_bytes: int = 512 * MiB  # KV pool budget, all layers, K and V
+    num_kv_blocks: int | None = None  # overrides kv_cache_bytes when set
+    max_num_batched_tokens: int = 2048  # per-step token budget (prefill chunks + decodes)
+    max_num_seqs: int = 128  # most requests in one step
+    max_model_len: int | None = None  # None: the model's context window
+    enable_prefix_caching: bool = True
+    cascade_attention: bool = True  # shared-prefix decode attention when it pays
+    num_threads: int | None = None  # torch intra-op threads; None: leave torch's default
+    seed: int = 0  # the generator of unseeded sampled requests
+
+    def __post_init__(self) -> None:
+        if self.block_size < 1:
+            raise ValueError(f"block_size must be >= 1, got {self.block_size}")
+        if self.num_kv_blocks is not None and self.num_kv_blocks < 1:
+            raise ValueError(f"num_kv_blocks must be >= 1, got {self.num_kv_blocks}")
+        if self.kv_cache_bytes < 1:
+            raise ValueError(f"kv_cache_bytes must be >= 1, got {self.kv_cache_bytes}")
+        if self.max_num_batched_tokens < 1:
+            raise ValueError("max_num_batched_tokens must be >= 1")
+        if self.max_num_seqs < 1:
+            raise ValueError("max_num_seqs must be >= 1")
+        if self.dtype not in ("float32", "bfloat16", "float16"):
+            raise ValueError(f"unknown dtype {self.dtype!r}")
+        if self.num_threads is not None and self.num_threads < 1:
+            raise ValueError("num_threads must be >= 1")
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> EngineConfig:
+        """Build from a mapping, rejecting unknown keys (pure)."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown EngineConfig keys: {unknown}")
+        return cls(**values)
+
+    def replace(self, **changes: Any) -> EngineConfig:
+        """A copy with ``changes`` applied (pure)."""
+        return dataclasses.replace(self, **changes)

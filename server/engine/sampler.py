@@ -1,0 +1,73 @@
+"""One vectorised sampling call per step for the whole batch.
+
+Greedy rows take the argmax. Sampled rows are scaled by temperature, filtered by top-k and
+top-p on one descending sort, and drawn by inverse-CDF with one uniform number per row: seeded
+rows draw theirs from their own ``torch.Generator``, the rest from the engine's. A row's result
+therefore depends only on its logits and its own generator, never on the rest of the batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence as Seq
+
+import torch
+from eclectus.server.engine.sampling_params import SamplingParams
+from torch import Tensor
+
+
+class Sampler:
+    """Holds the generator of unseeded requests (mutated by every sampled draw)."""
+
+    def __init__(self, seed: int = 0, device: str | torch.device = "cpu") -> None:
+        self.device = torch.device(device)
+        self.generator = torch.Generator(device=self.device).manual_seed(seed)
+
+    def new_generator(self, seed: int) -> torch.Generator:
+        """A fresh generator for one seeded request (pure)."""
+        return torch.Generator(device=self.device).manual_seed(seed)
+
+    def __call__(
+        self, logits: Tensor, params: Seq[SamplingParams], generators: Seq[torch.Generator | None]
+    ) -> list[int]:
+        """logits [B, V] (any float dtype) -> B token ids. Mutates the generators it draws from."""
+        greedy = [p.greedy for p in params]
+        if all(greedy):
+            return logits.argmax(dim=-1).tolist()
+        tokens = logits.argmax(dim=-1)
+        rows = [i for i, g in enumerate(greedy) if not g]
+        sampled = self._sample(
+            logits[rows].float(), [params[i] for i in rows], [generators[i] for i in rows]
+        )
+        tokens[rows] = sampled
+        return tokens.tolist()
+
+    def _sample(
+        self, logits: Tensor, params: list[SamplingParams], generators: list[torch.Generator | None]
+    ) -> Tensor:
+        """logits [N, V] fp32 of sampled rows -> token ids int64 [N]."""
+        num_rows, vocab = logits.shape
+        temps = torch.tensor([p.temperature for p in params], device=logits.device)
+        logits = logits / temps[:, None]
+        values, indices = logits.sort(dim=-1, descending=True, stable=True)
+        ranks = torch.arange(vocab, device=logits.device)
+        top_k = torch.tensor(
+            [p.top_k if p.top_k > 0 else vocab for p in params], device=logits.device
+        )
+        values = values.masked_fill(ranks[None, :] >= top_k[:, None], -torch.inf)
+        probs = values.softmax(dim=-1)
+        cum = probs.cumsum(dim=-1)
+        top_p = torch.tensor([p.top_p for p in params], device=logits.device)
+        # drop a token when the ones before it already reach top_p (the first always stays)
+        probs = probs.masked_fill(cum - probs >= top_p[:, None], 0.0)
+        cum = probs.cumsum(dim=-1)
+        uniform = self._uniforms(num_rows, generators) * cum[:, -1]
+        picks = torch.searchsorted(cum, uniform[:, None]).clamp_max(vocab - 1)
+        return indices.gather(1, picks).squeeze(1)
+
+    def _uniforms(self, num_rows: int, generators: list[torch.Generator | None]) -> Tensor:
+        """One U[0, 1) per row: seeded rows from their own generator (mutates generators)."""
+        uniform = torch.rand(num_rows, generator=self.generator, device=self.device)
+        for i, gen in enumerate(generators):
+            if gen is not None:
+                uniform[i] = torch.rand(1, generator=gen, device=self.device)[0]
+        return uniform

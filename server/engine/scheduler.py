@@ -1,0 +1,179 @@
+"""The step scheduler: which requests compute how many tokens this step (continuous batching,
+chunked prefill under a token budget, preemption by recompute)."""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+from dataclasses import dataclass, field
+
+from eclectus.server.engine.block_manager import BlockManager, cdiv
+from eclectus.server.engine.sequence import FinishReason, Sequence, SequenceStatus
+
+
+@dataclass(slots=True)
+class ScheduledSeq:
+    """One request's share of a step."""
+
+    seq: Sequence
+    num_new_tokens: int  # tokens computed this step: token_ids[computed : computed + n]
+    num_prefill_tokens: int  # of those, how many re-/compute known tokens (not a decode)
+
+    @property
+    def samples(self) -> bool:
+        """Whether this step reaches the end of the tokens, so it samples the next one."""
+        return self.seq.num_computed_tokens + self.num_new_tokens == self.seq.num_tokens
+
+
+@dataclass(slots=True)
+class SchedulerOutput:
+    """What one step runs. Built by :meth:`Scheduler.schedule`, read by runner and engine."""
+
+    scheduled: list[ScheduledSeq] = field(default_factory=list)  # running order
+    block_copies: list[tuple[int, int]] = field(default_factory=list)  # (src, dst), before run
+    preempted: list[Sequence] = field(default_factory=list)  # went back to waiting this step
+    failed: list[Sequence] = field(default_factory=list)  # can never fit; finished "length"
+    num_cache_hit_tokens: int = 0  # prompt tokens admitted from the prefix cache this step
+
+    @property
+    def num_batched_tokens(self) -> int:
+        return sum(s.num_new_tokens for s in self.scheduled)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.scheduled
+
+
+class Scheduler:
+    """Holds the waiting queue and the running list. Every method mutates unless it says so."""
+
+    def __init__(
+        self, block_manager: BlockManager, *, max_num_batched_tokens: int, max_num_seqs: int
+    ) -> None:
+        self.block_manager = block_manager
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.max_num_seqs = max_num_seqs
+        self.waiting: list[tuple[float, int, Sequence]] = []  # heap by (priority, arrival)
+        self.running: list[Sequence] = []  # sorted by (priority, arrival)
+        self.num_preemptions = 0
+        self._prefill_targets: dict[str, int] = {}  # request -> tokens known at admission
+
+    @property
+    def num_waiting(self) -> int:
+        return sum(1 for _, _, s in self.waiting if not s.is_finished)
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.running) or self.num_waiting > 0
+
+    def add(self, seq: Sequence) -> None:
+        """Queue a new (or preempted) sequence for admission."""
+        heapq.heappush(self.waiting, (seq.priority, seq.arrival, seq))
+
+    def schedule(self) -> SchedulerOutput:
+        """Choose this step's work.
+
+        Model (vLLM v1): every request has ``num_computed_tokens``; a step gives it some of its
+        remaining ``num_tokens - num_computed_tokens`` tokens. A decode is simply a request
+        with one remaining token; a long prompt is cut into chunks. There are no phases.
+        Pass 1, running requests in (priority, arrival) order: each takes min(remaining,
+        budget) tokens; when its blocks do not fit, the lowest-ranked running request is
+        preempted (blocks freed, recomputed later) until they do, possibly itself.
+        Pass 2, only if nobody was preempted: waiting requests in (priority, arrival) order
+        take prefix-cache hits and a chunk, until the budget, the seat limit or the pool runs
+        out (stop at the first that does not fit, so rank order holds).
+        """
+        out = SchedulerOutput()
+        budget = self._schedule_running(out, self.max_num_batched_tokens)
+        if not out.preempted:
+            self._schedule_waiting(out, budget)
+        out.block_copies = self.block_manager.pending_copies
+        self.block_manager.pending_copies = []
+        assert out.num_batched_tokens <= self.max_num_batched_tokens
+        assert len(self.running) <= self.max_num_seqs
+        return out
+
+    def _schedule_running(self, out: SchedulerOutput, budget: int) -> int:
+        index = 0
+        while index < len(self.running) and budget > 0:
+            seq = self.running[index]
+            num_new = min(seq.num_uncomputed_tokens, budget)
+            while not self.block_manager.allocate_slots(seq, num_new):
+                victim = self.running[-1]
+                if victim is seq and index == 0:  # alone and still too big for the pool
+                    self._fail(seq, out)
+                    break
+                self._preempt(victim, out)
+                if victim is seq:
+                    break
+            else:
+                out.scheduled.append(self._scheduled(seq, num_new))
+                budget -= num_new
+                index += 1
+        return budget
+
+    def _schedule_waiting(self, out: SchedulerOutput, budget: int) -> None:
+        bm = self.block_manager
+        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+            seq = self.waiting[0][2]
+            if seq.is_finished:  # aborted while waiting
+                heapq.heappop(self.waiting)
+                continue
+            hits = bm.find_cached_blocks(seq)
+            num_hit_tokens = len(hits) * bm.block_size
+            num_new = min(seq.num_tokens - num_hit_tokens, budget)
+            if not bm.allocate_slots(seq, num_new, hits):
+                if not self.running and not out.scheduled:  # an empty pool can't hold it
+                    heapq.heappop(self.waiting)
+                    self._fail(seq, out)
+                    continue
+                break
+            heapq.heappop(self.waiting)
+            if seq.status is SequenceStatus.WAITING:  # first admission, not a recompute
+                seq.num_cached_tokens = num_hit_tokens
+                out.num_cache_hit_tokens += num_hit_tokens
+            seq.num_computed_tokens = num_hit_tokens
+            seq.status = SequenceStatus.RUNNING
+            self._prefill_targets[seq.request_id] = seq.num_tokens
+            bisect.insort(self.running, seq, key=lambda s: (s.priority, s.arrival))
+            out.scheduled.append(self._scheduled(seq, num_new))
+            budget -= num_new
+
+    def _scheduled(self, seq: Sequence, num_new: int) -> ScheduledSeq:
+        target = self._prefill_targets.get(seq.request_id, 0)
+        start = seq.num_computed_tokens
+        num_prefill = max(0, min(start + num_new, target) - start)
+        return ScheduledSeq(seq, num_new, num_prefill)
+
+    def _preempt(self, seq: Sequence, out: SchedulerOutput) -> None:
+        """RUNNING -> PREEMPTED: free the blocks, recompute later (the prefix cache usually
+        keeps most of them, so recompute is cheap)."""
+        assert seq.status is SequenceStatus.RUNNING, seq.status
+        self.running.remove(seq)
+        self.block_manager.free(seq)
+        seq.num_computed_tokens = 0
+        seq.status = SequenceStatus.PREEMPTED
+        seq.num_preemptions += 1
+        self.num_preemptions += 1
+        out.preempted.append(seq)
+        self.add(seq)
+
+    def _fail(self, seq: Sequence, out: SchedulerOutput) -> None:
+        """A request that cannot fit even in an otherwise empty pool ends with "length"."""
+        if seq in self.running:
+            self.running.remove(seq)
+        self.block_manager.free(seq)
+        seq.finish(FinishReason.LENGTH)
+        out.failed.append(seq)
+
+    def finish(self, seq: Sequence, reason: FinishReason) -> None:
+        """End ``seq`` (running or waiting) and free its blocks."""
+        if seq in self.running:
+            self.running.remove(seq)
+        self.block_manager.free(seq)
+        self._prefill_targets.pop(seq.request_id, None)
+        seq.finish(reason)  # a waiting one stays in the heap, skipped when it surfaces
+
+    def max_blocks_needed(self, num_tokens: int) -> int:
+        """Blocks a sequence of ``num_tokens`` tokens holds (pure)."""
+        return cdiv(num_tokens, self.block_manager.block_size)
