@@ -107,8 +107,12 @@ def test_pin_keeps_blocks_until_unpin() -> None:
     bm.check_invariants([])
 
 
-ops = st.lists(st.tuples(st.sampled_from(["add", "grow", "free", "fork", "pin", "unpin"]),
-                         st.integers(0, 1000)), max_size=60)
+ops = st.lists(
+    st.tuples(
+        st.sampled_from(["add", "grow", "free", "fork", "pin", "unpin"]), st.integers(0, 1000)
+    ),
+    max_size=60,
+)
 
 
 @settings(max_examples=60, deadline=None)

@@ -35,7 +35,7 @@ def test_seeded_rows_ignore_batch_composition() -> None:
         for _ in range(20):
             ps = [SamplingParams(temperature=0.8)] * mates + [params]
             gens = [None] * mates + [gen]
-            out.append(sampler(torch.cat([batch[:mates], batch[row:row + 1]]), ps, gens)[-1])
+            out.append(sampler(torch.cat([batch[:mates], batch[row : row + 1]]), ps, gens)[-1])
         return out
 
     alone = draw(x, 4, 0)
@@ -64,7 +64,11 @@ def test_sampling_follows_probabilities() -> None:
 
 def test_mixed_batch_keeps_greedy_rows_greedy() -> None:
     x = logits(4, seed=5)
-    params = [SamplingParams(), SamplingParams(temperature=1.0), SamplingParams(),
-              SamplingParams(temperature=1.0, seed=1)]
+    params = [
+        SamplingParams(),
+        SamplingParams(temperature=1.0),
+        SamplingParams(),
+        SamplingParams(temperature=1.0, seed=1),
+    ]
     out = Sampler()(x, params, [None, None, None, torch.Generator().manual_seed(1)])
     assert out[0] == x[0].argmax() and out[2] == x[2].argmax()

@@ -1,0 +1,120 @@
+"""The step scheduler on its own: chunking, budgets, priorities, preemption, no lost work."""
+
+from __future__ import annotations
+
+from eclectus.server.engine.block_manager import BlockManager
+from eclectus.server.engine.sampling_params import SamplingParams
+from eclectus.server.engine.scheduler import Scheduler, SchedulerOutput
+from eclectus.server.engine.sequence import FinishReason, Sequence, SequenceStatus
+
+BS = 4
+
+
+def make(num_blocks: int, budget: int = 64, seats: int = 8) -> Scheduler:
+    return Scheduler(
+        BlockManager(num_blocks, BS), max_num_batched_tokens=budget, max_num_seqs=seats
+    )
+
+
+def seq(i: int, prompt_len: int, priority: float = 0.0, start: int = 0) -> Sequence:
+    return Sequence(
+        f"r{i}",
+        list(range(start, start + prompt_len)),
+        SamplingParams(max_tokens=4),
+        i,
+        priority=priority,
+    )
+
+
+def step(sched: Scheduler, max_outputs: int = 4) -> SchedulerOutput:
+    """Schedule, then play the engine's postprocess: advance, sample a fake token, finish."""
+    out = sched.schedule()
+    for item in out.scheduled:
+        s = item.seq
+        samples = item.samples
+        s.num_computed_tokens += item.num_new_tokens
+        if samples:
+            s.token_ids.append(1000 + s.num_output_tokens)
+            if s.num_output_tokens >= max_outputs:
+                sched.finish(s, FinishReason.LENGTH)
+    return out
+
+
+def test_long_prompt_is_chunked_and_decodes_ride_along() -> None:
+    sched = make(64, budget=8)
+    short, long = seq(0, 3), seq(1, 20)
+    sched.add(short)
+    sched.add(long)
+    first = step(sched)
+    assert [(s.seq.request_id, s.num_new_tokens) for s in first.scheduled] == [("r0", 3), ("r1", 5)]
+    second = step(sched)
+    assert [(s.seq.request_id, s.num_new_tokens) for s in second.scheduled] == [
+        ("r0", 1),
+        ("r1", 7),
+    ]
+    assert all(o.num_batched_tokens <= 8 for o in (first, second))
+
+
+def test_waiting_admitted_by_priority_then_arrival() -> None:
+    sched = make(64, budget=4, seats=8)
+    for i, prio in enumerate([1.0, 0.0, 1.0, 0.0]):
+        sched.add(seq(i, 4, priority=prio))
+    order = []
+    while sched.has_work:
+        order += [s.seq.request_id for s in step(sched, 1).scheduled]
+    assert order == ["r1", "r3", "r0", "r2"]
+
+
+def test_seat_limit_holds() -> None:
+    sched = make(64, budget=64, seats=2)
+    for i in range(5):
+        sched.add(seq(i, 2))
+    assert len(step(sched).scheduled) == 2
+
+
+def test_preemption_by_recompute_loses_nothing() -> None:
+    sched = make(6, budget=64)  # 24 slots: three 7-token prompts cannot all grow
+    seqs = [seq(i, 7, start=100 * i) for i in range(3)]
+    for s in seqs:
+        sched.add(s)
+    preempted = 0
+    for _ in range(100):
+        if not sched.has_work:
+            break
+        out = step(sched, max_outputs=6)
+        preempted += len(out.preempted)
+        sched.block_manager.check_invariants(sched.running)
+    assert preempted > 0 and sched.num_preemptions == preempted
+    assert all(s.finish_reason is FinishReason.LENGTH and s.num_output_tokens == 6 for s in seqs)
+    assert sched.block_manager.num_free_blocks == 6
+
+
+def test_request_larger_than_pool_fails_instead_of_hanging() -> None:
+    sched = make(2, budget=64)
+    big = seq(0, 20)
+    sched.add(big)
+    out = step(sched)
+    assert out.failed == [big] and big.finish_reason is FinishReason.LENGTH
+    assert not sched.has_work
+
+
+def test_abort_waiting_and_running() -> None:
+    sched = make(16)
+    a, b = seq(0, 5), seq(1, 5)
+    sched.add(a)
+    step(sched)
+    sched.add(b)
+    sched.finish(a, FinishReason.ABORT)
+    sched.finish(b, FinishReason.ABORT)
+    assert step(sched).is_empty and not sched.has_work
+    assert a.status is SequenceStatus.FINISHED and sched.block_manager.num_free_blocks == 16
+
+
+def test_prefix_hits_counted_on_first_admission() -> None:
+    sched = make(32)
+    sched.add(seq(0, 9))
+    step(sched)
+    sched.add(seq(1, 9))
+    out = step(sched)
+    assert out.num_cache_hit_tokens == 8
+    assert [s.num_new_tokens for s in out.scheduled] == [1, 1]
