@@ -38,7 +38,8 @@ def _merge_states_kernel(
     o_b = tl.load(OB + row * head_dim + offs, mask=mask, other=0.0).to(tl.float32)
     o = (o_a * (w_a * inv) + o_b * (w_b * inv)).to(Out.dtype.element_ty)
     tl.store(Out + row * head_dim + offs, o, mask=mask)
-    tl.store(Lse + row, m + tl.log(total))
+    lse = tl.where(total > 0.0, m + tl.log(tl.where(total > 0.0, total, 1.0)), float("-inf"))
+    tl.store(Lse + row, lse)
 
 
 def merge_attention_states_triton(o_a: Tensor, lse_a: Tensor, o_b: Tensor,

@@ -16,6 +16,8 @@ written out is natural log.
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -24,6 +26,22 @@ from torch import Tensor
 
 LN2 = 0.6931471805599453  # ln 2: converts the kernel's log2-domain LSE to natural log
 LOG2E = 1.4426950408889634  # 1 / ln 2: folds into the scale so the kernel can use exp2
+
+
+def dot_flags(dtype: torch.dtype) -> dict[str, object]:
+    """Compile-time dot settings: fp32 inputs use exact ("ieee") products, not TF32; the CPU
+    interpreter multiplies bf16 tiles wrongly (it sees raw bits), so it gets fp32 tiles."""
+    interpreted = os.environ.get("TRITON_INTERPRET") == "1"
+    exact = interpreted or dtype == torch.float32
+    return {"FP32_DOT": interpreted, "PRECISION": "ieee" if exact else "tf32"}
+
+
+@triton.jit
+def attn_dot(a, b, FP32_DOT: tl.constexpr, PRECISION: tl.constexpr):
+    if FP32_DOT:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    else:
+        return tl.dot(a, b, input_precision=PRECISION)
 
 
 @triton.jit
@@ -38,7 +56,8 @@ def _paged_items_kernel(
     stride_tb,
     scale_log2, split_len, block_size, num_splits,
     GROUP: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, FP32_DOT: tl.constexpr,
+    PRECISION: tl.constexpr,
 ):
     item = tl.program_id(0)
     tile = tl.program_id(1)
@@ -71,7 +90,7 @@ def _paged_items_kernel(
         slots = offs_n % block_size
         k = tl.load(K + (blocks * stride_kb + slots * stride_ks + kv_head * stride_kh)[:, None]
                     + offs_d[None, :], mask=n_ok[:, None], other=0.0)
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale_log2
+        s = attn_dot(q, tl.trans(k), FP32_DOT, PRECISION) * scale_log2
         s = tl.where(n_ok[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         p = tl.exp2(s - m_new[:, None])
@@ -79,7 +98,7 @@ def _paged_items_kernel(
         l_i = l_i * alpha + tl.sum(p, 1)
         v = tl.load(V + (blocks * stride_vb + slots * stride_vs + kv_head * stride_vh)[:, None]
                     + offs_d[None, :], mask=n_ok[:, None], other=0.0)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+        acc = acc * alpha[:, None] + attn_dot(p.to(v.dtype), v, FP32_DOT, PRECISION)
         m_i = m_new
 
     nonempty = l_i > 0.0
@@ -137,7 +156,7 @@ def paged_items_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, tables: T
         *v_cache.stride()[:3], *o.stride()[:3], *lse.stride()[:2], tables.stride(0),
         scale * LOG2E, split_len, block_size, num_splits,
         GROUP=group, BLOCK_R=block_r, BLOCK_M=block_m, BLOCK_N=block_n, HEAD_DIM=head_dim,
-        PRECISION="ieee" if q.dtype == torch.float32 else "tf32", num_warps=4, num_stages=2)
+        **dot_flags(q.dtype), num_warps=4, num_stages=2)
     if num_splits == 1:
         return o[0], lse[0]
     return combine_splits(o, lse)

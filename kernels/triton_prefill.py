@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 from eclectus.kernels.plans import PrefillPlan
-from eclectus.kernels.triton_decode import LOG2E
+from eclectus.kernels.triton_decode import LOG2E, attn_dot, dot_flags
 from torch import Tensor
 
 
@@ -27,7 +27,7 @@ def _prefill_kernel(
     stride_tb,
     scale_log2, block_size,
     GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    HEAD_DIM: tl.constexpr, PRECISION: tl.constexpr,
+    HEAD_DIM: tl.constexpr, FP32_DOT: tl.constexpr, PRECISION: tl.constexpr,
 ):
     tile = tl.program_id(0)
     request = tl.program_id(1)
@@ -60,7 +60,7 @@ def _prefill_kernel(
         slots = offs_n % block_size
         k = tl.load(K + (blocks * stride_kb + slots * stride_ks + kv_head * stride_kh)[:, None]
                     + offs_d[None, :], mask=n_ok[:, None], other=0.0)
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale_log2
+        s = attn_dot(q, tl.trans(k), FP32_DOT, PRECISION) * scale_log2
         visible = n_ok[None, :] & (offs_n[None, :] <= positions[:, None])
         s = tl.where(visible, s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
@@ -69,7 +69,7 @@ def _prefill_kernel(
         l_i = l_i * alpha + tl.sum(p, 1)
         v = tl.load(V + (blocks * stride_vb + slots * stride_vs + kv_head * stride_vh)[:, None]
                     + offs_d[None, :], mask=n_ok[:, None], other=0.0)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+        acc = acc * alpha[:, None] + attn_dot(p.to(v.dtype), v, FP32_DOT, PRECISION)
         m_i = m_new
 
     o = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
@@ -96,6 +96,5 @@ def prefill_triton(q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: PrefillPla
         q.stride(0), q.stride(1), o.stride(0), o.stride(1), *k_cache.stride()[:3],
         *v_cache.stride()[:3], plan.block_tables.stride(0), scale * LOG2E, block_size,
         GROUP=num_q_heads // num_kv_heads, BLOCK_M=block_m, BLOCK_N=block_n,
-        HEAD_DIM=head_dim, PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-        num_warps=4, num_stages=2)
+        HEAD_DIM=head_dim, **dot_flags(q.dtype), num_warps=4, num_stages=2)
     return o
