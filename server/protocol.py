@@ -39,6 +39,12 @@ class SamplingSpec(BaseModel):
     stop: list[str] = Field(default_factory=list, max_length=16)
     ignore_eos: bool = False
 
+    @model_validator(mode="after")
+    def _top_k_on_or_off(self) -> SamplingSpec:
+        if self.top_k == 0:
+            raise ValueError("top_k must be -1 (off) or >= 1")
+        return self
+
 
 # -- segments: the pieces of one call's prompt, in order ------------------------------------
 
@@ -172,17 +178,23 @@ class Set(_Frame):
 
 
 class Cancel(_Frame):
+    """Cancel the producer of ``var``: it and everything downstream fail with 'cancelled'."""
+
     type: Literal["cancel"] = "cancel"
     var: VarId
 
 
 class Tokenize(_Frame):
+    """Count tokens as the engine would for one segment; answered with ``tokens``."""
+
     type: Literal["tokenize"] = "tokenize"
     text: str
     model: str | None = None
 
 
 class Close(_Frame):
+    """End the session: the server cancels its pending work and closes the socket."""
+
     type: Literal["close"] = "close"
 
 
@@ -284,9 +296,7 @@ class Error(_Frame):
     var: str | None = None
 
 
-ServerFrame = Annotated[
-    Welcome | Ack | Delta | Value | Tokens | Error, Field(discriminator="type")
-]
+ServerFrame = Annotated[Welcome | Ack | Delta | Value | Tokens | Error, Field(discriminator="type")]
 SERVER_FRAME = TypeAdapter(ServerFrame)
 
 

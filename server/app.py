@@ -1,0 +1,197 @@
+"""The Eclectus server: one port for the WebSocket protocol and plain HTTP observability.
+
+``ws://host:port`` (any path) speaks the frame protocol; a plain ``GET /healthz`` or
+``GET /metrics`` on the same port is answered during the opening handshake (websockets'
+``process_request``), so no second listener is needed.
+
+In-process API (tests, the demo, the SDK's tests):
+    server = await start_server(config, backend)      # async with server: ...
+    with serve_in_thread(config, factory) as server:  # a server on its own loop and thread
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import http
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from types import TracebackType
+
+from eclectus.server.backend import Backend
+from eclectus.server.config import ServerConfig
+from eclectus.server.metrics import Metrics
+from eclectus.server.scheduler import Scheduler
+from eclectus.server.session import ServerContext, Session
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.http11 import Request, Response
+
+log = logging.getLogger(__name__)
+
+
+def build_backend(model: str) -> Backend:
+    """The built-in engine for ``model`` ("tiny" or a HF checkpoint directory). Imported
+    lazily so that the server module itself never imports torch."""
+    from eclectus.server.engine import AsyncEngine  # type: ignore[attr-defined]
+
+    return AsyncEngine.from_model(model)  # type: ignore[no-any-return]
+
+
+class EclectusServer:
+    """A listening server. ``close`` is idempotent; ``async with`` closes on exit."""
+
+    def __init__(
+        self, ctx: ServerContext, owns_backend: bool, ws_server: Server | None = None
+    ) -> None:
+        self.ctx = ctx
+        self.owns_backend = owns_backend
+        self.ws_server = ws_server
+        self._closed = False
+
+    @property
+    def backend(self) -> Backend:
+        return self.ctx.backend
+
+    @property
+    def scheduler(self) -> Scheduler:
+        return self.ctx.scheduler
+
+    @property
+    def metrics(self) -> Metrics:
+        return self.ctx.metrics
+
+    @property
+    def port(self) -> int:
+        assert self.ws_server is not None
+        return int(next(iter(self.ws_server.sockets)).getsockname()[1])
+
+    @property
+    def url(self) -> str:
+        return f"ws://{self.ctx.config.host}:{self.port}"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{self.ctx.config.host}:{self.port}"
+
+    def metrics_text(self) -> str:
+        """The /metrics page (pure)."""
+        return self.metrics.render(self.backend.stats(), self.scheduler.gauges)
+
+    async def handle(self, ws: ServerConnection) -> None:
+        """One connection (the websockets handler)."""
+        await Session(ws, self.ctx).run()
+
+    def process_request(self, connection: ServerConnection, request: Request) -> Response | None:
+        """Answer plain HTTP GETs; let WebSocket upgrades through."""
+        path = request.path.split("?", 1)[0]
+        if path == "/healthz":
+            body = {
+                "status": "ok",
+                "model": self.backend.model.name,
+                "sessions": len(self.ctx.sessions),
+            }
+            response = connection.respond(http.HTTPStatus.OK, json.dumps(body) + "\n")
+            response.headers["Content-Type"] = "application/json"
+            return response
+        if path == "/metrics":
+            response = connection.respond(http.HTTPStatus.OK, self.metrics_text())
+            response.headers["Content-Type"] = "text/plain; version=0.0.4; charset=utf-8"
+            return response
+        if "websocket" not in request.headers.get("Upgrade", "").lower():
+            return connection.respond(http.HTTPStatus.NOT_FOUND, "not found\n")
+        return None
+
+    async def close(self) -> None:
+        """Stop listening, end every session (cancelling its work), then stop the backend
+        if this server built it (mutates; idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.ws_server is not None:
+            self.ws_server.close()
+            await self.ws_server.wait_closed()
+        for app in list(self.scheduler.apps.values()):
+            await self.scheduler.close_app(app)
+        if self.owns_backend:
+            await self.backend.shutdown()
+
+    async def __aenter__(self) -> EclectusServer:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+
+async def start_server(
+    config: ServerConfig, backend: Backend | None = None, *, owns_backend: bool | None = None
+) -> EclectusServer:
+    """Start the backend and listen (mutates: binds a port). ``backend`` None builds the
+    built-in engine for ``config.model``; the server then owns it and shuts it down on close
+    (``owns_backend`` overrides). A backend passed in must tolerate ``start`` being called."""
+    owns = backend is None if owns_backend is None else owns_backend
+    if backend is None:
+        backend = build_backend(config.model)
+    await backend.start()
+    metrics = Metrics()
+    ctx = ServerContext(config, backend, Scheduler(backend, config, metrics), metrics)
+    server = EclectusServer(ctx, owns)
+    server.ws_server = await serve(
+        server.handle,
+        config.host,
+        config.port,
+        process_request=server.process_request,
+        max_size=config.max_socket_bytes,
+        close_timeout=config.close_timeout_s,
+    )
+    log.info("eclectus listening on %s (model %s)", server.url, backend.model.name)
+    return server
+
+
+@contextlib.contextmanager
+def serve_in_thread(
+    config: ServerConfig, backend_factory: Callable[[], Backend] | None = None
+) -> Iterator[EclectusServer]:
+    """Run a server on its own event loop in a daemon thread; yields once it listens, and
+    closes it and joins the thread on exit. The factory runs on the server's thread, and the
+    server owns (shuts down) what it builds."""
+    loop = asyncio.new_event_loop()
+    started = threading.Event()
+    holder: dict[str, EclectusServer | BaseException] = {}
+
+    async def main() -> None:
+        try:
+            backend = backend_factory() if backend_factory is not None else None
+            holder["server"] = await start_server(config, backend, owns_backend=True)
+        except BaseException as exc:  # reported to the caller's thread below
+            holder["error"] = exc
+        finally:
+            started.set()
+
+    def target() -> None:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(main())
+        if "server" in holder:
+            loop.run_forever()
+        loop.close()
+
+    thread = threading.Thread(target=target, name="eclectus-server", daemon=True)
+    thread.start()
+    started.wait()
+    if "error" in holder:
+        thread.join()
+        raise RuntimeError("server failed to start") from holder["error"]  # type: ignore[misc]
+    server = holder["server"]
+    assert isinstance(server, EclectusServer)
+    try:
+        yield server
+    finally:
+        asyncio.run_coroutine_threadsafe(server.close(), loop).result(timeout=60)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=60)

@@ -1,0 +1,259 @@
+"""One session's DAG of Semantic Variables and the calls and ops that produce them.
+
+The graph is plain synchronous state. It knows structure and status, never asyncio or the
+engine: the scheduler tells it what happened (``start``, ``complete_output``, ``fail``) and
+it answers with the nodes that became ready. Ops are instant, so the graph runs them itself
+as soon as they are active and their inputs are ready.
+
+Life of a node: IDLE (declared) -> WAITING (activated by a get, inputs pending) -> QUEUED
+(inputs ready, handed to the scheduler) -> RUNNING -> DONE | FAILED. Only active nodes run:
+that is lazy activation.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from eclectus.server.errors import GraphError
+from eclectus.server.objectives import Objective
+from eclectus.server.protocol import ErrorCode, OpSpec, Segment, Usage
+
+
+class VarState(enum.Enum):
+    PENDING = "pending"
+    READY = "ready"
+    FAILED = "failed"
+
+
+class NodeState(enum.Enum):
+    IDLE = "idle"
+    WAITING = "waiting"
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+
+
+FINAL_NODE_STATES = (NodeState.DONE, NodeState.FAILED)
+
+
+@dataclass(slots=True, eq=False)
+class Variable:
+    """A named piece of text: a constant, a client-set value, or a node's output."""
+
+    var_id: str
+    name: str | None = None
+    value: str | None = None
+    state: VarState = VarState.PENDING
+    producer: str | None = None  # node id; None: a constant or set by the client
+    consumers: list[str] = field(default_factory=list)  # node ids, in declaration order
+    error_code: ErrorCode | None = None
+    error_message: str | None = None
+    usage: Usage | None = None
+    finish_reason: str | None = None
+    # called once when the variable becomes READY or FAILED; the session's gets wait here
+    watchers: list[Callable[[Variable], None]] = field(default_factory=list)
+    # called with each streamed piece of text while the producer generates
+    streamers: list[Callable[[str], None]] = field(default_factory=list)
+
+
+@dataclass(slots=True, eq=False)
+class Node:
+    """A call (``segments`` with at least one GenSegment) or an op (``op``)."""
+
+    node_id: str
+    inputs: tuple[str, ...]  # distinct input var ids, in prompt order
+    outputs: tuple[str, ...]  # output var ids, in generation order
+    segments: tuple[Segment, ...] = ()
+    op: OpSpec | None = None
+    model: str | None = None
+    state: NodeState = NodeState.IDLE
+    objective: Objective | None = None
+    group: str | None = None
+
+    @property
+    def is_call(self) -> bool:
+        return self.op is None
+
+
+def run_op(op: OpSpec, texts: list[str]) -> str:
+    """The text an op produces from its inputs' texts (pure)."""
+    if op.op == "join":
+        return op.prefix + op.sep.join(texts) + op.suffix
+    return repr(list(texts))  # repr_list: exactly Python's repr of a list of str
+
+
+class Graph:
+    """The variables and nodes of one session. Every method that changes state says so."""
+
+    def __init__(self) -> None:
+        self.vars: dict[str, Variable] = {}
+        self.nodes: dict[str, Node] = {}
+        self.num_calls = 0
+
+    # -- lookups (pure) -------------------------------------------------------------------
+
+    def var(self, var_id: str, *, field: str = "var") -> Variable:
+        """The variable ``var_id``; GraphError unknown_var if this session has none."""
+        variable = self.vars.get(var_id)
+        if variable is None:
+            raise GraphError("unknown_var", f"unknown variable {var_id!r}", field=field, var=var_id)
+        return variable
+
+    def producer(self, var_id: str) -> Node | None:
+        producer = self.vars[var_id].producer
+        return self.nodes[producer] if producer is not None else None
+
+    def upstream(self, var_id: str) -> list[Node]:
+        """Unfinished nodes that ``var_id`` depends on, consumers before producers (pure)."""
+        order: list[Node] = []
+        seen: set[str] = set()
+        stack = [var_id]
+        while stack:
+            node = self.producer(stack.pop())
+            if node is None or node.node_id in seen or node.state in FINAL_NODE_STATES:
+                continue
+            seen.add(node.node_id)
+            order.append(node)
+            stack.extend(node.inputs)
+        return order
+
+    def inputs_ready(self, node: Node) -> bool:
+        return all(self.vars[v].state is VarState.READY for v in node.inputs)
+
+    def failed_input(self, node: Node) -> Variable | None:
+        failed = (self.vars[v] for v in node.inputs if self.vars[v].state is VarState.FAILED)
+        return next(failed, None)
+
+    # -- transitions (mutate) -------------------------------------------------------------
+
+    def add(self, variables: Iterable[Variable], nodes: Iterable[Node]) -> None:
+        """Insert an already validated fragment (mutates); see fragment.py for validation."""
+        for variable in variables:
+            self.vars[variable.var_id] = variable
+        for node in nodes:
+            self.nodes[node.node_id] = node
+            self.num_calls += 1
+            for var_id in node.outputs:
+                self.vars[var_id].producer = node.node_id
+            for var_id in node.inputs:
+                self.vars[var_id].consumers.append(node.node_id)
+
+    def activate(self, nodes: Iterable[Node]) -> list[Node]:
+        """Mark IDLE ``nodes`` active (mutates) and settle; returns calls now ready to queue."""
+        woken = []
+        for node in nodes:
+            if node.state is NodeState.IDLE:
+                node.state = NodeState.WAITING
+                woken.append(node)
+        return self._settle(woken)
+
+    def set_value(self, var_id: str, text: str) -> list[Node]:
+        """The client supplies a value (mutates); returns calls now ready to queue."""
+        variable = self.var(var_id)
+        if variable.producer is not None or variable.state is not VarState.PENDING:
+            raise GraphError(
+                "duplicate_producer",
+                f"variable {var_id!r} already has a producer or a value",
+                field="var",
+                var=var_id,
+            )
+        return self._resolve(variable, text, None, None)
+
+    def start(self, node: Node) -> None:
+        """QUEUED -> RUNNING when the scheduler dispatches ``node`` (mutates)."""
+        assert node.state is NodeState.QUEUED, node.state
+        node.state = NodeState.RUNNING
+
+    def stream(self, var_id: str, text: str) -> None:
+        """Pass a piece of generated text to the variable's streamers (no state change)."""
+        for streamer in list(self.vars[var_id].streamers):
+            streamer(text)
+
+    def complete_output(
+        self, node: Node, var_id: str, text: str, usage: Usage | None, finish_reason: str | None
+    ) -> list[Node]:
+        """One output of a running call is final (mutates); the call is DONE after its last
+        output. Returns calls now ready to queue."""
+        assert node.state is NodeState.RUNNING and var_id in node.outputs, (node.state, var_id)
+        if var_id == node.outputs[-1]:
+            node.state = NodeState.DONE
+        return self._resolve(self.vars[var_id], text, usage, finish_reason)
+
+    def fail(self, node: Node, code: ErrorCode, message: str) -> list[Node]:
+        """Fail ``node``, its unfinished outputs and everything downstream (mutates).
+        Returns the failed nodes that were QUEUED or RUNNING, for the scheduler to drop."""
+        dropped: list[Node] = []
+        stack = [node]
+        while stack:
+            current = stack.pop()
+            if current.state in FINAL_NODE_STATES:
+                continue
+            if current.state in (NodeState.QUEUED, NodeState.RUNNING):
+                dropped.append(current)
+            current.state = NodeState.FAILED
+            for var_id in current.outputs:
+                variable = self.vars[var_id]
+                if variable.state is VarState.PENDING:
+                    self._finish_var(variable, VarState.FAILED, code, message)
+                    stack.extend(self.nodes[c] for c in variable.consumers)
+        return dropped
+
+    def close(self, message: str) -> None:
+        """Fail every pending variable with 'cancelled' so no watcher waits forever (mutates)."""
+        for node in self.nodes.values():
+            if node.state not in FINAL_NODE_STATES:
+                node.state = NodeState.FAILED
+        for variable in self.vars.values():
+            if variable.state is VarState.PENDING:
+                self._finish_var(variable, VarState.FAILED, "cancelled", message)
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _resolve(
+        self, variable: Variable, text: str, usage: Usage | None, finish_reason: str | None
+    ) -> list[Node]:
+        variable.value = text
+        variable.usage = usage
+        variable.finish_reason = finish_reason
+        self._finish_var(variable, VarState.READY, None, None)
+        return self._settle(self.nodes[c] for c in variable.consumers)
+
+    def _finish_var(
+        self, variable: Variable, state: VarState, code: ErrorCode | None, message: str | None
+    ) -> None:
+        variable.state = state
+        variable.error_code = code
+        variable.error_message = message
+        watchers, variable.watchers, variable.streamers = variable.watchers, [], []
+        for watcher in watchers:
+            watcher(variable)
+
+    def _settle(self, candidates: Iterable[Node]) -> list[Node]:
+        """Move WAITING nodes whose inputs are final on: ops run at once (and may wake
+        more nodes), a failed input fails the node, ready calls are QUEUED and returned."""
+        ready: list[Node] = []
+        stack = list(candidates)
+        while stack:
+            node = stack.pop()
+            if node.state is not NodeState.WAITING:
+                continue
+            bad = self.failed_input(node)
+            if bad is not None:
+                code = bad.error_code or "engine_error"
+                self.fail(node, code, f"input {bad.var_id!r} failed: {bad.error_message}")
+            elif not self.inputs_ready(node):
+                continue
+            elif node.op is not None:
+                node.state = NodeState.DONE
+                texts = [self.vars[v].value or "" for v in node.op.inputs]
+                output = self.vars[node.outputs[0]]
+                output.value = run_op(node.op, texts)
+                self._finish_var(output, VarState.READY, None, None)
+                stack.extend(self.nodes[c] for c in output.consumers)
+            else:
+                node.state = NodeState.QUEUED
+                ready.append(node)
+        return ready

@@ -1,0 +1,115 @@
+"""Run one dispatched call: one engine request per output, in order.
+
+A template may hold several outputs. The prompt up to the first output goes to the engine;
+its text is appended and the prompt continues to the next output, and so on. Every output's
+text becomes its variable's value the moment it is final, so consumers of an early output do
+not wait for the later ones.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from eclectus.server.backend import EngineError, EngineRequest
+from eclectus.server.engine.sampling_params import SamplingParams
+from eclectus.server.errors import LimitError
+from eclectus.server.graph import Graph, Node
+from eclectus.server.protocol import GenSegment, SamplingSpec, TextSegment, Usage
+
+if TYPE_CHECKING:
+    from eclectus.server.scheduler import AppState, Scheduler
+
+
+def to_sampling_params(spec: SamplingSpec) -> SamplingParams:
+    """The engine's parameters for a wire sampling spec (pure)."""
+    return SamplingParams(
+        max_tokens=spec.max_tokens,
+        temperature=spec.temperature,
+        top_p=spec.top_p,
+        top_k=spec.top_k,
+        seed=spec.seed,
+        stop=tuple(spec.stop),
+        ignore_eos=spec.ignore_eos,
+    )
+
+
+def prompt_segments(
+    graph: Graph, node: Node, index: int, generated: dict[str, str]
+) -> tuple[tuple[str, ...], GenSegment]:
+    """The engine segments before output ``index`` and that output's segment (pure).
+    Constant text, each input's text and each earlier output's text are separate segments,
+    so every boundary is a prefix-reuse point for the engine."""
+    texts: list[str] = []
+    seen = 0
+    for segment in node.segments:
+        if isinstance(segment, GenSegment):
+            if seen == index:
+                return tuple(texts), segment
+            texts.append(generated[segment.gen])
+            seen += 1
+        elif isinstance(segment, TextSegment):
+            texts.append(segment.text)
+        else:
+            texts.append(graph.vars[segment.var].value or "")
+    raise AssertionError(f"call {node.node_id!r} has no output {index}")
+
+
+async def run_call(scheduler: Scheduler, app: AppState, node: Node, priority: float) -> None:
+    """Generate every output of ``node`` (mutates the graph as outputs complete). Raises
+    EngineError or LimitError on failure; the scheduler fails the call and its downstream."""
+    generated: dict[str, str] = {}
+    for index, var_id in enumerate(node.outputs):
+        segments, gen = prompt_segments(app.graph, node, index, generated)
+        num_tokens = len(scheduler.backend.count_tokens("".join(segments)))
+        if num_tokens > scheduler.config.max_prompt_tokens:
+            raise LimitError(
+                f"prompt for {var_id!r} has {num_tokens} tokens, limit "
+                f"{scheduler.config.max_prompt_tokens}",
+                var=var_id,
+            )
+        request = scheduler.request(
+            app,
+            node,
+            index,
+            segments=segments,
+            sampling=to_sampling_params(gen.sampling),
+            priority=priority,
+            group=node.group,
+        )
+        text, usage, finish_reason = await _generate(scheduler, app, request, var_id)
+        generated[var_id] = text
+        scheduler.enqueue(app, app.graph.complete_output(node, var_id, text, usage, finish_reason))
+
+
+async def _generate(
+    scheduler: Scheduler, app: AppState, request: EngineRequest, var_id: str
+) -> tuple[str, Usage, str | None]:
+    """Stream one request; returns its text, usage and finish reason (mutates: streams
+    deltas to the variable's watchers). Cancellation aborts the request in the engine."""
+    scheduler.metrics.calls_submitted += 1
+    chunks: list[str] = []
+    last = None
+    num_output_tokens = 0
+    stream = scheduler.backend.generate(request)
+    try:
+        async for output in stream:
+            if output.text:
+                chunks.append(output.text)
+                app.graph.stream(var_id, output.text)
+            num_output_tokens += len(output.token_ids)
+            last = output
+    finally:
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            await aclose()
+        if last is None or not last.finished:
+            await scheduler.backend.abort(request.request_id)
+    if last is None or not last.finished or last.finish_reason == "abort":
+        raise EngineError(f"engine request {request.request_id} ended without finishing")
+    scheduler.metrics.calls_finished += 1
+    usage = Usage(
+        prompt_tokens=last.num_prompt_tokens,
+        completion_tokens=max(last.num_output_tokens, num_output_tokens),
+        cached_tokens=last.num_cached_tokens,
+    )
+    return "".join(chunks), usage, last.finish_reason

@@ -1,0 +1,255 @@
+"""The global scheduler: ready calls of every session -> engine requests, in priority order.
+
+Algorithm. Each session's graph hands over calls whose inputs are ready (QUEUED). The
+scheduler keeps them in one ready list across sessions and, whenever a slot frees or work
+arrives, dispatches the best ones while fewer than ``max_inflight`` requests are in flight.
+"Best" is objectives.rank_key: urgent (latency/deadline) before throughput, less deadline
+slack first, then app-FIFO (older application first, minus aging credit), then group.
+A call that belongs to a task group takes its ready group siblings along: they go out in the
+same pass with the same priority (a group may overshoot max_inflight; splitting it would
+defeat the point). Each dispatched call runs as one asyncio task that sends one engine
+request per output (multi-output templates are generated in order, each prompt including the
+text generated before it), and hands finished outputs back to the graph, which may wake more
+calls. Engine batching does the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from itertools import count
+
+from eclectus.server.backend import Backend, EngineError, EngineRequest
+from eclectus.server.config import ServerConfig
+from eclectus.server.graph import Graph, Node
+from eclectus.server.metrics import Metrics
+from eclectus.server.objectives import Objective, RankKey, engine_priority, rank_key
+from eclectus.server.pins import PinTable
+from eclectus.server.runner import run_call
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True, eq=False)
+class AppState:
+    """What the scheduler holds for one session (application)."""
+
+    session_id: str
+    graph: Graph
+    arrival: float  # app-FIFO rank: when the session began
+    tenant: str | None = None
+    tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)  # node id -> task
+    pins: PinTable = field(default_factory=PinTable)
+    closed: bool = False
+
+
+@dataclass(slots=True, eq=False)
+class QueuedCall:
+    app: AppState
+    node: Node
+    enqueued_at: float
+    seq: int
+
+
+class Scheduler:
+    """One per server. All methods run on the server's event loop; those that mutate say so."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        config: ServerConfig,
+        metrics: Metrics,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.backend = backend
+        self.config = config
+        self.metrics = metrics
+        self.clock = clock
+        self.epoch = clock()
+        self.ready: list[QueuedCall] = []
+        self.num_inflight = 0
+        self.apps: dict[str, AppState] = {}
+        self._seq = count()
+        # (session id, node id) of every dispatch, in order: tests assert on it
+        self.dispatch_log: list[tuple[str, str]] = []
+
+    # -- sessions -------------------------------------------------------------------------
+
+    def open_app(self, session_id: str, tenant: str | None = None) -> AppState:
+        """Register a session; its arrival time fixes its app-FIFO rank (mutates)."""
+        app = AppState(session_id, Graph(), self.clock(), tenant)
+        self.apps[session_id] = app
+        return app
+
+    async def close_app(self, app: AppState) -> None:
+        """Cancel the session's queued and running work, abort its engine requests, release
+        its pins and fail its pending variables (mutates). Other sessions are untouched."""
+        if app.closed:
+            return
+        app.closed = True
+        self.ready = [q for q in self.ready if q.app is not app]
+        tasks = list(app.tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        app.graph.close("session closed")
+        await self._unpin(app.pins.release_all())
+        self.apps.pop(app.session_id, None)
+        self._pump()
+
+    # -- work arriving ----------------------------------------------------------------------
+
+    def activate(self, app: AppState, var_id: str, objective: Objective) -> None:
+        """A get on ``var_id``: merge its objective into everything upstream, form task
+        groups, activate those nodes and queue the ready ones (mutates)."""
+        nodes = app.graph.upstream(var_id)
+        for node in nodes:
+            node.objective = (
+                objective if node.objective is None else node.objective.merge(objective)
+            )
+        if objective.urgent:
+            self._form_groups(app, var_id, nodes)
+        self.enqueue(app, app.graph.activate(nodes))
+
+    def set_value(self, app: AppState, var_id: str, text: str) -> None:
+        """The client sets a variable (mutates); raises GraphError if it may not."""
+        self.enqueue(app, app.graph.set_value(var_id, text))
+
+    def cancel(self, app: AppState, var_id: str) -> None:
+        """Cancel the producer of ``var_id`` and everything downstream (mutates)."""
+        node = app.graph.producer(var_id)
+        if node is not None:
+            self._drop(app, app.graph.fail(node, "cancelled", f"{var_id!r} was cancelled"))
+
+    def enqueue(self, app: AppState, nodes: list[Node]) -> None:
+        """Queue QUEUED calls and dispatch what fits (mutates)."""
+        now = self.clock()
+        self.ready.extend(QueuedCall(app, n, now, next(self._seq)) for n in nodes)
+        self._pump()
+
+    # -- dispatch -------------------------------------------------------------------------
+
+    def key(self, queued: QueuedCall, now: float) -> RankKey:
+        """The rank of a queued call at time ``now`` (pure); smaller goes first."""
+        return rank_key(
+            queued.node.objective or Objective(),
+            app_arrival=queued.app.arrival,
+            enqueued_at=queued.enqueued_at,
+            now=now,
+            aging_rate=self.config.aging_rate,
+            group=queued.node.group,
+            seq=queued.seq,
+        )
+
+    def _pump(self) -> None:
+        # The ready list is scanned, not heaped: aging changes keys as time passes.
+        while self.ready and self.num_inflight < self.config.max_inflight:
+            now = self.clock()
+            best = min(self.ready, key=lambda q: self.key(q, now))
+            batch = [best]
+            if best.node.group is not None:
+                batch += [
+                    q
+                    for q in self.ready
+                    if q is not best and q.app is best.app and q.node.group == best.node.group
+                ]
+            priority = engine_priority(self.key(best, now), self.epoch)
+            taken = {id(q) for q in batch}
+            self.ready = [q for q in self.ready if id(q) not in taken]
+            for queued in batch:
+                self._dispatch(queued, priority)
+
+    def _dispatch(self, queued: QueuedCall, priority: float) -> None:
+        app, node = queued.app, queued.node
+        app.graph.start(node)
+        self.num_inflight += 1
+        self.dispatch_log.append((app.session_id, node.node_id))
+        task = asyncio.get_running_loop().create_task(self._run(app, node, priority))
+        app.tasks[node.node_id] = task
+
+    async def _run(self, app: AppState, node: Node, priority: float) -> None:
+        try:
+            await run_call(self, app, node, priority)
+        except asyncio.CancelledError:
+            self.metrics.calls_cancelled += 1
+            raise
+        except EngineError as exc:
+            self.metrics.calls_failed += 1
+            self._drop(app, app.graph.fail(node, "engine_error", str(exc) or "engine error"))
+        except Exception as exc:  # a bug must fail the call, never the server
+            log.exception("call %s/%s failed", app.session_id, node.node_id)
+            self.metrics.calls_failed += 1
+            self._drop(app, app.graph.fail(node, "internal", f"internal error: {exc}"))
+        finally:
+            self.num_inflight -= 1
+            app.tasks.pop(node.node_id, None)
+            if not app.closed:
+                self._pump()
+
+    def request(self, app: AppState, node: Node, index: int, **kwargs: object) -> EngineRequest:
+        """Build the engine request for output ``index`` of ``node`` (mutates the pin table
+        for a call's first request)."""
+        request_id = f"{app.session_id}/{node.node_id}/{index}"
+        pin = 0
+        if index == 0:
+            pin, release = app.pins.on_dispatch(app.graph, node, request_id)
+            self._spawn_unpin(release)
+        return EngineRequest(
+            request_id=request_id, tenant=app.tenant, pin_prefix_segments=pin, **kwargs
+        )  # type: ignore[arg-type]
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _form_groups(self, app: AppState, var_id: str, nodes: list[Node]) -> None:
+        """Fan-in siblings: the calls feeding one consumer (seen through ops) form a group."""
+        graph = app.graph
+        consumers: list[tuple[str, tuple[str, ...]]] = [(f"get:{var_id}", (var_id,))]
+        consumers += [(n.node_id, n.inputs) for n in nodes if n.is_call]
+        for consumer_id, inputs in consumers:
+            siblings = [n for n in self._feeding_calls(graph, inputs) if n.group is None]
+            if len(siblings) >= 2:
+                for sibling in siblings:
+                    sibling.group = f"{app.session_id}/{consumer_id}"
+
+    @staticmethod
+    def _feeding_calls(graph: Graph, var_ids: tuple[str, ...]) -> list[Node]:
+        calls: dict[str, Node] = {}
+        stack = list(var_ids)
+        while stack:
+            producer = graph.producer(stack.pop())
+            if producer is None or producer.state.value in ("done", "failed"):
+                continue
+            if producer.is_call:
+                calls[producer.node_id] = producer
+            else:
+                stack.extend(producer.inputs)
+        return list(calls.values())
+
+    def _drop(self, app: AppState, nodes: list[Node]) -> None:
+        """Failed nodes leave the ready list; running ones are cancelled (mutates)."""
+        ids = {n.node_id for n in nodes}
+        self.ready = [q for q in self.ready if not (q.app is app and q.node.node_id in ids)]
+        current = asyncio.current_task()
+        for node_id in ids:
+            task = app.tasks.get(node_id)
+            if task is not None and task is not current:
+                task.cancel()
+        self._spawn_unpin(app.pins.forget(ids))
+
+    def _spawn_unpin(self, request_ids: list[str]) -> None:
+        if request_ids:
+            asyncio.get_running_loop().create_task(self._unpin(request_ids))
+
+    async def _unpin(self, request_ids: list[str]) -> None:
+        for request_id in request_ids:
+            try:
+                await self.backend.unpin(request_id)
+            except Exception:  # an unpin failure only costs cache space
+                log.exception("unpin %s failed", request_id)
+
+    def gauges(self) -> dict[str, float]:
+        """Scheduler gauges for /metrics (pure)."""
+        return {"queue_depth": len(self.ready), "inflight": self.num_inflight}

@@ -1,0 +1,291 @@
+"""One WebSocket connection's frame loop: parse, authenticate, apply, answer.
+
+Frames are handled one at a time in arrival order. Answers go through an outbox queue drained
+by a writer task, so synchronous graph callbacks (a value is final, a delta streamed) can
+answer without awaiting, and deltas always precede their value. Every failure of a frame
+becomes an error frame; only a failed authentication (or the session limit) closes the socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import secrets
+from dataclasses import dataclass, field
+
+from eclectus.server.backend import Backend
+from eclectus.server.config import ServerConfig
+from eclectus.server.errors import LimitError, ServerError
+from eclectus.server.fragment import stage
+from eclectus.server.graph import Variable, VarState
+from eclectus.server.metrics import Metrics
+from eclectus.server.objectives import objective_for_get
+from eclectus.server.protocol import (
+    CLIENT_FRAME,
+    PROTOCOL_VERSION,
+    Ack,
+    Cancel,
+    Close,
+    Delta,
+    Error,
+    ErrorCode,
+    Get,
+    GetSpec,
+    Hello,
+    Limits,
+    ModelInfo,
+    Set,
+    Submit,
+    Tokenize,
+    Tokens,
+    Value,
+    Welcome,
+)
+from eclectus.server.scheduler import AppState, Scheduler
+from pydantic import BaseModel, ValidationError
+from websockets.asyncio.server import ServerConnection
+from websockets.exceptions import ConnectionClosed
+
+log = logging.getLogger(__name__)
+SERVER_VERSION = "0.1.0"
+_POLICY_VIOLATION = 1008  # WebSocket close code for a failed authentication
+
+
+@dataclass(slots=True)
+class ServerContext:
+    """What every session shares: one per server."""
+
+    config: ServerConfig
+    backend: Backend
+    scheduler: Scheduler
+    metrics: Metrics
+    sessions: set[Session] = field(default_factory=set)
+
+
+def validation_error(exc: ValidationError) -> ServerError:
+    """The first pydantic error as a ServerError naming the field (pure)."""
+    first = exc.errors()[0]
+    if first["type"] == "union_tag_invalid":
+        return ServerError("unknown_type", first["msg"], field="type")
+    if first["type"] == "union_tag_not_found":
+        return ServerError("bad_request", "a frame needs a 'type' field", field="type")
+    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first["loc"][1:])
+    return ServerError(
+        "bad_request",
+        f"{where.lstrip('.') or 'frame'}: {first['msg']}",
+        field=where.lstrip(".") or None,
+    )
+
+
+class Session:
+    """One client session. ``run`` owns the connection until it closes."""
+
+    def __init__(self, ws: ServerConnection, ctx: ServerContext) -> None:
+        self.ws = ws
+        self.ctx = ctx
+        self.app: AppState | None = None
+        self.outbox: asyncio.Queue[str | None] = asyncio.Queue()
+        self.close_code: int | None = None  # set: stop reading and close with this code
+
+    async def run(self) -> None:
+        """Serve frames until the client leaves, then release everything (mutates)."""
+        writer = asyncio.get_running_loop().create_task(self._write())
+        try:
+            async for message in self.ws:
+                await self._on_message(message)
+                if self.close_code is not None:
+                    break
+        except ConnectionClosed:
+            pass
+        finally:
+            await self._release()
+            self.outbox.put_nowait(None)
+            await writer
+            await self.ws.close(self.close_code or 1000)
+
+    # -- frame handling -------------------------------------------------------------------
+
+    async def _on_message(self, message: str | bytes) -> None:
+        self.ctx.metrics.client_frames += 1
+        frame_id = None
+        try:
+            raw = self._decode(message)
+            if isinstance(raw, dict) and isinstance(raw.get("id"), str):
+                frame_id = raw["id"]
+            try:
+                frame = CLIENT_FRAME.validate_python(raw)
+            except ValidationError as exc:
+                raise validation_error(exc) from None
+            await self._handle(frame)
+        except ServerError as exc:
+            self.send(
+                Error(id=frame_id, code=exc.code, message=exc.message, field=exc.field, var=exc.var)
+            )
+        except Exception as exc:  # a handler bug must not end the session or the server
+            log.exception("frame handler failed")
+            self.send(Error(id=frame_id, code="internal", message=f"internal error: {exc}"))
+
+    def _decode(self, message: str | bytes) -> object:
+        size = len(message.encode() if isinstance(message, str) else message)
+        if size > self.ctx.config.max_frame_bytes:
+            raise LimitError(f"frame of {size} bytes, limit {self.ctx.config.max_frame_bytes}")
+        if isinstance(message, bytes):
+            raise ServerError("bad_request", "frames are JSON text messages, not binary")
+        try:
+            return json.loads(message)
+        except json.JSONDecodeError as exc:
+            raise ServerError("bad_request", f"frame is not JSON: {exc}") from None
+
+    async def _handle(self, frame: BaseModel) -> None:
+        if isinstance(frame, Hello):
+            return self._hello(frame)
+        if self.app is None:
+            if self.ctx.config.auth_required:
+                self._refuse(frame.id, "unauthorized", "authenticate with hello first", "type")
+                return None
+            raise ServerError("bad_request", "send hello first", field="type")
+        if isinstance(frame, Submit):
+            self._submit(frame)
+        elif isinstance(frame, Get):
+            self._get(frame, frame.id)
+        elif isinstance(frame, Set):
+            self.ctx.scheduler.set_value(self.app, frame.var, frame.value)
+            self.send(Ack(id=frame.id))
+        elif isinstance(frame, Cancel):
+            self.app.graph.var(frame.var)
+            self.ctx.scheduler.cancel(self.app, frame.var)
+            self.send(Ack(id=frame.id))
+        elif isinstance(frame, Tokenize):
+            ids = list(self.ctx.backend.count_tokens(frame.text))
+            self.send(Tokens(id=frame.id, count=len(ids), ids=ids))
+        elif isinstance(frame, Close):
+            self.send(Ack(id=frame.id))
+            self.close_code = 1000
+        return None
+
+    def _hello(self, frame: Hello) -> None:
+        config = self.ctx.config
+        if self.app is not None:
+            raise ServerError("bad_request", "hello was already sent", field="type")
+        if config.token is not None and not hmac.compare_digest(
+            (frame.token or "").encode(), config.token.encode()
+        ):
+            self._refuse(frame.id, "unauthorized", "missing or wrong token", "token")
+            return
+        if frame.protocol != PROTOCOL_VERSION:
+            raise ServerError(
+                "protocol_version",
+                f"server speaks protocol {PROTOCOL_VERSION}, not {frame.protocol}",
+                field="protocol",
+            )
+        if len(self.ctx.sessions) >= config.max_sessions:
+            self._refuse(frame.id, "limit_exceeded", f"{config.max_sessions} sessions open", None)
+            return
+        session_id = secrets.token_hex(8)
+        self.app = self.ctx.scheduler.open_app(session_id, frame.tenant)
+        self.ctx.sessions.add(self)
+        self.ctx.metrics.sessions = len(self.ctx.sessions)
+        self.ctx.metrics.sessions_total += 1
+        card = self.ctx.backend.model
+        self.send(
+            Welcome(
+                id=frame.id,
+                session=session_id,
+                server_version=SERVER_VERSION,
+                models=[ModelInfo(name=card.name, context_window=card.context_window)],
+                limits=Limits(
+                    max_frame_bytes=config.max_frame_bytes,
+                    max_prompt_tokens=config.max_prompt_tokens,
+                    max_vars_per_session=config.max_vars_per_session,
+                    max_calls_per_session=config.max_calls_per_session,
+                ),
+            )
+        )
+
+    def _submit(self, frame: Submit) -> None:
+        assert self.app is not None
+        count = lambda text: len(self.ctx.backend.count_tokens(text))  # noqa: E731
+        staged = stage(self.app.graph, frame, self.ctx.config, count)
+        self.app.graph.add(staged.variables, staged.nodes)
+        self.send(Ack(id=frame.id))
+        for spec in frame.gets:
+            self._get(spec, frame.id)
+
+    def _get(self, spec: Get | GetSpec, frame_id: str | None) -> None:
+        """Watch the variable, answer when it is final, and activate its upstream."""
+        assert self.app is not None
+        variable = self.app.graph.var(spec.var)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+
+        def answer(var: Variable) -> None:
+            if var.state is VarState.READY:
+                self.ctx.metrics.observe_get(spec.criteria, loop.time() - started)
+                self.send(
+                    Value(
+                        id=frame_id,
+                        var=var.var_id,
+                        text=var.value or "",
+                        usage=var.usage,
+                        finish_reason=var.finish_reason,
+                    )
+                )
+            else:
+                self.send(
+                    Error(
+                        id=frame_id,
+                        code=var.error_code or "engine_error",
+                        message=var.error_message or "failed",
+                        var=var.var_id,
+                    )
+                )
+
+        if variable.state is not VarState.PENDING:
+            if spec.stream and variable.state is VarState.READY:
+                self.send(Delta(id=frame_id, var=variable.var_id, text=variable.value or ""))
+            return answer(variable)
+        if spec.stream:
+            variable.streamers.append(
+                lambda text: self.send(Delta(id=frame_id, var=spec.var, text=text))
+            )
+        variable.watchers.append(answer)
+        objective = objective_for_get(spec.criteria, spec.deadline_ms, self.ctx.scheduler.clock())
+        self.ctx.scheduler.activate(self.app, spec.var, objective)
+        return None
+
+    # -- output and teardown --------------------------------------------------------------
+
+    def send(self, frame: BaseModel) -> None:
+        """Queue a frame for the writer (mutates: counts it)."""
+        kind = getattr(frame, "type", "")
+        metrics = self.ctx.metrics
+        if kind == "value":
+            metrics.values_sent += 1
+        elif kind == "delta":
+            metrics.deltas_sent += 1
+        elif kind == "error":
+            metrics.errors_sent += 1
+        self.outbox.put_nowait(frame.model_dump_json(exclude_none=True))
+
+    def _refuse(
+        self, frame_id: str | None, code: ErrorCode, message: str, field_name: str | None
+    ) -> None:
+        """Answer with an error, then close the socket (mutates)."""
+        self.send(Error(id=frame_id, code=code, message=message, field=field_name))
+        self.close_code = _POLICY_VIOLATION
+
+    async def _write(self) -> None:
+        while (text := await self.outbox.get()) is not None:
+            try:
+                await self.ws.send(text)
+            except ConnectionClosed:
+                return
+
+    async def _release(self) -> None:
+        if self.app is not None:
+            app, self.app = self.app, None
+            await self.ctx.scheduler.close_app(app)
+        self.ctx.sessions.discard(self)
+        self.ctx.metrics.sessions = len(self.ctx.sessions)
