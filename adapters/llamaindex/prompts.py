@@ -1,0 +1,113 @@
+"""Prompt capture: a LlamaIndex prompt template rendered as segments instead of one string.
+
+LlamaIndex formats a template into a single string before the model sees it, which hides
+where the constant text ends and a variable's value begins. :func:`template_pieces` renders
+the template exactly as ``LLM.predict`` would (selector, partials, output parser, system
+prompt, query wrapper, ``completion_to_prompt``), but with a unique sentinel in place of
+every variable, then splits on the sentinels. The result is the constant text and the
+variable slots in order, so the server sees the template's structure (and its segment
+boundaries become exact prefix-reuse points).
+
+Rendering must be byte-identical to the stock string: :func:`check_pieces` verifies it for
+string values, and callers fall back to one text piece when a template does something the
+sentinels cannot survive (a function mapping that inspects its inputs, say).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from llama_index.core.base.llms.types import ChatMessage
+from llama_index.core.prompts import BasePromptTemplate
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """The place of template variable ``name`` in a rendered prompt."""
+
+    name: str
+
+
+Piece = str | Slot
+
+
+def _sentinels(names: Sequence[str]) -> dict[str, str]:
+    """One sentinel per variable name. A fresh uuid keeps them out of any real text."""
+    tag = uuid.uuid4().hex[:12]
+    return {name: f"\x1e{tag}:{i}\x1e" for i, name in enumerate(names)}
+
+
+def template_pieces(
+    render: Callable[..., str],
+    prompt: BasePromptTemplate,
+    prompt_args: Mapping[str, Any],
+) -> list[Piece]:
+    """Render ``prompt`` with ``render`` (the LLM's ``_get_prompt``) and split it into
+    constant text and :class:`Slot` s for every variable given in ``prompt_args`` or in the
+    template's partial kwargs. Pure: neither argument is modified.
+
+    Empty text between two adjacent slots is dropped (it tokenizes to nothing).
+    """
+    partial_names = [name for name in prompt.kwargs if name not in prompt_args]
+    names = [*partial_names, *prompt_args]
+    sentinels = _sentinels(names)
+    if partial_names:
+        # partial_format copies the template, so the caller's prompt keeps its values
+        prompt = prompt.partial_format(**{name: sentinels[name] for name in partial_names})
+    rendered = render(prompt, **{name: sentinels[name] for name in prompt_args})
+    sentinel_to_name = {s: name for name, s in sentinels.items()}
+    pattern = re.compile("(" + "|".join(re.escape(s) for s in sentinels.values()) + ")")
+    pieces: list[Piece] = []
+    for part in pattern.split(rendered) if sentinels else [rendered]:
+        if part in sentinel_to_name:
+            pieces.append(Slot(sentinel_to_name[part]))
+        elif part:
+            pieces.append(part)
+    return pieces
+
+
+def template_values(prompt: BasePromptTemplate, prompt_args: Mapping[str, Any]) -> dict[str, Any]:
+    """The value of every variable :func:`template_pieces` makes a slot for (pure)."""
+    values: dict[str, Any] = {k: v for k, v in prompt.kwargs.items() if k not in prompt_args}
+    values.update(prompt_args)
+    return values
+
+
+def join_pieces(pieces: Sequence[Piece], values: Mapping[str, Any]) -> str:
+    """The prompt string the pieces stand for, with every slot's value as ``str`` (pure)."""
+    return "".join(p if isinstance(p, str) else str(values[p.name]) for p in pieces)
+
+
+def check_pieces(pieces: Sequence[Piece], values: Mapping[str, Any], expected: str) -> bool:
+    """Whether the pieces, filled with ``values``, give exactly the stock ``expected``
+    string. A template whose function mappings or parser transform a value fails this."""
+    return join_pieces(pieces, values) == expected
+
+
+# -- chat -----------------------------------------------------------------------------------
+
+ASSISTANT_HEADER = "<|assistant|>\n"
+
+
+def message_text(message: ChatMessage) -> str:
+    """A message's text content ("" when it has none)."""
+    return message.content or ""
+
+
+def chat_pieces(messages: Sequence[ChatMessage]) -> list[str]:
+    """Messages in the built-in model's chat template, one text piece per message:
+    ``<|role|>\\ncontent\\n`` for each, then ``<|assistant|>\\n`` to open the reply.
+    One piece per message makes every message boundary a prefix-reuse point, so a
+    conversation that grows by a turn reuses the KV of all earlier turns."""
+    pieces = [f"<|{m.role.value}|>\n{message_text(m)}\n" for m in messages]
+    pieces.append(ASSISTANT_HEADER)
+    return pieces
+
+
+def messages_to_prompt(messages: Sequence[ChatMessage]) -> str:
+    """The chat template as one string (LlamaIndex's ``messages_to_prompt`` hook)."""
+    return "".join(chat_pieces(messages))
