@@ -1,0 +1,222 @@
+"""The Llama-family decoder (Llama, Mistral, Qwen2) as a flat-token forward pass.
+
+The forward takes a batch as one flat sequence of tokens ([T] ids and [T] positions, any mix
+of prompts and decodes) and leaves attention to an :class:`AttentionFn` that the engine's
+runner supplies: it owns the KV cache and knows which tokens see which. Everything else
+(embedding, RMSNorm, RoPE, projections, SwiGLU MLP, the LM head) is here.
+
+Layout differences from the Hugging Face checkpoint, applied at load (see weights.py):
+``q_proj``/``k_proj``/``v_proj`` are fused into ``qkv_proj`` and ``gate_proj``/``up_proj``
+into ``gate_up_proj`` so each layer does two input GEMMs instead of five.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+from eclectus.server.engine.config import ModelConfig
+from eclectus.server.engine.rope import RotaryEmbedding
+from torch import Tensor, nn
+
+
+class AttentionFn(Protocol):
+    """Causal attention for one layer, implemented by the engine's model runner.
+
+    ``q`` [T, Hq, D], ``k``/``v`` [T, Hkv, D] in the model dtype, RoPE already applied, for the
+    T tokens of this forward (row i is the token at ``positions[i]``). Returns ``o``
+    [T, Hq, D]: softmax(q·kᵀ / sqrt(D)) v over each token's own sequence up to and including
+    itself (earlier tokens come from the cache). The implementation typically mutates its KV
+    cache (stores k/v); the model never looks at the cache.
+    """
+
+    def __call__(self, layer_idx: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor: ...
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm with fp32 accumulation, cast back before the weight (transformers' numerics)."""
+
+    def __init__(self, size: int, eps: float, dtype: torch.dtype, device: torch.device) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size, dtype=dtype, device=device))
+        self.eps = eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x [T, size] -> [T, size] in x's dtype (pure)."""
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+
+def _linear(
+    n_in: int, n_out: int, bias: bool, dtype: torch.dtype, device: torch.device
+) -> nn.Linear:
+    # skip_init: weights come from the checkpoint; random init would only cost time
+    return torch.nn.utils.skip_init(nn.Linear, n_in, n_out, bias=bias, device=device, dtype=dtype)
+
+
+class Attention(nn.Module):
+    """Grouped-query self-attention projections around an :class:`AttentionFn`."""
+
+    def __init__(self, config: ModelConfig, layer_idx: int, dtype: torch.dtype,
+                 device: torch.device) -> None:
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.num_heads, self.num_kv_heads = config.num_attention_heads, config.num_key_value_heads
+        self.head_dim = config.head_dim
+        self.q_size, self.kv_size = config.q_size, config.kv_size
+        hidden = config.hidden_size
+        self.qkv_proj = _linear(hidden, self.q_size + 2 * self.kv_size, config.attention_bias,
+                                dtype, device)
+        self.o_proj = _linear(self.q_size, hidden, False, dtype, device)
+
+    def forward(self, x: Tensor, positions: Tensor, rope: RotaryEmbedding,
+                attn: AttentionFn) -> Tensor:
+        """x [T, hidden] -> [T, hidden] (pure here; ``attn`` may write its cache)."""
+        qkv = self.qkv_proj(x)
+        q, k, v = qkv.split((self.q_size, self.kv_size, self.kv_size), dim=-1)
+        t = x.shape[0]
+        q = q.view(t, self.num_heads, self.head_dim)
+        k = k.view(t, self.num_kv_heads, self.head_dim)
+        v = v.view(t, self.num_kv_heads, self.head_dim)
+        q, k = rope(positions, q, k)
+        o = attn(self.layer_idx, q, k, v)
+        return self.o_proj(o.reshape(t, self.q_size))
+
+
+class MLP(nn.Module):
+    """SwiGLU: down(silu(gate(x)) * up(x)) with gate and up fused in one GEMM."""
+
+    def __init__(self, config: ModelConfig, dtype: torch.dtype, device: torch.device) -> None:
+        super().__init__()
+        self.intermediate_size = config.intermediate_size
+        self.gate_up_proj = _linear(config.hidden_size, 2 * config.intermediate_size, False,
+                                    dtype, device)
+        self.down_proj = _linear(config.intermediate_size, config.hidden_size, False,
+                                 dtype, device)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x [T, hidden] -> [T, hidden] (pure)."""
+        gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: ModelConfig, layer_idx: int, dtype: torch.dtype,
+                 device: torch.device) -> None:
+        super().__init__()
+        eps = config.rms_norm_eps
+        self.input_layernorm = RMSNorm(config.hidden_size, eps, dtype, device)
+        self.self_attn = Attention(config, layer_idx, dtype, device)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, eps, dtype, device)
+        self.mlp = MLP(config, dtype, device)
+
+    def forward(self, x: Tensor, positions: Tensor, rope: RotaryEmbedding,
+                attn: AttentionFn) -> Tensor:
+        """Pre-norm residual block: x [T, hidden] -> [T, hidden]."""
+        x = x + self.self_attn(self.input_layernorm(x), positions, rope, attn)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class LlamaModel(nn.Module):
+    """Embedding, decoder layers, final norm (named as in HF checkpoints under ``model.``)."""
+
+    def __init__(self, config: ModelConfig, dtype: torch.dtype, device: torch.device) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size,
+                                         dtype=dtype, device=device, _freeze=True)
+        self.layers = nn.ModuleList(
+            DecoderLayer(config, i, dtype, device) for i in range(config.num_hidden_layers)
+        )
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, dtype, device)
+
+
+class LlamaForCausalLM(nn.Module):
+    """A Llama-family causal LM over flat token batches. Inference only (no autograd state).
+
+    ``forward`` returns final hidden states; call ``compute_logits`` on the rows you sample
+    from (usually the last token of each sequence) so prefill does not pay for a full
+    [T, vocab] projection.
+    """
+
+    def __init__(self, config: ModelConfig, dtype: torch.dtype,
+                 device: torch.device | str = "cpu") -> None:
+        super().__init__()
+        device = torch.device(device)
+        self.config, self.dtype = config, dtype
+        self.model = LlamaModel(config, dtype, device)
+        self.rotary = RotaryEmbedding(config.head_dim, config.max_position_embeddings,
+                                      config.rope_theta, config.rope_scaling, device)
+        self.lm_head: nn.Linear | None = None
+        if not config.tie_word_embeddings:
+            self.lm_head = _linear(config.hidden_size, config.vocab_size, False, dtype, device)
+        self.requires_grad_(False)
+
+    @torch.inference_mode()
+    def forward(self, input_ids: Tensor, positions: Tensor, attn: AttentionFn) -> Tensor:
+        """input_ids [T] int64, positions [T] int64 -> hidden [T, hidden] in the model dtype.
+
+        Raises ValueError if a position lies beyond what the model computes correctly (the
+        RoPE table, or a sliding window we do not implement). Pure except through ``attn``.
+        """
+        self._check_positions(positions)
+        x = self.model.embed_tokens(input_ids)
+        for layer in self.model.layers:
+            x = layer(x, positions, self.rotary, attn)
+        return self.model.norm(x)
+
+    @torch.inference_mode()
+    def compute_logits(self, hidden: Tensor) -> Tensor:
+        """hidden [N, hidden] -> logits [N, vocab] fp32 (pure). The GEMM runs in the model
+        dtype, then the result is upcast, as transformers does."""
+        weight = self.lm_head.weight if self.lm_head is not None else self.model.embed_tokens.weight
+        return F.linear(hidden, weight).float()
+
+    def _check_positions(self, positions: Tensor) -> None:
+        if positions.numel() == 0:
+            return
+        limit = self.config.max_model_len
+        # one host sync per forward; cheap next to the GEMMs and it prevents silent garbage
+        top = int(positions.max())
+        if top >= limit:
+            reason = (
+                f"sliding_window={self.config.sliding_window} (windowed attention is not "
+                "implemented)" if self.config.sliding_window == limit
+                else f"max_position_embeddings={limit}"
+            )
+            raise ValueError(f"position {top} is beyond this model's limit: {reason}")
+
+
+def load_model(
+    path: str | Path,
+    dtype: torch.dtype | str | None = None,
+    device: torch.device | str = "cpu",
+) -> tuple[LlamaForCausalLM, ModelConfig]:
+    """Build the model of a HF directory (or preset name) and load its safetensors weights.
+
+    ``dtype`` None keeps the checkpoint's ``torch_dtype``; strings are "float32", "bfloat16",
+    "float16". Returns the model in eval mode on ``device``.
+    """
+    from eclectus.server.engine.presets import resolve_model_dir
+    from eclectus.server.engine.weights import load_weights
+
+    model_dir = resolve_model_dir(str(path))
+    config = ModelConfig.from_dir(model_dir)
+    torch_dtype = _to_dtype(dtype if dtype is not None else config.torch_dtype)
+    model = LlamaForCausalLM(config, torch_dtype, device)
+    load_weights(model, model_dir)
+    return model.eval(), config
+
+
+def _to_dtype(dtype: torch.dtype | str) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        if dtype not in (torch.float32, torch.bfloat16, torch.float16):
+            raise ValueError(f"unsupported dtype {dtype}")
+        return dtype
+    names = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
+             "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+    if dtype not in names:
+        raise ValueError(f"unsupported dtype {dtype!r}; use one of {sorted(names)}")
+    return names[dtype]

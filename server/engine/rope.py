@@ -1,0 +1,81 @@
+"""Rotary position embeddings: inverse frequencies (plain, linear, llama3) and a cos/sin cache.
+
+The numerics follow transformers' Llama: inverse frequencies in fp32, angles
+``position * inv_freq`` in fp32, cos/sin cast to the activation dtype, and the "rotate half"
+(GPT-NeoX) layout where dimension ``i`` pairs with ``i + head_dim/2``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor
+
+
+def inverse_frequencies(head_dim: int, theta: float, scaling: dict[str, Any] | None) -> Tensor:
+    """fp32 [head_dim/2] inverse frequencies, scaled as ``scaling`` says (pure)."""
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim
+    inv_freq = 1.0 / (theta**exponents)
+    if scaling is None:
+        return inv_freq
+    if scaling["rope_type"] == "linear":
+        # dividing frequencies by the factor equals dividing positions by it
+        return inv_freq / float(scaling["factor"])
+    if scaling["rope_type"] == "llama3":
+        return _llama3_scale(inv_freq, scaling)
+    raise ValueError(f"unsupported rope_type {scaling['rope_type']!r}")
+
+
+def _llama3_scale(inv_freq: Tensor, scaling: dict[str, Any]) -> Tensor:
+    """Llama 3.1 scaling: long wavelengths divided by ``factor``, short ones kept, the band
+    between interpolated smoothly (same formula and comparisons as transformers)."""
+    factor = float(scaling["factor"])
+    low, high = float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
+    old_len = float(scaling["original_max_position_embeddings"])
+    low_freq_wavelen, high_freq_wavelen = old_len / low, old_len / high
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+    smooth = (old_len / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    is_medium = ~(wavelen < high_freq_wavelen) & ~(wavelen > low_freq_wavelen)
+    return torch.where(is_medium, smoothed, scaled)
+
+
+class RotaryEmbedding(torch.nn.Module):
+    """Precomputed cos/sin for positions [0, max_positions); applies RoPE to q and k.
+
+    The cache is fp32 (buffers ``cos_cache``/``sin_cache`` of shape [max_positions, head_dim])
+    and is gathered by position then cast to the activation dtype, as transformers does.
+    """
+
+    def __init__(
+        self,
+        head_dim: int,
+        max_positions: int,
+        theta: float,
+        scaling: dict[str, Any] | None,
+        device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__()
+        inv_freq = inverse_frequencies(head_dim, theta, scaling)
+        positions = torch.arange(max_positions, dtype=torch.float32)
+        angles = positions[:, None] * inv_freq[None, :]  # [P, D/2]
+        emb = torch.cat((angles, angles), dim=-1)  # [P, D]: rotate-half layout
+        self.register_buffer("cos_cache", emb.cos().to(device), persistent=False)
+        self.register_buffer("sin_cache", emb.sin().to(device), persistent=False)
+
+    def forward(self, positions: Tensor, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        """Rotate q [T, Hq, D] and k [T, Hkv, D] by their positions [T] (int64).
+
+        Pure: returns new tensors in the input dtype.
+        """
+        cos = self.cos_cache[positions].to(q.dtype)[:, None, :]  # [T, 1, D]
+        sin = self.sin_cache[positions].to(q.dtype)[:, None, :]
+        return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+
+
+def _rotate_half(x: Tensor) -> Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)

@@ -1,0 +1,196 @@
+"""Tokenizer: a model directory's ``tokenizer.json`` plus what the engine needs around it.
+
+Encoding never lets the ``tokenizer.json`` post-processor add specials; BOS is prepended
+explicitly when the tokenizer has one, so a prompt's segments can be encoded one by one
+(``add_bos`` only for the first) and concatenated. Decoding skips special tokens.
+:class:`IncrementalDetokenizer` turns a stream of generated ids into safe text pieces.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import jinja2.sandbox
+import tokenizers
+from eclectus.server.engine.byte_tokenizer import DEFAULT_CHAT_TEMPLATE
+
+REPLACEMENT_CHAR = "\ufffd"  # what a decoder emits for incomplete or invalid UTF-8
+
+
+class Tokenizer:
+    """Wraps a ``tokenizers.Tokenizer``. Immutable after construction; all methods are pure."""
+
+    def __init__(self, backend: tokenizers.Tokenizer, bos_token_id: int | None,
+                 eos_token_ids: tuple[int, ...], chat_template: str | None,
+                 special_tokens: dict[str, str]) -> None:
+        self.backend = backend
+        self.bos_token_id = bos_token_id  # None: prompts start without BOS (e.g. Qwen2)
+        self.eos_token_ids = eos_token_ids
+        self.chat_template = chat_template  # None: DEFAULT_CHAT_TEMPLATE is used
+        self._special_tokens = special_tokens  # "bos_token" -> "<s>" etc., for templates
+
+    @classmethod
+    def from_dir(cls, path: str | Path) -> Tokenizer:
+        """Load ``tokenizer.json`` with ``tokenizer_config.json`` (specials, chat template,
+        add_bos_token), ``chat_template.jinja`` and the EOS ids of ``config.json`` and
+        ``generation_config.json`` when present."""
+        path = Path(path)
+        if not (path / "tokenizer.json").is_file():
+            raise ValueError(
+                f"no tokenizer.json in {path}: only fast (tokenizers) tokenizers are supported"
+            )
+        backend = tokenizers.Tokenizer.from_file(str(path / "tokenizer.json"))
+        tok_config = _read_json(path / "tokenizer_config.json")
+        special = {k: t for k in ("bos_token", "eos_token", "pad_token", "unk_token")
+                   if (t := _token_text(tok_config.get(k))) is not None}
+        bos_id = _bos_id(backend, tok_config, special.get("bos_token"))
+        eos_ids: list[int] = []
+        eos_text = special.get("eos_token")
+        if eos_text is not None and backend.token_to_id(eos_text) is not None:
+            eos_ids.append(backend.token_to_id(eos_text))
+        for extra in ("config.json", "generation_config.json"):
+            value = _read_json(path / extra).get("eos_token_id")
+            for i in value if isinstance(value, list) else [] if value is None else [value]:
+                if int(i) not in eos_ids:
+                    eos_ids.append(int(i))
+        return cls(backend, bos_id, tuple(eos_ids), _chat_template(path, tok_config), special)
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids, added tokens included."""
+        return self.backend.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str, add_bos: bool) -> list[int]:
+        """Token ids of ``text``; BOS first when ``add_bos`` and the tokenizer has one."""
+        ids = self.backend.encode(text, add_special_tokens=False).ids
+        if add_bos and self.bos_token_id is not None:
+            return [self.bos_token_id, *ids]
+        return ids
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of ``ids``, special tokens skipped. Incomplete UTF-8 decodes to U+FFFD."""
+        return self.backend.decode(list(ids), skip_special_tokens=True)
+
+    def apply_chat_template(self, messages: list[dict[str, Any]],
+                            add_generation_prompt: bool = True) -> str:
+        """Render ``messages`` ([{"role", "content"}]) with the directory's Jinja chat template,
+        as transformers does, or with DEFAULT_CHAT_TEMPLATE. The result is a prompt string to
+        :meth:`encode` (BOS is added there, not by the default template)."""
+        template = _compile(self.chat_template or DEFAULT_CHAT_TEMPLATE)
+        return template.render(messages=messages, add_generation_prompt=add_generation_prompt,
+                               **self._special_tokens)
+
+
+class IncrementalDetokenizer:
+    """Decode a stream of generated ids into text pieces that are safe to emit.
+
+    Feed ids one at a time; a piece is held back while the text ends in U+FFFD (an incomplete
+    multi-byte character). The concatenation of every piece returned by :meth:`feed` and
+    then :meth:`flush` equals ``tokenizer.decode(all ids)``.
+
+    Why a window: decoding only ``ids[prefix_offset:]`` keeps each step O(window), and
+    re-decoding the previously emitted tokens with the new ones (then diffing) keeps
+    tokenizers whose decoders depend on the neighbouring token (sentencepiece's leading
+    space) correct. Both offsets only move to a point where the text so far was complete.
+    """
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self._tokenizer = tokenizer
+        self._ids: list[int] = []
+        self._prefix_offset = 0  # start of the decode window
+        self._read_offset = 0  # ids before this are already emitted
+
+    @property
+    def token_ids(self) -> list[int]:
+        """All ids fed so far (a copy)."""
+        return list(self._ids)
+
+    def feed(self, token_id: int) -> str:
+        """Add one id (mutates); return the newly safe text, possibly ""."""
+        self._ids.append(token_id)
+        prefix_text, text = self._window_texts()
+        if len(text) > len(prefix_text) and not text.endswith(REPLACEMENT_CHAR):
+            self._prefix_offset, self._read_offset = self._read_offset, len(self._ids)
+            return text[len(prefix_text):]
+        return ""
+
+    def flush(self) -> str:
+        """Return whatever is still held back, even if incomplete (mutates: marks it emitted)."""
+        prefix_text, text = self._window_texts()
+        self._prefix_offset = self._read_offset = len(self._ids)
+        return text[len(prefix_text):]
+
+    def _window_texts(self) -> tuple[str, str]:
+        decode = self._tokenizer.decode
+        window = self._ids[self._prefix_offset:]
+        emitted = self._read_offset - self._prefix_offset
+        return decode(window[:emitted]), decode(window)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _token_text(value: str | dict[str, Any] | None) -> str | None:
+    """A special token from tokenizer_config.json: a string or an AddedToken dict."""
+    if isinstance(value, dict):
+        return value.get("content")
+    return value
+
+
+def _bos_id(backend: tokenizers.Tokenizer, tok_config: dict[str, Any],
+            bos_text: str | None) -> int | None:
+    """BOS id if prompts start with it: tokenizer_config's add_bos_token when present, else
+    whether tokenizer.json's post-processor adds it (Llama 3 does; Qwen2 has no BOS)."""
+    bos_id = None if bos_text is None else backend.token_to_id(bos_text)
+    if bos_id is None:
+        return None
+    if "add_bos_token" in tok_config:
+        return bos_id if tok_config["add_bos_token"] else None
+    adds = backend.encode("", add_special_tokens=True).ids[:1] == [bos_id]
+    return bos_id if adds else None
+
+
+def _chat_template(path: Path, tok_config: dict[str, Any]) -> str | None:
+    jinja_file = path / "chat_template.jinja"
+    if jinja_file.is_file():
+        return jinja_file.read_text()
+    template = tok_config.get("chat_template")
+    if isinstance(template, list):  # named templates: [{"name", "template"}]
+        named = {t["name"]: t["template"] for t in template}
+        return named.get("default")
+    return template
+
+
+def _raise_exception(message: str) -> None:
+    raise jinja2.exceptions.TemplateError(message)
+
+
+def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
+            separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
+    # transformers' filter: jinja's own tojson HTML-escapes, which chat templates must not
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                      sort_keys=sort_keys)
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.now().strftime(fmt)
+
+
+@functools.lru_cache(maxsize=8)
+def _compile(source: str) -> jinja2.Template:
+    # the environment transformers uses (same options, filters and globals), so templates
+    # render identically; compiled once per template text
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+    )
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    return env.from_string(source)
