@@ -8,6 +8,7 @@ not wait for the later ones.
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING
 
 from eclectus.server.backend import EngineError, EngineRequest
@@ -98,13 +99,13 @@ async def _generate(
                 app.graph.stream(var_id, output.text)
             num_output_tokens += len(output.token_ids)
             last = output
-    finally:
-        aclose = getattr(stream, "aclose", None)
-        if aclose is not None:
-            await aclose()
-        if last is None or not last.finished:
-            await scheduler.backend.abort(request.request_id)
+    except GeneratorExit:
+        raise  # the loop is discarding this task: nothing may be awaited any more
+    except BaseException:  # cancelled (client left, cancel frame) or the engine failed
+        await _abandon(scheduler, stream, request.request_id)
+        raise
     if last is None or not last.finished or last.finish_reason == "abort":
+        await _abandon(scheduler, stream, request.request_id)
         raise EngineError(f"engine request {request.request_id} ended without finishing")
     scheduler.metrics.calls_finished += 1
     usage = Usage(
@@ -113,3 +114,12 @@ async def _generate(
         cached_tokens=last.num_cached_tokens,
     )
     return "".join(chunks), usage, last.finish_reason
+
+
+async def _abandon(scheduler: Scheduler, stream: object, request_id: str) -> None:
+    """Close the engine's stream early and abort the request, freeing what it holds."""
+    aclose = getattr(stream, "aclose", None)
+    if aclose is not None:
+        with contextlib.suppress(RuntimeError):  # already closed or mid-step
+            await aclose()
+    await scheduler.backend.abort(request_id)

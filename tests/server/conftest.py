@@ -99,8 +99,13 @@ def map_reduce(num_maps: int, criteria: str = "latency") -> Frame:
             }
         )
     frame["ops"].append(
-        {"id": "j", "op": "join", "inputs": [f"sum{i}" for i in range(num_maps)],
-         "output": "joined", "sep": "\n"}
+        {
+            "id": "j",
+            "op": "join",
+            "inputs": [f"sum{i}" for i in range(num_maps)],
+            "output": "joined",
+            "sep": "\n",
+        }
     )
     frame["calls"].append(
         {

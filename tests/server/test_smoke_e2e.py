@@ -14,9 +14,7 @@ async def test_map_reduce_resolves_on_server(
     ack = await client.ask(map_reduce(4))
     assert ack == {"type": "ack", "id": "s1"}
     answers = await client.values(1)
-    sums = [
-        scripted_text(f"Summarize:\ndocument number {i}\nSummary:", 8) for i in range(4)
-    ]
+    sums = [scripted_text(f"Summarize:\ndocument number {i}\nSummary:", 8) for i in range(4)]
     expected = scripted_text("Combine:\n" + "\n".join(sums) + "\nFinal:", 8)
     assert answers["final"]["text"] == expected
     assert server.metrics.values_sent == 1

@@ -1,0 +1,212 @@
+"""Scheduling decisions, each asserted on the order the engine received requests."""
+
+from __future__ import annotations
+
+import asyncio
+
+from eclectus.server.graph import NodeState, VarState
+from sched_helpers import FakeClock, call, drain, make_scheduler, order, submit
+from scripted_engine import ScriptedEngine, scripted_text
+
+
+async def blocked(engine: ScriptedEngine, clock: FakeClock | None = None, **config: object):
+    """A scheduler with one slot, held by a blocker call, so later calls queue up."""
+    sched = make_scheduler(engine, clock, max_inflight=1, **config)
+    blocker = sched.open_app("blocker")
+    submit(sched, blocker, calls=[call("block", "b")], gets=[{"var": "b"}])
+    return sched
+
+
+async def test_app_fifo_older_application_first() -> None:
+    """With equal criteria, the session that arrived first is served first, even though the
+    newer session queued its work earlier."""
+    engine, clock = ScriptedEngine(hold=True), FakeClock()
+    sched = await blocked(engine, clock, aging_rate=0.0)
+    old = sched.open_app("old")
+    clock.now += 1
+    new = sched.open_app("new")
+    submit(sched, new, calls=[call("n1", "x")], gets=[{"var": "x", "criteria": "throughput"}])
+    submit(sched, old, calls=[call("o1", "y")], gets=[{"var": "y", "criteria": "throughput"}])
+    engine.release()
+    await drain(sched)
+    assert order(sched) == ["block", "o1", "n1"]
+
+
+async def test_aging_lets_a_long_waiting_call_overtake() -> None:
+    """A newer app's call that has waited long enough outranks an older app's fresh call."""
+    engine, clock = ScriptedEngine(hold=True), FakeClock()
+    sched = await blocked(engine, clock, aging_rate=0.5)
+    old = sched.open_app("old")
+    clock.now += 1
+    new = sched.open_app("new")
+    submit(sched, new, calls=[call("n1", "x")], gets=[{"var": "x", "criteria": "throughput"}])
+    clock.now += 10  # n1 waited 10 s: credit 5 s > the 1 s head start of "old"
+    submit(sched, old, calls=[call("o1", "y")], gets=[{"var": "y", "criteria": "throughput"}])
+    engine.release()
+    await drain(sched)
+    assert order(sched) == ["block", "n1", "o1"]
+
+
+async def test_latency_before_throughput() -> None:
+    engine = ScriptedEngine(hold=True)
+    sched = await blocked(engine)
+    app = sched.open_app("a")
+    submit(sched, app, calls=[call("bulk", "x")], gets=[{"var": "x", "criteria": "throughput"}])
+    submit(sched, app, calls=[call("chat", "y")], gets=[{"var": "y", "criteria": "latency"}])
+    engine.release()
+    await drain(sched)
+    assert order(sched) == ["block", "chat", "bulk"]
+
+
+async def test_smaller_deadline_slack_first() -> None:
+    engine = ScriptedEngine(hold=True)
+    sched = await blocked(engine)
+    app = sched.open_app("a")
+    submit(
+        sched,
+        app,
+        calls=[call("late", "x")],
+        gets=[{"var": "x", "criteria": "deadline", "deadline_ms": 5000}],
+    )
+    submit(
+        sched,
+        app,
+        calls=[call("soon", "y")],
+        gets=[{"var": "y", "criteria": "deadline", "deadline_ms": 100}],
+    )
+    engine.release()
+    await drain(sched)
+    assert order(sched) == ["block", "soon", "late"]
+
+
+def fan_in(num_maps: int) -> dict:
+    calls = [call(f"m{i}", f"s{i}", text=f"map{i}") for i in range(num_maps)]
+    calls.append(call("reduce", "final", *[f"s{i}" for i in range(num_maps)]))
+    return {"calls": calls}
+
+
+async def test_fan_in_siblings_of_latency_get_form_one_group() -> None:
+    """The maps feeding a latency-critical reduce are dispatched together, with one group id
+    and one priority, even past the in-flight limit; the unrelated call waits."""
+    engine = ScriptedEngine(hold=True)
+    sched = await blocked(engine)
+    app = sched.open_app("a")
+    submit(sched, app, calls=[call("bg", "z")], gets=[{"var": "z", "criteria": "throughput"}])
+    submit(sched, app, **fan_in(4), gets=[{"var": "final", "criteria": "latency"}])
+    engine.release()
+    await drain(sched)
+    assert order(sched) == ["block", "m0", "m1", "m2", "m3", "reduce", "bg"]
+    maps = [r for r in engine.requests if r.request_id.split("/")[1].startswith("m")]
+    assert len({r.group for r in maps}) == 1 and maps[0].group is not None
+    assert len({r.priority for r in maps}) == 1
+
+
+async def test_throughput_get_forms_no_group() -> None:
+    engine = ScriptedEngine()
+    sched = make_scheduler(engine)
+    app = sched.open_app("a")
+    submit(sched, app, **fan_in(3), gets=[{"var": "final", "criteria": "throughput"}])
+    await drain(sched)
+    assert {r.group for r in engine.requests} == {None}
+
+
+async def test_latency_get_upgrades_upstream_of_an_earlier_throughput_get() -> None:
+    """Objectives flow backward and merge: a later latency get makes the shared upstream
+    call urgent, so it overtakes queued throughput work."""
+    engine = ScriptedEngine(hold=True)
+    sched = await blocked(engine)
+    app = sched.open_app("a")
+    submit(sched, app, calls=[call("bulk", "q")], gets=[{"var": "q", "criteria": "throughput"}])
+    submit(
+        sched,
+        app,
+        calls=[call("base", "x"), call("top", "y", "x")],
+        gets=[{"var": "x", "criteria": "throughput"}],
+    )
+    assert app.graph.nodes["base"].objective.criteria == "throughput"
+    submit(sched, app, gets=[{"var": "y", "criteria": "latency"}])
+    assert app.graph.nodes["base"].objective.criteria == "latency"
+    engine.release()
+    await drain(sched)
+    assert order(sched) == ["block", "base", "top", "bulk"]
+
+
+async def test_engine_error_fails_the_call_and_its_downstream_only() -> None:
+    engine = ScriptedEngine(fail_if=lambda r: "/m1/" in r.request_id)
+    sched = make_scheduler(engine)
+    app, other = sched.open_app("a"), sched.open_app("b")
+    submit(sched, app, **fan_in(3), gets=[{"var": "final"}])
+    submit(sched, other, calls=[call("ok", "w")], gets=[{"var": "w"}])
+    await drain(sched)
+    vars_ = app.graph.vars
+    assert vars_["s1"].error_code == "engine_error" and vars_["final"].error_code == "engine_error"
+    assert vars_["s0"].state is VarState.READY and vars_["s2"].state is VarState.READY
+    assert app.graph.nodes["reduce"].state is NodeState.FAILED
+    assert other.graph.vars["w"].state is VarState.READY
+    assert "reduce" not in order(sched)
+
+
+async def test_multi_output_prompts_include_earlier_outputs() -> None:
+    """Outputs are generated in order; the second prompt holds the first output's text."""
+    engine = ScriptedEngine()
+    sched = make_scheduler(engine)
+    app = sched.open_app("a")
+    segments = [
+        {"text": "Q:"},
+        {"gen": "a1", "sampling": {"max_tokens": 6}},
+        {"text": "\nMore:"},
+        {"gen": "a2", "sampling": {"max_tokens": 6}},
+    ]
+    submit(sched, app, calls=[{"id": "c", "segments": segments}], gets=[{"var": "a2"}])
+    await drain(sched)
+    first = scripted_text("Q:", 6)
+    assert app.graph.vars["a1"].value == first
+    assert app.graph.vars["a2"].value == scripted_text(f"Q:{first}\nMore:", 6)
+    assert [r.segments for r in engine.requests] == [("Q:",), ("Q:", first, "\nMore:")]
+
+
+async def test_ops_run_on_the_server_and_match_python() -> None:
+    sched = make_scheduler()
+    app = sched.open_app("a")
+    texts = ["it's", 'say "hi"', "back\\slash"]
+    submit(
+        sched,
+        app,
+        vars=[{"id": f"v{i}", "value": t} for i, t in enumerate(texts)],
+        ops=[
+            {"id": "r", "op": "repr_list", "inputs": ["v0", "v1", "v2"], "output": "lst"},
+            {
+                "id": "j",
+                "op": "join",
+                "inputs": ["v0", "v2"],
+                "output": "jn",
+                "sep": ", ",
+                "prefix": "[",
+                "suffix": "]",
+            },
+        ],
+        gets=[{"var": "lst"}, {"var": "jn"}],
+    )
+    assert app.graph.vars["lst"].value == repr(texts)
+    assert app.graph.vars["jn"].value == "[it's, back\\slash]"
+
+
+async def test_shared_prefix_is_pinned_until_the_last_sharer_dispatches() -> None:
+    engine = ScriptedEngine(hold=True)
+    sched = make_scheduler(engine, max_inflight=1)
+    app = sched.open_app("a")
+    shared = "A long shared system prompt. "
+    calls = [
+        {"id": f"c{i}", "segments": [{"text": shared}, {"text": f"q{i}"}, {"gen": f"o{i}"}]}
+        for i in range(3)
+    ]
+    submit(
+        sched, app, calls=calls, gets=[{"var": f"o{i}", "criteria": "throughput"} for i in range(3)]
+    )
+    await asyncio.sleep(0)  # let the dispatched task reach the engine
+    assert engine.requests[0].pin_prefix_segments == 1
+    engine.release()
+    await drain(sched)
+    await drain(sched)
+    assert [r.pin_prefix_segments for r in engine.requests[1:]] == [0, 0]
+    assert engine.unpinned == [engine.requests[0].request_id]
