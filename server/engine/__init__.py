@@ -1,0 +1,35 @@
+"""The built-in engine: paged KV, prefix sharing, continuous batching, sampling.
+
+``from eclectus.server.engine import LLM, SamplingParams`` for offline use; ``AsyncEngine`` is
+the server's backend. The torch-heavy names load lazily, so importing this package (which
+``eclectus.server.backend`` does for SamplingParams) never imports torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from eclectus.server.engine.engine_config import EngineConfig
+from eclectus.server.engine.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from eclectus.server.engine.async_engine import AsyncEngine
+    from eclectus.server.engine.llm import LLM, RequestOutput
+    from eclectus.server.engine.llm_engine import LLMEngine
+
+_LAZY = {
+    "LLM": "eclectus.server.engine.llm",
+    "RequestOutput": "eclectus.server.engine.llm",
+    "LLMEngine": "eclectus.server.engine.llm_engine",
+    "AsyncEngine": "eclectus.server.engine.async_engine",
+}
+
+__all__ = ["LLM", "AsyncEngine", "EngineConfig", "LLMEngine", "RequestOutput", "SamplingParams"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

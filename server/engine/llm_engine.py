@@ -1,0 +1,257 @@
+"""The synchronous engine core: add requests, step, abort. One step = schedule, run,
+postprocess. Not thread-safe: exactly one thread drives it (see async_engine)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+from eclectus.server.backend import EngineOutput, EngineRequest, EngineStats
+from eclectus.server.engine.block_manager import BlockManager
+from eclectus.server.engine.engine_config import EngineConfig
+from eclectus.server.engine.model import load_model
+from eclectus.server.engine.model_runner import ModelRunner
+from eclectus.server.engine.output_processor import OutputState
+from eclectus.server.engine.sampler import Sampler
+from eclectus.server.engine.sampling_params import SamplingParams
+from eclectus.server.engine.scheduler import ScheduledSeq, Scheduler, SchedulerOutput
+from eclectus.server.engine.sequence import FinishReason, Sequence
+from eclectus.server.engine.tokenizer import Tokenizer
+
+
+class StepFailed(RuntimeError):
+    """A step raised; ``request_ids`` were in it and have been failed and freed."""
+
+    def __init__(
+        self, request_ids: list[str], cause: BaseException, outputs: list[EngineOutput]
+    ) -> None:
+        super().__init__(f"engine step failed ({type(cause).__name__}: {cause})")
+        self.request_ids = request_ids
+        self.cause = cause
+        self.outputs = outputs  # outputs of other requests produced before the failure
+
+
+@dataclass(slots=True)
+class Counters:
+    """Monotonic token counters since start."""
+
+    prompt_tokens: int = 0  # prompt tokens of all requests added
+    prefill_tokens: int = 0  # known tokens actually computed (misses and recomputes)
+    cache_hit_tokens: int = 0  # prompt tokens served from the prefix cache
+    generated_tokens: int = 0
+    num_steps: int = 0
+
+
+class LLMEngine:
+    """Owns the model runner, block manager, scheduler, sampler and per-request state."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        from eclectus.server.engine.presets import resolve_model_dir
+
+        if config.num_threads is not None:
+            torch.set_num_threads(config.num_threads)
+        self.config = config
+        model_dir = resolve_model_dir(config.model)
+        model, self.model_config = load_model(model_dir, config.dtype, config.device)
+        self.tokenizer = Tokenizer.from_dir(model_dir)
+        self.runner = ModelRunner(model, self.model_config, config)
+        self.block_manager = BlockManager(
+            self.runner.num_blocks,
+            config.block_size,
+            enable_prefix_caching=config.enable_prefix_caching,
+        )
+        self.scheduler = Scheduler(
+            self.block_manager,
+            max_num_batched_tokens=config.max_num_batched_tokens,
+            max_num_seqs=config.max_num_seqs,
+        )
+        self.sampler = Sampler(config.seed, config.device)
+        limit = self.model_config.max_model_len
+        self.max_model_len = min(config.max_model_len or limit, limit)
+        self.counters = Counters()
+        self._seqs: dict[str, Sequence] = {}
+        self._states: dict[str, OutputState] = {}
+        self._arrivals = itertools.count()
+
+    # ---- requests -------------------------------------------------------------------------
+
+    def tokenize_segments(self, segments: Iterable[str]) -> tuple[list[int], tuple[int, ...]]:
+        """Token ids of a prompt given as segments (BOS before the first) and the token
+        offset where each segment ends (pure)."""
+        token_ids: list[int] = []
+        ends: list[int] = []
+        for i, segment in enumerate(segments):
+            token_ids += self.tokenizer.encode(segment, add_bos=i == 0)
+            ends.append(len(token_ids))
+        return token_ids, tuple(ends)
+
+    def add_request(self, request: EngineRequest) -> None:
+        """Tokenize and queue ``request`` (mutates). Raises ValueError on a bad request."""
+        token_ids, ends = self.tokenize_segments(request.segments)
+        self.add_tokens(
+            request.request_id,
+            token_ids,
+            request.sampling,
+            priority=request.priority,
+            tenant=request.tenant,
+            segment_ends=ends,
+            pin_prefix_segments=request.pin_prefix_segments,
+        )
+
+    def add_tokens(
+        self,
+        request_id: str,
+        token_ids: list[int],
+        sampling: SamplingParams,
+        *,
+        priority: float = 0.0,
+        tenant: str | None = None,
+        segment_ends: tuple[int, ...] = (),
+        pin_prefix_segments: int = 0,
+    ) -> None:
+        """Queue a request given as token ids (mutates). Raises ValueError on a bad one."""
+        if request_id in self._seqs:
+            raise ValueError(f"request id {request_id!r} is already in use")
+        if not token_ids:
+            raise ValueError("the prompt is empty")
+        if len(token_ids) >= self.max_model_len:
+            raise ValueError(
+                f"prompt of {len(token_ids)} tokens leaves no room in the "
+                f"context window of {self.max_model_len}"
+            )
+        seq = Sequence(
+            request_id,
+            list(token_ids),
+            sampling,
+            next(self._arrivals),
+            priority=priority,
+            tenant=tenant,
+            segment_ends=segment_ends,
+            pin_prefix_segments=pin_prefix_segments,
+            max_total_tokens=self.max_model_len,
+        )
+        if sampling.seed is not None and not sampling.greedy:
+            seq.generator = self.sampler.new_generator(sampling.seed)
+        self._seqs[request_id] = seq
+        self._states[request_id] = OutputState(sampling, self.tokenizer)
+        self.counters.prompt_tokens += seq.num_prompt_tokens
+        self.scheduler.add(seq)
+
+    def abort(self, request_id: str) -> EngineOutput | None:
+        """Stop ``request_id`` and free its blocks (mutates). Returns its final output, or
+        None when it is unknown or already finished."""
+        seq = self._seqs.get(request_id)
+        if seq is None:
+            return None
+        self.scheduler.finish(seq, FinishReason.ABORT)
+        return self._output(seq, finished=True)
+
+    def unpin(self, request_id: str) -> None:
+        """Release the prefix pinned by ``request_id`` (mutates; no-op if none)."""
+        self.block_manager.unpin(request_id)
+
+    @property
+    def has_unfinished(self) -> bool:
+        return bool(self._seqs)
+
+    def stats(self) -> EngineStats:
+        """A snapshot of load and counters (pure)."""
+        c, bm = self.counters, self.block_manager
+        return EngineStats(
+            num_running=len(self.scheduler.running),
+            num_waiting=self.scheduler.num_waiting,
+            num_free_blocks=bm.num_free_blocks,
+            num_total_blocks=bm.num_blocks,
+            num_cached_blocks=bm.num_cached_blocks,
+            prompt_tokens=c.prompt_tokens,
+            prefill_tokens=c.prefill_tokens,
+            cache_hit_tokens=c.cache_hit_tokens,
+            generated_tokens=c.generated_tokens,
+            num_preemptions=self.scheduler.num_preemptions,
+            extra={"num_steps": float(c.num_steps), "num_pinned": float(len(bm.pins))},
+        )
+
+    # ---- the step -------------------------------------------------------------------------
+
+    def step(self) -> list[EngineOutput]:
+        """Schedule, run, postprocess (mutates everything). Returns this step's outputs.
+
+        Raises StepFailed when the forward or the sampler raises; the requests of that step
+        are then finished with "error" and freed, and the engine stays usable.
+        """
+        out = self.scheduler.schedule()
+        outputs = [self._output(seq, finished=True) for seq in out.failed]
+        self.counters.cache_hit_tokens += out.num_cache_hit_tokens
+        if out.is_empty:
+            return outputs
+        self.counters.num_steps += 1
+        try:
+            items, logits = self.runner.execute(out)
+            seqs = [item.seq for item in items]
+            tokens = self.sampler(logits, [s.sampling for s in seqs], [s.generator for s in seqs])
+        except Exception as exc:
+            raise StepFailed(self._fail_step(out), exc, outputs) from exc
+        return outputs + self._postprocess(out, items, tokens)
+
+    def _fail_step(self, out: SchedulerOutput) -> list[str]:
+        request_ids = []
+        for item in out.scheduled:
+            self.block_manager.forget(item.seq)  # its KV may be half written
+            self.scheduler.finish(item.seq, FinishReason.ERROR)
+            self._forget(item.seq.request_id)
+            request_ids.append(item.seq.request_id)
+        return request_ids
+
+    def _postprocess(
+        self, out: SchedulerOutput, items: list[ScheduledSeq], tokens: list[int]
+    ) -> list[EngineOutput]:
+        for item in out.scheduled:
+            seq = item.seq
+            seq.num_computed_tokens += item.num_new_tokens
+            self.counters.prefill_tokens += item.num_prefill_tokens
+            pinned = seq.pinned_prefix_tokens
+            if pinned and seq.num_computed_tokens >= pinned:
+                self.block_manager.pin(seq.request_id, seq, pinned)
+        outputs = []
+        for item, token in zip(items, tokens, strict=True):
+            seq = item.seq
+            seq.token_ids.append(token)
+            self.counters.generated_tokens += 1
+            reason = self._check_finish(seq, token)
+            if reason is not None:
+                self.scheduler.finish(seq, reason)
+            outputs.append(self._output(seq, finished=reason is not None))
+        return outputs
+
+    def _check_finish(self, seq: Sequence, token: int) -> FinishReason | None:
+        state = self._states[seq.request_id]
+        reason = state.append_token(token)
+        if reason is None and seq.num_output_tokens >= seq.sampling.max_tokens:
+            reason = FinishReason.LENGTH
+        if reason is None and seq.num_tokens >= seq.max_total_tokens:
+            reason = FinishReason.LENGTH
+        if reason is not None:
+            reason = state.flush() or reason  # held-back text may still hit a stop string
+        return reason
+
+    def _output(self, seq: Sequence, finished: bool) -> EngineOutput:
+        state = self._states[seq.request_id]
+        text, token_ids = state.take_delta(seq.output_token_ids, finished)
+        if finished:
+            self._forget(seq.request_id)
+        return EngineOutput(
+            seq.request_id,
+            text,
+            token_ids,
+            finished=finished,
+            finish_reason=seq.finish_reason.value if finished and seq.finish_reason else None,
+            num_prompt_tokens=seq.num_prompt_tokens,
+            num_cached_tokens=seq.num_cached_tokens,
+            num_output_tokens=seq.num_output_tokens,
+        )
+
+    def _forget(self, request_id: str) -> None:
+        self._seqs.pop(request_id, None)
+        self._states.pop(request_id, None)
