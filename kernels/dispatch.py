@@ -77,8 +77,9 @@ def paged_decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: De
         o, lse = paged_decode_triton(q, k_cache, v_cache, plan.block_tables, plan.seq_lens,
                                      scale, max_len=plan.max_seq_len)
     else:
-        o, lse = torch_ops.paged_decode_window_torch(q, k_cache, v_cache, plan.block_tables,
-                                                     plan.seq_lens, scale, plan.max_blocks)
+        o, lse = torch_ops.paged_decode_window_torch(
+            q, k_cache, v_cache, plan.block_tables, plan.seq_lens, scale, plan.max_blocks,
+            scratch=plan.scratch, tag="full")
     return o.to(q.dtype), lse
 
 
@@ -95,10 +96,12 @@ def cascade_decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: 
         from eclectus.kernels.triton_cascade import cascade_decode_triton
 
         return cascade_decode_triton(q, k_cache, v_cache, plan, scale)
-    o_mem, lse_mem = torch_ops.cascade_prefix_torch(q, k_cache, v_cache, cascade, scale)
+    o_mem, lse_mem = torch_ops.cascade_prefix_torch(q, k_cache, v_cache, cascade, scale,
+                                                    plan.scratch)
     o_suf, lse_suf = torch_ops.paged_decode_window_torch(
         q, k_cache, v_cache, plan.block_tables, plan.seq_lens, scale,
-        cascade.max_suffix_blocks, kv_starts=cascade.suffix_starts)
+        cascade.max_suffix_blocks, kv_starts=cascade.suffix_starts, scratch=plan.scratch,
+        tag="suffix")
     o, lse = _merge_members(o_mem, lse_mem, o_suf, lse_suf, cascade.member_request_ids)
     return o.to(q.dtype), lse
 

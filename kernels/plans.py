@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
+from eclectus.kernels.gather import Scratch
 from torch import Tensor
 
 # A group of one request shares nothing.
@@ -197,7 +198,8 @@ class CascadePlan:
 
 @dataclass(slots=True)
 class DecodePlan:
-    """A decode step: one query per request, at position seq_lens[i] - 1. Immutable."""
+    """A decode step: one query per request, at position seq_lens[i] - 1. Immutable except
+    for ``scratch``."""
 
     block_tables: Tensor  # int32 [batch, max_blocks_per_seq], padded with 0
     seq_lens: Tensor  # int32 [batch]
@@ -206,6 +208,9 @@ class DecodePlan:
     max_seq_len: int
     max_blocks: int  # ceil(max_seq_len / block_size)
     cascade: CascadePlan | None  # None: plain paged attention pays best
+    # gather indices and buffers of the torch paths, filled by the first layer (the only
+    # mutable part of a plan; never read by the Triton paths)
+    scratch: Scratch = field(default_factory=Scratch, repr=False, compare=False)
 
     @property
     def num_requests(self) -> int:

@@ -14,6 +14,7 @@ import math
 
 import torch
 import torch.nn.functional as F
+from eclectus.kernels.gather import Scratch, gather_head_major, head_major_rows
 from eclectus.kernels.plans import CascadePlan, PrefillPlan
 from torch import Tensor
 
@@ -73,51 +74,66 @@ def _softmax_av(scores: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
 
 def paged_decode_window_torch(q: Tensor, k_cache: Tensor, v_cache: Tensor, block_tables: Tensor,
                               seq_lens: Tensor, scale: float, max_window_blocks: int,
-                              kv_starts: Tensor | None = None) -> tuple[Tensor, Tensor]:
+                              kv_starts: Tensor | None = None, scratch: Scratch | None = None,
+                              tag: str = "window") -> tuple[Tensor, Tensor]:
     """Request i's query attends to its tokens [kv_starts[i] (default 0), seq_lens[i]).
 
     q [B, Hq, D]; caches [num_blocks, block_size, Hkv, D]; block_tables int32 [B, W];
     seq_lens, kv_starts int32 [B]; max_window_blocks: host bound on the blocks any window spans.
+    ``scratch`` (the plan's) caches the gather indices under ``tag`` and reuses buffers.
     Returns (o [B, Hq, D] fp32, lse [B, Hq] fp32): fp32 so a cascade merges unrounded states.
     """
     batch, num_q_heads, head_dim = q.shape
-    _, block_size, num_kv_heads, _ = k_cache.shape
-    starts = torch.zeros_like(seq_lens) if kv_starts is None else kv_starts
-    first = (starts // block_size).long()  # first block of each window
-    cols = first[:, None] + torch.arange(max_window_blocks, device=q.device)
-    blocks = block_tables.long().gather(1, cols.clamp_max(block_tables.shape[1] - 1))
-    length = max_window_blocks * block_size
-    k = k_cache[blocks].view(batch, length, num_kv_heads, head_dim)
-    v = v_cache[blocks].view(batch, length, num_kv_heads, head_dim)
-    pos = first[:, None] * block_size + torch.arange(length, device=q.device)
-    valid = (pos >= starts[:, None]) & (pos < seq_lens[:, None])  # [B, L]
+    num_kv_heads = k_cache.shape[2]
+    scratch = scratch or Scratch()
+    rows, masked = scratch.cached((tag, num_kv_heads), lambda: _window_index(
+        block_tables, seq_lens, kv_starts, max_window_blocks, k_cache.shape[1], num_kv_heads))
+    k = gather_head_major(k_cache, rows, scratch, (tag, "k"))  # [B, Hkv, L, D]
+    v = gather_head_major(v_cache, rows, scratch, (tag, "v"))
     qg = q.view(batch, num_kv_heads, -1, head_dim).float() * scale
-    scores = qg @ k.permute(0, 2, 3, 1).float()  # [B, Hkv, group, L]
-    scores.masked_fill_(~valid[:, None, None, :], -math.inf)
-    o, lse = _softmax_av(scores, v.transpose(1, 2).float())
+    scores = qg @ k.transpose(-1, -2).float()  # [B, Hkv, group, L]
+    scores.masked_fill_(masked, -math.inf)
+    o, lse = _softmax_av(scores, v.float())
     return o.reshape(batch, num_q_heads, head_dim), lse.reshape(batch, num_q_heads)
 
 
+def _window_index(block_tables: Tensor, seq_lens: Tensor, kv_starts: Tensor | None,
+                  max_window_blocks: int, block_size: int,
+                  num_kv_heads: int) -> tuple[Tensor, Tensor]:
+    """(rows [B, Hkv, L] for gather_head_major, masked-out [B, 1, 1, L] bool) of the windows."""
+    starts = torch.zeros_like(seq_lens) if kv_starts is None else kv_starts
+    first = (starts // block_size).long()  # first block of each window
+    cols = first[:, None] + torch.arange(max_window_blocks, device=seq_lens.device)
+    blocks = block_tables.long().gather(1, cols.clamp_max(block_tables.shape[1] - 1))
+    pos = first[:, None] * block_size + torch.arange(max_window_blocks * block_size,
+                                                     device=seq_lens.device)
+    masked = (pos < starts[:, None]) | (pos >= seq_lens[:, None])
+    return head_major_rows(blocks, block_size, num_kv_heads), masked[:, None, None, :]
+
+
 def cascade_prefix_torch(q: Tensor, k_cache: Tensor, v_cache: Tensor, cascade: CascadePlan,
-                         scale: float) -> tuple[Tensor, Tensor]:
+                         scale: float, scratch: Scratch | None = None) -> tuple[Tensor, Tensor]:
     """Each group's queries against its shared blocks, one matmul per group and side.
 
     Returns membership-row states (o [num_members, Hq, D] fp32, lse [num_members, Hq] fp32),
     rows in the plan's membership order.
     """
     _, num_q_heads, head_dim = q.shape
-    num_kv_heads = k_cache.shape[2]
+    block_size, num_kv_heads = k_cache.shape[1:3]
     group = num_q_heads // num_kv_heads
+    scratch = scratch or Scratch()
     outs, lses = [], []
-    for request_ids, block_ids in zip(cascade.group_request_ids, cascade.group_block_ids,
-                                      strict=True):
+    for g, (request_ids, block_ids) in enumerate(zip(cascade.group_request_ids,
+                                                     cascade.group_block_ids, strict=True)):
         size = request_ids.numel()
-        k = k_cache[block_ids].view(-1, num_kv_heads, head_dim)  # read once for the group
-        v = v_cache[block_ids].view(-1, num_kv_heads, head_dim)
+        rows = scratch.cached(("group", g, num_kv_heads),
+                              lambda b=block_ids: head_major_rows(b, block_size, num_kv_heads))
+        k = gather_head_major(k_cache, rows, scratch, "group_k")  # [Hkv, L, D], read once
+        v = gather_head_major(v_cache, rows, scratch, "group_v")
         # stack the group's queries into one tile per kv head: [Hkv, size * group, D]
         qg = q[request_ids].view(size, num_kv_heads, group, head_dim).transpose(0, 1)
         qg = qg.reshape(num_kv_heads, size * group, head_dim).float() * scale
-        o, lse = _softmax_av(qg @ k.permute(1, 2, 0).float(), v.transpose(0, 1).float())
+        o, lse = _softmax_av(qg @ k.transpose(-1, -2).float(), v.float())
         outs.append(o.view(num_kv_heads, size, group, head_dim).transpose(0, 1)
                     .reshape(size, num_q_heads, head_dim))
         lses.append(lse.view(num_kv_heads, size, group).transpose(0, 1).reshape(size, -1))
