@@ -124,15 +124,15 @@ def test_store_kv_writes_slots() -> None:
 
 def test_plan_scratch_is_reused_across_layers_without_stale_results() -> None:
     """One plan, several layers (different caches): each result matches its own layer."""
-    plan = None
+    batch = nested_batch(block_size=4, num_kv_heads=2, head_dim=16)
+    plan = build_decode_plan(batch.block_tables, batch.seq_lens, 4, CPU, min_shared_tokens=4)
+    gen = torch.Generator().manual_seed(7)
     for layer in range(3):
-        batch = nested_batch(block_size=4, num_kv_heads=2, head_dim=16, seed=layer)
-        if plan is None:
-            plan = build_decode_plan(batch.block_tables, batch.seq_lens, 4, CPU,
-                                     min_shared_tokens=4)
+        k_cache = torch.randn(batch.k_cache.shape, generator=gen)
+        v_cache = torch.randn(batch.v_cache.shape, generator=gen)
         q = _queries(len(batch.seq_lens), 4, 16, seed=layer)
-        o_ref, _ = ref_paged_decode(q, batch.k_cache, batch.v_cache, batch.block_tables,
-                                    batch.seq_lens, 0.25)
+        o_ref, _ = ref_paged_decode(q, k_cache, v_cache, batch.block_tables, batch.seq_lens,
+                                    0.25)
         for run in (cascade_decode_attention, paged_decode_attention):
-            o, _ = run(q, batch.k_cache, batch.v_cache, plan, 0.25)
+            o, _ = run(q, k_cache, v_cache, plan, 0.25)
             torch.testing.assert_close(o, o_ref, atol=1e-5, rtol=1e-5)
