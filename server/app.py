@@ -39,6 +39,13 @@ def build_backend(model: str) -> Backend:
     return AsyncEngine.from_model(model)  # type: ignore[no-any-return]
 
 
+def _with_type(response: Response, content_type: str) -> Response:
+    """Replace the plain-text Content-Type that ``respond`` sets (mutates ``response``)."""
+    del response.headers["Content-Type"]  # Headers is a multidict: assigning would append
+    response.headers["Content-Type"] = content_type
+    return response
+
+
 class EclectusServer:
     """A listening server. ``close`` is idempotent; ``async with`` closes on exit."""
 
@@ -92,13 +99,11 @@ class EclectusServer:
                 "model": self.backend.model.name,
                 "sessions": len(self.ctx.sessions),
             }
-            response = connection.respond(http.HTTPStatus.OK, json.dumps(body) + "\n")
-            response.headers["Content-Type"] = "application/json"
-            return response
+            text = json.dumps(body) + "\n"
+            return _with_type(connection.respond(http.HTTPStatus.OK, text), "application/json")
         if path == "/metrics":
             response = connection.respond(http.HTTPStatus.OK, self.metrics_text())
-            response.headers["Content-Type"] = "text/plain; version=0.0.4; charset=utf-8"
-            return response
+            return _with_type(response, "text/plain; version=0.0.4; charset=utf-8")
         if "websocket" not in request.headers.get("Upgrade", "").lower():
             return connection.respond(http.HTTPStatus.NOT_FOUND, "not found\n")
         return None

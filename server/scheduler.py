@@ -24,6 +24,7 @@ from itertools import count
 
 from eclectus.server.backend import Backend, EngineError, EngineRequest
 from eclectus.server.config import ServerConfig
+from eclectus.server.errors import ServerError
 from eclectus.server.graph import Graph, Node
 from eclectus.server.metrics import Metrics
 from eclectus.server.objectives import Objective, RankKey, engine_priority, rank_key
@@ -179,6 +180,9 @@ class Scheduler:
         except EngineError as exc:
             self.metrics.calls_failed += 1
             self._drop(app, app.graph.fail(node, "engine_error", str(exc) or "engine error"))
+        except ServerError as exc:  # e.g. the resolved prompt is over max_prompt_tokens
+            self.metrics.calls_failed += 1
+            self._drop(app, app.graph.fail(node, exc.code, exc.message))
         except Exception as exc:  # a bug must fail the call, never the server
             log.exception("call %s/%s failed", app.session_id, node.node_id)
             self.metrics.calls_failed += 1

@@ -1,0 +1,163 @@
+"""Sessions over a real socket: auth, isolation, streaming, clean-up, observability."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.request
+
+from conftest import RawClient, ServerFactory, map_reduce
+from eclectus.server.app import EclectusServer, serve_in_thread
+from eclectus.server.config import ServerConfig
+from eclectus.server.metrics import parse_prometheus
+from scripted_engine import ScriptedEngine, scripted_text
+from websockets.asyncio.client import connect
+from websockets.sync.client import connect as sync_connect
+
+
+def http_get(url: str) -> tuple[int, str, str]:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return response.status, response.headers["Content-Type"], response.read().decode()
+
+
+async def fetch(url: str) -> tuple[int, str, str]:
+    return await asyncio.to_thread(http_get, url)
+
+
+async def test_auth_on_accepts_the_right_token(make_server: ServerFactory) -> None:
+    server = await make_server(token="s3cret")
+    async with connect(server.url) as ws:
+        welcome = await RawClient(ws).hello(token="s3cret", app="t")
+        assert welcome["models"][0]["name"] == "scripted"
+        assert welcome["limits"]["max_frame_bytes"] == server.ctx.config.max_frame_bytes
+
+
+async def test_sessions_cannot_see_each_others_variables(server: EclectusServer) -> None:
+    async with connect(server.url) as ws_a, connect(server.url) as ws_b:
+        a, b = RawClient(ws_a), RawClient(ws_b)
+        welcome_a, welcome_b = await a.hello(), await b.hello()
+        assert welcome_a["session"] != welcome_b["session"]
+        await a.ask({"type": "submit", "vars": [{"id": "secret", "value": "a's text"}]})
+        reply = await b.ask({"type": "get", "var": "secret"})
+        assert (reply["code"], reply["var"]) == ("unknown_var", "secret")
+        # b may use the same id for its own variable
+        await b.ask({"type": "submit", "vars": [{"id": "secret", "value": "b's text"}]})
+        assert (await b.ask({"type": "get", "var": "secret"}))["text"] == "b's text"
+        assert (await a.ask({"type": "get", "var": "secret"}))["text"] == "a's text"
+
+
+async def test_stream_sends_deltas_then_value(client: RawClient) -> None:
+    await client.ask(map_reduce(2) | {"gets": []})
+    await client.send({"type": "get", "id": "g", "var": "final", "stream": True})
+    deltas = []
+    while (frame := await client.recv())["type"] == "delta":
+        deltas.append(frame["text"])
+    assert frame["type"] == "value" and "".join(deltas) == frame["text"]
+    assert len(deltas) == 3 and frame["usage"]["completion_tokens"] == 8
+
+
+async def test_disconnect_mid_graph_frees_everything(make_server: ServerFactory) -> None:
+    """Many sessions leave with work in flight: their requests are aborted, nothing stays
+    running, the session count returns to 0, and a live session is not disturbed."""
+    engine = ScriptedEngine(hold=True)
+    server = await make_server(engine)
+    async with connect(server.url) as ws_live:
+        live = RawClient(ws_live)
+        await live.hello()
+        for _ in range(10):
+            async with connect(server.url) as ws:
+                client = RawClient(ws)
+                await client.hello()
+                await client.ask(map_reduce(3))
+                await asyncio.sleep(0.01)
+        for _ in range(100):
+            if server.metrics.sessions == 1:
+                break
+            await asyncio.sleep(0.01)
+        assert server.metrics.sessions == 1
+        assert engine.running == set() and server.scheduler.num_inflight == 0
+        assert len(engine.aborted) == 30  # 3 maps in flight per session
+        assert server.scheduler.ready == [] and len(server.scheduler.apps) == 1
+        engine.release()
+        await live.ask(map_reduce(2))
+        assert (await live.values(1))["final"]["type"] == "value"
+
+
+async def test_cancel_frame_fails_downstream(make_server: ServerFactory) -> None:
+    engine = ScriptedEngine(hold=True)
+    server = await make_server(engine)
+    async with connect(server.url) as ws:
+        client = RawClient(ws)
+        await client.hello()
+        await client.ask(map_reduce(2))
+        await client.send({"type": "cancel", "id": "c", "var": "sum0"})
+        frames = [await client.recv(), await client.recv()]
+        assert {"type": "ack", "id": "c"} in frames
+        failed = next(f for f in frames if f["type"] == "error")
+        assert (failed["code"], failed["var"]) == ("cancelled", "final")
+        engine.release()
+
+
+async def test_healthz_and_metrics(client: RawClient, server: EclectusServer) -> None:
+    """A DAG resolves with one value sent; the counters say what the server saw."""
+    status, kind, body = await fetch(server.http_url + "/healthz")
+    assert status == 200 and kind == "application/json"
+    assert json.loads(body) == {"status": "ok", "model": "scripted", "sessions": 1}
+    await client.ask(map_reduce(4))
+    await client.values(1)
+    status, kind, body = await fetch(server.http_url + "/metrics")
+    samples = parse_prometheus(body)
+    assert status == 200 and kind.startswith("text/plain")
+    assert samples["eclectus_values_sent_total"] == 1
+    assert samples["eclectus_calls_finished_total"] == 5
+    assert samples["eclectus_client_frames_total"] == 2  # hello, submit
+    assert samples['eclectus_get_latency_seconds_count{criteria="latency"}'] == 1
+    assert samples["eclectus_prefix_cache_hit_tokens_total"] > 0  # maps share "Summarize:\n"
+
+
+async def test_client_frames_do_not_grow_with_fan_out(make_server: ServerFactory) -> None:
+    frames = []
+    for fan_out in (2, 16):
+        server = await make_server()
+        async with connect(server.url) as ws:
+            client = RawClient(ws)
+            await client.hello()
+            await client.ask(map_reduce(fan_out))
+            await client.values(1)
+        frames.append((server.metrics.client_frames, server.metrics.values_sent))
+    assert frames[0] == frames[1] == (2, 1)
+
+
+async def test_session_limit(make_server: ServerFactory) -> None:
+    server = await make_server(max_sessions=1)
+    async with connect(server.url) as ws1, connect(server.url) as ws2:
+        await RawClient(ws1).hello()
+        reply = await RawClient(ws2).ask({"type": "hello"})
+        assert reply["code"] == "limit_exceeded"
+
+
+async def test_close_frame_ends_the_session(client: RawClient, server: EclectusServer) -> None:
+    assert (await client.ask({"type": "close", "id": "bye"}))["type"] == "ack"
+    await client.ws.wait_closed()
+    assert server.metrics.sessions == 0
+
+
+def test_serve_in_thread_runs_and_closes() -> None:
+    engine_box: list[ScriptedEngine] = []
+
+    def factory() -> ScriptedEngine:
+        engine_box.append(ScriptedEngine())
+        return engine_box[0]
+
+    with serve_in_thread(ServerConfig(port=0), factory) as server:
+        assert server.port > 0
+        with sync_connect(server.url) as ws:
+            ws.send(json.dumps({"type": "hello"}))
+            assert json.loads(ws.recv(timeout=5))["type"] == "welcome"
+            ws.send(json.dumps(map_reduce(1)))
+            frames = [json.loads(ws.recv(timeout=5)) for _ in range(2)]
+        assert frames[1]["text"] == scripted_text(
+            "Combine:\n" + scripted_text("Summarize:\ndocument number 0\nSummary:", 8) + "\nFinal:",
+            8,
+        )
+    assert engine_box[0].stopped == 1
