@@ -34,9 +34,9 @@ log = logging.getLogger(__name__)
 def build_backend(model: str) -> Backend:
     """The built-in engine for ``model`` ("tiny" or a HF checkpoint directory). Imported
     lazily so that the server module itself never imports torch."""
-    from eclectus.server.engine import AsyncEngine  # type: ignore[attr-defined]
+    from eclectus.server.engine import AsyncEngine
 
-    return AsyncEngine.from_model(model)  # type: ignore[no-any-return]
+    return AsyncEngine.from_config(model=model)
 
 
 def _with_type(response: Response, content_type: str) -> Response:
@@ -141,8 +141,8 @@ async def start_server(
     built-in engine for ``config.model``; the server then owns it and shuts it down on close
     (``owns_backend`` overrides). A backend passed in must tolerate ``start`` being called."""
     owns = backend is None if owns_backend is None else owns_backend
-    if backend is None:
-        backend = build_backend(config.model)
+    if backend is None:  # loading weights blocks: keep the loop free for other servers
+        backend = await asyncio.to_thread(build_backend, config.model)
     await backend.start()
     metrics = Metrics()
     ctx = ServerContext(config, backend, Scheduler(backend, config, metrics), metrics)
