@@ -1,0 +1,211 @@
+"""AsyncEngine: the built-in engine behind the server's Backend interface.
+
+One background thread owns the LLMEngine and steps it while work exists, sleeping on a
+condition when idle. The event loop talks to it only through a thread-safe inbox (add, abort,
+unpin), drained at the start of each iteration; outputs travel back by
+``loop.call_soon_threadsafe`` into one asyncio.Queue per request. A step that raises fails only
+the requests in that step (their iterators raise EngineError); the loop keeps going.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from eclectus.server.backend import EngineError, EngineOutput, EngineRequest, EngineStats, ModelCard
+from eclectus.server.engine.engine_config import EngineConfig
+from eclectus.server.engine.llm_engine import LLMEngine, StepFailed
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class _Command:
+    kind: str  # "add" | "abort" | "unpin"
+    request_id: str
+    request: EngineRequest | None = None
+
+
+@dataclass(slots=True)
+class _Stream:
+    loop: asyncio.AbstractEventLoop
+    queue: asyncio.Queue[EngineOutput | EngineError]
+
+
+class AsyncEngine:
+    """Implements ``eclectus.server.backend.Backend``. Constructing it loads the model."""
+
+    def __init__(
+        self, config: EngineConfig | None = None, *, engine: LLMEngine | None = None
+    ) -> None:
+        self.config = config or (engine.config if engine else EngineConfig())
+        self.engine = engine if engine is not None else LLMEngine(self.config)
+        self._cond = threading.Condition()
+        self._inbox: list[_Command] = []  # guarded by _cond
+        self._streams: dict[str, _Stream] = {}  # guarded by _cond
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._stats = self.engine.stats()  # replaced (never mutated) after every step
+        eos = self.engine.tokenizer.eos_token_ids
+        self._card = ModelCard(
+            self.config.model, self.engine.max_model_len, eos[0] if eos else None
+        )
+
+    @classmethod
+    def from_config(cls, config: EngineConfig | None = None, **overrides: Any) -> AsyncEngine:
+        """Build from a config and/or keyword overrides (``model="tiny"``, ...)."""
+        base = config or EngineConfig()
+        return cls(base.replace(**overrides) if overrides else base)
+
+    @property
+    def model(self) -> ModelCard:
+        return self._card
+
+    # ---- lifecycle --------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start the step thread (mutates; idempotent)."""
+        self._ensure_thread()
+
+    def _ensure_thread(self) -> None:
+        with self._cond:
+            if self._stopping:
+                raise EngineError("the engine is shut down")
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="eclectus-engine", daemon=True
+                )
+                self._thread.start()
+
+    async def shutdown(self) -> None:
+        """Stop and join the step thread, then end every open stream with "abort"
+        (mutates; idempotent)."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+            thread = self._thread
+        if thread is not None:
+            await asyncio.to_thread(thread.join)
+        with self._cond:
+            request_ids = list(self._streams)
+        for request_id in request_ids:  # the thread is gone: the engine is ours now
+            self._deliver(self.engine.abort(request_id) or _aborted(request_id))
+
+    # ---- requests ---------------------------------------------------------------------------
+
+    async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
+        """Submit ``request`` and stream its outputs until finished (mutates: enqueues).
+        Raises EngineError if the engine fails it; closing the iterator early aborts it."""
+        self._ensure_thread()
+        stream = _Stream(asyncio.get_running_loop(), asyncio.Queue())
+        with self._cond:
+            if request.request_id in self._streams:
+                raise EngineError(f"request id {request.request_id!r} is already running")
+            self._streams[request.request_id] = stream
+        self._submit(_Command("add", request.request_id, request))
+        finished = False
+        try:
+            while not finished:
+                item = await stream.queue.get()
+                if isinstance(item, EngineError):
+                    finished = True
+                    raise item
+                finished = item.finished
+                yield item
+        finally:
+            if not finished:  # the caller stopped listening: free what it holds
+                self._submit(_Command("abort", request.request_id))
+
+    async def abort(self, request_id: str) -> None:
+        """Abort a request if it is still running and free its blocks (mutates)."""
+        self._submit(_Command("abort", request_id))
+
+    async def unpin(self, request_id: str) -> None:
+        """Release the prefix pinned by ``request_id`` (mutates; no-op if none)."""
+        self._submit(_Command("unpin", request_id))
+
+    def count_tokens(self, text: str) -> list[int]:
+        """Token ids of ``text`` as one non-first segment (pure; the tokenizer is immutable)."""
+        return self.engine.tokenizer.encode(text, add_bos=False)
+
+    def stats(self) -> EngineStats:
+        """The snapshot taken after the latest step (pure)."""
+        return self._stats
+
+    def _submit(self, command: _Command) -> None:
+        with self._cond:
+            self._inbox.append(command)
+            self._cond.notify()
+
+    # ---- the step thread ------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._inbox and not self.engine.has_unfinished and not self._stopping:
+                    self._cond.wait()
+                if self._stopping:
+                    return
+                commands, self._inbox = self._inbox, []
+            for command in commands:
+                self._apply(command)
+            if self.engine.has_unfinished:
+                self._step()
+            self._stats = self.engine.stats()
+
+    def _apply(self, command: _Command) -> None:
+        if command.kind == "add":
+            assert command.request is not None
+            try:
+                self.engine.add_request(command.request)
+            except ValueError as exc:
+                self._fail(command.request_id, str(exc))
+        elif command.kind == "abort":
+            output = self.engine.abort(command.request_id)
+            if output is not None:
+                self._deliver(output)
+        else:
+            self.engine.unpin(command.request_id)
+
+    def _step(self) -> None:
+        try:
+            outputs = self.engine.step()
+        except StepFailed as exc:
+            logger.exception("engine step failed; failing its %d requests", len(exc.request_ids))
+            outputs = exc.outputs
+            for request_id in exc.request_ids:
+                self._fail(request_id, str(exc))
+        except Exception as exc:  # a bug outside the forward: fail everything in flight
+            logger.exception("engine loop error; failing all requests")
+            with self._cond:
+                request_ids = list(self._streams)
+            for request_id in request_ids:
+                self.engine.abort(request_id)
+                self._fail(request_id, f"engine error: {exc}")
+            return
+        for output in outputs:
+            self._deliver(output)
+
+    def _fail(self, request_id: str, message: str) -> None:
+        self._send(request_id, EngineError(message), last=True)
+
+    def _deliver(self, output: EngineOutput) -> None:
+        self._send(output.request_id, output, last=output.finished)
+
+    def _send(self, request_id: str, item: EngineOutput | EngineError, last: bool) -> None:
+        with self._cond:
+            stream = self._streams.pop(request_id, None) if last else self._streams.get(request_id)
+        if stream is None:
+            return
+        # a RuntimeError means the caller's loop is closed: nobody is listening
+        with contextlib.suppress(RuntimeError):
+            stream.loop.call_soon_threadsafe(stream.queue.put_nowait, item)
+
+
+def _aborted(request_id: str) -> EngineOutput:
+    return EngineOutput(request_id, "", (), finished=True, finish_reason="abort")
