@@ -1,0 +1,43 @@
+"""One real Eclectus server (built-in engine, ``tiny`` model) for the whole LlamaIndex suite.
+
+Starting the engine costs seconds, so the server is session-scoped; each test gets its own
+``Eclectus`` LLM, i.e. its own application session on that server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from eclectus.adapters.llamaindex import Eclectus
+from eclectus.server.app import EclectusServer, serve_in_thread
+from eclectus.server.config import ServerConfig
+from eclectus.server.metrics import parse_prometheus
+
+# Small enough that LlamaIndex's PromptHelper splits a few paragraphs into several chunks,
+# so trees get more than one level and refine chains more than one step.
+TEST_CONTEXT_WINDOW = 400
+TEST_MAX_TOKENS = 12
+
+
+@pytest.fixture(scope="session")
+def server() -> Iterator[EclectusServer]:
+    with serve_in_thread(ServerConfig(port=0, model="tiny")) as running:
+        yield running
+
+
+@pytest.fixture
+def llm(server: EclectusServer) -> Iterator[Eclectus]:
+    model = Eclectus(
+        url=server.url,
+        max_tokens=TEST_MAX_TOKENS,
+        context_window=TEST_CONTEXT_WINDOW,
+        app="llamaindex-tests",
+    )
+    yield model
+    model.close()
+
+
+def metric(server: EclectusServer, name: str) -> float:
+    """The current value of one of the server's Prometheus counters."""
+    return parse_prometheus(server.metrics_text()).get(name, 0.0)
