@@ -1,0 +1,143 @@
+"""EclectusLLM: a drop-in LangChain completion model (for ``OpenAI`` / ``VLLMOpenAI``).
+
+A batch of prompts (``generate``, ``batch``) reaches the server as one group in one frame.
+Inside a chain, the prompt template's boundaries become segment boundaries (tracing.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+from eclectus.adapters.langchain._calls import ModelCore
+from eclectus.adapters.langchain._client import Generated
+from eclectus.adapters.langchain._common import EclectusParams
+from eclectus.adapters.langchain.pieces import Piece
+from eclectus.adapters.langchain.tracing import TRACER
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
+from langchain_core.language_models import BaseLLM
+from langchain_core.language_models.llms import LangSmithParams
+from langchain_core.outputs import Generation, GenerationChunk, LLMResult
+
+
+def info_of(result: Generated) -> dict[str, Any]:
+    """generation_info of one finished call (pure)."""
+    return {
+        "finish_reason": result.finish_reason,
+        "model_name": result.model_name,
+        "prompt_tokens": result.prompt_tokens,
+        "completion_tokens": result.completion_tokens,
+        "cached_tokens": result.cached_tokens,
+    }
+
+
+def llm_result(results: list[Generated]) -> LLMResult:
+    """One LLMResult for a group of finished calls, with summed token usage (pure)."""
+    prompt = sum(r.prompt_tokens for r in results)
+    completion = sum(r.completion_tokens for r in results)
+    return LLMResult(
+        generations=[[Generation(text=r.text, generation_info=info_of(r))] for r in results],
+        llm_output={
+            "token_usage": {
+                "prompt_tokens": prompt,
+                "completion_tokens": completion,
+                "total_tokens": prompt + completion,
+            },
+            "model_name": results[0].model_name if results else None,
+        },
+    )
+
+
+class EclectusLLM(EclectusParams, BaseLLM):
+    """Completion model on an Eclectus server (a drop-in for ``OpenAI``/``VLLMOpenAI``).
+
+    Example:
+        ```python
+        from eclectus.adapters.langchain import EclectusLLM
+
+        llm = EclectusLLM(model="tiny", base_url="ws://127.0.0.1:8765", max_tokens=32)
+        llm.invoke("Once upon a time")
+        ```
+    """
+
+    @property
+    def _llm_type(self) -> str:
+        return "eclectus"
+
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        return self.identifying()
+
+    def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
+        params = self.ls_params({**kwargs, **({"stop": stop} if stop else {})})
+        return LangSmithParams(ls_model_type="llm", **params)  # type: ignore[typeddict-item]
+
+    @staticmethod
+    def prompt_pieces(prompt: str) -> list[Piece]:
+        """The prompt as pieces: its template's boundaries when the tracing hook saw them."""
+        return TRACER.pieces_for(prompt) or [prompt]
+
+    def _requests(self, prompts: list[str], stop: list[str] | None, kwargs: dict[str, Any]):
+        sampling = self.sampling(stop, kwargs)
+        return [(self.prompt_pieces(p), sampling) for p in prompts], self.model_for(kwargs)
+
+    def _core(self, run_manager: Any) -> ModelCore:
+        return ModelCore(self, TRACER.app_of(getattr(run_manager, "run_id", None)))
+
+    def _generate(
+        self,
+        prompts: list[str],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> LLMResult:
+        requests, model = self._requests(prompts, stop, kwargs)
+        return llm_result(self._core(run_manager).run(requests, model))
+
+    async def _agenerate(
+        self,
+        prompts: list[str],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> LLMResult:
+        requests, model = self._requests(prompts, stop, kwargs)
+        return llm_result(await self._core(run_manager).arun(requests, model))
+
+    def _stream(
+        self,
+        prompt: str,
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> Iterator[GenerationChunk]:
+        ((pieces, sampling),), model = self._requests([prompt], stop, kwargs)
+        for item in self._core(run_manager).stream(pieces, sampling, model):
+            chunk = _chunk(item)
+            if run_manager and isinstance(item, str):
+                run_manager.on_llm_new_token(item, chunk=chunk)
+            yield chunk
+
+    async def _astream(
+        self,
+        prompt: str,
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[GenerationChunk]:
+        ((pieces, sampling),), model = self._requests([prompt], stop, kwargs)
+        async for item in self._core(run_manager).astream(pieces, sampling, model):
+            chunk = _chunk(item)
+            if run_manager and isinstance(item, str):
+                await run_manager.on_llm_new_token(item, chunk=chunk)
+            yield chunk
+
+    def get_num_tokens(self, text: str) -> int:
+        """Token count from the server's tokenizer (LangChain's default needs GPT-2 files)."""
+        return ModelCore(self, None).count_tokens(text, self.model_name)
+
+
+def _chunk(item: str | Generated) -> GenerationChunk:
+    if isinstance(item, str):
+        return GenerationChunk(text=item)
+    return GenerationChunk(text="", generation_info=info_of(item))

@@ -1,0 +1,40 @@
+"""One real Eclectus server (built-in engine, embedded ``tiny`` model) for this package's
+tests, started once per test session on a free loopback port.
+
+The model classes read ``ECLECTUS_URL`` when constructed, so the fixture points that at the
+server for the tests that use it (``usefixtures("eclectus_server")``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+from eclectus.server.app import EclectusServer, serve_in_thread
+from eclectus.server.config import ServerConfig
+
+
+@pytest.fixture(scope="session")
+def eclectus_server() -> Iterator[EclectusServer]:
+    """The running server; ECLECTUS_URL points at it while the session lasts."""
+    with serve_in_thread(ServerConfig(port=0, model="tiny")) as server:
+        previous = os.environ.get("ECLECTUS_URL")
+        os.environ["ECLECTUS_URL"] = server.url
+        try:
+            yield server
+        finally:
+            if previous is None:
+                os.environ.pop("ECLECTUS_URL", None)
+            else:
+                os.environ["ECLECTUS_URL"] = previous
+
+
+def metric(server: EclectusServer, name: str) -> float:
+    """The sum of a metric's samples on GET /metrics (all label sets)."""
+    with urllib.request.urlopen(f"{server.http_url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    pattern = re.compile(rf"^{re.escape(name)}(?:\{{[^}}]*\}})? ([0-9.eE+-]+)$", re.MULTILINE)
+    return sum(float(value) for value in pattern.findall(text))
