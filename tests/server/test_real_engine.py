@@ -1,0 +1,132 @@
+"""End to end with the built-in engine (AsyncEngine, tiny model), built once per module."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+from conftest import RawClient, map_reduce
+from eclectus.server.app import EclectusServer, start_server
+from eclectus.server.config import ServerConfig
+from eclectus.server.metrics import parse_prometheus
+from websockets.asyncio.client import connect
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def real_engine() -> Iterator[object]:
+    from eclectus.server.engine import AsyncEngine
+
+    engine = AsyncEngine.from_config(model="tiny", num_kv_blocks=256)
+    yield engine
+    asyncio.run(engine.shutdown())
+
+
+@pytest.fixture
+async def real_server(real_engine: object) -> AsyncIterator[EclectusServer]:
+    server = await start_server(ServerConfig(port=0), real_engine, owns_backend=False)  # type: ignore[arg-type]
+    yield server
+    await server.close()
+
+
+async def session(server: EclectusServer) -> tuple[RawClient, object]:
+    ws = await connect(server.url)
+    client = RawClient(ws)
+    await client.hello()
+    return client, ws
+
+
+async def test_graph_equals_calls_one_by_one(real_server: EclectusServer) -> None:
+    """Values are text: the server-side graph gives what running each call in turn gives."""
+    client, ws = await session(real_server)
+    await client.ask(map_reduce(3))
+    graph_final = (await client.values(1))["final"]["text"]
+    sums = []
+    for i in range(3):
+        one = map_reduce(3)
+        one["calls"] = [one["calls"][i]]
+        one["ops"], one["gets"] = [], [{"var": f"y{i}"}]
+        one["vars"] = [one["vars"][i] | {"id": f"x{i}"}]
+        one["calls"][0] = one["calls"][0] | {"id": f"one{i}"}
+        one["calls"][0]["bind"] = {"doc": f"x{i}", "summary": f"y{i}"}
+        assert (await client.ask(one))["type"] == "ack"
+        sums.append((await client.values(1))[f"y{i}"]["text"])
+    reduce = map_reduce(3)["calls"][-1] | {"id": "r2", "bind": {"all": "j2", "final": "f2"}}
+    await client.ask(
+        {
+            "type": "submit",
+            "vars": [{"id": "j2", "value": "\n".join(sums)}],
+            "calls": [reduce],
+            "gets": [{"var": "f2"}],
+        }
+    )
+    assert (await client.values(1))["f2"]["text"] == graph_final
+    await ws.close()  # type: ignore[attr-defined]
+
+
+async def test_stream_and_multi_output(real_server: EclectusServer) -> None:
+    client, ws = await session(real_server)
+    call = {
+        "id": "c",
+        "template": "Q: hello\nA:{{a}}\nQ: again\nA:{{b}}",
+        "bind": {"a": "a", "b": "b"},
+        "sampling": {
+            "a": {"max_tokens": 5, "ignore_eos": True},
+            "b": {"max_tokens": 5, "ignore_eos": True},
+        },
+    }
+    await client.ask({"type": "submit", "calls": [call]})
+    await client.send({"type": "get", "var": "b", "stream": True})
+    deltas = []
+    while (frame := await client.recv(timeout=30))["type"] == "delta":
+        deltas.append(frame["text"])
+    assert frame["type"] == "value" and "".join(deltas) == frame["text"]
+    assert frame["usage"]["completion_tokens"] == 5
+    assert (await client.ask({"type": "get", "var": "a"}))["type"] == "value"
+    await ws.close()  # type: ignore[attr-defined]
+
+
+async def test_disconnects_leave_no_blocks_held(
+    real_server: EclectusServer, real_engine: object
+) -> None:
+    """Sessions leaving mid-generation: requests aborted, pins released, all blocks free."""
+    for _ in range(5):
+        client, ws = await session(real_server)
+        frame = map_reduce(3)
+        for spec in frame["calls"]:
+            spec["sampling"] = {
+                k: {"max_tokens": 200, "ignore_eos": True} for k in spec["sampling"]
+            }
+        await client.ask(frame)
+        await asyncio.sleep(0.05)
+        await ws.close()  # type: ignore[attr-defined]
+    for _ in range(200):
+        stats = real_server.backend.stats()
+        if (
+            real_server.metrics.sessions == 0
+            and stats.num_running == 0
+            and stats.num_free_blocks == stats.num_total_blocks
+        ):
+            break
+        await asyncio.sleep(0.05)
+    stats = real_server.backend.stats()
+    assert real_server.metrics.sessions == 0
+    assert (stats.num_running, stats.num_waiting) == (0, 0)
+    assert stats.num_free_blocks == stats.num_total_blocks
+    assert stats.extra.get("num_pinned", 0) == 0
+
+
+async def test_shared_prefix_hits_the_cache(real_server: EclectusServer) -> None:
+    client, ws = await session(real_server)
+    before = real_server.backend.stats().cache_hit_tokens
+    frame = map_reduce(4)
+    for spec in frame["calls"][:4]:
+        spec["template"] = "You are a careful summarizer of documents. " * 3 + spec["template"]
+    await client.ask(frame)
+    await client.values(1)
+    text = real_server.metrics_text()
+    hits = parse_prometheus(text)["eclectus_prefix_cache_hit_tokens_total"]
+    assert hits - before >= 3 * 100  # three of four maps reuse the ~130-token prefix
+    await ws.close()  # type: ignore[attr-defined]
