@@ -1,0 +1,110 @@
+"""Opening a session: the WebSocket, then ``hello`` -> ``welcome`` (or ``error``).
+
+``connect(url)`` may be awaited (``app = await connect(url)``) or used as an async context
+manager (``async with connect(url) as app``), like ``websockets.connect``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Generator
+from typing import Any
+
+from eclectus.adapters.client.errors import AuthError, ConnectionError, ServerError
+from eclectus.adapters.client.session import Session
+from eclectus.adapters.client.wire import decode_frame, encode_frame
+from eclectus.server.protocol import Error, Hello, Welcome
+from pydantic import ValidationError
+from websockets.asyncio.client import ClientConnection
+from websockets.asyncio.client import connect as ws_connect
+from websockets.exceptions import ConnectionClosed, WebSocketException
+
+DEFAULT_TIMEOUT = 10.0  # seconds for the socket to open and the welcome to arrive
+MAX_SERVER_FRAME_BYTES = 64 * 2**20  # a long value or a large tokens reply fits
+TOKEN_ENV = "ECLECTUS_TOKEN"
+
+
+async def open_session(
+    url: str,
+    *,
+    token: str | None = None,
+    app: str | None = None,
+    tenant: str | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> Session:
+    """Connects and runs the handshake on the running loop. ``token`` defaults to
+    ``$ECLECTUS_TOKEN``. Raises AuthError (refused), ServerError (other error reply) or
+    ConnectionError (unreachable, closed, or no welcome within ``timeout``)."""
+    if token is None:
+        token = os.environ.get(TOKEN_ENV) or None
+    try:
+        ws = await ws_connect(
+            url, open_timeout=timeout, max_size=MAX_SERVER_FRAME_BYTES, ping_timeout=60
+        )
+    except (OSError, TimeoutError, WebSocketException) as exc:
+        raise ConnectionError(f"cannot connect to {url}: {exc}") from exc
+    try:
+        hello = Hello(id="hello", token=token, app=app, tenant=tenant)
+        welcome = await asyncio.wait_for(_handshake(ws, hello, url), timeout)
+    except TimeoutError as exc:
+        await ws.close()
+        raise ConnectionError(f"no welcome from {url} within {timeout} s") from exc
+    except BaseException:
+        await ws.close()
+        raise
+    return Session(ws, welcome, url)
+
+
+async def _handshake(ws: ClientConnection, hello: Hello, url: str) -> Welcome:
+    try:
+        await ws.send(encode_frame(hello))
+        raw = await ws.recv()
+    except ConnectionClosed as exc:
+        raise ConnectionError(f"{url} closed the connection during the handshake: {exc}") from exc
+    try:
+        frame = decode_frame(raw)
+    except ValidationError as exc:
+        raise ConnectionError(f"{url} answered hello with an unreadable frame: {exc}") from exc
+    if isinstance(frame, Welcome):
+        return frame
+    if isinstance(frame, Error) and frame.code == "unauthorized":
+        raise AuthError(frame.message, frame.code)
+    if isinstance(frame, Error):
+        raise ServerError.from_frame(frame)
+    raise ConnectionError(f"{url} answered hello with {frame.type!r}, not 'welcome'")
+
+
+class Connecting:
+    """The awaitable / async context manager :func:`connect` returns (holds the session
+    once entered)."""
+
+    def __init__(self, url: str, **options: Any) -> None:
+        self._url = url
+        self._options = options
+        self._session: Session | None = None
+
+    def __await__(self) -> Generator[Any, None, Session]:
+        return open_session(self._url, **self._options).__await__()
+
+    async def __aenter__(self) -> Session:
+        self._session = await open_session(self._url, **self._options)
+        return self._session
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._session is not None:
+            await self._session.aclose()
+
+
+def connect(
+    url: str,
+    *,
+    token: str | None = None,
+    app: str | None = None,
+    tenant: str | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> Connecting:
+    """Opens an application session on the running loop: ``async with connect(url) as app``
+    or ``app = await connect(url)`` (then ``await app.aclose()``). ``app`` names the
+    application (the server's app-FIFO and metrics key), ``tenant`` its tenant."""
+    return Connecting(url, token=token, app=app, tenant=tenant, timeout=timeout)

@@ -1,0 +1,69 @@
+"""The SDK's exception tree.
+
+::
+
+    EclectusClientError
+    ├── ConnectionError      the socket failed, closed, or the handshake timed out
+    │                        (also a builtins.ConnectionError, so ``except OSError`` sees it)
+    ├── AuthError            the server answered ``hello`` with ``unauthorized``
+    └── ServerError          an ``error`` frame: .code, .message, .field, .var
+        └── VariableFailed   ... that failed one variable (aget/get/astream raise it)
+
+Bad arguments are ordinary Python errors raised at the call site: ``ValueError`` for a bad
+template or sampling spec (at ``app.function()``), ``TypeError`` for unknown, missing or
+ill-typed inputs (when a semantic function is called).
+"""
+
+from __future__ import annotations
+
+import builtins
+
+from eclectus.server.protocol import Error
+
+
+class EclectusClientError(Exception):
+    """Base of every error the SDK raises on its own account."""
+
+
+class ConnectionError(EclectusClientError, builtins.ConnectionError):
+    """The connection is gone (or never came up); everything still pending failed with it."""
+
+
+class AuthError(EclectusClientError):
+    """The server refused the ``hello`` (bad or missing token). ``code`` is the wire code."""
+
+    def __init__(self, message: str, code: str = "unauthorized") -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class ServerError(EclectusClientError):
+    """The server answered a frame with ``error``.
+
+    ``code`` is the protocol's error code (``bad_request``, ``cycle``, ``engine_error``...),
+    ``field`` the offending field when the server named one, ``var`` the variable it concerns.
+    """
+
+    def __init__(
+        self, code: str, message: str, *, field: str | None = None, var: str | None = None
+    ) -> None:
+        where = "".join(
+            [f" (field {field!r})" if field else "", f" (variable {var!r})" if var else ""]
+        )
+        super().__init__(f"[{code}] {message}{where}")
+        self.code = code
+        self.message = message
+        self.field = field
+        self.var = var
+
+    @classmethod
+    def from_frame(cls, frame: Error, *, var: str | None = None) -> ServerError:
+        """Builds the error from a wire ``error`` frame; ``var`` overrides the frame's var
+        (used when a rejected submit fails each of its variables). Pure."""
+        return cls(frame.code, frame.message, field=frame.field, var=var or frame.var)
+
+
+class VariableFailed(ServerError):
+    """A variable will never get a value: its producer (or something upstream) failed, the
+    fragment that declared it was rejected, or it was cancelled. ``var`` is its id."""

@@ -1,0 +1,412 @@
+"""Session: one application session over one WebSocket.
+
+Declaring (``function``/``call``/``variable``/``join``/``repr_list``) sends nothing: it appends
+to the pending fragment, from any thread. Asking (``aget_many``, a variable's
+``aget``/``astream``/``aset``, ``flush``) takes the whole pending fragment and ships it with the
+gets in ONE ``submit`` frame, then waits for the answers the receiver task routes back.
+
+All I/O runs on the loop the session was opened on; the public async methods may be awaited
+from any loop and the blocking ones called from any other thread (see bridge.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import weakref
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from typing import Literal
+
+from eclectus.adapters.client.bridge import LoopBridge
+from eclectus.adapters.client.errors import ConnectionError
+from eclectus.adapters.client.fragment import PendingFragment
+from eclectus.adapters.client.functions import Piece, SamplingLike, SemanticFunction, declare_call
+from eclectus.adapters.client.router import Router, StreamEnd
+from eclectus.adapters.client.variables import SemanticVariable, VarState
+from eclectus.adapters.client.wire import decode_frame, encode_frame
+from eclectus.server.protocol import (
+    CallSpec,
+    Close,
+    Criteria,
+    Error,
+    GetSpec,
+    Limits,
+    ModelInfo,
+    OpSpec,
+    ServerFrame,
+    Set,
+    Tokenize,
+    Tokens,
+    VarSpec,
+    Welcome,
+)
+from pydantic import ValidationError
+from websockets.asyncio.client import ClientConnection
+from websockets.exceptions import ConnectionClosed
+
+log = logging.getLogger(__name__)
+
+
+class Session:
+    """A connected application session. Build one with :func:`connect` or
+    :func:`~eclectus.adapters.client.sync.connect_sync`, not directly."""
+
+    def __init__(self, ws: ClientConnection, welcome: Welcome, url: str) -> None:
+        loop = asyncio.get_running_loop()
+        self.bridge = LoopBridge(loop, threading.get_ident())
+        self._ws = ws
+        self._welcome = welcome
+        self._url = url
+        self._pending = PendingFragment()
+        self._vars: weakref.WeakValueDictionary[str, SemanticVariable] = (
+            weakref.WeakValueDictionary()
+        )
+        self._vars_lock = threading.Lock()
+        self._router = Router(self._lookup)
+        self._send_lock = asyncio.Lock()  # keeps "take the fragment, send it" in frame order
+        self._closing = False
+        self._receiver = loop.create_task(self._receive())
+
+    # -- what the server said at the handshake -------------------------------------------
+
+    @property
+    def session_id(self) -> str:
+        return self._welcome.session
+
+    @property
+    def models(self) -> list[ModelInfo]:
+        """The models the server serves (from ``welcome``)."""
+        return list(self._welcome.models)
+
+    @property
+    def limits(self) -> Limits:
+        return self._welcome.limits
+
+    @property
+    def server_version(self) -> str:
+        return self._welcome.server_version
+
+    @property
+    def url(self) -> str:
+        return self._url
+
+    @property
+    def closed(self) -> bool:
+        """True once the session was closed or lost its connection."""
+        return self._router.closed is not None
+
+    @property
+    def num_pending(self) -> int:
+        """Declarations not yet shipped (vars + calls + ops)."""
+        return len(self._pending)
+
+    # -- declaring (no I/O, any thread) ---------------------------------------------------
+
+    def function(
+        self,
+        template: str,
+        /,
+        *,
+        model: str | None = None,
+        outputs: Mapping[str, SamplingLike] | None = None,
+        **output_specs: SamplingLike,
+    ) -> SemanticFunction:
+        """A semantic function over ``template``. Placeholders given a sampling spec (here
+        as keywords, or in ``outputs=`` for names like ``model``) are outputs; the others are
+        inputs. ValueError for a malformed template or spec. Pure (declares nothing)."""
+        return SemanticFunction(self, template, {**(outputs or {}), **output_specs}, model)
+
+    def call(self, pieces: Sequence[Piece], *, model: str | None = None) -> list[SemanticVariable]:
+        """Declares one call in segment form: ``str`` constants, SemanticVariable inputs and
+        :class:`Gen` outputs, in prompt order. Returns the outputs (mutates the pending
+        fragment)."""
+        return declare_call(self, pieces, model)
+
+    def variable(self, value: str | None = None, name: str | None = None) -> SemanticVariable:
+        """Declares a constant (``value``) or a placeholder the client sets later with
+        ``aset``/``set`` (mutates the pending fragment)."""
+        var = self.new_variable(name=name, value=value)
+        self.declare([VarSpec(id=var.id, name=name, value=value)])
+        return var
+
+    def join(
+        self,
+        items: Iterable[str | SemanticVariable],
+        sep: str = "",
+        prefix: str = "",
+        suffix: str = "",
+    ) -> SemanticVariable:
+        """A variable the server computes as ``prefix + sep.join(items) + suffix`` once the
+        inputs are known (an OpSpec; mutates the pending fragment)."""
+        return self._op("join", items, sep=sep, prefix=prefix, suffix=suffix)
+
+    def repr_list(self, items: Iterable[str | SemanticVariable]) -> SemanticVariable:
+        """A variable holding ``repr([...])`` of the items' texts, as LangChain renders a
+        list in a prompt (an OpSpec; mutates the pending fragment)."""
+        return self._op("repr_list", items)
+
+    def _op(
+        self,
+        op: Literal["join", "repr_list"],
+        items: Iterable[str | SemanticVariable],
+        **params: str,
+    ) -> SemanticVariable:
+        inputs = [self.variable(item) if isinstance(item, str) else item for item in items]
+        for item in inputs:
+            self.check_owned(item)
+        output = self.new_variable(name=op)
+        spec = OpSpec(
+            id=self.new_id("o"), op=op, inputs=[v.id for v in inputs], output=output.id, **params
+        )
+        self.declare([VarSpec(id=output.id, name=op)], op=spec)
+        return output
+
+    # -- building blocks for functions.py and adapters ------------------------------------
+
+    def new_id(self, prefix: str) -> str:
+        """A session-unique id (``v17``, ``c18``...). Mutates the id counter."""
+        return self._pending.new_id(prefix)
+
+    def new_variable(self, name: str | None = None, value: str | None = None) -> SemanticVariable:
+        """A SemanticVariable with a fresh id, registered for routing but NOT declared to the
+        server (the caller declares it). Mutates the registry."""
+        var = SemanticVariable(self, self.new_id("v"), name, value)
+        with self._vars_lock:
+            self._vars[var.id] = var
+        return var
+
+    def declare(
+        self, vars: Sequence[VarSpec], call: CallSpec | None = None, op: OpSpec | None = None
+    ) -> None:
+        """Appends declarations to the pending fragment atomically (mutates). Raises
+        ConnectionError once the session is closed."""
+        if self._router.closed is not None:
+            raise ConnectionError(f"session is closed: {self._router.closed}")
+        self._pending.add(vars, call, op)
+
+    def check_owned(self, var: SemanticVariable) -> None:
+        """ValueError unless ``var`` belongs to this session (pure)."""
+        if var.session is not self:
+            raise ValueError(f"{var!r} belongs to another session")
+
+    def _lookup(self, var_id: str) -> SemanticVariable | None:
+        with self._vars_lock:
+            return self._vars.get(var_id)
+
+    # -- asking: public entry points, callable from any loop / thread ---------------------
+
+    async def flush(self) -> None:
+        """Ships everything pending (no gets) and waits for the server to accept it; raises
+        ServerError if it rejects the fragment. Lets the server start nothing yet (work
+        starts when something downstream is got) but validates the graph early."""
+        await self.bridge.run(self._flush_here)
+
+    async def aget_many(
+        self,
+        vars: Iterable[SemanticVariable],
+        criteria: Criteria = "latency",
+        *,
+        deadline_ms: float | None = None,
+    ) -> list[str]:
+        """The texts of ``vars`` in order; pending declarations and all gets go in one frame.
+        Raises the first failure (VariableFailed, ConnectionError)."""
+        targets = list(vars)
+        return await self.bridge.run(lambda: self._get_here(targets, criteria, deadline_ms))
+
+    def get_many(
+        self,
+        vars: Iterable[SemanticVariable],
+        criteria: Criteria = "latency",
+        *,
+        deadline_ms: float | None = None,
+        timeout: float | None = None,
+    ) -> list[str]:
+        """Blocking twin of :meth:`aget_many` (not from the session's loop thread)."""
+        targets = list(vars)
+        return self.bridge.block(lambda: self._get_here(targets, criteria, deadline_ms), timeout)
+
+    def astream(self, var: SemanticVariable, criteria: Criteria = "latency") -> AsyncIterator[str]:
+        """Deltas of ``var``'s text from any loop; they concatenate to the final value."""
+        return self.bridge.aiter(self._stream_here(var, criteria))
+
+    def stream(
+        self, var: SemanticVariable, criteria: Criteria = "latency", *, timeout: float | None = None
+    ) -> Iterator[str]:
+        """Blocking twin of :meth:`astream`."""
+        return self.bridge.iter_blocking(self._stream_here(var, criteria), timeout)
+
+    async def aset(self, var: SemanticVariable, text: str) -> None:
+        """Sends ``set`` for a client-supplied variable after flushing; see
+        SemanticVariable.aset. Mutates ``var`` (READY once acknowledged)."""
+        await self.bridge.run(lambda: self._set_here(var, text))
+
+    def set(self, var: SemanticVariable, text: str, *, timeout: float | None = None) -> None:
+        """Blocking twin of :meth:`aset`."""
+        self.bridge.block(lambda: self._set_here(var, text), timeout)
+
+    async def count_tokens(self, text: str, *, model: str | None = None) -> int:
+        """How many tokens the server's tokenizer makes of ``text`` (a ``tokenize`` frame)."""
+        return await self.bridge.run(lambda: self._count_here(text, model))
+
+    async def aclose(self) -> None:
+        """Says ``close``, closes the socket and fails whatever still waits with
+        ConnectionError("session closed"). Idempotent."""
+        await self.bridge.run(self._close_here)
+
+    async def __aenter__(self) -> Session:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    # -- the work, on the session's loop ------------------------------------------------
+
+    async def _get_here(
+        self, vars: list[SemanticVariable], criteria: Criteria, deadline_ms: float | None
+    ) -> list[str]:
+        self._raise_if_closed()
+        results: list[str | asyncio.Future[str]] = []
+        gets: list[GetSpec] = []
+        for var in vars:
+            self.check_owned(var)
+            if var.state is VarState.READY:
+                results.append(var.value or "")
+                continue
+            if var.state is VarState.FAILED:
+                assert var.error is not None
+                raise var.error
+            waiter, is_new = self._router.waiter(var.id)
+            if is_new:
+                gets.append(GetSpec(var=var.id, criteria=criteria, deadline_ms=deadline_ms))
+            results.append(waiter)
+        if gets:
+            await self._ship(gets)
+        # shield: one caller giving up must not cancel a waiter other callers share
+        return [r if isinstance(r, str) else await asyncio.shield(r) for r in results]
+
+    async def _stream_here(self, var: SemanticVariable, criteria: Criteria) -> AsyncIterator[str]:
+        self._raise_if_closed()
+        self.check_owned(var)
+        if var.state is VarState.FAILED:
+            assert var.error is not None
+            raise var.error
+        if var.state is VarState.READY:
+            yield var.value or ""
+            return
+        queue = self._router.open_stream(var.id)
+        try:
+            await self._ship([GetSpec(var=var.id, criteria=criteria, stream=True)])
+            received: list[str] = []
+            while True:
+                item = await queue.get()
+                if isinstance(item, BaseException):
+                    raise item
+                if isinstance(item, StreamEnd):
+                    # deltas sent before our get (or lost) are made up from the final text
+                    so_far = "".join(received)
+                    if item.text.startswith(so_far) and len(item.text) > len(so_far):
+                        yield item.text[len(so_far) :]
+                    return
+                received.append(item)
+                yield item
+        finally:
+            self._router.close_stream(var.id, queue)
+
+    async def _set_here(self, var: SemanticVariable, text: str) -> None:
+        self.check_owned(var)
+        await self._ship([])  # the variable must be declared before it is set
+        frame_id = self.new_id("set")
+        reply = self._router.expect_reply(frame_id)
+        await self._send(Set(id=frame_id, var=var.id, value=text))
+        await reply
+        var._resolve(text)
+
+    async def _count_here(self, text: str, model: str | None) -> int:
+        frame_id = self.new_id("t")
+        reply = self._router.expect_reply(frame_id)
+        await self._send(Tokenize(id=frame_id, text=text, model=model))
+        frame = await reply
+        assert isinstance(frame, Tokens), frame
+        return frame.count
+
+    async def _flush_here(self) -> None:
+        reply = await self._ship([], expect_ack=True)
+        if reply is not None:
+            await reply
+
+    async def _ship(
+        self, gets: list[GetSpec], *, expect_ack: bool = False
+    ) -> asyncio.Future[ServerFrame] | None:
+        """Sends the pending fragment plus ``gets`` as one submit (mutates: empties the
+        pending fragment). Returns the ack future when asked for; None if nothing to send."""
+        async with self._send_lock:
+            fragment = self._pending.take()
+            if fragment.is_empty and not gets:
+                return None
+            frame_id = self.new_id("s")
+            self._router.track_submit(frame_id, fragment.declared_ids(), [g.var for g in gets])
+            reply = self._router.expect_reply(frame_id) if expect_ack else None
+            frame = fragment.to_submit(frame_id, gets)
+            text = encode_frame(frame)
+            max_bytes = self.limits.max_frame_bytes
+            if len(text.encode()) > max_bytes:
+                # fail it exactly as if the server had rejected it, so every waiter hears
+                message = f"submit of {len(text.encode())} bytes exceeds max_frame_bytes "
+                message += f"{max_bytes}; flush() or get() more often"
+                self._router.dispatch(
+                    Error(id=frame_id, code="limit_exceeded", message=message, field="submit")
+                )
+                return reply
+            await self._send_text(text)
+            return reply
+
+    async def _send(self, frame: Set | Tokenize | Close) -> None:
+        await self._send_text(encode_frame(frame))
+
+    async def _send_text(self, text: str) -> None:
+        self._raise_if_closed()
+        try:
+            await self._ws.send(text)
+        except ConnectionClosed as exc:
+            error = ConnectionError(f"connection to {self._url} lost: {exc}")
+            self._router.fail_all(error)
+            raise error from exc
+
+    def _raise_if_closed(self) -> None:
+        closed = self._router.closed
+        if closed is not None:
+            raise ConnectionError(str(closed)) from closed
+
+    async def _receive(self) -> None:
+        """The receiver task: routes every server frame until the socket ends, then fails
+        whatever still waits."""
+        try:
+            async for raw in self._ws:
+                try:
+                    frame = decode_frame(raw)
+                except ValidationError as exc:
+                    log.warning("ignoring a frame this client does not understand: %s", exc)
+                    continue
+                self._router.dispatch(frame)
+            reason = f"server closed the connection to {self._url}"
+            reason += f" (code {self._ws.close_code}: {self._ws.close_reason or 'no reason'})"
+        except ConnectionClosed as exc:
+            reason = f"connection to {self._url} lost: {exc}"
+        except Exception as exc:  # a routing bug must not leave callers hanging
+            log.exception("session receiver failed")
+            reason = f"session receiver failed: {exc!r}"
+        self._router.fail_all(ConnectionError("session closed" if self._closing else reason))
+
+    async def _close_here(self) -> None:
+        if self._closing:
+            await asyncio.shield(self._receiver)
+            return
+        self._closing = True
+        if self._router.closed is None:
+            with contextlib.suppress(ConnectionClosed):
+                await self._ws.send(encode_frame(Close(id=self.new_id("x"))))
+        await self._ws.close()
+        await asyncio.shield(self._receiver)
+        self._router.fail_all(ConnectionError("session closed"))
