@@ -44,7 +44,11 @@ class PresetSpec:
     max_position_embeddings: int = 4096
     rope_theta: float = 10000.0
     rms_norm_eps: float = 1e-5
-    init_std: float = 0.02  # HF's initializer_range: logits spread, not saturated
+    init_std: float = 0.02  # HF's initializer_range, for every projection
+    # A larger embedding keeps each token's identity visible in the residual stream; at 0.02
+    # the (near-uniform) attention average dominates and greedy decoding locks onto one
+    # repeated token within a few steps. 0.3 gives varied, prompt-dependent continuations.
+    embed_std: float = 0.3
     seed: int = 0
 
     def hf_config(self) -> dict[str, Any]:
@@ -174,18 +178,19 @@ def write_preset_files(spec: PresetSpec, out_dir: Path) -> None:
 
 
 def random_weights(spec: PresetSpec) -> dict[str, Any]:
-    """HF-named fp32 tensors: N(0, init_std) matrices and unit norms, drawn in a fixed order
-    from one seeded generator, so the result depends on ``spec`` only (pure)."""
+    """HF-named fp32 tensors: N(0, init_std) projections, N(0, embed_std) embeddings and unit
+    norms, drawn in a fixed order from one seeded generator, so the result depends on
+    ``spec`` only (pure)."""
     import torch
 
     generator = torch.Generator().manual_seed(spec.seed)
     h, q, kv = spec.hidden_size, spec.num_attention_heads * spec.head_dim, \
         spec.num_key_value_heads * spec.head_dim
 
-    def normal(*shape: int) -> torch.Tensor:
-        return torch.randn(shape, generator=generator) * spec.init_std
+    def normal(*shape: int, std: float = spec.init_std) -> torch.Tensor:
+        return torch.randn(shape, generator=generator) * std
 
-    tensors = {"model.embed_tokens.weight": normal(spec.vocab_size, h)}
+    tensors = {"model.embed_tokens.weight": normal(spec.vocab_size, h, std=spec.embed_std)}
     for i in range(spec.num_hidden_layers):
         p = f"model.layers.{i}."
         tensors |= {
