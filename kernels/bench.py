@@ -129,10 +129,10 @@ def prefix_pass(inputs: Inputs, scale: float) -> Callable[[], object]:
     cascade = inputs.cascade_plan.cascade
     assert cascade is not None
     if dispatch.use_triton(inputs.q):
-        from eclectus.kernels.triton_cascade import cascade_prefix_triton
+        from eclectus.kernels.triton_cascade import cascade_prefix_partials
 
-        return lambda: cascade_prefix_triton(inputs.q, inputs.k_cache, inputs.v_cache,
-                                             inputs.cascade_plan, scale)
+        return lambda: cascade_prefix_partials(inputs.q, inputs.k_cache, inputs.v_cache,
+                                               inputs.cascade_plan, scale)
     from eclectus.kernels.torch_ops import cascade_prefix_torch
 
     return lambda: cascade_prefix_torch(inputs.q, inputs.k_cache, inputs.v_cache, cascade, scale,

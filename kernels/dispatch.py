@@ -60,7 +60,7 @@ def merge_attention_states(o_a: Tensor, lse_a: Tensor, o_b: Tensor,
     (weights exp(lse_x - max)). Returns (o [N, H, D] in o_a's dtype, lse [N, H] fp32). Pure.
     """
     if use_triton(o_a):
-        from eclectus.kernels.triton_cascade import merge_attention_states_triton
+        from eclectus.kernels.triton_merge import merge_attention_states_triton
 
         return merge_attention_states_triton(o_a, lse_a, o_b, lse_b)
     return torch_ops.merge_attention_states_torch(o_a, lse_a, o_b, lse_b)
@@ -74,12 +74,10 @@ def paged_decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: De
     if use_triton(q):
         from eclectus.kernels.triton_decode import paged_decode_triton
 
-        o, lse = paged_decode_triton(q, k_cache, v_cache, plan.block_tables, plan.seq_lens,
-                                     scale, max_len=plan.max_seq_len)
-    else:
-        o, lse = torch_ops.paged_decode_window_torch(
-            q, k_cache, v_cache, plan.block_tables, plan.seq_lens, scale, plan.max_blocks,
-            scratch=plan.scratch, tag="full")
+        return paged_decode_triton(q, k_cache, v_cache, plan, scale)
+    o, lse = torch_ops.paged_decode_window_torch(
+        q, k_cache, v_cache, plan.block_tables, plan.seq_lens, scale, plan.max_blocks,
+        scratch=plan.scratch, tag="full")
     return o.to(q.dtype), lse
 
 

@@ -187,6 +187,8 @@ class CascadePlan:
     group_starts: Tensor  # int32 [num_groups], tokens (multiple of block_size)
     group_ends: Tensor  # int32 [num_groups], tokens, exclusive
     suffix_starts: Tensor  # int32 [batch], first token of each request's own suffix
+    request_member_offsets: Tensor  # int32 [batch + 1]: CSR from request to its rows
+    request_member_rows: Tensor  # int32 [num_members]
     max_group_size: int
     max_group_tokens: int
     max_suffix_blocks: int  # blocks spanned by the widest suffix window
@@ -228,6 +230,12 @@ def _cascade_plan(block_tables: list[list[int]], seq_lens: list[int], block_size
     def ints(values: list[int], dtype: torch.dtype = torch.int32) -> Tensor:
         return torch.tensor(values, dtype=dtype, device=device)
 
+    rows_of: list[list[int]] = [[] for _ in seq_lens]
+    for row, i in enumerate(members):
+        rows_of[i].append(row)
+    request_offsets = [0]
+    for rows in rows_of:
+        request_offsets.append(request_offsets[-1] + len(rows))
     suffix_blocks = [_cdiv(n, block_size) - s // block_size
                      for n, s in zip(seq_lens, suffix_starts, strict=True)]
     return CascadePlan(
@@ -239,7 +247,8 @@ def _cascade_plan(block_tables: list[list[int]], seq_lens: list[int], block_size
         group_table_rows=ints([g.table_row for g in groups]),
         group_starts=ints([g.start_block * block_size for g in groups]),
         group_ends=ints([g.end_block * block_size for g in groups]),
-        suffix_starts=ints(suffix_starts),
+        suffix_starts=ints(suffix_starts), request_member_offsets=ints(request_offsets),
+        request_member_rows=ints([row for rows in rows_of for row in rows]),
         max_group_size=max(len(g.request_ids) for g in groups),
         max_group_tokens=max(g.num_blocks for g in groups) * block_size,
         max_suffix_blocks=max(1, *suffix_blocks))

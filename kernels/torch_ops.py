@@ -54,17 +54,6 @@ def combine_states_by_index(o_parts: Tensor, lse_parts: Tensor, index: Tensor,
     return o, m + torch.log(total)
 
 
-def combine_splits(o_parts: Tensor, lse_parts: Tensor) -> tuple[Tensor, Tensor]:
-    """Merge partial states along dim 0: o_parts [S, N, H, D], lse_parts [S, N, H] fp32
-    -> (o [N, H, D] fp32, lse [N, H] fp32). All-empty rows give (0, -inf)."""
-    m = lse_parts.amax(0)
-    m = torch.where(m == -math.inf, 0.0, m)
-    w = torch.exp(lse_parts - m)  # [S, N, H]
-    total = w.sum(0)
-    o = (o_parts * w[..., None]).sum(0) * torch.where(total > 0, 1.0 / total, 0.0)[..., None]
-    return o, m + torch.log(total)
-
-
 def _softmax_av(scores: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
     """scores [..., M, L] fp32 (masked: -inf), v [..., L, D] -> (o [..., M, D], lse [..., M])."""
     lse = torch.logsumexp(scores, dim=-1)

@@ -21,7 +21,8 @@ import os
 import torch
 import triton
 import triton.language as tl
-from eclectus.kernels.torch_ops import combine_splits
+from eclectus.kernels.plans import DecodePlan
+from eclectus.kernels.triton_merge import combine_partials
 from torch import Tensor
 
 LN2 = 0.6931471805599453  # ln 2: converts the kernel's log2-domain LSE to natural log
@@ -121,23 +122,26 @@ def choose_splits(num_programs: int, max_len: int, block_n: int, device: torch.d
     return max(1, min(wanted, max_len // (4 * block_n)))
 
 
-def paged_items_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, tables: Tensor,
-                          row_requests: Tensor, item_table_rows: Tensor, item_starts: Tensor,
-                          item_ends: Tensor, item_row_offsets: Tensor, *, num_rows: int,
-                          max_rows_per_item: int, max_len: int, scale: float,
-                          block_m: int = 64, block_n: int = 64,
-                          num_splits: int | None = None) -> tuple[Tensor, Tensor]:
+def paged_items_partials(q: Tensor, k_cache: Tensor, v_cache: Tensor, tables: Tensor,
+                         row_requests: Tensor, item_table_rows: Tensor, item_starts: Tensor,
+                         item_ends: Tensor, item_row_offsets: Tensor, *, num_rows: int,
+                         max_rows_per_item: int, max_len: int, scale: float,
+                         block_m: int = 64, block_n: int = 64,
+                         num_splits: int | None = None) -> tuple[Tensor, Tensor]:
     """Run the item kernel (module docstring). Host ints size the grid; no device sync.
 
-    q [B, Hq, D]; caches [num_blocks, block_size, Hkv, D]; tables int32 [B, W]; row_requests
-    [num_rows]; item_* [num_items] (item_row_offsets [num_items + 1], CSR over rows); max_len
-    bounds end - start of every item. Returns (o [num_rows, Hq, D] fp32, lse [num_rows, Hq]).
+    q [B, Hq, D]; caches [num_blocks, block_size, Hkv, D] (last dim contiguous); tables int32
+    [B, W]; row_requests [num_rows]; item_* [num_items] (item_row_offsets [num_items + 1], CSR
+    over rows); max_len bounds end - start of every item. Returns the KV-split partials
+    (o [S, num_rows, Hq, D] fp32, lse [S, num_rows, Hq] fp32), S = number of splits.
     """
     _, num_q_heads, head_dim = q.shape
     num_kv_heads, block_size = k_cache.shape[2], k_cache.shape[1]
     group = num_q_heads // num_kv_heads
     if head_dim & (head_dim - 1) or head_dim < 16:
         raise ValueError(f"head_dim must be a power of two >= 16, got {head_dim}")
+    if k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
+        raise ValueError("KV caches need a contiguous last dimension")
     block_r = max(1, min(block_m // group, triton.next_power_of_2(max_rows_per_item)))
     block_m = max(16, triton.next_power_of_2(block_r * group))  # tl.dot wants M >= 16
     num_items, num_tiles = item_starts.numel(), -(-max_rows_per_item // block_r)
@@ -148,7 +152,7 @@ def paged_items_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, tables: T
     o = torch.empty(num_splits, num_rows, num_q_heads, head_dim, device=q.device,
                     dtype=torch.float32)
     lse = torch.empty(num_splits, num_rows, num_q_heads, device=q.device, dtype=torch.float32)
-    q, k_cache, v_cache = q.contiguous(), k_cache.contiguous(), v_cache.contiguous()
+    q = q.contiguous()
     grid = (num_items, num_tiles, num_kv_heads * num_splits)
     _paged_items_kernel[grid](
         q, k_cache, v_cache, o, lse, tables, row_requests, item_table_rows, item_starts,
@@ -157,25 +161,31 @@ def paged_items_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, tables: T
         scale * LOG2E, split_len, block_size, num_splits,
         GROUP=group, BLOCK_R=block_r, BLOCK_M=block_m, BLOCK_N=block_n, HEAD_DIM=head_dim,
         **dot_flags(q.dtype), num_warps=4, num_stages=2)
-    if num_splits == 1:
-        return o[0], lse[0]
-    return combine_splits(o, lse)
+    return o, lse
 
 
-def paged_decode_triton(q: Tensor, k_cache: Tensor, v_cache: Tensor, block_tables: Tensor,
-                        seq_lens: Tensor, scale: float, *, max_len: int,
-                        kv_starts: Tensor | None = None,
-                        num_splits: int | None = None) -> tuple[Tensor, Tensor]:
-    """Paged decode: request i's query attends to its tokens [kv_starts[i] (0), seq_lens[i]).
+def request_partials(q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: DecodePlan,
+                     scale: float, *, kv_starts: Tensor | None, max_len: int,
+                     num_splits: int | None = None) -> tuple[Tensor, Tensor]:
+    """Partials of request i's query over its tokens [kv_starts[i] (0), seq_lens[i]).
 
-    q [B, Hq, D]; block_tables int32 [B, W]; seq_lens/kv_starts int32 [B]; max_len: host bound
-    on seq_lens - kv_starts. Returns (o [B, Hq, D] fp32, lse [B, Hq] fp32): fp32 so that a
-    cascade merges unrounded states; the dispatcher casts to q's dtype.
+    q [B, Hq, D]; max_len: host bound on seq_lens - kv_starts. Returns (o [S, B, Hq, D],
+    lse [S, B, Hq]) fp32. Caches its index tensors in ``plan.scratch``.
     """
     batch = q.shape[0]
-    ids = torch.arange(batch + 1, device=q.device, dtype=torch.int32)
-    starts = torch.zeros_like(seq_lens) if kv_starts is None else kv_starts
-    return paged_items_attention(
-        q, k_cache, v_cache, block_tables, ids[:batch], ids[:batch], starts, seq_lens, ids,
-        num_rows=batch, max_rows_per_item=1, max_len=max_len, scale=scale, block_n=64,
+    ids = plan.scratch.cached(("triton_ids", q.device), lambda: torch.arange(
+        batch + 1, device=q.device, dtype=torch.int32))
+    starts = kv_starts if kv_starts is not None else plan.scratch.cached(
+        ("triton_zeros", q.device), lambda: torch.zeros_like(plan.seq_lens))
+    return paged_items_partials(
+        q, k_cache, v_cache, plan.block_tables, ids[:batch], ids[:batch], starts,
+        plan.seq_lens, ids, num_rows=batch, max_rows_per_item=1, max_len=max_len, scale=scale,
         num_splits=num_splits)
+
+
+def paged_decode_triton(q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: DecodePlan,
+                        scale: float, *, num_splits: int | None = None) -> tuple[Tensor, Tensor]:
+    """Plain paged decode: q [B, Hq, D] -> (o [B, Hq, D] in q's dtype, lse [B, Hq] fp32)."""
+    o_parts, lse_parts = request_partials(q, k_cache, v_cache, plan, scale, kv_starts=None,
+                                          max_len=plan.max_seq_len, num_splits=num_splits)
+    return combine_partials(o_parts, lse_parts, q.dtype)

@@ -58,6 +58,9 @@ def test_plan_decode_tensors_and_host_sizes() -> None:
     assert cascade is not None and cascade.num_levels == 3 and cascade.num_groups == 4
     assert cascade.member_request_ids.tolist() == [0, 1, 2, 3, 4, 5, 0, 1, 2, 0, 1, 3, 4]
     assert cascade.group_member_offsets.tolist() == [0, 6, 9, 11, 13]
+    # request -> its membership rows (CSR): request 0 is in rows 0, 6, 9; request 6 in none
+    assert cascade.request_member_offsets.tolist() == [0, 3, 6, 8, 10, 12, 13, 13]
+    assert cascade.request_member_rows.tolist() == [0, 6, 9, 1, 7, 10, 2, 8, 3, 11, 4, 12, 5]
     assert cascade.group_starts.tolist() == [0, 20, 32, 20]
     assert cascade.group_ends.tolist() == [20, 32, 40, 28]
     assert cascade.group_block_ids[1].tolist() == batch.block_tables[0][5:8]

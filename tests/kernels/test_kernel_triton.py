@@ -185,8 +185,7 @@ def test_split_kv_partials_merge_exactly(num_splits: int) -> None:
     o, lse = cascade_decode_triton(q, batch.k_cache, batch.v_cache, plan, 0.25, num_splits)
     torch.testing.assert_close(o, o_ref, **TOL[torch.float32])
     torch.testing.assert_close(lse, lse_ref, **TOL[torch.float32])
-    o, lse = paged_decode_triton(q, batch.k_cache, batch.v_cache, plan.block_tables,
-                                 plan.seq_lens, 0.25, max_len=plan.max_seq_len,
+    o, lse = paged_decode_triton(q, batch.k_cache, batch.v_cache, plan, 0.25,
                                  num_splits=num_splits)
     torch.testing.assert_close(o, o_ref, **TOL[torch.float32])
     torch.testing.assert_close(lse, lse_ref, **TOL[torch.float32])
