@@ -127,6 +127,19 @@ class Graph:
         failed = (self.vars[v] for v in node.inputs if self.vars[v].state is VarState.FAILED)
         return next(failed, None)
 
+    def depth(self) -> int:
+        """The longest chain of dependent calls (ops add no depth) (pure)."""
+        memo: dict[str, int] = {}
+
+        def node_depth(node: Node) -> int:
+            if node.node_id not in memo:
+                above = [self.producer(v) for v in node.inputs]
+                deepest = max((node_depth(p) for p in above if p is not None), default=0)
+                memo[node.node_id] = deepest + (1 if node.is_call else 0)
+            return memo[node.node_id]
+
+        return max((node_depth(n) for n in self.nodes.values()), default=0)
+
     # -- transitions (mutate) -------------------------------------------------------------
 
     def add(self, variables: Iterable[Variable], nodes: Iterable[Node]) -> None:

@@ -124,3 +124,15 @@ async def test_set_value_on_produced_variable_is_refused() -> None:
     assert (info.value.code, info.value.var) == ("duplicate_producer", "x")
     sched.set_value(app, "in", "hello")
     assert app.graph.vars["in"].state is VarState.READY
+
+
+def test_depth_counts_calls_not_ops() -> None:
+    sched = make_scheduler()
+    app = sched.open_app("s")
+    submit(
+        sched,
+        app,
+        calls=[call("a", "x"), call("b", "y"), call("c", "z", "j")],
+        ops=[{"id": "j", "op": "join", "inputs": ["x", "y"], "output": "j"}],
+    )
+    assert app.graph.depth() == 2
