@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
+from eclectus.server.engine import LLM, EngineConfig
 from eclectus.server.engine.sampler import Sampler
 from eclectus.server.engine.sampling_params import SamplingParams
 
@@ -72,3 +74,69 @@ def test_mixed_batch_keeps_greedy_rows_greedy() -> None:
     ]
     out = Sampler()(x, params, [None, None, None, torch.Generator().manual_seed(1)])
     assert out[0] == x[0].argmax() and out[2] == x[2].argmax()
+
+
+# ---- through the engine -------------------------------------------------------------------
+
+MiB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def llm() -> LLM:
+    return LLM(config=EngineConfig(model="tiny", kv_cache_bytes=16 * MiB))
+
+
+def test_seeded_request_reproducible_in_any_batch(llm: LLM) -> None:
+    seeded = SamplingParams(max_tokens=16, temperature=1.0, seed=1234, ignore_eos=True)
+    (alone,) = llm.generate(["Once upon a time"], seeded)
+    mates = [
+        SamplingParams(max_tokens=20, temperature=0.7),
+        SamplingParams(max_tokens=5),
+        SamplingParams(max_tokens=16, temperature=1.0, seed=99),
+    ]
+    outs = llm.generate(
+        ["Hello", "Once upon a time", "Bye", "Once upon a time, long ago"],
+        [mates[0], seeded, mates[1], mates[2]],
+    )
+    assert outs[1].token_ids == alone.token_ids
+    assert outs[3].token_ids != alone.token_ids  # a different seed really differs
+
+
+def test_top_k_one_matches_greedy(llm: LLM) -> None:
+    greedy, top1 = llm.generate(
+        ["The cat", "The cat"],
+        [SamplingParams(max_tokens=12), SamplingParams(max_tokens=12, temperature=1.5, top_k=1)],
+    )
+    assert top1.token_ids == greedy.token_ids
+
+
+def test_max_tokens_and_stop_token_ids(llm: LLM) -> None:
+    (full,) = llm.generate(["Count: "], SamplingParams(max_tokens=10, ignore_eos=True))
+    assert len(full.token_ids) == 10 and full.finish_reason == "length"
+    stop_id = full.token_ids[4]
+    (cut,) = llm.generate(["Count: "], SamplingParams(max_tokens=10, stop_token_ids=(stop_id,)))
+    k = full.token_ids.index(stop_id)
+    assert cut.finish_reason == "stop" and cut.token_ids == full.token_ids[: k + 1]
+    assert cut.text == llm.tokenizer.decode(full.token_ids[:k])  # the stop token adds no text
+
+
+def test_stop_string_cut_from_text(llm: LLM) -> None:
+    (full,) = llm.generate(["Story: "], SamplingParams(max_tokens=20, ignore_eos=True))
+    stop = full.text[5:7]
+    (cut,) = llm.generate(["Story: "], SamplingParams(max_tokens=20, stop=(stop,)))
+    assert cut.finish_reason == "stop"
+    assert cut.text == full.text[: full.text.index(stop)]
+
+
+def test_ignore_eos_generates_past_eos(llm: LLM) -> None:
+    eos = llm.tokenizer.eos_token_ids[0]
+    # near-uniform sampling over 320 ids hits EOS within a few hundred tokens
+    hot = SamplingParams(max_tokens=3000, temperature=50.0, seed=5)
+    (stopped,) = llm.generate(["x"], hot)
+    assert stopped.finish_reason == "stop" and stopped.token_ids[-1] == eos
+    k = len(stopped.token_ids)
+    (going,) = llm.generate(
+        ["x"], SamplingParams(max_tokens=k + 5, temperature=50.0, seed=5, ignore_eos=True)
+    )
+    assert going.finish_reason == "length" and len(going.token_ids) == k + 5
+    assert going.token_ids[:k] == stopped.token_ids
