@@ -1,0 +1,187 @@
+"""The byte tokenizer and the Tokenizer wrapper: parity with transformers and stream decoding."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from eclectus.server.engine.byte_tokenizer import (
+    BOS_ID,
+    DEFAULT_CHAT_TEMPLATE,
+    EOS_ID,
+)
+from eclectus.server.engine.presets import PRESETS, write_preset_files
+from eclectus.server.engine.tokenizer import IncrementalDetokenizer, Tokenizer
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from transformers import AutoTokenizer
+
+SPECIAL_LITERALS = ("<s>", "</s>", "<pad>", "<unk>", "<|reserved_")
+SAMPLES = ["", "hello", " leading space", "héllo wörld", "emoji 😀👍🏽", "tabs\tand\nnewlines",
+           "中文字符", "<|user|>\nhi\n", "  two  spaces  "]
+FAST = settings(max_examples=60, deadline=None,
+                suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("tiny_tok")
+    write_preset_files(PRESETS["tiny"], out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def tok(tiny_dir: Path) -> Tokenizer:
+    return Tokenizer.from_dir(tiny_dir)
+
+
+@pytest.fixture(scope="module")
+def hf_tok(tiny_dir: Path):
+    return AutoTokenizer.from_pretrained(tiny_dir)
+
+
+def plain_text() -> st.SearchStrategy[str]:
+    """Unicode text without the literal spelling of a special token."""
+    return st.text(max_size=40).filter(lambda t: not any(s in t for s in SPECIAL_LITERALS))
+
+
+def test_byte_vocabulary_layout(tok: Tokenizer) -> None:
+    """Byte b is id b; BOS/EOS follow; the vocabulary is a multiple of 64."""
+    assert tok.vocab_size == PRESETS["tiny"].vocab_size and tok.vocab_size % 64 == 0
+    assert tok.bos_token_id == BOS_ID and tok.eos_token_ids == (EOS_ID,)
+    assert tok.encode("AZ\x00\xff", add_bos=False) == [65, 90, 0, 0xC3, 0xBF]
+    assert tok.encode("a", add_bos=True) == [BOS_ID, 97]
+
+
+def test_ids_match_transformers_autotokenizer(tok: Tokenizer, hf_tok) -> None:
+    """AutoTokenizer on the directory gives our ids, BOS included, and decodes the same."""
+    for text in SAMPLES:
+        ids = tok.encode(text, add_bos=True)
+        assert hf_tok(text).input_ids == ids
+        assert hf_tok.decode(ids, skip_special_tokens=True) == tok.decode(ids) == text
+
+
+@FAST
+@given(text=plain_text())
+def test_ids_match_transformers_on_random_text(tok: Tokenizer, hf_tok, text: str) -> None:
+    assert hf_tok(text).input_ids == tok.encode(text, add_bos=True)
+
+
+@FAST
+@given(segments=st.lists(plain_text(), max_size=5))
+def test_segments_encode_independently(tok: Tokenizer, segments: list[str]) -> None:
+    """Encoding segments one by one and concatenating equals encoding the whole text."""
+    whole = "".join(segments)
+    assume(not any(s in whole for s in SPECIAL_LITERALS))  # a literal may form at a seam
+    ids = [i for s in segments for i in tok.encode(s, add_bos=False)]
+    assert [tok.bos_token_id, *ids] == tok.encode(whole, add_bos=True)
+    assert tok.decode(tok.encode(whole, add_bos=True)) == whole
+
+
+def stream(tok: Tokenizer, ids: list[int]) -> list[str]:
+    detok = IncrementalDetokenizer(tok)
+    return [detok.feed(i) for i in ids] + [detok.flush()]
+
+
+@FAST
+@given(ids=st.lists(st.integers(0, 319), max_size=40))
+def test_incremental_detok_concatenates_to_decode(tok: Tokenizer, ids: list[int]) -> None:
+    """Any id stream (invalid UTF-8 and specials too) streams to exactly decode(ids)."""
+    assert "".join(stream(tok, ids)) == tok.decode(ids)
+
+
+@FAST
+@given(text=plain_text())
+def test_incremental_detok_never_emits_partial_characters(tok: Tokenizer, text: str) -> None:
+    """Valid text streams out in whole characters: no piece contains U+FFFD."""
+    assume("\ufffd" not in text)
+    pieces = stream(tok, tok.encode(text, add_bos=True))
+    assert "".join(pieces) == text
+    assert not any("\ufffd" in p for p in pieces)
+
+
+def test_incremental_detok_holds_back_a_split_character(tok: Tokenizer) -> None:
+    """A 4-byte emoji appears only once its last byte arrives."""
+    ids = tok.encode("a😀b", add_bos=False)
+    assert stream(tok, ids) == ["a", "", "", "", "😀", "b", ""]
+
+
+def test_incremental_detok_flushes_a_truncated_character(tok: Tokenizer) -> None:
+    ids = tok.encode("😀", add_bos=False)[:2]
+    pieces = stream(tok, ids)
+    assert pieces[:-1] == ["", ""] and pieces[-1] == "\ufffd"
+
+
+MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi 😀"}]
+
+
+def test_chat_template_matches_transformers(tok: Tokenizer, hf_tok) -> None:
+    """tiny's tokenizer_config template renders identically on both sides."""
+    for add in (True, False):
+        ours = tok.apply_chat_template(MESSAGES, add_generation_prompt=add)
+        assert ours == hf_tok.apply_chat_template(MESSAGES, tokenize=False,
+                                                  add_generation_prompt=add)
+    assert tok.apply_chat_template(MESSAGES) == (
+        "<|system|>\nBe brief.\n<|user|>\nHi 😀\n<|assistant|>\n"
+    )
+
+
+def copy_with(tiny_dir: Path, out: Path, **tok_config_changes) -> Path:
+    shutil.copytree(tiny_dir, out)
+    config_file = out / "tokenizer_config.json"
+    config = json.loads(config_file.read_text()) | tok_config_changes
+    config = {k: v for k, v in config.items() if v is not None}
+    config_file.write_text(json.dumps(config))
+    return out
+
+
+def test_default_template_when_directory_has_none(tiny_dir: Path, tmp_path: Path) -> None:
+    tok = Tokenizer.from_dir(copy_with(tiny_dir, tmp_path / "d", chat_template=None))
+    assert tok.chat_template is None
+    assert tok.apply_chat_template(MESSAGES) == Tokenizer.from_dir(tiny_dir).apply_chat_template(
+        MESSAGES)
+
+
+def test_directory_template_and_jinja_file_win(tiny_dir: Path, tmp_path: Path) -> None:
+    """A checkpoint's own template (config string, or chat_template.jinja) is used."""
+    template = "{{ bos_token }}{% for m in messages %}[{{ m['role'] | upper }}]{% endfor %}"
+    path = copy_with(tiny_dir, tmp_path / "d", chat_template=template)
+    assert Tokenizer.from_dir(path).apply_chat_template(MESSAGES) == "<s>[SYSTEM][USER]"
+    (path / "chat_template.jinja").write_text("{{ messages | length }}")
+    assert Tokenizer.from_dir(path).apply_chat_template(MESSAGES) == "2"
+    assert template != DEFAULT_CHAT_TEMPLATE
+
+
+def test_tokenizer_without_bos(tiny_dir: Path, tmp_path: Path) -> None:
+    """add_bos_token false (as in Qwen2): no BOS id, encode never prepends one."""
+    tok = Tokenizer.from_dir(copy_with(tiny_dir, tmp_path / "d", add_bos_token=False))
+    assert tok.bos_token_id is None
+    assert tok.encode("hi", add_bos=True) == [104, 105]
+
+
+def test_bos_detected_from_post_processor(tiny_dir: Path, tmp_path: Path) -> None:
+    """Without add_bos_token in tokenizer_config, tokenizer.json's post-processor decides."""
+    path = tmp_path / "d"
+    shutil.copytree(tiny_dir, path)
+    config = json.loads((path / "tokenizer_config.json").read_text())
+    del config["add_bos_token"]
+    (path / "tokenizer_config.json").write_text(json.dumps(config))
+    assert Tokenizer.from_dir(path).bos_token_id == BOS_ID
+    raw = json.loads((path / "tokenizer.json").read_text())
+    raw["post_processor"] = None
+    (path / "tokenizer.json").write_text(json.dumps(raw))
+    assert Tokenizer.from_dir(path).bos_token_id is None
+
+
+def test_eos_ids_gathered_from_generation_config(tiny_dir: Path, tmp_path: Path) -> None:
+    path = tmp_path / "d"
+    shutil.copytree(tiny_dir, path)
+    (path / "generation_config.json").write_text(json.dumps({"eos_token_id": [257, 300]}))
+    assert Tokenizer.from_dir(path).eos_token_ids == (257, 300)
+
+
+def test_missing_tokenizer_json_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"no tokenizer\.json"):
+        Tokenizer.from_dir(tmp_path)
