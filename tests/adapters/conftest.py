@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
+from client_live import LiveServer, serve_live
 from client_peer import FakePeer
 from eclectus.adapters.client import Session, connect
 
@@ -24,3 +25,12 @@ async def peer_app(peer: FakePeer) -> AsyncIterator[Session]:
     """An async session connected to ``peer``."""
     async with connect(peer.url, timeout=5) as app:
         yield app
+
+
+@pytest.fixture(scope="session")
+def live_server() -> Iterator[LiveServer]:
+    """The real server with the real tiny engine (auth on: use ``live_server.token``),
+    started once for the whole test session on its own loop thread, so sync and async tests
+    on any loop can share it."""
+    with serve_live() as server:
+        yield server

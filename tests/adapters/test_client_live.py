@@ -1,0 +1,155 @@
+"""The SDK against the REAL server and built-in engine (tiny model, greedy sampling).
+
+The tiny model's text is meaningless but deterministic under temperature 0, so each test
+checks a server-side graph against the same work done step by step from the client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from client_live import LiveServer
+from eclectus.adapters.client import (
+    AuthError,
+    Gen,
+    SemanticVariable,
+    ServerError,
+    VariableFailed,
+    connect,
+    connect_sync,
+)
+
+pytestmark = pytest.mark.slow
+
+SUMMARIZE = "Summarize:\n{{doc}}\nSummary:{{summary}}"
+COMBINE = "Combine:\n{{a}}\n{{b}}\nFinal:{{final}}"
+
+
+def one(result: SemanticVariable | tuple[SemanticVariable, ...]) -> SemanticVariable:
+    assert isinstance(result, SemanticVariable)
+    return result
+
+
+async def test_issue_example_end_to_end(live_server: LiveServer) -> None:
+    """map-reduce in one frame equals the same calls made one by one with plain strings."""
+    before = live_server.client_frames
+    async with connect(live_server.url, token=live_server.token) as app:
+        summarize = app.function(SUMMARIZE, summary=dict(max_tokens=8))
+        combine = app.function(COMBINE, final=dict(max_tokens=8))
+        s1, s2 = one(summarize(doc="the first text")), one(summarize(doc="the second text"))
+        final = one(combine(a=s1, b=s2))
+        graph_value = await final.aget(criteria="latency")
+        assert live_server.client_frames - before == 2  # hello and ONE submit
+    assert final.finish_reason in ("stop", "length") and final.usage is not None
+    assert final.usage.completion_tokens >= 1
+    async with connect(live_server.url, token=live_server.token) as app:
+        summarize = app.function(SUMMARIZE, summary=dict(max_tokens=8))
+        combine = app.function(COMBINE, final=dict(max_tokens=8))
+        a = await one(summarize(doc="the first text")).aget()
+        b = await one(summarize(doc="the second text")).aget()
+        assert await one(combine(a=a, b=b)).aget() == graph_value
+
+
+async def test_stream_concatenates_to_value(live_server: LiveServer) -> None:
+    """Deltas of a streamed output join to exactly the text a plain get returns."""
+    async with connect(live_server.url, token=live_server.token) as app:
+        (streamed,) = app.call(["Once upon a time", Gen(max_tokens=12, ignore_eos=True)])
+        deltas = [d async for d in streamed.astream()]
+        (plain,) = app.call(["Once upon a time", Gen(max_tokens=12, ignore_eos=True)])
+        assert len(deltas) >= 2
+        assert "".join(deltas) == streamed.value == await plain.aget()
+
+
+async def test_multi_output_template(live_server: LiveServer) -> None:
+    """Two outputs of one template come back as a tuple, both with text."""
+    async with connect(live_server.url, token=live_server.token) as app:
+        f = app.function("Topic: {{t}}\nTitle:{{title}}\nBody:{{body}}", title={}, body={})
+        title, body = f(t="rain")
+        texts = await app.aget_many([title, body])
+        assert texts == [title.value, body.value]
+        assert title.usage is not None and body.usage is not None
+
+
+def test_sync_twin(live_server: LiveServer) -> None:
+    """connect_sync: get() and stream() from plain code give the async API's results."""
+    with connect_sync(live_server.url, token=live_server.token) as app:
+        summarize = app.function(SUMMARIZE, summary=dict(max_tokens=6))
+        out = one(summarize(doc="sync doc"))
+        text = out.get(timeout=60)
+        again = one(summarize(doc="sync doc"))
+        assert "".join(again.stream(timeout=60)) == text
+        assert app.count_tokens("abc") >= 1
+
+
+async def test_client_set_variable_feeds_the_graph(live_server: LiveServer) -> None:
+    """A placeholder set mid-graph by the client behaves like the same constant input."""
+    async with connect(live_server.url, token=live_server.token) as app:
+        ask = app.function("Tool said: {{tool}}\nAnswer:{{answer}}", answer=dict(max_tokens=6))
+        slot = app.variable(name="tool")
+        via_set = one(ask(tool=slot))
+        waiting = asyncio.create_task(via_set.aget())
+        await asyncio.sleep(0.05)
+        assert not waiting.done()  # blocked on the client-set input
+        await slot.aset("sunny, 21 degrees")
+        assert await waiting == await one(ask(tool="sunny, 21 degrees")).aget()
+
+
+async def test_join_and_repr_list_ops(live_server: LiveServer) -> None:
+    """Server-side ops compute exactly what Python computes on the client."""
+    async with connect(live_server.url, token=live_server.token) as app:
+        (gen,) = app.call(["Say:", Gen(max_tokens=4)])
+        joined = app.join([gen, "tail"], sep=" | ", prefix="<", suffix=">")
+        listed = app.repr_list([gen, "it's"])
+        value, joined_text, listed_text = await app.aget_many([gen, joined, listed])
+        assert joined_text == f"<{value} | tail>"
+        assert listed_text == repr([value, "it's"])
+
+
+async def test_auth(live_server: LiveServer) -> None:
+    """A wrong or missing token is an AuthError; the right one connects."""
+    with pytest.raises(AuthError):
+        await connect(live_server.url, token="wrong")
+    with pytest.raises(AuthError):
+        await connect(live_server.url, token="")
+    async with connect(live_server.url, token=live_server.token, app="auth-test") as app:
+        assert app.session_id and [m.name for m in app.models] == ["tiny"]
+
+
+async def test_server_error_lands_on_the_right_variable(live_server: LiveServer) -> None:
+    """An over-long client-set input fails its consumer (limit_exceeded); a sibling succeeds,
+    and a refused set is a ServerError that does not fail the variable."""
+    async with connect(live_server.url, token=live_server.token) as app:
+        f = app.function("In: {{x}}\nOut:{{y}}", y=dict(max_tokens=4))
+        huge = app.variable(name="huge")
+        bad, good = one(f(x=huge)), one(f(x="short"))
+        await huge.aset("z" * 3000)  # over the fixture's max_prompt_tokens (2048)
+        with pytest.raises(VariableFailed) as caught:
+            await bad.aget()
+        assert caught.value.code == "limit_exceeded" and caught.value.var == bad.id
+        assert await good.aget() == good.value
+        with pytest.raises(ServerError):
+            await good.aset("not allowed: it has a producer")
+        assert good.value is not None and good.error is None
+
+
+async def test_two_sessions_concurrently(live_server: LiveServer) -> None:
+    """Two sessions running fan-outs at once each get their own, correct results."""
+
+    async def fan_out(docs: list[str]) -> list[str]:
+        async with connect(live_server.url, token=live_server.token) as app:
+            summarize = app.function(SUMMARIZE, summary=dict(max_tokens=5))
+            return await app.aget_many([one(summarize(doc=d)) for d in docs])
+
+    docs_a, docs_b = ["alpha", "beta", "gamma"], ["delta", "epsilon"]
+    both = await asyncio.gather(fan_out(docs_a), fan_out(docs_b))
+    assert both == [await fan_out(docs_a), await fan_out(docs_b)]
+
+
+def test_sync_session_serves_other_event_loops(live_server: LiveServer) -> None:
+    """One connect_sync session answers aget from an unrelated loop and get from a thread."""
+    with connect_sync(live_server.url, token=live_server.token) as app:
+        f = app.function(SUMMARIZE, summary=dict(max_tokens=4))
+        out = one(f(doc="shared"))
+        from_loop = asyncio.run(out.aget())
+        assert from_loop == one(f(doc="shared")).get(timeout=60)
