@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from eclectus.server.backend import EngineOutput, EngineRequest, EngineStats
@@ -17,7 +18,7 @@ from eclectus.server.engine.output_processor import OutputState
 from eclectus.server.engine.sampler import Sampler
 from eclectus.server.engine.sampling_params import SamplingParams
 from eclectus.server.engine.scheduler import ScheduledSeq, Scheduler, SchedulerOutput
-from eclectus.server.engine.sequence import FinishReason, Sequence
+from eclectus.server.engine.sequence import FinishReason, Sequence, SequenceStatus
 from eclectus.server.engine.tokenizer import Tokenizer
 
 
@@ -112,6 +113,21 @@ class LLMEngine:
         pin_prefix_segments: int = 0,
     ) -> None:
         """Queue a request given as token ids (mutates). Raises ValueError on a bad one."""
+        seq = self._new_sequence(
+            request_id,
+            token_ids,
+            sampling,
+            priority=priority,
+            tenant=tenant,
+            segment_ends=segment_ends,
+            pin_prefix_segments=pin_prefix_segments,
+        )
+        self.scheduler.add(seq)
+
+    def _new_sequence(
+        self, request_id: str, token_ids: list[int], sampling: SamplingParams, **fields: Any
+    ) -> Sequence:
+        """Validate and register a request's sequence and output state (mutates)."""
         if request_id in self._seqs:
             raise ValueError(f"request id {request_id!r} is already in use")
         if not token_ids:
@@ -126,18 +142,40 @@ class LLMEngine:
             list(token_ids),
             sampling,
             next(self._arrivals),
-            priority=priority,
-            tenant=tenant,
-            segment_ends=segment_ends,
-            pin_prefix_segments=pin_prefix_segments,
             max_total_tokens=self.max_model_len,
+            **fields,
         )
         if sampling.seed is not None and not sampling.greedy:
             seq.generator = self.sampler.new_generator(sampling.seed)
         self._seqs[request_id] = seq
         self._states[request_id] = OutputState(sampling, self.tokenizer)
         self.counters.prompt_tokens += seq.num_prompt_tokens
-        self.scheduler.add(seq)
+        return seq
+
+    def fork(self, parent_id: str, request_id: str, sampling: SamplingParams) -> None:
+        """Start ``request_id`` from everything ``parent_id`` holds so far (its prompt and
+        output become the child's prompt). A running parent's blocks are shared physically
+        (the partial last block is copied on write); otherwise the prefix cache finds them.
+        Mutates; raises ValueError for an unknown parent or a taken id."""
+        parent = self._seqs.get(parent_id)
+        if parent is None:
+            raise ValueError(f"no running request {parent_id!r} to fork")
+        child = self._new_sequence(
+            request_id,
+            list(parent.token_ids),
+            sampling,
+            priority=parent.priority,
+            tenant=parent.tenant,
+        )
+        if parent.block_table and parent.status is SequenceStatus.RUNNING:
+            self.block_manager.fork(parent, child)
+            child.num_cached_tokens = child.num_computed_tokens
+            self.counters.cache_hit_tokens += child.num_computed_tokens
+            if self.scheduler.add_running(child):
+                return
+            self.block_manager.free(child)  # no seat: queue it; the cache keeps the blocks
+            child.num_computed_tokens = 0
+        self.scheduler.add(child)
 
     def abort(self, request_id: str) -> EngineOutput | None:
         """Stop ``request_id`` and free its blocks (mutates). Returns its final output, or

@@ -70,6 +70,16 @@ class Scheduler:
         """Queue a new (or preempted) sequence for admission."""
         heapq.heappush(self.waiting, (seq.priority, seq.arrival, seq))
 
+    def add_running(self, seq: Sequence) -> bool:
+        """Seat a sequence that already holds its blocks (a fork) directly among the running
+        ones. Returns False, changing nothing, when every seat is taken."""
+        if len(self.running) >= self.max_num_seqs:
+            return False
+        seq.status = SequenceStatus.RUNNING
+        self._prefill_targets[seq.request_id] = seq.num_tokens
+        bisect.insort(self.running, seq, key=lambda s: (s.priority, s.arrival))
+        return True
+
     def schedule(self) -> SchedulerOutput:
         """Choose this step's work.
 

@@ -114,3 +114,41 @@ def test_string_prompts_and_segments(hf_greedy: object) -> None:
     assert seg_out.text == tokenizer.decode(
         [t for t in seg_out.token_ids if t not in tokenizer.eos_token_ids]
     )
+
+
+def test_common_1k_prefix_is_prefilled_once(hf_greedy: object) -> None:
+    rng = random.Random(4)
+    shared = random_prompt(rng, 1024)
+    prompts = [random_prompt(rng, 1044, shared) for _ in range(8)]
+    llm = engine()
+    outs = llm.generate(
+        prompt_token_ids=prompts, sampling_params=SamplingParams(max_tokens=MAX_TOKENS)
+    )
+    counters = llm.engine.counters
+    assert counters.prefill_tokens == 1024 + 8 * 20  # the prefix once, every suffix once
+    assert counters.cache_hit_tokens == 7 * 1024
+    assert [o.num_cached_tokens for o in outs] == [0] + [1024] * 7
+    for prompt, out in list(zip(prompts, outs, strict=True))[:2]:
+        assert out.token_ids == hf_greedy(prompt)
+
+
+def test_fork_shares_blocks_and_continues_like_parent(hf_greedy: object) -> None:
+    rng = random.Random(5)
+    prompt = random_prompt(rng, 37)  # 2 full blocks + a partial one
+    llm = engine()
+    eng = llm.engine
+    eng.add_tokens("parent", prompt, SamplingParams(max_tokens=MAX_TOKENS))
+    for _ in range(3):
+        eng.step()
+    parent = eng._seqs["parent"]
+    eng.fork("parent", "child", SamplingParams(max_tokens=MAX_TOKENS - 3))
+    child = eng._seqs["child"]
+    assert child.block_table == parent.block_table  # physically shared, partial block too
+    tokens: dict[str, list[int]] = {"parent": list(parent.output_token_ids), "child": []}
+    while eng.has_unfinished:
+        for out in eng.step():
+            tokens[out.request_id] += out.token_ids
+    expected = hf_greedy(prompt)
+    assert tokens["parent"] == expected
+    assert tokens["child"] == expected[3:]
+    eng.block_manager.check_invariants([])
