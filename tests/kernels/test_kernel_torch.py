@@ -20,6 +20,8 @@ from eclectus.kernels import (
     ref_prefill,
     store_kv,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kernel_cases import make_batch, nested_batch
 
 CPU = torch.device("cpu")
@@ -136,3 +138,26 @@ def test_plan_scratch_is_reused_across_layers_without_stale_results() -> None:
         for run in (cascade_decode_attention, paged_decode_attention):
             o, _ = run(q, k_cache, v_cache, plan, 0.25)
             torch.testing.assert_close(o, o_ref, atol=1e-5, rtol=1e-5)
+
+
+@settings(max_examples=20, deadline=None)
+@given(num_requests=st.integers(2, 6), block_size=st.sampled_from([1, 3, 4, 16]),
+       shared=st.integers(1, 40), branch=st.integers(0, 12), data=st.data())
+def test_hypothesis_cascade_equals_paged(num_requests: int, block_size: int, shared: int,
+                                         branch: int, data: st.DataObject) -> None:
+    """A common prefix, an optional shared branch for the first half, random tails."""
+    paths = [("s", "b") if i < num_requests // 2 and branch else ("s",)
+             for i in range(num_requests)]
+    tails = [data.draw(st.integers(0, 7)) for _ in paths]
+    batch = make_batch(paths, {"s": shared, "b": max(branch, 1)}, tails, block_size=block_size,
+                       num_kv_heads=2, head_dim=8, seed=data.draw(st.integers(0, 9)))
+    plan = build_decode_plan(batch.block_tables, batch.seq_lens, block_size, CPU,
+                             min_shared_tokens=data.draw(st.sampled_from([1, 4, 16])))
+    q = _queries(num_requests, 4, 8)
+    o_ref, lse_ref = ref_paged_decode(q, batch.k_cache, batch.v_cache, batch.block_tables,
+                                      batch.seq_lens, 0.4)
+    runs = [paged_decode_attention] + ([cascade_decode_attention] if plan.cascade else [])
+    for run in runs:
+        o, lse = run(q, batch.k_cache, batch.v_cache, plan, 0.4)
+        torch.testing.assert_close(o, o_ref, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(lse, lse_ref, atol=1e-5, rtol=1e-5)

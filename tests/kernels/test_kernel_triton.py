@@ -70,12 +70,14 @@ def test_paged_decode_ragged_gqa(num_q_heads: int, num_kv_heads: int, head_dim: 
     _assert_matches_reference(q, batch, plan, 1 / math.sqrt(head_dim), dtype, cascade=False)
 
 
-@pytest.mark.parametrize(("min_tokens", "dtype"), [(4, torch.float32), (16, torch.float32),
-                                                   (4, torch.bfloat16)])
-def test_cascade_nested_levels_equal_paged_attention(min_tokens: int, dtype: torch.dtype) -> None:
+@pytest.mark.parametrize(("min_tokens", "head_dim", "dtype"), [
+    (4, 32, torch.float32), (16, 128, torch.float32), (4, 64, torch.bfloat16)])
+def test_cascade_nested_levels_equal_paged_attention(min_tokens: int, head_dim: int,
+                                                     dtype: torch.dtype) -> None:
     """Several groups over three levels, an empty suffix, an ungrouped request."""
-    batch = _on_device(nested_batch(block_size=4, num_kv_heads=2, head_dim=32, dtype=dtype))
-    q = _queries(len(batch.seq_lens), 4, 32, dtype)
+    batch = _on_device(nested_batch(block_size=4, num_kv_heads=2, head_dim=head_dim,
+                                    dtype=dtype))
+    q = _queries(len(batch.seq_lens), 4, head_dim, dtype)
     plan = build_decode_plan(batch.block_tables, batch.seq_lens, 4, DEVICE,
                              min_shared_tokens=min_tokens)
     assert plan.cascade is not None and plan.cascade.num_levels >= 2
@@ -110,15 +112,17 @@ def test_prefill_chunked_over_paged_prefix(dtype: torch.dtype) -> None:
     torch.testing.assert_close(o.float(), o_ref.float(), **TOL[dtype])
 
 
-def test_merge_kernel_matches_reference_with_empty_sides() -> None:
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_merge_kernel_matches_reference_with_empty_sides(dtype: torch.dtype) -> None:
     gen = torch.Generator().manual_seed(5)
     o_a, o_b = torch.randn(4, 3, 24, generator=gen), torch.randn(4, 3, 24, generator=gen)
     lse_a, lse_b = torch.randn(4, 3, generator=gen) * 30, torch.randn(4, 3, generator=gen)
     lse_a[0], lse_b[0, :2], lse_b[1] = -math.inf, -math.inf, -math.inf
-    args = [t.to(DEVICE) for t in (o_a, lse_a, o_b, lse_b)]
+    args = [o_a.to(DEVICE, dtype), lse_a.to(DEVICE), o_b.to(DEVICE, dtype), lse_b.to(DEVICE)]
     o, lse = merge_attention_states(*args)
     o_ref, lse_ref = ref_merge_attention_states(*args)
-    torch.testing.assert_close(o, o_ref, atol=1e-6, rtol=1e-5)
+    assert o.dtype == dtype
+    torch.testing.assert_close(o.float(), o_ref.float(), **TOL[dtype])
     torch.testing.assert_close(lse, lse_ref)
     assert lse[0, 0].item() == -math.inf and torch.equal(o[0, 0], torch.zeros_like(o[0, 0]))
 
