@@ -8,6 +8,7 @@
 """
 
 from eclectus.adapters.langchain.chat_models import ChatEclectus
+from eclectus.adapters.langchain.compiler import CompiledRunnable, compile
 from eclectus.adapters.langchain.llms import EclectusLLM
 
-__all__ = ["ChatEclectus", "EclectusLLM"]
+__all__ = ["ChatEclectus", "CompiledRunnable", "EclectusLLM", "compile"]

@@ -1,0 +1,10 @@
+"""The chain compiler: LangChain runnables lowered onto an Eclectus graph.
+
+Importing this package registers the lowerings (structure.py, leaves.py) in registry.py.
+"""
+
+from eclectus.adapters.langchain.compiler import leaves, structure  # noqa: F401 (registers)
+from eclectus.adapters.langchain.compiler.compile import compile, find_model
+from eclectus.adapters.langchain.compiler.runnable import CompiledRunnable
+
+__all__ = ["CompiledRunnable", "compile", "find_model"]

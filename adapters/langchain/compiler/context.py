@@ -1,0 +1,58 @@
+"""Lowering: the state of one compiled run (session, mode, config, trace) and the three
+things lowerings need from it: declare server work, resolve values, and cut."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from eclectus.adapters.client import SyncSession
+from eclectus.adapters.langchain import _client
+from eclectus.adapters.langchain.compiler.graph import GraphTrace
+from eclectus.adapters.langchain.compiler.symbols import collect_refs, rebuild
+from eclectus.adapters.langchain.pieces import Piece, Ref
+from langchain_core.runnables import Runnable, RunnableConfig
+
+
+@dataclass(slots=True)
+class Lowering:
+    """One run's lowering context. ``server`` is (ws URL, token) of ``session``: a model
+    lowers onto this session only when it talks to the same server."""
+
+    session: SyncSession
+    server: tuple[str, str | None]
+    mode: Literal["sync", "async"]
+    config: RunnableConfig
+    trace: GraphTrace = field(default_factory=GraphTrace)
+
+    def declare_call(self, pieces: Sequence[Piece], sampling: dict[str, Any],
+                     model: str | None, label: str) -> Ref:
+        """Declares one model call (buffered, nothing sent) and returns its output ref."""
+        self.trace.call(label)
+        return Ref(_client.declare(self.session, pieces, sampling, model))
+
+    def repr_list(self, items: list[Any]) -> Ref:
+        """``str(items)`` on the server, byte-identical to Python's (declares a repr_list
+        op; items are strs and refs)."""
+        self.trace.op(f"repr_list of {len(items)} item(s)")
+        parts = [item.var if isinstance(item, Ref) else item for item in items]
+        return Ref(self.session.repr_list(parts))
+
+    async def resolve(self, value: Any) -> Any:
+        """The concrete twin of a symbolic value: its refs fetched in one frame."""
+        refs = collect_refs(value, [])
+        if not refs:
+            return value
+        texts = await self.session.session.aget_many([ref.var for ref in refs])
+        return rebuild(value, {id(ref): text for ref, text in zip(refs, texts, strict=True)})
+
+    async def cut(self, runnable: Runnable, value: Any, reason: str) -> Any:
+        """Runs ``runnable`` on the client over the resolved input; its output is concrete
+        (it travels back to the server as constant text wherever it is used)."""
+        self.trace.cut(runnable.get_name(), reason)
+        concrete = await self.resolve(value)
+        if self.mode == "async":
+            return await runnable.ainvoke(concrete, self.config)
+        return await asyncio.to_thread(runnable.invoke, concrete, self.config)

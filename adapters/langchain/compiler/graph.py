@@ -1,0 +1,55 @@
+"""GraphTrace: what one compiled run built, for printing (calls, ops, cuts, nesting)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class GraphTrace:
+    """An indented log of the graph a lowering built. Mutated only by the lowering."""
+
+    lines: list[str] = field(default_factory=list)
+    num_calls: int = 0
+    num_ops: int = 0
+    cuts: list[tuple[str, str]] = field(default_factory=list)  # (runnable name, reason)
+    _depth: int = 0
+
+    @contextmanager
+    def nested(self, label: str) -> Iterator[None]:
+        """Logs ``label`` and indents what is logged inside (mutates)."""
+        self._add(label)
+        self._depth += 1
+        try:
+            yield
+        finally:
+            self._depth -= 1
+
+    def call(self, label: str) -> None:
+        """A model call declared on the server (mutates)."""
+        self.num_calls += 1
+        self._add(f"call   {label}")
+
+    def op(self, label: str) -> None:
+        """A server-side text op declared (mutates)."""
+        self.num_ops += 1
+        self._add(f"op     {label}")
+
+    def node(self, label: str) -> None:
+        """A step that lowered without server work of its own (mutates)."""
+        self._add(f"node   {label}")
+
+    def cut(self, name: str, reason: str) -> None:
+        """A client-side cut: upstream resolved, ``name`` ran on the client (mutates)."""
+        self.cuts.append((name, reason))
+        self._add(f"CUT    {name}: runs on the client ({reason})")
+
+    def render(self) -> str:
+        """The whole trace as text, with a one-line summary first (pure)."""
+        head = f"graph: {self.num_calls} call(s), {self.num_ops} op(s), {len(self.cuts)} cut(s)"
+        return "\n".join([head, *self.lines])
+
+    def _add(self, text: str) -> None:
+        self.lines.append("  " * self._depth + text)

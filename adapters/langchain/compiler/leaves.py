@@ -1,0 +1,146 @@
+"""Lowerings of the leaves: prompt templates, Eclectus models, StrOutputParser.
+
+A prompt template becomes a :class:`SymPrompt` (pieces, see prompts.py); a model turns a
+prompt into one declared call whose output is a ref (a :class:`SymMessage` for a chat model);
+the parser takes the message's text. Prompts are built exactly as the eager models build
+them (chat_format.render_chat, the same tracing-hook lookup for concrete text), so compiled
+and eager runs send the same segments.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from eclectus.adapters.langchain._client import model_name_of, ws_url
+from eclectus.adapters.langchain.chat_format import message_role, render_chat
+from eclectus.adapters.langchain.chat_models import ChatEclectus
+from eclectus.adapters.langchain.compiler.context import Lowering
+from eclectus.adapters.langchain.compiler.registry import register
+from eclectus.adapters.langchain.compiler.symbols import SymPrompt
+from eclectus.adapters.langchain.errors import NotLowerable
+from eclectus.adapters.langchain.llms import EclectusLLM
+from eclectus.adapters.langchain.pieces import (
+    Piece,
+    Ref,
+    SymMessage,
+    contains_symbolic,
+    normalize,
+)
+from eclectus.adapters.langchain.prompts import chat_prompt_messages, string_prompt_pieces
+from eclectus.adapters.langchain.tracing import TRACER
+from langchain_core.messages import (
+    BaseMessage,
+    ChatMessage,
+    convert_to_messages,
+    get_buffer_string,
+)
+from langchain_core.output_parsers import StrOutputParser
+from langchain_core.prompt_values import PromptValue
+from langchain_core.prompts import ChatPromptTemplate, PromptTemplate
+
+MODEL_TYPES = (ChatEclectus, EclectusLLM)
+
+
+def _template_inputs(prompt: PromptTemplate | ChatPromptTemplate, value: Any) -> dict[str, Any]:
+    """The input dict as LangChain's prompt validation would build it (a lone non-dict value
+    fills the only variable); missing variables are left to the eager prompt's error."""
+    if not isinstance(value, dict):
+        if len(prompt.input_variables) != 1:
+            raise NotLowerable("a prompt with several variables needs a dict input")
+        value = {prompt.input_variables[0]: value}
+    missing = set(prompt.input_variables) - set(value)
+    if missing:
+        raise NotLowerable(f"missing prompt inputs {sorted(missing)}")
+    return value
+
+
+@register(PromptTemplate)
+async def lower_prompt(prompt: PromptTemplate, value: Any, ctx: Lowering) -> SymPrompt:
+    pieces = string_prompt_pieces(prompt, _template_inputs(prompt, value), ctx.repr_list)
+    ctx.trace.node(f"prompt ({prompt.template_format}) -> {len(pieces)} segment(s)")
+    return SymPrompt(text=pieces)
+
+
+@register(ChatPromptTemplate)
+async def lower_chat_prompt(prompt: ChatPromptTemplate, value: Any, ctx: Lowering) -> SymPrompt:
+    messages = chat_prompt_messages(prompt, _template_inputs(prompt, value), ctx.repr_list)
+    ctx.trace.node(f"chat prompt -> {len(messages)} message(s)")
+    return SymPrompt(messages=messages)
+
+
+@register(StrOutputParser)
+async def lower_str_parser(parser: StrOutputParser, value: Any, ctx: Lowering) -> Any:
+    if isinstance(value, SymMessage):
+        return value.ref
+    if isinstance(value, Ref | str):
+        return value
+    if isinstance(value, BaseMessage) and not contains_symbolic(value):
+        return value.text
+    raise NotLowerable(f"StrOutputParser over {type(value).__name__}")
+
+
+def chat_messages(value: Any) -> list[tuple[str, list[Piece]]]:
+    """``(role, pieces)`` of what a chat model receives for ``value`` (LangChain's
+    ``_convert_input`` rules: a string is one human message)."""
+    if isinstance(value, SymPrompt):
+        if value.text is not None:
+            return [("user", value.text)]
+        return [(role, pieces) for _, role, pieces in value.messages or []]
+    if isinstance(value, Ref):
+        return [("user", [value])]
+    if isinstance(value, str):
+        return [("user", TRACER.pieces_for(value) or [value])]
+    if isinstance(value, PromptValue):
+        return _concrete_messages(value.to_messages())
+    if isinstance(value, list) and not contains_symbolic(value):
+        return _concrete_messages(convert_to_messages(value))
+    raise NotLowerable(f"a chat model over {type(value).__name__}")
+
+
+def _concrete_messages(messages: list[BaseMessage]) -> list[tuple[str, list[Piece]]]:
+    try:
+        per_message = TRACER.message_pieces(messages)
+    except ValueError as exc:  # non-text content: the eager model raises the same
+        raise NotLowerable(str(exc)) from exc
+    return [(message_role(m), p) for m, p in zip(messages, per_message, strict=True)]
+
+
+def llm_prompt(value: Any) -> list[Piece]:
+    """The prompt pieces a completion model receives for ``value`` (``to_string`` rules:
+    chat messages become ``Role: content`` lines)."""
+    if isinstance(value, SymPrompt) and value.text is not None:
+        return value.text
+    if isinstance(value, SymPrompt):
+        lines: list[Piece] = []
+        for index, (cls, role, pieces) in enumerate(value.messages or []):
+            empty = ChatMessage(role=role, content="") if cls is ChatMessage else cls(content="")
+            lines.extend(["\n" if index else "", get_buffer_string([empty]), *pieces])
+        return normalize(lines)
+    if isinstance(value, Ref):
+        return [value]
+    if isinstance(value, str):
+        return TRACER.pieces_for(value) or [value]
+    if isinstance(value, PromptValue):
+        text = value.to_string()
+        return TRACER.pieces_for(text) or [text]
+    raise NotLowerable(f"a completion model over {type(value).__name__}")
+
+
+async def lower_model(model: Any, value: Any, ctx: Lowering, kwargs: dict[str, Any]) -> Any:
+    """One declared call of ``model`` (with ``.bind`` kwargs) on ``value``."""
+    if (ws_url(model.eclectus_url), model.token) != ctx.server:
+        raise NotLowerable("the model talks to another server")
+    sampling, name = model.sampling(None, kwargs), model.model_for(kwargs)
+    if isinstance(model, ChatEclectus):
+        pieces = render_chat(chat_messages(value))
+    else:
+        pieces = llm_prompt(value)
+    ref = ctx.declare_call(pieces, sampling, name, f"{model.get_name()} {sampling}")
+    if isinstance(model, EclectusLLM):
+        return ref
+    return SymMessage(ref, model_name_of(ctx.session, name))
+
+
+@register(ChatEclectus, EclectusLLM, subclasses=True)
+async def lower_model_plain(model: Any, value: Any, ctx: Lowering) -> Any:
+    return await lower_model(model, value, ctx, {})

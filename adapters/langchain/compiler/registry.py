@@ -1,0 +1,60 @@
+"""The lowering registry: runnable type -> async function lowering it onto the server.
+
+``lower(runnable, value, ctx)`` looks the runnable's exact type up (a subclass may change
+behaviour, so it is not assumed to lower like its base); a lowering that meets something it
+cannot do exactly raises NotLowerable *before* declaring anything, and the runnable then runs
+on the client as a cut. An unregistered type is always a cut. Lowerings of composite
+runnables only recurse; cuts therefore happen at the innermost runnable that needs one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from eclectus.adapters.langchain.compiler.context import Lowering
+from eclectus.adapters.langchain.errors import NotLowerable
+from langchain_core.runnables import Runnable
+
+LowerFn = Callable[[Any, Any, Lowering], Awaitable[Any]]
+_REGISTRY: dict[type, LowerFn] = {}
+# Model classes lower by isinstance: a subclass of ChatEclectus is still our model.
+_BY_INSTANCE: list[tuple[type, LowerFn]] = []
+
+
+def register(*types: type, subclasses: bool = False) -> Callable[[LowerFn], LowerFn]:
+    """Decorator: ``fn`` lowers runnables of exactly ``types`` (or any subclass when
+    ``subclasses``). Mutates the registry at import time."""
+
+    def decorate(fn: LowerFn) -> LowerFn:
+        for cls in types:
+            if subclasses:
+                _BY_INSTANCE.append((cls, fn))
+            else:
+                _REGISTRY[cls] = fn
+        return fn
+
+    return decorate
+
+
+def lowering_for(runnable: Any) -> LowerFn | None:
+    """The registered lowering for ``runnable``, or None (pure)."""
+    fn = _REGISTRY.get(type(runnable))
+    if fn is not None:
+        return fn
+    for cls, candidate in _BY_INSTANCE:
+        if isinstance(runnable, cls):
+            return candidate
+    return None
+
+
+async def lower(runnable: Runnable, value: Any, ctx: Lowering) -> Any:
+    """The symbolic output of ``runnable`` on symbolic input ``value`` (declares server
+    work on ``ctx``; runs a cut on the client where needed)."""
+    fn = lowering_for(runnable)
+    if fn is None:
+        return await ctx.cut(runnable, value, f"{type(runnable).__name__} is not compilable")
+    try:
+        return await fn(runnable, value, ctx)
+    except NotLowerable as exc:
+        return await ctx.cut(runnable, value, exc.reason)

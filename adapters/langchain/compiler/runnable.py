@@ -1,0 +1,218 @@
+"""CompiledRunnable: a chain that runs as one graph on the Eclectus server.
+
+``invoke`` lowers the chain over the input (every supported runnable declares server work,
+nothing is sent), then asks for the final output: the whole graph goes in one submit frame
+and only the final values come back. ``batch`` lowers every input into the same graph
+(independent paths) and fetches all outputs in one frame. Where a runnable cannot be lowered,
+the graph upstream of it is resolved, the runnable runs on the client, and its output joins
+the graph as constant text (a cut; see :meth:`CompiledRunnable.explain`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Coroutine, Iterator
+from typing import Any, Literal, TypeVar
+
+from eclectus.adapters.client import SyncSession
+from eclectus.adapters.langchain import _client
+from eclectus.adapters.langchain.compiler.context import Lowering
+from eclectus.adapters.langchain.compiler.graph import GraphTrace
+from eclectus.adapters.langchain.compiler.plan import plan_text
+from eclectus.adapters.langchain.compiler.registry import lower
+from eclectus.adapters.langchain.compiler.symbols import ai_message, collect_refs, rebuild
+from eclectus.adapters.langchain.pieces import Ref, SymMessage
+from langchain_core.messages import AIMessageChunk
+from langchain_core.runnables import Runnable, RunnableConfig
+from langchain_core.runnables.config import ensure_config
+
+T = TypeVar("T")
+
+
+class CompiledRunnable(Runnable[Any, Any]):
+    """The compiled form of ``runnable``: same inputs and outputs, one graph per run.
+
+    ``model`` is the Eclectus model whose server (URL, token) runs the graph; models of
+    another server inside the chain run as cuts. Thread-safe; ``last_graph`` is the trace
+    of the most recent run (for printing).
+    """
+
+    def __init__(self, runnable: Runnable, model: Any, app: str | None = None) -> None:
+        self.runnable = runnable
+        self.model = model
+        self.app = app or model.app_name or runnable.get_name()
+        self.server = (_client.ws_url(model.eclectus_url), model.token)
+        self.last_graph: GraphTrace | None = None
+
+    # -- Runnable surface ----------------------------------------------------------------
+
+    def get_name(self, suffix: str | None = None, *, name: str | None = None) -> str:
+        return name or f"Compiled{self.runnable.get_name(suffix)}"
+
+    @property
+    def InputType(self) -> Any:
+        return self.runnable.InputType
+
+    @property
+    def OutputType(self) -> Any:
+        return self.runnable.OutputType
+
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        return self.batch([input], config, **kwargs)[0]
+
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any):
+        return (await self.abatch([input], config, **kwargs))[0]
+
+    def batch(self, inputs: list[Any], config: Any = None, *, return_exceptions: bool = False,
+              **kwargs: Any) -> list[Any]:
+        """All inputs as one graph: independent paths, outputs fetched in one frame."""
+
+        def run(items: list[Any], config: list[RunnableConfig]) -> list[Any]:
+            return run_blocking(self._run(items, config, "sync", return_exceptions))
+
+        return self._batch_with_config(run, inputs, config, return_exceptions=return_exceptions)
+
+    async def abatch(self, inputs: list[Any], config: Any = None, *,
+                     return_exceptions: bool = False, **kwargs: Any) -> list[Any]:
+        """Async twin of :meth:`batch`."""
+
+        async def run(items: list[Any], config: list[RunnableConfig]) -> list[Any]:
+            return await self._run(items, config, "async", return_exceptions)
+
+        return await self._abatch_with_config(
+            run, inputs, config, return_exceptions=return_exceptions
+        )
+
+    def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+               ) -> Iterator[Any]:
+        """Streams the final output's text when it is one generated value (a string or an
+        AIMessage, as chunks); otherwise yields the whole output once."""
+        ctx = self._context("sync", ensure_config(config))
+        output = run_blocking(lower(self.runnable, input, ctx))
+        self.last_graph = ctx.trace
+        ref = _final_ref(output)
+        if ref is None:
+            yield run_blocking(ctx.resolve(output))
+            return
+        parts: list[str] = []
+        for delta in ctx.session.session.stream(ref.var):
+            parts.append(delta)
+            yield AIMessageChunk(content=delta) if isinstance(output, SymMessage) else delta
+        if isinstance(output, SymMessage):
+            yield _closing_chunk(output, "".join(parts))
+
+    async def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+                      ) -> AsyncIterator[Any]:
+        """Async twin of :meth:`stream`."""
+        ctx = self._context("async", ensure_config(config))
+        output = await lower(self.runnable, input, ctx)
+        self.last_graph = ctx.trace
+        ref = _final_ref(output)
+        if ref is None:
+            yield await ctx.resolve(output)
+            return
+        parts: list[str] = []
+        async for delta in ctx.session.session.astream(ref.var):
+            parts.append(delta)
+            yield AIMessageChunk(content=delta) if isinstance(output, SymMessage) else delta
+        if isinstance(output, SymMessage):
+            yield _closing_chunk(output, "".join(parts))
+
+    # -- printing ------------------------------------------------------------------------
+
+    def plan(self) -> str:
+        """The static plan: which runnables lower onto the server and which are cuts."""
+        return plan_text(self.runnable)
+
+    def explain(self) -> str:
+        """The plan, then the graph the last run built (calls, ops, cuts)."""
+        built = self.last_graph.render() if self.last_graph else "graph: not run yet"
+        return f"{self.plan()}\n{built}"
+
+    def __repr__(self) -> str:
+        return f"CompiledRunnable({self.runnable!r})"
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _session(self) -> SyncSession:
+        return _client.session_for(self.model.eclectus_url, self.model.token, self.app)
+
+    def _context(self, mode: Literal["sync", "async"], config: RunnableConfig,
+                 trace: GraphTrace | None = None) -> Lowering:
+        return Lowering(self._session(), self.server, mode, config, trace or GraphTrace())
+
+    async def _run(self, inputs: list[Any], configs: list[RunnableConfig],
+                   mode: Literal["sync", "async"], return_exceptions: bool) -> list[Any]:
+        trace = GraphTrace()
+        contexts = [self._context(mode, config, trace) for config in configs]
+        outputs = await asyncio.gather(
+            *(lower(self.runnable, item, ctx) for item, ctx in zip(inputs, contexts, strict=True)),
+            return_exceptions=return_exceptions,
+        )
+        self.last_graph = trace
+        return await _resolve_all(contexts[0], list(outputs), return_exceptions)
+
+
+async def _resolve_all(ctx: Lowering, outputs: list[Any], return_exceptions: bool) -> list[Any]:
+    """Every output's concrete value, all refs fetched in one frame. With
+    ``return_exceptions``, a failure is returned in place of the outputs it affects."""
+    live = [o for o in outputs if not isinstance(o, BaseException)]
+    refs = collect_refs(live, [])
+    try:
+        texts = await ctx.session.session.aget_many([ref.var for ref in refs]) if refs else []
+    except Exception:
+        if not return_exceptions:
+            raise
+        return [await _resolve_or_error(ctx, o) for o in outputs]
+    table = {id(ref): text for ref, text in zip(refs, texts, strict=True)}
+    return [o if isinstance(o, BaseException) else rebuild(o, table) for o in outputs]
+
+
+async def _resolve_or_error(ctx: Lowering, output: Any) -> Any:
+    if isinstance(output, BaseException):
+        return output
+    try:
+        return await ctx.resolve(output)
+    except Exception as exc:
+        return exc
+
+
+def _final_ref(output: Any) -> Ref | None:
+    if isinstance(output, SymMessage):
+        return output.ref
+    return output if isinstance(output, Ref) else None
+
+
+def _closing_chunk(output: SymMessage, text: str) -> AIMessageChunk:
+    """The last chunk of a streamed chat output: usage and metadata, no text."""
+    message = ai_message(output, text)
+    return AIMessageChunk(
+        content="",
+        usage_metadata=message.usage_metadata,
+        response_metadata=message.response_metadata,
+        chunk_position="last",
+    )
+
+
+def run_blocking(coro: Coroutine[Any, Any, T]) -> T:
+    """Runs a coroutine to completion from sync code, also under a running event loop (then
+    on a helper thread, since the loop's own thread must not block on itself)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = asyncio.run(coro)
+        except BaseException as exc:  # re-raised on the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name="eclectus-compiled-run")
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
