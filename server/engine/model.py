@@ -153,6 +153,9 @@ class LlamaForCausalLM(nn.Module):
         if not config.tie_word_embeddings:
             self.lm_head = _linear(config.hidden_size, config.vocab_size, False, dtype, device)
         self.requires_grad_(False)
+        # forward() checks positions against max_model_len with one host sync; a runner that
+        # already bounds sequence lengths (or captures CUDA graphs) may switch it off
+        self.check_positions = True
 
     @torch.inference_mode()
     def forward(self, input_ids: Tensor, positions: Tensor, attn: AttentionFn) -> Tensor:
@@ -161,7 +164,8 @@ class LlamaForCausalLM(nn.Module):
         Raises ValueError if a position lies beyond what the model computes correctly (the
         RoPE table, or a sliding window we do not implement). Pure except through ``attn``.
         """
-        self._check_positions(positions)
+        if self.check_positions:
+            self._check_positions(positions)
         x = self.model.embed_tokens(input_ids)
         for layer in self.model.layers:
             x = layer(x, positions, self.rotary, attn)

@@ -156,3 +156,29 @@ def test_python_m_eclectus_model_export(cache: Path, tmp_path: Path) -> None:
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert sorted(os.listdir(out)) == sorted(MODEL_FILES)
+
+
+@pytest.mark.slow
+def test_small_materializes_and_matches_transformers(cache: Path) -> None:
+    """The one 100M forward of the suite: 8 tokens through ours and transformers."""
+    from eclectus.server.engine.model import load_model
+    from transformers import AutoModelForCausalLM
+
+    path = materialize("small")
+    ours, config = load_model(path)
+    assert config.num_parameters() == sum(p.numel() for p in ours.parameters())
+    ids = torch.tensor([256, 72, 101, 108, 108, 111, 33, 10])
+    hidden = ours(ids, torch.arange(8), _causal_attention)
+    theirs = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    with torch.no_grad():
+        expected = theirs(ids[None]).logits[0]
+    torch.testing.assert_close(ours.compute_logits(hidden), expected, atol=1e-4, rtol=0)
+
+
+def _causal_attention(layer_idx: int, q: torch.Tensor, k: torch.Tensor,
+                      v: torch.Tensor) -> torch.Tensor:
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    return torch.nn.functional.scaled_dot_product_attention(
+        q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), is_causal=True
+    ).transpose(0, 1)
