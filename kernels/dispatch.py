@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib.util
 import os
 
-import torch
 from eclectus.kernels import torch_ops
 from eclectus.kernels.plans import DecodePlan, PrefillPlan
 from torch import Tensor
@@ -94,31 +93,15 @@ def cascade_decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: 
         from eclectus.kernels.triton_cascade import cascade_decode_triton
 
         return cascade_decode_triton(q, k_cache, v_cache, plan, scale)
-    o_mem, lse_mem = torch_ops.cascade_prefix_torch(q, k_cache, v_cache, cascade, scale,
-                                                    plan.scratch)
-    o_suf, lse_suf = torch_ops.paged_decode_window_torch(
-        q, k_cache, v_cache, plan.block_tables, plan.seq_lens, scale,
-        cascade.max_suffix_blocks, kv_starts=cascade.suffix_starts, scratch=plan.scratch,
-        tag="suffix")
-    o, lse = _merge_members(o_mem, lse_mem, o_suf, lse_suf, cascade.member_request_ids)
-    return o.to(q.dtype), lse
-
-
-def _merge_members(o_mem: Tensor, lse_mem: Tensor, o_suf: Tensor, lse_suf: Tensor,
-                   member_request_ids: Tensor) -> tuple[Tensor, Tensor]:
-    """Fold every group's membership rows and the suffixes (all fp32) into one state per
-    request: (o [B, Hq, D] fp32, lse [B, Hq] fp32)."""
-    batch = o_suf.shape[0]
-    index = torch.cat([member_request_ids, torch.arange(batch, device=o_suf.device)])
-    return torch_ops.combine_states_by_index(
-        torch.cat([o_mem, o_suf]), torch.cat([lse_mem, lse_suf]), index, batch)
+    return torch_ops.cascade_decode_torch(q, k_cache, v_cache, plan, scale)
 
 
 def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: DecodePlan,
                      scale: float) -> Tensor:
     """One decode step's attention for one layer: q [B, Hq, D] -> o [B, Hq, D] (q's dtype).
 
-    Uses the shared-prefix path when the plan found paying groups, else plain paged. Pure.
+    Uses the shared-prefix path when the plan found paying groups, else plain paged. Mutates
+    nothing but ``plan.scratch`` (torch paths: cached gather indices and buffers).
     """
     if plan.cascade is not None:
         return cascade_decode_attention(q, k_cache, v_cache, plan, scale)[0]

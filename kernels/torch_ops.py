@@ -15,7 +15,7 @@ import math
 import torch
 import torch.nn.functional as F
 from eclectus.kernels.gather import Scratch, gather_head_major, head_major_rows
-from eclectus.kernels.plans import CascadePlan, PrefillPlan
+from eclectus.kernels.plans import CascadePlan, DecodePlan, PrefillPlan
 from torch import Tensor
 
 
@@ -127,6 +127,28 @@ def cascade_prefix_torch(q: Tensor, k_cache: Tensor, v_cache: Tensor, cascade: C
                     .reshape(size, num_q_heads, head_dim))
         lses.append(lse.view(num_kv_heads, size, group).transpose(0, 1).reshape(size, -1))
     return torch.cat(outs), torch.cat(lses)
+
+
+def cascade_decode_torch(q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: DecodePlan,
+                         scale: float) -> tuple[Tensor, Tensor]:
+    """Shared-prefix decode: group passes, suffix pass, one scatter-logsumexp merge.
+
+    q [B, Hq, D] -> (o [B, Hq, D] in q's dtype, lse [B, Hq] fp32). Fills ``plan.scratch``.
+    """
+    cascade = plan.cascade
+    if cascade is None:
+        raise ValueError("plan has no cascade groups")
+    o_mem, lse_mem = cascade_prefix_torch(q, k_cache, v_cache, cascade, scale, plan.scratch)
+    o_suf, lse_suf = paged_decode_window_torch(
+        q, k_cache, v_cache, plan.block_tables, plan.seq_lens, scale,
+        cascade.max_suffix_blocks, kv_starts=cascade.suffix_starts, scratch=plan.scratch,
+        tag="suffix")
+    batch = q.shape[0]
+    index = plan.scratch.cached("merge_index", lambda: torch.cat(
+        [cascade.member_request_ids, torch.arange(batch, device=q.device)]))
+    o, lse = combine_states_by_index(torch.cat([o_mem, o_suf]), torch.cat([lse_mem, lse_suf]),
+                                     index, batch)
+    return o.to(q.dtype), lse
 
 
 def prefill_torch(q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: PrefillPlan,
