@@ -91,6 +91,7 @@ class Graph:
     def __init__(self) -> None:
         self.vars: dict[str, Variable] = {}
         self.nodes: dict[str, Node] = {}
+        self.node_order: list[Node] = []  # append-only, so others can index new nodes cheaply
         self.num_calls = 0
 
     # -- lookups (pure) -------------------------------------------------------------------
@@ -148,6 +149,7 @@ class Graph:
             self.vars[variable.var_id] = variable
         for node in nodes:
             self.nodes[node.node_id] = node
+            self.node_order.append(node)
             self.num_calls += 1
             for var_id in node.outputs:
                 self.vars[var_id].producer = node.node_id

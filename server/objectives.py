@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from eclectus.server.protocol import Criteria
 
-# Lower is more urgent. latency and deadline share the urgent class; slack orders them.
+# Lower is stronger. latency and deadline share the urgent class; rank_key orders them.
 _STRENGTH: dict[Criteria, int] = {"latency": 0, "deadline": 1, "throughput": 2}
 
 
@@ -36,14 +36,6 @@ class Objective:
         deadlines = [d for d in (self.deadline, other.deadline) if d is not None]
         return Objective(criteria, min(deadlines) if deadlines else None)
 
-    def slack(self, now: float) -> float:
-        """Seconds left before the deadline (0 for latency: it is due now; inf without one)."""
-        if self.criteria == "latency":
-            return 0.0
-        if self.deadline is None:
-            return math.inf
-        return max(0.0, self.deadline - now)
-
 
 def objective_for_get(criteria: Criteria, deadline_ms: float | None, now: float) -> Objective:
     """The objective a get frame asks for (pure). A deadline_ms without criteria 'deadline'
@@ -62,7 +54,6 @@ def rank_key(
     *,
     app_arrival: float,
     enqueued_at: float,
-    now: float,
     aging_rate: float,
     group: str | None,
     seq: int,
@@ -70,25 +61,32 @@ def rank_key(
     """The scheduler's order, smallest first (pure):
 
     1. criteria class: latency/deadline before throughput;
-    2. deadline slack (latency has none left: 0);
-    3. app-FIFO: the application's arrival time, minus an aging credit of ``aging_rate``
-       seconds per second waited, so an old application's later calls go before a new
-       application's, yet nothing waits forever;
+    2. urgency: latency first (-inf), then the earliest deadline;
+    3. app-FIFO with aging: the application's arrival time minus an aging credit of
+       ``aging_rate`` seconds per second waited. At time ``now`` that is
+       ``app_arrival - aging_rate * (now - enqueued_at)``; ``- aging_rate * now`` is common to
+       every queued call, so ``app_arrival + aging_rate * enqueued_at`` orders them the same
+       at any time, and the key never needs recomputing as time passes;
     4. group id, so the members of a task group sit together; 5. submission order.
     """
-    aging_credit = aging_rate * max(0.0, now - enqueued_at)
+    if objective.criteria == "latency":
+        urgency = -math.inf
+    else:
+        urgency = objective.deadline if objective.deadline is not None else math.inf
     return (
         0 if objective.urgent else 1,
-        objective.slack(now),
-        app_arrival - aging_credit,
+        urgency,
+        app_arrival + aging_rate * enqueued_at,
         group or "",
         seq,
     )
 
 
-def engine_priority(key: RankKey, epoch: float) -> float:
+def engine_priority(key: RankKey, epoch: float, aging_rate: float) -> float:
     """Flatten a rank key into EngineRequest.priority (lower first) so the engine admits its
-    waiting requests in nearly the scheduler's order: the class dominates, then slack and
-    the app rank in seconds since ``epoch`` (the server's start) are summed (pure)."""
-    urgent_class, slack, app_rank, _group, _seq = key
-    return urgent_class * 1e9 + min(slack, 1e8) + (app_rank - epoch)
+    waiting requests in nearly the scheduler's order: the class dominates, then the deadline
+    and the app rank, both in seconds since ``epoch`` (the server's start), are summed (pure)."""
+    urgent_class, urgency, app_rank, _group, _seq = key
+    deadline_part = min(max(urgency - epoch, 0.0), 1e8)  # latency 0, none 1e8
+    app_part = app_rank - (1.0 + aging_rate) * epoch  # rank_key's app term, shifted to ~0
+    return urgent_class * 1e9 + deadline_part + app_part

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from eclectus.server.graph import Graph, Node, NodeState
+from eclectus.server.graph import FINAL_NODE_STATES, Graph, Node, NodeState
 from eclectus.server.protocol import GenSegment, Segment, TextSegment
 
 SegmentKey = tuple[str, str]  # ("t", text) or ("v", var id): equal keys give equal text
@@ -46,6 +46,10 @@ class PinTable:
     """One session's pins, keyed by the first leading segment."""
 
     pins: dict[SegmentKey, Pin] = field(default_factory=dict)
+    # calls by first leading segment, so finding sharers does not scan the whole graph;
+    # finished calls are pruned from a bucket whenever it is scanned
+    by_first_key: dict[SegmentKey, list[Node]] = field(default_factory=dict)
+    num_indexed: int = 0
 
     def on_dispatch(self, graph: Graph, node: Node, request_id: str) -> tuple[int, list[str]]:
         """Account for ``node`` being dispatched as ``request_id`` (mutates). Returns how
@@ -58,17 +62,24 @@ class PinTable:
             pin.waiting.discard(node.node_id)
             return 0, self._release_empty()
         sharers: dict[str, int] = {}
-        for other in graph.nodes.values():
-            if other is node or not other.is_call:
-                continue
-            if other.state in (NodeState.WAITING, NodeState.QUEUED):
-                common = _common(keys, leading_keys(other.segments))
-                if common:
-                    sharers[other.node_id] = common
+        for other in self._bucket(graph, keys[0]):
+            if other is not node and other.state in (NodeState.WAITING, NodeState.QUEUED):
+                sharers[other.node_id] = _common(keys, leading_keys(other.segments))
         if not sharers:
             return 0, []
         self.pins[keys[0]] = Pin(request_id, set(sharers))
         return min(sharers.values()), []
+
+    def _bucket(self, graph: Graph, first: SegmentKey) -> list[Node]:
+        for other in graph.node_order[self.num_indexed :]:
+            other_keys = leading_keys(other.segments) if other.is_call else []
+            if other_keys:
+                self.by_first_key.setdefault(other_keys[0], []).append(other)
+        self.num_indexed = len(graph.node_order)
+        bucket = [n for n in self.by_first_key.get(first, []) if n.state not in FINAL_NODE_STATES]
+        bucket = [n for n in bucket if n.state is not NodeState.RUNNING]
+        self.by_first_key[first] = bucket
+        return bucket
 
     def forget(self, node_ids: set[str]) -> list[str]:
         """Failed or cancelled nodes no longer need a prefix (mutates); returns request ids

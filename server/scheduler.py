@@ -1,10 +1,12 @@
 """The global scheduler: ready calls of every session -> engine requests, in priority order.
 
 Algorithm. Each session's graph hands over calls whose inputs are ready (QUEUED). The
-scheduler keeps them in one ready list across sessions and, whenever a slot frees or work
-arrives, dispatches the best ones while fewer than ``max_inflight`` requests are in flight.
-"Best" is objectives.rank_key: urgent (latency/deadline) before throughput, less deadline
-slack first, then app-FIFO (older application first, minus aging credit), then group.
+scheduler keeps them in one ready queue across sessions (ready_queue.py) and, whenever a
+slot frees or work arrives, dispatches the best ones while fewer than ``max_inflight``
+requests are in flight. "Best" is objectives.rank_key: urgent (latency/deadline) before
+throughput, latency then earliest deadline, then app-FIFO (older application first, minus an
+aging credit for time waited), then group. A later get that strengthens a queued call's
+objective re-ranks it.
 A call that belongs to a task group takes its ready group siblings along: they go out in the
 same pass with the same priority (a group may overshoot max_inflight; splitting it would
 defeat the point). Each dispatched call runs as one asyncio task that sends one engine
@@ -29,6 +31,7 @@ from eclectus.server.graph import Graph, Node
 from eclectus.server.metrics import Metrics
 from eclectus.server.objectives import Objective, RankKey, engine_priority, rank_key
 from eclectus.server.pins import PinTable
+from eclectus.server.ready_queue import QueuedCall, ReadyQueue
 from eclectus.server.runner import run_call
 
 log = logging.getLogger(__name__)
@@ -47,14 +50,6 @@ class AppState:
     closed: bool = False
 
 
-@dataclass(slots=True, eq=False)
-class QueuedCall:
-    app: AppState
-    node: Node
-    enqueued_at: float
-    seq: int
-
-
 class Scheduler:
     """One per server. All methods run on the server's event loop; those that mutate say so."""
 
@@ -70,7 +65,7 @@ class Scheduler:
         self.metrics = metrics
         self.clock = clock
         self.epoch = clock()
-        self.ready: list[QueuedCall] = []
+        self.queue = ReadyQueue()
         self.num_inflight = 0
         self.apps: dict[str, AppState] = {}
         self._seq = count()
@@ -91,7 +86,7 @@ class Scheduler:
         if app.closed:
             return
         app.closed = True
-        self.ready = [q for q in self.ready if q.app is not app]
+        self.queue.remove(q for q in self.queue if q.app is app)
         tasks = list(app.tasks.values())
         for task in tasks:
             task.cancel()
@@ -113,6 +108,10 @@ class Scheduler:
             )
         if objective.urgent:
             self._form_groups(app, var_id, nodes)
+        for node in nodes:  # a stronger objective or a new group re-ranks queued calls
+            queued = self.queue.get(app, node)
+            if queued is not None:
+                self.queue.push(self._queued(app, node, queued.enqueued_at))
         self.enqueue(app, app.graph.activate(nodes))
 
     def set_value(self, app: AppState, var_id: str, text: str) -> None:
@@ -128,38 +127,37 @@ class Scheduler:
     def enqueue(self, app: AppState, nodes: list[Node]) -> None:
         """Queue QUEUED calls and dispatch what fits (mutates)."""
         now = self.clock()
-        self.ready.extend(QueuedCall(app, n, now, next(self._seq)) for n in nodes)
+        for node in nodes:
+            self.queue.push(self._queued(app, node, now))
         self._pump()
+
+    @property
+    def ready(self) -> list[QueuedCall]:
+        """The queued calls, unordered (pure; for tests and gauges)."""
+        return list(self.queue)
 
     # -- dispatch -------------------------------------------------------------------------
 
-    def key(self, queued: QueuedCall, now: float) -> RankKey:
-        """The rank of a queued call at time ``now`` (pure); smaller goes first."""
-        return rank_key(
-            queued.node.objective or Objective(),
-            app_arrival=queued.app.arrival,
-            enqueued_at=queued.enqueued_at,
-            now=now,
+    def _queued(self, app: AppState, node: Node, enqueued_at: float) -> QueuedCall:
+        key: RankKey = rank_key(
+            node.objective or Objective(),
+            app_arrival=app.arrival,
+            enqueued_at=enqueued_at,
             aging_rate=self.config.aging_rate,
-            group=queued.node.group,
-            seq=queued.seq,
+            group=node.group,
+            seq=next(self._seq),
         )
+        return QueuedCall(app, node, enqueued_at, key)
 
     def _pump(self) -> None:
-        # The ready list is scanned, not heaped: aging changes keys as time passes.
-        while self.ready and self.num_inflight < self.config.max_inflight:
-            now = self.clock()
-            best = min(self.ready, key=lambda q: self.key(q, now))
+        while self.num_inflight < self.config.max_inflight:
+            best = self.queue.pop_best()
+            if best is None:
+                return
             batch = [best]
             if best.node.group is not None:
-                batch += [
-                    q
-                    for q in self.ready
-                    if q is not best and q.app is best.app and q.node.group == best.node.group
-                ]
-            priority = engine_priority(self.key(best, now), self.epoch)
-            taken = {id(q) for q in batch}
-            self.ready = [q for q in self.ready if id(q) not in taken]
+                batch += self.queue.take_group(best.node.group)
+            priority = engine_priority(best.key, self.epoch, self.config.aging_rate)
             for queued in batch:
                 self._dispatch(queued, priority)
 
@@ -235,7 +233,7 @@ class Scheduler:
     def _drop(self, app: AppState, nodes: list[Node]) -> None:
         """Failed nodes leave the ready list; running ones are cancelled (mutates)."""
         ids = {n.node_id for n in nodes}
-        self.ready = [q for q in self.ready if not (q.app is app and q.node.node_id in ids)]
+        self.queue.remove(q for n in nodes if (q := self.queue.get(app, n)) is not None)
         current = asyncio.current_task()
         for node_id in ids:
             task = app.tasks.get(node_id)
@@ -256,4 +254,4 @@ class Scheduler:
 
     def gauges(self) -> dict[str, float]:
         """Scheduler gauges for /metrics (pure)."""
-        return {"queue_depth": len(self.ready), "inflight": self.num_inflight}
+        return {"queue_depth": len(self.queue), "inflight": self.num_inflight}

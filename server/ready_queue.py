@@ -1,0 +1,99 @@
+"""The scheduler's ready queue: calls whose inputs are ready, across all sessions, by rank.
+
+A binary heap with lazy deletion: removing or re-ranking a call marks its entry dead and (for
+a re-rank) pushes a fresh one, so every operation is O(log n) and a graph of thousands of
+ready calls does not make each dispatch scan them all. Rank keys never go stale with time
+(objectives.rank_key folds aging into a time-invariant term), so the heap order stays valid.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from eclectus.server.graph import Node
+from eclectus.server.objectives import RankKey
+
+if TYPE_CHECKING:
+    from eclectus.server.scheduler import AppState
+
+
+@dataclass(slots=True, eq=False)
+class QueuedCall:
+    """One queued call. ``live`` turns False when it is dispatched, dropped or re-ranked."""
+
+    app: AppState
+    node: Node
+    enqueued_at: float
+    key: RankKey
+    live: bool = True
+
+    def __lt__(self, other: QueuedCall) -> bool:
+        return self.key < other.key
+
+
+@dataclass(slots=True)
+class ReadyQueue:
+    """Methods that change the queue say so; the rest are pure."""
+
+    _heap: list[QueuedCall] = field(default_factory=list)
+    _by_node: dict[tuple[str, str], QueuedCall] = field(default_factory=dict)
+    _by_group: dict[str, dict[tuple[str, str], QueuedCall]] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self._by_node)
+
+    def __iter__(self) -> Iterator[QueuedCall]:
+        return iter(list(self._by_node.values()))
+
+    def push(self, queued: QueuedCall) -> None:
+        """Add a call (mutates); a call already queued is replaced (a re-rank)."""
+        ident = (queued.app.session_id, queued.node.node_id)
+        old = self._by_node.get(ident)
+        if old is not None:
+            self._forget(old)
+        self._by_node[ident] = queued
+        if queued.node.group is not None:
+            self._by_group.setdefault(queued.node.group, {})[ident] = queued
+        heapq.heappush(self._heap, queued)
+
+    def get(self, app: AppState, node: Node) -> QueuedCall | None:
+        return self._by_node.get((app.session_id, node.node_id))
+
+    def pop_best(self) -> QueuedCall | None:
+        """Remove and return the best-ranked live call, or None (mutates)."""
+        while self._heap:
+            queued = heapq.heappop(self._heap)
+            if queued.live:
+                self._forget(queued)
+                return queued
+        return None
+
+    def take_group(self, group: str) -> list[QueuedCall]:
+        """Remove and return every queued member of ``group``, in rank order (mutates)."""
+        members = sorted(self._by_group.get(group, {}).values())
+        for queued in members:
+            self._forget(queued)
+        return members
+
+    def remove(self, calls: Iterable[QueuedCall]) -> None:
+        """Drop calls from the queue (mutates)."""
+        for queued in calls:
+            if queued.live:
+                self._forget(queued)
+
+    def _forget(self, queued: QueuedCall) -> None:
+        queued.live = False
+        ident = (queued.app.session_id, queued.node.node_id)
+        self._by_node.pop(ident, None)
+        group = queued.node.group
+        if group is not None and group in self._by_group:
+            self._by_group[group].pop(ident, None)
+            if not self._by_group[group]:
+                del self._by_group[group]
+        if len(self._heap) > 64 and len(self._heap) > 4 * len(self._by_node):
+            # mostly dead entries: rebuild so the heap does not grow without bound
+            self._heap = [q for q in self._heap if q.live]
+            heapq.heapify(self._heap)
