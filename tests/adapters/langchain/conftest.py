@@ -8,8 +8,6 @@ server for the tests that use it (``usefixtures("eclectus_server")``).
 from __future__ import annotations
 
 import os
-import re
-import urllib.request
 from collections.abc import Iterator
 
 import pytest
@@ -31,10 +29,3 @@ def eclectus_server() -> Iterator[EclectusServer]:
             else:
                 os.environ["ECLECTUS_URL"] = previous
 
-
-def metric(server: EclectusServer, name: str) -> float:
-    """The sum of a metric's samples on GET /metrics (all label sets)."""
-    with urllib.request.urlopen(f"{server.http_url}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    pattern = re.compile(rf"^{re.escape(name)}(?:\{{[^}}]*\}})? ([0-9.eE+-]+)$", re.MULTILINE)
-    return sum(float(value) for value in pattern.findall(text))

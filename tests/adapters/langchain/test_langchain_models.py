@@ -1,0 +1,109 @@
+"""The drop-in models against the real local server: batches as one frame, usage, tokens,
+the completion model, and the tracing hook's segments and application tag."""
+
+from __future__ import annotations
+
+import pytest
+from eclectus.adapters.langchain import ChatEclectus, EclectusLLM, _client
+from eclectus.adapters.langchain.pieces import Value
+from eclectus.adapters.langchain.tracing import TRACER
+from eclectus.server.app import EclectusServer
+from langchain_core.messages import HumanMessage
+from langchain_core.output_parsers import StrOutputParser
+from langchain_core.prompts import ChatPromptTemplate, PromptTemplate
+from lc_helpers import metric
+
+FRAMES = "eclectus_client_frames_total"
+
+
+@pytest.fixture
+def chat(eclectus_server: EclectusServer) -> ChatEclectus:
+    return ChatEclectus(max_tokens=6, temperature=0, model_kwargs={"ignore_eos": True})
+
+
+@pytest.fixture
+def llm(eclectus_server: EclectusServer) -> EclectusLLM:
+    return EclectusLLM(max_tokens=6, temperature=0, model_kwargs={"ignore_eos": True})
+
+
+def test_chat_batch_is_one_frame_and_matches_invoke(
+    eclectus_server: EclectusServer, chat: ChatEclectus
+) -> None:
+    """A batch of four prompts reaches the server in one frame; answers equal invoke's."""
+    prompts = ["one", "two", "three", "four"]
+    singles = [chat.invoke(p).content for p in prompts]  # also opens the session
+    before = metric(eclectus_server, FRAMES)
+    batch = chat.batch(prompts)
+    assert metric(eclectus_server, FRAMES) - before == 1
+    assert [m.content for m in batch] == singles
+
+
+async def test_chat_abatch_is_one_frame(eclectus_server: EclectusServer, chat: ChatEclectus):
+    """The async batch also ships its prompts in one frame."""
+    await chat.ainvoke("warm")
+    before = metric(eclectus_server, FRAMES)
+    results = await chat.abatch(["a", "b", "c"])
+    assert metric(eclectus_server, FRAMES) - before == 1
+    assert all(r.usage_metadata and r.usage_metadata["output_tokens"] == 6 for r in results)
+
+
+def test_chat_usage_and_metadata(chat: ChatEclectus) -> None:
+    """Usage counts the rendered chat prompt's tokens (one per byte for tiny)."""
+    message = chat.invoke([HumanMessage("hi")])
+    assert message.usage_metadata is not None
+    prompt_bytes = len(b"<|user|>\nhi\n<|assistant|>\n")
+    assert message.usage_metadata["input_tokens"] >= prompt_bytes
+    assert message.usage_metadata["output_tokens"] == 6
+    assert message.response_metadata["model_name"] == "tiny"
+    assert message.response_metadata["finish_reason"] == "length"
+
+
+def test_get_num_tokens_uses_the_server_tokenizer(chat: ChatEclectus, llm: EclectusLLM):
+    """Token counts come from the server (tiny's byte tokenizer: one token per byte)."""
+    assert chat.get_num_tokens("héllo") == llm.get_num_tokens("héllo")
+    assert chat.get_num_tokens("héllo") >= len("héllo".encode())
+    assert chat.get_num_tokens_from_messages([HumanMessage("hi")]) == chat.get_num_tokens(
+        "<|user|>\nhi\n<|assistant|>\n"
+    )
+
+
+def test_llm_generate_is_one_frame_and_streams(
+    eclectus_server: EclectusServer, llm: EclectusLLM
+) -> None:
+    """A completion batch is one frame; streaming concatenates to invoke's text."""
+    singles = [llm.invoke(p) for p in ["x", "y", "z"]]
+    before = metric(eclectus_server, FRAMES)
+    result = llm.generate(["x", "y", "z"])
+    assert metric(eclectus_server, FRAMES) - before == 1
+    assert [g[0].text for g in result.generations] == singles
+    assert result.llm_output and result.llm_output["token_usage"]["completion_tokens"] == 18
+    assert "".join(llm.stream("x")) == singles[0]
+
+
+async def test_llm_async_paths(llm: EclectusLLM) -> None:
+    """ainvoke, abatch and astream agree with invoke."""
+    expected = llm.invoke("q")
+    assert await llm.ainvoke("q") == expected
+    assert await llm.abatch(["q", "q"]) == [expected, expected]
+    assert "".join([c async for c in llm.astream("q")]) == expected
+
+
+def test_tracing_hook_sends_template_boundaries(chat: ChatEclectus) -> None:
+    """Inside a chain, the model's prompt keeps the template's variable values as their own
+    segments, and its session carries the chain's name as the application."""
+    prompt = ChatPromptTemplate.from_messages([("system", "Be {tone}."), ("human", "Q: {q}")])
+    chain = (prompt | chat | StrOutputParser()).with_config(run_name="qa-app")
+    answer = chain.invoke({"tone": "brief", "q": "why?"})
+    assert answer == chat.invoke(prompt.invoke({"tone": "brief", "q": "why?"})).content
+    assert TRACER.pieces_for("Q: why?") == ["Q: ", Value("why?")]
+    pieces = chat.prompt_pieces(prompt.format_messages(tone="brief", q="why?"))
+    assert Value("why?") in pieces and Value("brief") in pieces
+    assert any(app == "qa-app" for _, _, app in _client._pool)
+
+
+def test_llm_in_chain_uses_string_template_pieces(llm: EclectusLLM) -> None:
+    """A completion model after a PromptTemplate sends the template's pieces."""
+    prompt = PromptTemplate.from_template("Title: {title}\nStory:")
+    text = (prompt | llm).invoke({"title": "Rain"})
+    assert text == llm.invoke("Title: Rain\nStory:")
+    assert llm.prompt_pieces("Title: Rain\nStory:") == ["Title: ", Value("Rain"), "\nStory:"]
