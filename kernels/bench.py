@@ -91,11 +91,14 @@ def make_inputs(case: Case, device: torch.device) -> Inputs:
                   dense(k_cache), dense(v_cache))
 
 
-def timer(device: torch.device, repeats: int) -> Callable[[Callable[[], object]], float]:
+def timer(device: torch.device, repeats: int,
+          cuda_graph: bool = False) -> Callable[[Callable[[], object]], float]:
     """Returns a function timing a callable in seconds (GPU: median; CPU: best of repeats)."""
     if device.type == "cuda":
         import triton.testing
 
+        if cuda_graph:  # replays a captured graph: no launch overhead, but no L2 flush either
+            return lambda fn: triton.testing.do_bench_cudagraph(fn, return_mode="median") / 1e3
         return lambda fn: triton.testing.do_bench(fn, return_mode="median") / 1e3
 
     def cpu_time(fn: Callable[[], object]) -> float:
@@ -183,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kv-heads", type=int)
     parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=10, help="CPU timing repeats")
+    parser.add_argument("--cuda-graph", action="store_true",
+                        help="GPU: time CUDA-graph replays (no launch overhead, L2 kept warm)")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     gpu = device.type == "cuda"
@@ -191,12 +196,13 @@ def main(argv: list[str] | None = None) -> int:
     head_dim = args.head_dim or (128 if gpu else 64)
     num_q_heads, num_kv_heads = args.q_heads or (32 if gpu else 4), args.kv_heads or (8 if gpu
                                                                                         else 2)
-    measure = timer(device, args.repeats)
+    measure = timer(device, args.repeats, args.cuda_graph)
     peak, peak_source = peak_bandwidth(device, measure)
     path = "triton" if dispatch.use_triton(torch.empty(0, device=device)) else "torch"
     print(f"device {device} ({torch.cuda.get_device_name(device) if gpu else 'CPU'}), "
           f"{path} path, {dtype}, head_dim {head_dim}, Hq {num_q_heads}, Hkv {num_kv_heads}, "
-          f"block {args.block_size}; peak {peak / 1e9:.0f} GB/s ({peak_source})")
+          f"block {args.block_size}; peak {peak / 1e9:.0f} GB/s ({peak_source})"
+          + ("; CUDA-graph replays" if args.cuda_graph else ""))
     print("ratios = baseline time / cascade time; GB/s = unique KV bytes / time")
     print(f"{'batch':>5} {'prefix':>6} {'suffix':>6} {'cascade':>9} {'paged':>9} {'sdpa':>9} "
           f"{'vs paged':>9} {'vs sdpa':>9} {'GB/s':>9} {'%peak':>7} {'pfx GB/s':>9} "

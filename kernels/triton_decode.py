@@ -110,6 +110,12 @@ def _paged_items_kernel(
     tl.store(Lse + split * stride_ls + rows.to(tl.int64) * stride_lr + heads, lse, mask=row_ok)
 
 
+def kv_tile_len(k_cache: Tensor) -> int:
+    """Tokens per K/V tile: 64 for 16-bit caches; 32 for fp32 so two pipelined K and V tiles
+    of D = 128 stay within the shared memory of smaller GPUs."""
+    return 64 if k_cache.element_size() <= 2 else 32
+
+
 def _num_sms(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
@@ -126,7 +132,7 @@ def paged_items_partials(q: Tensor, k_cache: Tensor, v_cache: Tensor, tables: Te
                          row_requests: Tensor, item_table_rows: Tensor, item_starts: Tensor,
                          item_ends: Tensor, item_row_offsets: Tensor, *, num_rows: int,
                          max_rows_per_item: int, max_len: int, scale: float,
-                         block_m: int = 64, block_n: int = 64,
+                         block_m: int = 64, block_n: int | None = None,
                          num_splits: int | None = None) -> tuple[Tensor, Tensor]:
     """Run the item kernel (module docstring). Host ints size the grid; no device sync.
 
@@ -142,6 +148,7 @@ def paged_items_partials(q: Tensor, k_cache: Tensor, v_cache: Tensor, tables: Te
         raise ValueError(f"head_dim must be a power of two >= 16, got {head_dim}")
     if k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
         raise ValueError("KV caches need a contiguous last dimension")
+    block_n = block_n or kv_tile_len(k_cache)
     block_r = max(1, min(block_m // group, triton.next_power_of_2(max_rows_per_item)))
     block_m = max(16, triton.next_power_of_2(block_r * group))  # tl.dot wants M >= 16
     num_items, num_tiles = item_starts.numel(), -(-max_rows_per_item // block_r)

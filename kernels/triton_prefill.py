@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 from eclectus.kernels.plans import PrefillPlan
-from eclectus.kernels.triton_decode import LOG2E, attn_dot, dot_flags
+from eclectus.kernels.triton_decode import LOG2E, attn_dot, dot_flags, kv_tile_len
 from torch import Tensor
 
 
@@ -78,7 +78,7 @@ def _prefill_kernel(
 
 
 def prefill_triton(q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: PrefillPlan,
-                   scale: float, block_m: int = 64, block_n: int = 64) -> Tensor:
+                   scale: float, block_m: int = 64, block_n: int | None = None) -> Tensor:
     """Prefill attention: q [sum(query_lens), Hq, D] -> o, same shape and dtype. Pure."""
     num_tokens, num_q_heads, head_dim = q.shape
     num_kv_heads, block_size = k_cache.shape[2], k_cache.shape[1]
@@ -86,6 +86,7 @@ def prefill_triton(q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: PrefillPla
         raise ValueError(f"head_dim must be a power of two >= 16, got {head_dim}")
     if num_tokens != plan.num_tokens:
         raise ValueError(f"q has {num_tokens} tokens, plan expects {plan.num_tokens}")
+    block_n = block_n or kv_tile_len(k_cache)
     o = torch.empty_like(q)
     if num_tokens == 0:
         return o
