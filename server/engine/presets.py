@@ -136,6 +136,7 @@ def materialize(name: str) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
     try:
         write_preset_files(_spec(name), tmp)
+        _make_readable(tmp)
         os.rename(tmp, final)  # atomic; fails if another process renamed first
     except OSError:
         if not final.is_dir():
@@ -207,6 +208,15 @@ def random_weights(spec: PresetSpec) -> dict[str, Any]:
     tensors["model.norm.weight"] = torch.ones(h)
     tensors["lm_head.weight"] = normal(spec.vocab_size, h)
     return tensors
+
+
+def _make_readable(directory: Path) -> None:
+    """Make the folder 0755 and its files 0644 (mutates disk): mkdtemp makes the folder 0700
+    and safetensors writes 0600, which would hide a shared cache. (Fixed modes rather than
+    the umask: reading the umask means setting it, which races with other threads.)"""
+    directory.chmod(0o755)
+    for file in directory.iterdir():
+        file.chmod(0o644)
 
 
 def _spec(name: str) -> PresetSpec:

@@ -56,6 +56,8 @@ def test_materialize_is_idempotent(cache: Path) -> None:
     """The second call finds the directory and rewrites nothing."""
     first = materialize("tiny")
     assert first.parent == cache / "models" and sorted(os.listdir(first)) == sorted(MODEL_FILES)
+    assert first.stat().st_mode & 0o777 == 0o755  # a shared cache stays readable
+    assert all((first / f).stat().st_mode & 0o777 == 0o644 for f in MODEL_FILES)
     stamps = {f: (first / f).stat().st_mtime_ns for f in MODEL_FILES}
     before = digest(first)
     assert resolve_model_dir("tiny") == first
