@@ -121,7 +121,7 @@ def peak_bandwidth(device: torch.device, measure: Callable[[Callable[[], object]
         for key, value in PEAK_BYTES_PER_S.items():
             if key in name:
                 return value, f"data sheet, {name}"
-    src = torch.empty(64 * 2**20, dtype=torch.float32, device=device)  # 256 MiB
+    src = torch.empty(16 * 2**20, dtype=torch.float32, device=device)  # 64 MiB: beyond caches
     dst = torch.empty_like(src)
     seconds = measure(lambda: dst.copy_(src))
     return 2 * src.numel() * 4 / seconds, "measured copy (read + write)"

@@ -1,0 +1,22 @@
+"""The benchmark runs end to end on CPU and reports ratios for the sizes it is given."""
+
+from __future__ import annotations
+
+import pytest
+from eclectus.kernels import bench
+
+
+def test_parse_sizes() -> None:
+    assert bench.parse_sizes("16:1024:64,64:8192:16") == [(16, 1024, 64), (64, 8192, 16)]
+
+
+def test_bench_prints_one_row_per_size(monkeypatch: pytest.MonkeyPatch,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("ECLECTUS_KERNELS", "torch")
+    assert bench.main(["--device", "cpu", "--sizes", "4:128:8,3:32:5", "--repeats", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "torch path" in lines[0] and "peak" in lines[0]
+    row = lines[-2].split()
+    assert row[:3] == ["4", "128", "8"] and row[6].endswith("x") and row[7].endswith("x")
+    assert float(row[-1]) < 1e-4  # cascade output equals plain paged output
+    assert lines[-1].split()[:3] == ["3", "32", "5"] and "too short" in lines[-1]
