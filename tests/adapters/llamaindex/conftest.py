@@ -12,12 +12,7 @@ import pytest
 from eclectus.adapters.llamaindex import Eclectus
 from eclectus.server.app import EclectusServer, serve_in_thread
 from eclectus.server.config import ServerConfig
-from eclectus.server.metrics import parse_prometheus
-
-# Small enough that LlamaIndex's PromptHelper splits a few paragraphs into several chunks,
-# so trees get more than one level and refine chains more than one step.
-TEST_CONTEXT_WINDOW = 400
-TEST_MAX_TOKENS = 12
+from llamaindex_support import TEST_CONTEXT_WINDOW, TEST_MAX_TOKENS
 
 
 @pytest.fixture(scope="session")
@@ -36,8 +31,3 @@ def llm(server: EclectusServer) -> Iterator[Eclectus]:
     )
     yield model
     model.close()
-
-
-def metric(server: EclectusServer, name: str) -> float:
-    """The current value of one of the server's Prometheus counters."""
-    return parse_prometheus(server.metrics_text()).get(name, 0.0)

@@ -1,0 +1,22 @@
+"""Constants and helpers shared by the LlamaIndex adapter tests (a uniquely named module, so
+that importing it never collides with another suite's conftest)."""
+
+from __future__ import annotations
+
+from eclectus.server.app import EclectusServer
+from eclectus.server.metrics import parse_prometheus
+
+# Small enough that LlamaIndex's PromptHelper splits a few paragraphs into several chunks,
+# so trees get more than one level and refine chains more than one step.
+TEST_CONTEXT_WINDOW = 400
+TEST_MAX_TOKENS = 12
+
+
+def metric(server: EclectusServer, name: str) -> float:
+    """The current value of one of the server's Prometheus counters."""
+    return parse_prometheus(server.metrics_text()).get(name, 0.0)
+
+
+def client_frames(server: EclectusServer) -> float:
+    """Frames the server has received from all clients so far."""
+    return metric(server, "eclectus_client_frames_total")
