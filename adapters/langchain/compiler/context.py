@@ -43,9 +43,7 @@ class Lowering:
     async def resolve(self, value: Any) -> Any:
         """The concrete twin of a symbolic value: its refs fetched in one frame."""
         refs = collect_refs(value, [])
-        if not refs:
-            return value
-        texts = await self.session.session.aget_many([ref.var for ref in refs])
+        texts = await self.session.session.aget_many([ref.var for ref in refs]) if refs else []
         return rebuild(value, {id(ref): text for ref, text in zip(refs, texts, strict=True)})
 
     async def cut(self, runnable: Runnable, value: Any, reason: str) -> Any:

@@ -13,6 +13,7 @@ from typing import Any
 from eclectus.adapters.langchain.compiler.context import Lowering
 from eclectus.adapters.langchain.compiler.registry import lower, register
 from eclectus.adapters.langchain.errors import NotLowerable
+from langchain_core.language_models import chat_models
 from langchain_core.runnables import (
     RunnableBinding,
     RunnableParallel,
@@ -78,7 +79,12 @@ async def lower_each(each: RunnableEach, value: Any, ctx: Lowering) -> list[Any]
         return list(await asyncio.gather(*(lower(each.bound, item, ctx) for item in value)))
 
 
-@register(RunnableBinding)
+# Chat models' .bind returns a private RunnableBinding subclass that only adds a model-typed
+# OutputType; it binds exactly like its base.
+_CHAT_BINDING = getattr(chat_models, "_ChatModelBinding", RunnableBinding)
+
+
+@register(RunnableBinding, _CHAT_BINDING)
 async def lower_binding(binding: RunnableBinding, value: Any, ctx: Lowering) -> Any:
     from eclectus.adapters.langchain.compiler.leaves import MODEL_TYPES, lower_model
 
