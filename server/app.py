@@ -39,6 +39,18 @@ def build_backend(model: str) -> Backend:
     return AsyncEngine.from_config(model=model)
 
 
+def chat_renderer(backend: Backend) -> Callable[[list[dict[str, str]]], str]:
+    """The engine tokenizer's chat template when the backend has one (the built-in engine),
+    else a plain "role: content" rendering (pure)."""
+    tokenizer = getattr(getattr(backend, "engine", None), "tokenizer", None)
+    render = getattr(tokenizer, "apply_chat_template", None)
+    if callable(render):
+        return render  # type: ignore[no-any-return]
+    return lambda messages: (
+        "".join(f"{m['role']}: {m['content']}\n" for m in messages) + ("assistant:")
+    )
+
+
 def _with_type(response: Response, content_type: str) -> Response:
     """Replace the plain-text Content-Type that ``respond`` sets (mutates ``response``)."""
     del response.headers["Content-Type"]  # Headers is a multidict: assigning would append
@@ -55,6 +67,7 @@ class EclectusServer:
         self.ctx = ctx
         self.owns_backend = owns_backend
         self.ws_server = ws_server
+        self.openai_server: asyncio.Server | None = None  # the OpenAI-compatible listener
         self._closed = False
 
     @property
@@ -81,6 +94,14 @@ class EclectusServer:
     @property
     def http_url(self) -> str:
         return f"http://{self.ctx.config.host}:{self.port}"
+
+    @property
+    def openai_url(self) -> str | None:
+        """Base URL of the OpenAI-compatible endpoints (``…/v1``), None when not served."""
+        if self.openai_server is None:
+            return None
+        port = self.openai_server.sockets[0].getsockname()[1]
+        return f"http://{self.ctx.config.host}:{port}/v1"
 
     def metrics_text(self) -> str:
         """The /metrics page (pure)."""
@@ -114,6 +135,9 @@ class EclectusServer:
         if self._closed:
             return
         self._closed = True
+        if self.openai_server is not None:
+            self.openai_server.close()
+            await self.openai_server.wait_closed()
         if self.ws_server is not None:
             self.ws_server.close()
             await self.ws_server.wait_closed()
@@ -155,8 +179,24 @@ async def start_server(
         max_size=config.max_socket_bytes,
         close_timeout=config.close_timeout_s,
     )
+    if config.openai_port is not None:
+        await _start_openai(server)
     log.info("eclectus listening on %s (model %s)", server.url, backend.model.name)
     return server
+
+
+async def _start_openai(server: EclectusServer) -> None:
+    """Serve the OpenAI-compatible endpoints on ``config.openai_port`` (mutates: binds)."""
+    from eclectus.server.http_server import start_http_server
+    from eclectus.server.openai_api import OpenAIApi
+
+    config = server.ctx.config
+    api = OpenAIApi(server.backend, chat_renderer(server.backend), token=config.token)
+    assert config.openai_port is not None
+    server.openai_server = await start_http_server(
+        api.handle, config.host, config.openai_port, max_body_bytes=config.max_frame_bytes
+    )
+    log.info("OpenAI-compatible endpoints on %s", server.openai_url)
 
 
 @contextlib.contextmanager

@@ -27,10 +27,13 @@ class ServerConfig:
     max_inflight: int = 256  # engine requests in flight at once, all sessions together
     aging_rate: float = 0.1
     close_timeout_s: float = 5.0
+    openai_port: int | None = None  # None: no OpenAI-compatible listener; 0: a free port
 
     def __post_init__(self) -> None:
-        if not 0 <= self.port <= 65535:
-            raise ValueError(f"port must be in [0, 65535], got {self.port}")
+        for name in ("port", "openai_port"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= value <= 65535:
+                raise ValueError(f"{name} must be in [0, 65535], got {value}")
         for name in (
             "max_frame_bytes",
             "max_prompt_tokens",

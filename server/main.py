@@ -44,6 +44,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=defaults.aging_rate,
         help="app-FIFO aging: seconds of rank credit per second waited",
     )
+    parser.add_argument(
+        "--openai-port",
+        type=int,
+        default=None,
+        help="also serve /v1/completions and /v1/chat/completions on this port",
+    )
     parser.add_argument("--log-level", default="INFO")
 
 
@@ -61,6 +67,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         max_sessions=args.max_sessions,
         max_inflight=args.max_inflight,
         aging_rate=args.aging_rate,
+        openai_port=args.openai_port,
     )
 
 
@@ -80,6 +87,8 @@ async def serve_forever(config: ServerConfig) -> None:
         file=sys.stderr,
         flush=True,
     )
+    if server.openai_url is not None:
+        print(f"OpenAI-compatible API on {server.openai_url}", file=sys.stderr, flush=True)
     try:
         await stop.wait()
     finally:

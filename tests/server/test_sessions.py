@@ -161,3 +161,22 @@ def test_serve_in_thread_runs_and_closes() -> None:
             8,
         )
     assert engine_box[0].stopped == 1
+
+
+async def test_openai_listener_from_config(make_server: ServerFactory) -> None:
+    """openai_port starts the OpenAI-compatible endpoints over the same backend."""
+    server = await make_server(openai_port=0)
+    assert server.openai_url is not None
+
+    def post() -> dict:
+        body = json.dumps({"prompt": "Hello", "max_tokens": 6}).encode()
+        request = urllib.request.Request(
+            server.openai_url + "/completions",
+            data=body,
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return json.loads(response.read())
+
+    answer = await asyncio.to_thread(post)
+    assert answer["choices"][0]["text"] == scripted_text("Hello", 6)
