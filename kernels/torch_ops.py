@@ -1,11 +1,11 @@
 """Fast torch paths: what the dispatchers run on CPU (and anywhere Triton is unavailable).
 
-Decode is vectorised over the batch: a padded gather of every request's KV window into
-[B, L, Hkv, D], one batched matmul per side, a length mask. The cascade path loops over GROUPS,
-not requests: a group's stacked queries [Hkv, G * group, D] meet its prefix keys in one matmul,
-so the prefix KV is read once per group. Prefill loops over requests (each one is big) and uses
-scaled_dot_product_attention. Math in fp32; outputs in q's dtype; LSE natural log, fp32.
-Nothing here mutates its inputs.
+Decode is vectorised over the batch: a padded, head-major gather of every request's KV window
+into [B, Hkv, L, D] (``gather``), one batched matmul per side, a length mask. The cascade path
+loops over GROUPS, not requests: a group's stacked queries [Hkv, G * group, D] meet its prefix
+keys in one matmul, so the prefix KV is read once per group. Prefill loops over requests (each
+one is big) and uses scaled_dot_product_attention. Math in fp32; LSE natural log, fp32.
+Nothing here mutates its inputs; a plan's ``scratch`` caches indices and gather buffers.
 """
 
 from __future__ import annotations
