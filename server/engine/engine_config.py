@@ -29,7 +29,7 @@ class EngineConfig:
     max_model_len: int | None = None  # None: the model's context window
     enable_prefix_caching: bool = True
     cascade_attention: bool = True  # shared-prefix decode attention when it pays
-    num_threads: int | None = None  # torch intra-op threads; None: leave torch's default
+    num_threads: int | None = None  # torch threads on CPU; None: all cores but one
     seed: int = 0  # the generator of unseeded sampled requests
 
     def __post_init__(self) -> None:

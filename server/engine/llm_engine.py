@@ -4,6 +4,7 @@ postprocess. Not thread-safe: exactly one thread drives it (see async_engine).""
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +21,12 @@ from eclectus.server.engine.sampling_params import SamplingParams
 from eclectus.server.engine.scheduler import ScheduledSeq, Scheduler, SchedulerOutput
 from eclectus.server.engine.sequence import FinishReason, Sequence, SequenceStatus
 from eclectus.server.engine.tokenizer import Tokenizer
+
+
+def default_num_threads() -> int:
+    """Torch threads on CPU: all cores but one, which stays with the event loop, the
+    tokenizer and the server (an oversubscribed core stalls every intra-op barrier)."""
+    return max(1, (os.cpu_count() or 2) - 1)
 
 
 class StepFailed(RuntimeError):
@@ -51,8 +58,8 @@ class LLMEngine:
     def __init__(self, config: EngineConfig) -> None:
         from eclectus.server.engine.presets import resolve_model_dir
 
-        if config.num_threads is not None:
-            torch.set_num_threads(config.num_threads)
+        if config.device == "cpu":
+            torch.set_num_threads(config.num_threads or default_num_threads())
         self.config = config
         model_dir = resolve_model_dir(config.model)
         model, self.model_config = load_model(model_dir, config.dtype, config.device)
