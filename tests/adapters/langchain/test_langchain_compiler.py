@@ -217,3 +217,27 @@ def test_compile_needs_an_eclectus_model() -> None:
     """Without an Eclectus model there is no server to compile for."""
     with pytest.raises(ValueError, match="ChatEclectus"):
         compile(PromptTemplate.from_template("{x}") | RunnableLambda(str))
+
+
+def test_readme_map_reduce_example(eclectus_server: EclectusServer) -> None:
+    """docs/langchain.md's map-reduce app: both styles give the same answer; the eager
+    chain sends two frames (the map batch, the reduce), the compiled one sends one."""
+    llm = ChatEclectus(model="tiny", temperature=0, max_tokens=12)
+    map_prompt = ChatPromptTemplate.from_messages(
+        [("system", "You summarize documents in one sentence."), ("human", "Document:\n{doc}")]
+    )
+    summarize = map_prompt | llm | StrOutputParser()
+    reduce_prompt = PromptTemplate.from_template(
+        "Here are summaries of several documents: {summaries}\n"
+        "Write one paragraph that combines them:"
+    )
+    map_reduce = {"summaries": summarize.map()} | reduce_prompt | llm | StrOutputParser()
+    inputs = [{"doc": d} for d in ["doc one", "doc two", "doc three"]]
+    compiled = compile(map_reduce)
+    map_reduce.invoke(inputs)  # opens the eager session
+    compiled.invoke(inputs)  # and the compiled one
+    before = metric(eclectus_server, FRAMES)
+    eager = map_reduce.invoke(inputs)
+    middle = metric(eclectus_server, FRAMES)
+    assert compiled.invoke(inputs) == eager
+    assert (middle - before, metric(eclectus_server, FRAMES) - middle) == (2, 1)
