@@ -177,3 +177,23 @@ async def test_bad_or_missing_token_closes(make_server: ServerFactory, token: st
             await client.recv()
         assert ws.close_code == 1008
     assert server.metrics.sessions == 0
+
+
+async def test_unknown_field_is_named(client: RawClient) -> None:
+    reply = await expect_error(client, {"type": "get", "var": "x", "colour": "red"}, "bad_request")
+    assert reply["field"] == "colour"
+
+
+async def test_frame_far_over_limit_closes_only_that_socket(make_server: ServerFactory) -> None:
+    """Beyond 4x max_frame_bytes websockets refuses to read the frame (close 1009); the
+    server and other sessions carry on."""
+    server = await make_server(max_frame_bytes=1000)
+    async with connect(server.url) as ws_ok, connect(server.url) as ws_big:
+        ok, big = RawClient(ws_ok), RawClient(ws_big)
+        await ok.hello()
+        await big.hello()
+        await big.send({"type": "tokenize", "text": "x" * 5000})
+        with pytest.raises(ConnectionClosed):
+            await big.recv()
+        assert ws_big.close_code == 1009
+        await still_works(ok)
