@@ -18,7 +18,7 @@ from typing import Protocol
 import torch
 import torch.nn.functional as F
 from eclectus.server.engine.config import ModelConfig
-from eclectus.server.engine.rope import RotaryEmbedding
+from eclectus.server.engine.rope import RotaryEmbedding, apply_rope
 from torch import Tensor, nn
 
 
@@ -72,16 +72,16 @@ class Attention(nn.Module):
                                 dtype, device)
         self.o_proj = _linear(self.q_size, hidden, False, dtype, device)
 
-    def forward(self, x: Tensor, positions: Tensor, rope: RotaryEmbedding,
-                attn: AttentionFn) -> Tensor:
-        """x [T, hidden] -> [T, hidden] (pure here; ``attn`` may write its cache)."""
+    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor], attn: AttentionFn) -> Tensor:
+        """x [T, hidden], rope (cos, sin) [T, 1, D] -> [T, hidden] (pure here; ``attn`` may
+        write its cache)."""
         qkv = self.qkv_proj(x)
         q, k, v = qkv.split((self.q_size, self.kv_size, self.kv_size), dim=-1)
         t = x.shape[0]
         q = q.view(t, self.num_heads, self.head_dim)
         k = k.view(t, self.num_kv_heads, self.head_dim)
         v = v.view(t, self.num_kv_heads, self.head_dim)
-        q, k = rope(positions, q, k)
+        q, k = apply_rope(q, k, *rope)
         o = attn(self.layer_idx, q, k, v)
         return self.o_proj(o.reshape(t, self.q_size))
 
@@ -113,10 +113,9 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, eps, dtype, device)
         self.mlp = MLP(config, dtype, device)
 
-    def forward(self, x: Tensor, positions: Tensor, rope: RotaryEmbedding,
-                attn: AttentionFn) -> Tensor:
+    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor], attn: AttentionFn) -> Tensor:
         """Pre-norm residual block: x [T, hidden] -> [T, hidden]."""
-        x = x + self.self_attn(self.input_layernorm(x), positions, rope, attn)
+        x = x + self.self_attn(self.input_layernorm(x), rope, attn)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -167,8 +166,9 @@ class LlamaForCausalLM(nn.Module):
         if self.check_positions:
             self._check_positions(positions)
         x = self.model.embed_tokens(input_ids)
+        rope = self.rotary.cos_sin(positions, x.dtype)
         for layer in self.model.layers:
-            x = layer(x, positions, self.rotary, attn)
+            x = layer(x, rope, attn)
         return self.model.norm(x)
 
     @torch.inference_mode()

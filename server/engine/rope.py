@@ -44,7 +44,7 @@ def _llama3_scale(inv_freq: Tensor, scaling: dict[str, Any]) -> Tensor:
 
 
 class RotaryEmbedding(torch.nn.Module):
-    """Precomputed cos/sin for positions [0, max_positions); applies RoPE to q and k.
+    """Precomputed cos/sin for positions [0, max_positions); see :func:`apply_rope`.
 
     The cache is fp32 (buffers ``cos_cache``/``sin_cache`` of shape [max_positions, head_dim])
     and is gathered by position then cast to the activation dtype, as transformers does.
@@ -66,14 +66,17 @@ class RotaryEmbedding(torch.nn.Module):
         self.register_buffer("cos_cache", emb.cos().to(device), persistent=False)
         self.register_buffer("sin_cache", emb.sin().to(device), persistent=False)
 
-    def forward(self, positions: Tensor, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
-        """Rotate q [T, Hq, D] and k [T, Hkv, D] by their positions [T] (int64).
+    def cos_sin(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """cos, sin [T, 1, D] in ``dtype`` for positions [T] (pure). Gathered once per
+        forward and shared by every layer."""
+        cos = self.cos_cache[positions].to(dtype)[:, None, :]
+        sin = self.sin_cache[positions].to(dtype)[:, None, :]
+        return cos, sin
 
-        Pure: returns new tensors in the input dtype.
-        """
-        cos = self.cos_cache[positions].to(q.dtype)[:, None, :]  # [T, 1, D]
-        sin = self.sin_cache[positions].to(q.dtype)[:, None, :]
-        return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+
+def apply_rope(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+    """Rotate q [T, Hq, D] and k [T, Hkv, D] with cos/sin [T, 1, D] (pure: new tensors)."""
+    return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
 
 
 def _rotate_half(x: Tensor) -> Tensor:
