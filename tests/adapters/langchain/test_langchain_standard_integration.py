@@ -7,7 +7,11 @@ from typing import Any
 
 import pytest
 from eclectus.adapters.langchain import ChatEclectus
+from langchain_core.messages import AIMessage, AIMessageChunk
 from langchain_tests.integration_tests import ChatModelIntegrationTests
+
+# Long enough to span whole KV blocks, so the second call reads it from the prefix cache.
+SHARED_PREAMBLE = "You are a careful assistant. Answer briefly and plainly. " * 6
 
 pytestmark = pytest.mark.usefixtures("eclectus_server")
 
@@ -42,3 +46,24 @@ class TestChatEclectusIntegration(ChatModelIntegrationTests):
     @property
     def model_override_value(self) -> str:
         return "tiny"
+
+    @property
+    def supported_usage_metadata_details(self) -> dict[str, list[Any]]:
+        return {"invoke": ["cache_read_input"], "stream": ["cache_read_input"]}
+
+    def invoke_with_cache_read_input(self, *, stream: bool = False) -> AIMessage:
+        """The second call with a long shared prompt reads its prefix from the cache."""
+        model = self.chat_model_class(**self.chat_model_params)
+        model.invoke(SHARED_PREAMBLE + "first")
+        if not stream:
+            message = model.invoke(SHARED_PREAMBLE + "second")
+        else:
+            full: AIMessageChunk | None = None
+            for chunk in model.stream(SHARED_PREAMBLE + "second"):
+                full = chunk if full is None else full + chunk
+            assert full is not None
+            message = AIMessage(content=full.content, usage_metadata=full.usage_metadata)
+        assert message.usage_metadata is not None
+        # not just an int: the server really served the shared preamble from its cache
+        assert message.usage_metadata["input_token_details"]["cache_read"] > 0
+        return message
