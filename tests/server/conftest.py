@@ -2,53 +2,15 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from eclectus.server.app import EclectusServer, start_server
 from eclectus.server.config import ServerConfig
 from scripted_engine import ScriptedEngine
-from websockets.asyncio.client import ClientConnection, connect
-
-Frame = dict[str, Any]
-
-
-class RawClient:
-    """JSON frames over a plain websockets connection (no SDK)."""
-
-    def __init__(self, ws: ClientConnection) -> None:
-        self.ws = ws
-
-    async def send(self, frame: Frame | str) -> None:
-        await self.ws.send(frame if isinstance(frame, str) else json.dumps(frame))
-
-    async def recv(self, timeout: float = 5.0) -> Frame:
-        import asyncio
-
-        return json.loads(await asyncio.wait_for(self.ws.recv(), timeout))
-
-    async def ask(self, frame: Frame | str) -> Frame:
-        await self.send(frame)
-        return await self.recv()
-
-    async def hello(self, **fields: Any) -> Frame:
-        welcome = await self.ask({"type": "hello", **fields})
-        assert welcome["type"] == "welcome", welcome
-        return welcome
-
-    async def values(self, num: int) -> dict[str, Frame]:
-        """Read frames until ``num`` value/error answers arrived; var -> frame."""
-        answers: dict[str, Frame] = {}
-        while len(answers) < num:
-            frame = await self.recv()
-            if frame["type"] in ("value", "error") and "var" in frame:
-                answers[frame["var"]] = frame
-        return answers
-
-
-ServerFactory = Callable[..., Awaitable[EclectusServer]]
+from websockets.asyncio.client import connect
+from ws_helpers import RawClient, ServerFactory
 
 
 @pytest.fixture
@@ -83,37 +45,3 @@ async def client(server: EclectusServer) -> AsyncIterator[RawClient]:
         raw = RawClient(ws)
         await raw.hello()
         yield raw
-
-
-def map_reduce(num_maps: int, criteria: str = "latency") -> Frame:
-    """A submit frame: num_maps summaries of constant docs, one combine over a join."""
-    frame: Frame = {"type": "submit", "id": "s1", "vars": [], "calls": [], "ops": []}
-    for i in range(num_maps):
-        frame["vars"].append({"id": f"doc{i}", "value": f"document number {i}"})
-        frame["calls"].append(
-            {
-                "id": f"map{i}",
-                "template": "Summarize:\n{{doc}}\nSummary:{{summary}}",
-                "bind": {"doc": f"doc{i}", "summary": f"sum{i}"},
-                "sampling": {"summary": {"max_tokens": 8}},
-            }
-        )
-    frame["ops"].append(
-        {
-            "id": "j",
-            "op": "join",
-            "inputs": [f"sum{i}" for i in range(num_maps)],
-            "output": "joined",
-            "sep": "\n",
-        }
-    )
-    frame["calls"].append(
-        {
-            "id": "reduce",
-            "template": "Combine:\n{{all}}\nFinal:{{final}}",
-            "bind": {"all": "joined", "final": "final"},
-            "sampling": {"final": {"max_tokens": 8}},
-        }
-    )
-    frame["gets"] = [{"var": "final", "criteria": criteria}]
-    return frame

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from conftest import RawClient, map_reduce
 from eclectus.server.app import EclectusServer
 from scripted_engine import ScriptedEngine, scripted_text
+from ws_helpers import RawClient, map_reduce
 
 
 async def test_map_reduce_resolves_on_server(
