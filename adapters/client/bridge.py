@@ -72,7 +72,7 @@ class LoopBridge:
                     return
                 yield item  # type: ignore[misc]
         finally:
-            if hasattr(source, "aclose"):
+            if hasattr(source, "aclose") and not self._loop.is_closed():
                 await self.run(source.aclose)
 
     def iter_blocking(self, source: AsyncIterator[T], timeout: float | None) -> Iterator[T]:

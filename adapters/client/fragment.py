@@ -4,16 +4,24 @@ Calling a semantic function sends nothing; it appends variables and a call here.
 ``aget``/``astream``/``flush``/``aset`` takes the whole fragment at once and ships it in one
 ``submit`` frame, so the number of client frames does not grow with fan-out. Any thread may
 add while the session's loop takes: one lock guards the lists and the id counter.
+
+Only a fragment larger than the server's ``max_frame_bytes`` (long constant documents in a
+wide map step) is split, by :func:`plan_submits`: every variable declaration goes first, then
+calls, ops and gets, packed greedily. That order is always valid for the server, which
+needs a call's inputs and outputs declared (in this or an earlier fragment), not produced,
+and starts nothing before a get arrives.
 """
 
 from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from eclectus.server.protocol import CallSpec, GetSpec, OpSpec, Submit, VarSpec
+from eclectus.server.protocol import CallSpec, GenSegment, GetSpec, OpSpec, Submit, VarSpec
+
+SUBMIT_OVERHEAD_BYTES = 256  # the frame's own keys and id around the packed items
 
 
 @dataclass(slots=True)
@@ -28,10 +36,6 @@ class Fragment:
     @property
     def is_empty(self) -> bool:
         return not (self.vars or self.calls or self.ops)
-
-    def declared_ids(self) -> list[str]:
-        """Ids of the variables this fragment declares (pure)."""
-        return [spec.id for spec in self.vars]
 
     def to_submit(self, frame_id: str, gets: list[GetSpec]) -> Submit:
         """The ``submit`` frame carrying this fragment and ``gets`` (pure)."""
@@ -77,3 +81,53 @@ class PendingFragment:
         with self._lock:
             current = self._current
             return len(current.vars) + len(current.calls) + len(current.ops)
+
+
+def plan_submits(
+    fragment: Fragment, gets: list[GetSpec], max_bytes: int, new_frame_id: Callable[[], str]
+) -> list[Submit]:
+    """The submit frames that carry ``fragment`` and ``gets``: one when it fits in
+    ``max_bytes``, else several in a valid order (pure but for the ids it draws). An item
+    too large on its own still gets a frame of its own, which the sender then refuses."""
+    whole = fragment.to_submit(new_frame_id(), gets)
+    if _size(whole) <= max_bytes:
+        return [whole]
+    items: list[VarSpec | CallSpec | OpSpec | GetSpec] = [
+        *fragment.vars,
+        *fragment.calls,
+        *fragment.ops,
+        *gets,
+    ]
+    chunks: list[list[VarSpec | CallSpec | OpSpec | GetSpec]] = [[]]
+    used = SUBMIT_OVERHEAD_BYTES
+    for item in items:
+        cost = _size(item) + 1  # the comma
+        if chunks[-1] and used + cost > max_bytes:
+            chunks.append([])
+            used = SUBMIT_OVERHEAD_BYTES
+        chunks[-1].append(item)
+        used += cost
+    frame_ids = [whole.id or new_frame_id(), *(new_frame_id() for _ in chunks[1:])]
+    return [_submit_of(frame_id, chunk) for frame_id, chunk in zip(frame_ids, chunks, strict=True)]
+
+
+def created_ids(frame: Submit) -> list[str]:
+    """Variables that exist only if ``frame`` is accepted: those it declares and the outputs
+    of its calls and ops (pure)."""
+    outputs = [s.gen for c in frame.calls for s in c.segments or () if isinstance(s, GenSegment)]
+    outputs += [op.output for op in frame.ops]
+    return list(dict.fromkeys([*(spec.id for spec in frame.vars), *outputs]))
+
+
+def _size(model: Submit | VarSpec | CallSpec | OpSpec | GetSpec) -> int:
+    return len(model.model_dump_json(exclude_defaults=True).encode())
+
+
+def _submit_of(frame_id: str, items: list[VarSpec | CallSpec | OpSpec | GetSpec]) -> Submit:
+    return Submit(
+        id=frame_id,
+        vars=[i for i in items if isinstance(i, VarSpec)],
+        calls=[i for i in items if isinstance(i, CallSpec)],
+        ops=[i for i in items if isinstance(i, OpSpec)],
+        gets=[i for i in items if isinstance(i, GetSpec)],
+    )

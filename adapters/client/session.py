@@ -15,31 +15,26 @@ import asyncio
 import contextlib
 import logging
 import threading
-import weakref
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
-from typing import Literal
+from collections.abc import AsyncIterator, Iterable, Iterator
 
 from eclectus.adapters.client.bridge import LoopBridge
+from eclectus.adapters.client.declarations import Declarations
 from eclectus.adapters.client.errors import ConnectionError
-from eclectus.adapters.client.fragment import PendingFragment
-from eclectus.adapters.client.functions import Piece, SamplingLike, SemanticFunction, declare_call
+from eclectus.adapters.client.fragment import created_ids, plan_submits
 from eclectus.adapters.client.router import Router, StreamEnd
 from eclectus.adapters.client.variables import SemanticVariable, VarState
 from eclectus.adapters.client.wire import decode_frame, encode_frame
 from eclectus.server.protocol import (
-    CallSpec,
     Close,
     Criteria,
     Error,
     GetSpec,
     Limits,
     ModelInfo,
-    OpSpec,
     ServerFrame,
     Set,
     Tokenize,
     Tokens,
-    VarSpec,
     Welcome,
 )
 from pydantic import ValidationError
@@ -49,21 +44,17 @@ from websockets.exceptions import ConnectionClosed
 log = logging.getLogger(__name__)
 
 
-class Session:
+class Session(Declarations):
     """A connected application session. Build one with :func:`connect` or
     :func:`~eclectus.adapters.client.sync.connect_sync`, not directly."""
 
     def __init__(self, ws: ClientConnection, welcome: Welcome, url: str) -> None:
+        super().__init__()
         loop = asyncio.get_running_loop()
         self.bridge = LoopBridge(loop, threading.get_ident())
         self._ws = ws
         self._welcome = welcome
         self._url = url
-        self._pending = PendingFragment()
-        self._vars: weakref.WeakValueDictionary[str, SemanticVariable] = (
-            weakref.WeakValueDictionary()
-        )
-        self._vars_lock = threading.Lock()
         self._router = Router(self._lookup)
         self._send_lock = asyncio.Lock()  # keeps "take the fragment, send it" in frame order
         self._closing = False
@@ -96,104 +87,6 @@ class Session:
     def closed(self) -> bool:
         """True once the session was closed or lost its connection."""
         return self._router.closed is not None
-
-    @property
-    def num_pending(self) -> int:
-        """Declarations not yet shipped (vars + calls + ops)."""
-        return len(self._pending)
-
-    # -- declaring (no I/O, any thread) ---------------------------------------------------
-
-    def function(
-        self,
-        template: str,
-        /,
-        *,
-        model: str | None = None,
-        outputs: Mapping[str, SamplingLike] | None = None,
-        **output_specs: SamplingLike,
-    ) -> SemanticFunction:
-        """A semantic function over ``template``. Placeholders given a sampling spec (here
-        as keywords, or in ``outputs=`` for names like ``model``) are outputs; the others are
-        inputs. ValueError for a malformed template or spec. Pure (declares nothing)."""
-        return SemanticFunction(self, template, {**(outputs or {}), **output_specs}, model)
-
-    def call(self, pieces: Sequence[Piece], *, model: str | None = None) -> list[SemanticVariable]:
-        """Declares one call in segment form: ``str`` constants, SemanticVariable inputs and
-        :class:`Gen` outputs, in prompt order. Returns the outputs (mutates the pending
-        fragment)."""
-        return declare_call(self, pieces, model)
-
-    def variable(self, value: str | None = None, name: str | None = None) -> SemanticVariable:
-        """Declares a constant (``value``) or a placeholder the client sets later with
-        ``aset``/``set`` (mutates the pending fragment)."""
-        var = self.new_variable(name=name, value=value)
-        self.declare([VarSpec(id=var.id, name=name, value=value)])
-        return var
-
-    def join(
-        self,
-        items: Iterable[str | SemanticVariable],
-        sep: str = "",
-        prefix: str = "",
-        suffix: str = "",
-    ) -> SemanticVariable:
-        """A variable the server computes as ``prefix + sep.join(items) + suffix`` once the
-        inputs are known (an OpSpec; mutates the pending fragment)."""
-        return self._op("join", items, sep=sep, prefix=prefix, suffix=suffix)
-
-    def repr_list(self, items: Iterable[str | SemanticVariable]) -> SemanticVariable:
-        """A variable holding ``repr([...])`` of the items' texts, as LangChain renders a
-        list in a prompt (an OpSpec; mutates the pending fragment)."""
-        return self._op("repr_list", items)
-
-    def _op(
-        self,
-        op: Literal["join", "repr_list"],
-        items: Iterable[str | SemanticVariable],
-        **params: str,
-    ) -> SemanticVariable:
-        inputs = [self.variable(item) if isinstance(item, str) else item for item in items]
-        for item in inputs:
-            self.check_owned(item)
-        output = self.new_variable(name=op)
-        spec = OpSpec(
-            id=self.new_id("o"), op=op, inputs=[v.id for v in inputs], output=output.id, **params
-        )
-        self.declare([VarSpec(id=output.id, name=op)], op=spec)
-        return output
-
-    # -- building blocks for functions.py and adapters ------------------------------------
-
-    def new_id(self, prefix: str) -> str:
-        """A session-unique id (``v17``, ``c18``...). Mutates the id counter."""
-        return self._pending.new_id(prefix)
-
-    def new_variable(self, name: str | None = None, value: str | None = None) -> SemanticVariable:
-        """A SemanticVariable with a fresh id, registered for routing but NOT declared to the
-        server (the caller declares it). Mutates the registry."""
-        var = SemanticVariable(self, self.new_id("v"), name, value)
-        with self._vars_lock:
-            self._vars[var.id] = var
-        return var
-
-    def declare(
-        self, vars: Sequence[VarSpec], call: CallSpec | None = None, op: OpSpec | None = None
-    ) -> None:
-        """Appends declarations to the pending fragment atomically (mutates). Raises
-        ConnectionError once the session is closed."""
-        if self._router.closed is not None:
-            raise ConnectionError(f"session is closed: {self._router.closed}")
-        self._pending.add(vars, call, op)
-
-    def check_owned(self, var: SemanticVariable) -> None:
-        """ValueError unless ``var`` belongs to this session (pure)."""
-        if var.session is not self:
-            raise ValueError(f"{var!r} belongs to another session")
-
-    def _lookup(self, var_id: str) -> SemanticVariable | None:
-        with self._vars_lock:
-            return self._vars.get(var_id)
 
     # -- asking: public entry points, callable from any loop / thread ---------------------
 
@@ -332,35 +225,40 @@ class Session:
         return frame.count
 
     async def _flush_here(self) -> None:
-        reply = await self._ship([], expect_ack=True)
-        if reply is not None:
+        for reply in await self._ship([], expect_ack=True):
             await reply
 
     async def _ship(
         self, gets: list[GetSpec], *, expect_ack: bool = False
-    ) -> asyncio.Future[ServerFrame] | None:
-        """Sends the pending fragment plus ``gets`` as one submit (mutates: empties the
-        pending fragment). Returns the ack future when asked for; None if nothing to send."""
+    ) -> list[asyncio.Future[ServerFrame]]:
+        """Sends the pending fragment plus ``gets``, as one submit unless it exceeds the
+        server's max_frame_bytes (mutates: empties the pending fragment). Returns the ack
+        futures when asked for them."""
         async with self._send_lock:
             fragment = self._pending.take()
             if fragment.is_empty and not gets:
-                return None
-            frame_id = self.new_id("s")
-            self._router.track_submit(frame_id, fragment.declared_ids(), [g.var for g in gets])
-            reply = self._router.expect_reply(frame_id) if expect_ack else None
-            frame = fragment.to_submit(frame_id, gets)
-            text = encode_frame(frame)
+                return []
             max_bytes = self.limits.max_frame_bytes
-            if len(text.encode()) > max_bytes:
-                # fail it exactly as if the server had rejected it, so every waiter hears
-                message = f"submit of {len(text.encode())} bytes exceeds max_frame_bytes "
-                message += f"{max_bytes}; flush() or get() more often"
-                self._router.dispatch(
-                    Error(id=frame_id, code="limit_exceeded", message=message, field="submit")
-                )
-                return reply
-            await self._send_text(text)
-            return reply
+            frames = plan_submits(fragment, gets, max_bytes, lambda: self.new_id("s"))
+            replies: list[asyncio.Future[ServerFrame]] = []
+            refusal: str | None = None
+            for frame in frames:
+                assert frame.id is not None
+                gets_ids = [g.var for g in frame.gets]
+                self._router.track_submit(frame.id, created_ids(frame), gets_ids)
+                if expect_ack:
+                    replies.append(self._router.expect_reply(frame.id))
+                text = encode_frame(frame)
+                if refusal is None and len(text.encode()) > max_bytes:
+                    refusal = f"a submit item of {len(text.encode())} bytes exceeds "
+                    refusal += f"max_frame_bytes {max_bytes}"
+                if refusal is not None:
+                    # fail it (and every later part) exactly as if the server had refused it
+                    error = Error(id=frame.id, code="limit_exceeded", message=refusal)
+                    self._router.dispatch(error)
+                    continue
+                await self._send_text(text)
+            return replies
 
     async def _send(self, frame: Set | Tokenize | Close) -> None:
         await self._send_text(encode_frame(frame))
@@ -373,6 +271,9 @@ class Session:
             error = ConnectionError(f"connection to {self._url} lost: {exc}")
             self._router.fail_all(error)
             raise error from exc
+
+    def _closed_reason(self) -> BaseException | None:
+        return self._router.closed
 
     def _raise_if_closed(self) -> None:
         closed = self._router.closed

@@ -4,6 +4,7 @@ and errors, and what a lost connection does."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 from client_peer import FakePeer
@@ -183,13 +184,34 @@ async def test_unreachable_server_is_a_connection_error() -> None:
         await connect("ws://127.0.0.1:9", timeout=2)
 
 
-async def test_oversized_submit_fails_locally(peer: FakePeer) -> None:
-    """A fragment over max_frame_bytes fails its variables without being sent."""
+async def test_fragment_over_max_frame_bytes_is_split() -> None:
+    """A fragment over the server's max_frame_bytes travels as several valid submits:
+    declarations first, gets last, every frame within the limit."""
     small = FakePeer(max_frame_bytes=2_000)
     with small.running():
         async with connect(small.url) as app:
             f = app.function("{{x}}{{y}}", y={})
             outs = [one(f(x="z" * 100)) for _ in range(40)]
+            assert await app.aget_many(outs) == [f"text of {v.id}" for v in outs]
+            submits = small.of_type("submit")
+            assert len(submits) > 1
+            assert all(len(json.dumps(s, separators=(",", ":"))) <= 2_000 for s in submits)
+            first_call = next(i for i, s in enumerate(submits) if s.get("calls"))
+            assert all(not s.get("calls") for s in submits[:first_call])  # vars lead
+            assert sum(len(s.get("calls", [])) for s in submits) == 40
+            assert sum(len(s.get("gets", [])) for s in submits) == 40
+        assert not small.invalid
+
+
+async def test_item_over_max_frame_bytes_fails_locally() -> None:
+    """A single call larger than max_frame_bytes fails its output without being sent."""
+    small = FakePeer(max_frame_bytes=2_000)
+    with small.running():
+        async with connect(small.url) as app:
+            f = app.function("{{x}}{{y}}", y={})
+            ok, huge = one(f(x="fine")), one(f(x="z" * 3_000))
             with pytest.raises(VariableFailed, match="max_frame_bytes"):
-                await outs[0].aget()
-            assert small.of_type("submit") == []
+                await app.aget_many([ok, huge])
+            assert huge.state is VarState.FAILED
+            sent_calls = [c for s in small.of_type("submit") for c in s.get("calls", [])]
+            assert all("z" * 3_000 not in json.dumps(c) for c in sent_calls)

@@ -1,0 +1,143 @@
+"""The declaring half of a session: building the graph fragment, with no I/O.
+
+``function``/``call``/``variable``/``join``/``repr_list`` only append to the pending fragment
+and return SemanticVariable futures; they are safe from any thread. The session
+(session.py) adds the asking half, which ships the fragment.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Literal, cast
+
+from eclectus.adapters.client.errors import ConnectionError
+from eclectus.adapters.client.fragment import PendingFragment
+from eclectus.adapters.client.functions import Piece, SamplingLike, SemanticFunction, declare_call
+from eclectus.adapters.client.variables import SemanticVariable
+from eclectus.server.protocol import CallSpec, OpSpec, VarSpec
+
+if TYPE_CHECKING:
+    from eclectus.adapters.client.session import Session
+
+
+class Declarations:
+    """Pending fragment, id allocation and the registry of live variables (by id, weakly:
+    a variable nobody holds needs no answer)."""
+
+    def __init__(self) -> None:
+        self._pending = PendingFragment()
+        self._vars: weakref.WeakValueDictionary[str, SemanticVariable] = (
+            weakref.WeakValueDictionary()
+        )
+        self._vars_lock = threading.Lock()
+
+    @property
+    def _session(self) -> Session:
+        # Declarations only ever exists as the base of Session; variables and functions
+        # hold the full session because they also ask (I/O) through it.
+        return cast("Session", self)
+
+    def _closed_reason(self) -> BaseException | None:
+        """Why the session can take no more work, or None while it is open (pure)."""
+        raise NotImplementedError
+
+    @property
+    def num_pending(self) -> int:
+        """Declarations not yet shipped (vars + calls + ops)."""
+        return len(self._pending)
+
+    # -- declaring (no I/O, any thread) ---------------------------------------------------
+
+    def function(
+        self,
+        template: str,
+        /,
+        *,
+        model: str | None = None,
+        outputs: Mapping[str, SamplingLike] | None = None,
+        **output_specs: SamplingLike,
+    ) -> SemanticFunction:
+        """A semantic function over ``template``. Placeholders given a sampling spec (here
+        as keywords, or in ``outputs=`` for names like ``model``) are outputs; the others are
+        inputs. ValueError for a malformed template or spec. Pure (declares nothing)."""
+        return SemanticFunction(self._session, template, {**(outputs or {}), **output_specs}, model)
+
+    def call(self, pieces: Sequence[Piece], *, model: str | None = None) -> list[SemanticVariable]:
+        """Declares one call in segment form: ``str`` constants, SemanticVariable inputs and
+        :class:`Gen` outputs, in prompt order. Returns the outputs (mutates the pending
+        fragment)."""
+        return declare_call(self._session, pieces, model)
+
+    def variable(self, value: str | None = None, name: str | None = None) -> SemanticVariable:
+        """Declares a constant (``value``) or a placeholder the client sets later with
+        ``aset``/``set`` (mutates the pending fragment)."""
+        var = self.new_variable(name=name, value=value)
+        self.declare([VarSpec(id=var.id, name=name, value=value)])
+        return var
+
+    def join(
+        self,
+        items: Iterable[str | SemanticVariable],
+        sep: str = "",
+        prefix: str = "",
+        suffix: str = "",
+    ) -> SemanticVariable:
+        """A variable the server computes as ``prefix + sep.join(items) + suffix`` once the
+        inputs are known (an OpSpec; mutates the pending fragment)."""
+        return self._op("join", items, sep=sep, prefix=prefix, suffix=suffix)
+
+    def repr_list(self, items: Iterable[str | SemanticVariable]) -> SemanticVariable:
+        """A variable holding ``repr([...])`` of the items' texts, as LangChain renders a
+        list in a prompt (an OpSpec; mutates the pending fragment)."""
+        return self._op("repr_list", items)
+
+    def _op(
+        self,
+        op: Literal["join", "repr_list"],
+        items: Iterable[str | SemanticVariable],
+        **params: str,
+    ) -> SemanticVariable:
+        inputs = [self.variable(item) if isinstance(item, str) else item for item in items]
+        for item in inputs:
+            self.check_owned(item)
+        output = self.new_variable(name=op)
+        spec = OpSpec(
+            id=self.new_id("o"), op=op, inputs=[v.id for v in inputs], output=output.id, **params
+        )
+        self.declare([VarSpec(id=output.id, name=op)], op=spec)
+        return output
+
+    # -- building blocks for functions.py and adapters ------------------------------------
+
+    def new_id(self, prefix: str) -> str:
+        """A session-unique id (``v17``, ``c18``...). Mutates the id counter."""
+        return self._pending.new_id(prefix)
+
+    def new_variable(self, name: str | None = None, value: str | None = None) -> SemanticVariable:
+        """A SemanticVariable with a fresh id, registered for routing but NOT declared to the
+        server (the caller declares it). Mutates the registry."""
+        var = SemanticVariable(self._session, self.new_id("v"), name, value)
+        with self._vars_lock:
+            self._vars[var.id] = var
+        return var
+
+    def declare(
+        self, vars: Sequence[VarSpec], call: CallSpec | None = None, op: OpSpec | None = None
+    ) -> None:
+        """Appends declarations to the pending fragment atomically (mutates). Raises
+        ConnectionError once the session is closed."""
+        closed = self._closed_reason()
+        if closed is not None:
+            raise ConnectionError(f"session is closed: {closed}")
+        self._pending.add(vars, call, op)
+
+    def check_owned(self, var: SemanticVariable) -> None:
+        """ValueError unless ``var`` belongs to this session (pure)."""
+        if var.session is not self:
+            raise ValueError(f"{var!r} belongs to another session")
+
+    def _lookup(self, var_id: str) -> SemanticVariable | None:
+        with self._vars_lock:
+            return self._vars.get(var_id)
