@@ -1,0 +1,31 @@
+"""The paper's applications as ordinary LangChain apps (``eclectus run NAME``).
+
+Programmatic API (docs/recipes.md)::
+
+    from eclectus.recipes import run_recipe, MapReduceParams
+    result = run_recipe("map-reduce", MapReduceParams(num_chunks=4))   # embedded server
+"""
+
+from eclectus.recipes.chain_summary import ChainSummaryParams
+from eclectus.recipes.embedded import Embedded, embedded_server
+from eclectus.recipes.map_reduce import MapReduceParams
+from eclectus.recipes.multi_agent import MultiAgentParams
+from eclectus.recipes.result import RecipeResult, format_report
+from eclectus.recipes.runner import RECIPES, run_recipe
+from eclectus.recipes.shared_prompt import SharedPromptParams
+from eclectus.recipes.target import ModelFactory, Target
+
+__all__ = [
+    "RECIPES",
+    "ChainSummaryParams",
+    "Embedded",
+    "MapReduceParams",
+    "ModelFactory",
+    "MultiAgentParams",
+    "RecipeResult",
+    "SharedPromptParams",
+    "Target",
+    "embedded_server",
+    "format_report",
+    "run_recipe",
+]

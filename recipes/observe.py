@@ -1,0 +1,121 @@
+"""What a run observed: calls counted on the client (a LangChain callback handler that also
+shows progress) and the server's counters read from /metrics before and after."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+from uuid import UUID
+
+from eclectus.server.metrics import parse_prometheus
+from langchain_core.callbacks import BaseCallbackHandler
+
+PROGRESS_EVERY_S = 2.0  # between lines when stderr is not a terminal
+
+
+@dataclass(frozen=True, slots=True)
+class CallSpan:
+    """One model call seen by the client: seconds since the run started."""
+
+    start_s: float
+    end_s: float
+
+
+class CallObserver(BaseCallbackHandler):
+    """Counts model calls and records their spans; prints ``calls finished / total`` to
+    ``stream`` (one line updated in place on a TTY, else a line every few seconds).
+
+    Thread-safe: LangChain calls handlers from worker threads during ``batch``.
+    """
+
+    run_inline = True
+
+    def __init__(self, total: int, label: str, stream: TextIO | None = None,
+                 show: bool = True) -> None:
+        self.total = total
+        self.label = label
+        self.stream = stream if stream is not None else sys.stderr
+        self.show = show
+        self.spans: list[CallSpan] = []
+        self._lock = threading.Lock()
+        self._started: dict[UUID, float] = {}
+        self._t0 = time.perf_counter()
+        self._last_print = 0.0
+
+    @property
+    def num_calls(self) -> int:
+        return len(self.spans)
+
+    def on_llm_start(self, serialized: Any, prompts: Any, *, run_id: UUID, **kw: Any) -> None:
+        self._start(run_id)
+
+    def on_chat_model_start(self, serialized: Any, messages: Any, *, run_id: UUID,
+                            **kw: Any) -> None:
+        self._start(run_id)
+
+    def on_llm_end(self, response: Any, *, run_id: UUID, **kw: Any) -> None:
+        now = time.perf_counter() - self._t0
+        with self._lock:
+            start = self._started.pop(run_id, now)
+            self.spans.append(CallSpan(start, now))
+        self.print_progress()
+
+    def on_llm_error(self, error: BaseException, *, run_id: UUID, **kw: Any) -> None:
+        with self._lock:
+            self._started.pop(run_id, None)
+
+    def _start(self, run_id: UUID) -> None:
+        with self._lock:
+            self._started[run_id] = time.perf_counter() - self._t0
+
+    def print_progress(self, final: bool = False) -> None:
+        """Write the progress line (mutates the stream; rate-limited off a TTY)."""
+        if not self.show:
+            return
+        done = self.num_calls
+        line = f"{self.label}: calls {done}/{self.total}"
+        if self.stream.isatty():
+            self.stream.write("\r" + line + ("\n" if final else ""))
+        else:
+            now = time.perf_counter()
+            if not final and now - self._last_print < PROGRESS_EVERY_S:
+                return
+            self._last_print = now
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+
+def scrape(metrics_url: str) -> dict[str, float]:
+    """An Eclectus server's /metrics page, parsed (blocking I/O)."""
+    with urllib.request.urlopen(metrics_url, timeout=10) as response:
+        return parse_prometheus(response.read().decode())
+
+
+@dataclass(frozen=True, slots=True)
+class ServerDelta:
+    """Server counters over one run (after minus before)."""
+
+    counters: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def between(cls, before: dict[str, float], after: dict[str, float]) -> ServerDelta:
+        names = [n for n in after if n.endswith("_total") and "{" not in n]
+        return cls({n: after[n] - before.get(n, 0.0) for n in names})
+
+    def get(self, short: str) -> int:
+        return int(self.counters.get(f"eclectus_{short}_total", 0))
+
+    @property
+    def calls(self) -> int:
+        """Graph calls the scheduler finished (the OpenAI endpoint bypasses it)."""
+        return self.get("calls_finished")
+
+    @property
+    def cache_hit_ratio(self) -> float | None:
+        """Prompt tokens served from the prefix cache / prompt tokens (None: no prompts)."""
+        prompt = self.get("prompt_tokens")
+        return self.get("prefix_cache_hit_tokens") / prompt if prompt else None

@@ -1,0 +1,145 @@
+"""``shared-prompt``: many users chatting with one app that has a long system prompt (a
+Copilot or GPTs-style assistant), beside a background analytics job (map-reduce).
+
+Chat requests arrive at ``rate`` per second (Poisson, seeded), each from one of ``users``;
+every prompt opens with the same long system prompt, which a prefix cache computes once. The
+analytics job runs at the same time over the rest of the document. The two parts run under
+different root chain names ("chat", "analytics"), so Eclectus sees two applications; the
+report gives the chat latency (what its users feel) and the job's time (its throughput).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+import statistics
+import time
+from dataclasses import dataclass, field
+
+from eclectus.recipes import map_reduce
+from eclectus.recipes.result import RecipeOutput
+from eclectus.recipes.target import ModelFactory
+from eclectus.recipes.text import split_chunks
+from langchain_core.output_parsers import StrOutputParser
+from langchain_core.prompts import ChatPromptTemplate
+from langchain_core.runnables import Runnable, RunnableConfig
+
+SYSTEM = (
+    "You are the assistant of the handbook below. Answer each user's question from the "
+    "handbook, briefly and accurately; say so when the handbook does not answer it.\n\n"
+    "Handbook:\n{handbook}"
+)
+chat_prompt = ChatPromptTemplate.from_messages([("system", SYSTEM), ("human", "{question}")])
+
+
+def _background_default() -> map_reduce.MapReduceParams:
+    return map_reduce.MapReduceParams(chunk_tokens=512, num_chunks=8, map_tokens=50,
+                                      reduce_tokens=50, width=8)
+
+
+@dataclass(frozen=True, slots=True)
+class SharedPromptParams:
+    """Sizes of a shared-prompt run (tokens are the model's; see text.approx_tokens)."""
+
+    users: int = 8
+    requests: int = 16  # chat requests in all
+    rate: float = 4.0  # chat requests per second (Poisson arrivals)
+    system_tokens: int = 2048  # the handbook excerpt in the shared system prompt
+    answer_tokens: int = 32
+    seed: int = 0
+    background: map_reduce.MapReduceParams | None = field(default_factory=_background_default)
+
+    def __post_init__(self) -> None:
+        if self.users < 1 or self.requests < 1 or self.rate <= 0:
+            raise ValueError("users and requests must be >= 1 and rate > 0")
+
+
+def questions(params: SharedPromptParams, text: str) -> list[str]:
+    """One question per request, each about a sentence of the document, from a user in
+    turn (pure: seeded)."""
+    sentences = [s for s in re.split(r"(?<=[.!?])\s+", " ".join(text.split())) if len(s) > 40]
+    rng = random.Random(params.seed)
+    return [
+        f"(user {i % params.users}) What does the handbook say about this: "
+        f"\"{rng.choice(sentences)[:160]}\"?"
+        for i in range(params.requests)
+    ]
+
+
+def arrivals(params: SharedPromptParams) -> list[float]:
+    """Seconds after the start at which each request arrives (Poisson; pure: seeded)."""
+    rng, now, out = random.Random(params.seed + 1), 0.0, []
+    for _ in range(params.requests):
+        out.append(now)
+        now += rng.expovariate(params.rate)
+    return out
+
+
+def split_document(params: SharedPromptParams, text: str) -> tuple[str, list[str]]:
+    """(the handbook excerpt, the analytics job's chunks from the rest) (pure)."""
+    handbook = split_chunks(text, params.system_tokens, 1)[0]
+    if params.background is None:
+        return handbook, []
+    rest = text[len(handbook):] if text.startswith(handbook) else text
+    bg = params.background
+    return handbook, split_chunks(rest, bg.chunk_tokens, bg.num_chunks)
+
+
+def plan(params: SharedPromptParams, text: str) -> int:
+    """Planned model calls: the chats and the analytics job."""
+    _, chunks = split_document(params, text)
+    job = map_reduce.planned_calls(params.background, len(chunks))[0] if chunks else 0
+    return params.requests + job
+
+
+async def _chat_session(chain: Runnable, handbook: str, question: str, at: float,
+                        t0: float, config: RunnableConfig) -> tuple[str, float]:
+    """One user's request, sent at its arrival time; (answer, latency in seconds)."""
+    await asyncio.sleep(max(0.0, t0 + at - time.perf_counter()))
+    sent = time.perf_counter()
+    answer = await chain.ainvoke({"handbook": handbook, "question": question}, config)
+    return answer, time.perf_counter() - sent
+
+
+async def _run(params: SharedPromptParams, models: ModelFactory, text: str,
+               config: RunnableConfig) -> tuple[list[tuple[str, float]], str, float]:
+    handbook, chunks = split_document(params, text)
+    chat = models.prepare(chat_prompt | models.chat(params.answer_tokens) | StrOutputParser(),
+                          "shared-prompt chat")
+    t0 = time.perf_counter()
+    job: asyncio.Task[str] | None = None
+    if chunks:
+        assert params.background is not None
+        bg = params.background
+        chain = models.prepare(map_reduce.build_chain(bg, models, len(chunks)), "analytics")
+        inputs = {f"chunk_{i}": c for i, c in enumerate(chunks)}
+        job_config = {**config, "run_name": "analytics", "max_concurrency": bg.width}
+        job = asyncio.create_task(chain.ainvoke(inputs, job_config))
+    chat_config = {**config, "run_name": "chat"}
+    answers = await asyncio.gather(*(
+        _chat_session(chat, handbook, q, at, t0, chat_config)
+        for q, at in zip(questions(params, text), arrivals(params), strict=True)
+    ))
+    summary = await job if job is not None else ""
+    return list(answers), summary, time.perf_counter() - t0
+
+
+def run(params: SharedPromptParams, models: ModelFactory, text: str,
+        config: RunnableConfig) -> RecipeOutput:
+    """Serve the chats beside the analytics job; output the first answer and the summary."""
+    answers, summary, wall_s = asyncio.run(_run(params, models, text, config))
+    latencies = sorted(latency for _, latency in answers)
+    details: dict[str, object] = {
+        "chat mean latency s": statistics.fmean(latencies),
+        "chat p90 latency s": latencies[int(0.9 * (len(latencies) - 1))],
+    }
+    output = f"first answer: {answers[0][0]}"
+    depth = 1
+    if summary:
+        output += f"\nanalytics summary: {summary}"
+        _, chunks = split_document(params, text)
+        depth = map_reduce.planned_calls(params.background, len(chunks))[1]  # type: ignore[arg-type]
+    details["all answers"] = len(answers)
+    details["wall incl. arrivals s"] = wall_s
+    return RecipeOutput(output, depth, plan(params, text), details)

@@ -1,0 +1,89 @@
+"""Each recipe end to end at a small size, in both modes, on one real embedded server:
+Eclectus mode (ChatEclectus / EclectusLLM, compiled) and openai mode (langchain_openai over
+the server's /v1 endpoint). Greedy decoding on the same engine gives the same output."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from eclectus.recipes import (
+    ChainSummaryParams,
+    MapReduceParams,
+    MultiAgentParams,
+    RecipeResult,
+    SharedPromptParams,
+    run_recipe,
+)
+from eclectus.recipes.embedded import Embedded
+from eclectus.recipes.map_reduce import LIST_TAIL, REDUCE_HEAD, group_size
+from eclectus.recipes.text import approx_tokens
+from recipe_support import TEXT
+
+pytestmark = pytest.mark.slow
+
+CASES: dict[str, tuple[Any, int, int]] = {  # name -> (params, calls, depth)
+    "map-reduce": (MapReduceParams(chunk_tokens=64, num_chunks=3, map_tokens=8,
+                                   reduce_tokens=8), 4, 2),
+    "chain-summary": (ChainSummaryParams(chunk_tokens=64, num_chunks=3, summary_tokens=8), 3, 3),
+    "multi-agent": (MultiAgentParams(files=2, rounds=1, requirements_tokens=64,
+                                     design_tokens=8, list_tokens=8, code_tokens=8,
+                                     review_tokens=8), 2 + 2 * 3, 5),
+    "shared-prompt": (SharedPromptParams(users=2, requests=3, rate=50.0, system_tokens=128,
+                                         answer_tokens=8, background=MapReduceParams(
+                                             chunk_tokens=64, num_chunks=2, map_tokens=8,
+                                             reduce_tokens=8)), 3 + 3, 2),
+}
+
+
+def run_both(embedded: Embedded, name: str) -> tuple[RecipeResult, RecipeResult]:
+    params = CASES[name][0]
+    ours = run_recipe(name, params, embedded.target("eclectus"), text=TEXT)
+    stock = run_recipe(name, params, embedded.target("openai"), text=TEXT)
+    return ours, stock
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_both_modes_agree(embedded: Embedded, name: str) -> None:
+    """Both modes make the planned calls, report the same depth, and (greedy, one engine)
+    produce the same output."""
+    _, calls, depth = CASES[name]
+    ours, stock = run_both(embedded, name)
+    assert ours.output == stock.output
+    assert ours.output.strip()
+    for result in (ours, stock):
+        assert result.num_calls == calls, (result.backend, result.notes)
+        assert result.depth == depth
+        assert result.cache_hit_ratio is not None and 0.0 <= result.cache_hit_ratio <= 1.0
+        assert result.wall_s > 0
+
+
+def test_collapse_adds_levels(embedded: Embedded) -> None:
+    """Summaries that do not fit one combine prompt are collapsed first: more calls, deeper."""
+    room_for_two = approx_tokens(REDUCE_HEAD + LIST_TAIL) + 2 * (8 + 2) + 5
+    params = MapReduceParams(chunk_tokens=64, num_chunks=5, map_tokens=8, reduce_tokens=8,
+                             context_tokens=room_for_two)
+    assert group_size(params) == 2
+    result = run_recipe("map-reduce", params, embedded.target("eclectus"), text=TEXT)
+    assert (result.num_calls, result.depth) == (5 + 3 + 2 + 1, 4)  # 5 -> 3 -> 2 -> reduce
+
+
+def test_shared_prefix_hits_the_cache(embedded: Embedded) -> None:
+    """Chats sharing a long system prompt are mostly served from the prefix cache."""
+    params = SharedPromptParams(users=4, requests=4, rate=100.0, system_tokens=512,
+                                answer_tokens=4, seed=7, background=None)
+    result = run_recipe("shared-prompt", params, embedded.target("eclectus"), text=TEXT)
+    assert result.cache_hit_ratio is not None and result.cache_hit_ratio > 0.5
+    assert result.details["all answers"] == 4
+
+
+def test_foreign_server_counts_on_the_client(embedded: Embedded) -> None:
+    """Without a metrics URL (a foreign server), calls are counted by the callback handler
+    and the cache hit ratio is unknown."""
+    target = embedded.target("openai")
+    foreign = type(target)("openai", target.url, target.model)
+    params = ChainSummaryParams(chunk_tokens=64, num_chunks=2, summary_tokens=4)
+    result = run_recipe("chain-summary", params, foreign, text=TEXT)
+    assert result.num_calls == 2 and result.cache_hit_ratio is None
+    assert len(result.timeline) == 2
+    assert result.timeline[0].end_s <= result.timeline[1].start_s  # the refine is sequential
