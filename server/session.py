@@ -188,6 +188,7 @@ class Session:
         self.ctx.sessions.add(self)
         self.ctx.metrics.sessions = len(self.ctx.sessions)
         self.ctx.metrics.sessions_total += 1
+        log.info("session %s opened (app %r, tenant %r)", session_id, frame.app, frame.tenant)
         card = self.ctx.backend.model
         self.send(
             Welcome(
@@ -287,5 +288,6 @@ class Session:
         if self.app is not None:
             app, self.app = self.app, None
             await self.ctx.scheduler.close_app(app)
+            log.info("session %s closed", app.session_id)
         self.ctx.sessions.discard(self)
         self.ctx.metrics.sessions = len(self.ctx.sessions)
