@@ -186,10 +186,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kv-heads", type=int)
     parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=10, help="CPU timing repeats")
+    parser.add_argument("--threads", type=int, help="CPU: torch.set_num_threads (default: torch's)")
     parser.add_argument("--cuda-graph", action="store_true",
                         help="GPU: time CUDA-graph replays (no launch overhead, L2 kept warm)")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
+    if args.threads:  # on a busy shared CPU, one thread avoids OpenMP barrier stalls
+        torch.set_num_threads(args.threads)
     gpu = device.type == "cuda"
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[
         args.dtype or ("bf16" if gpu else "fp32")]
@@ -199,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     measure = timer(device, args.repeats, args.cuda_graph)
     peak, peak_source = peak_bandwidth(device, measure)
     path = "triton" if dispatch.use_triton(torch.empty(0, device=device)) else "torch"
-    print(f"device {device} ({torch.cuda.get_device_name(device) if gpu else 'CPU'}), "
+    print(f"device {device} ({torch.cuda.get_device_name(device) if gpu else 'CPU'}, "
+          f"{torch.get_num_threads()} threads), "
           f"{path} path, {dtype}, head_dim {head_dim}, Hq {num_q_heads}, Hkv {num_kv_heads}, "
           f"block {args.block_size}; peak {peak / 1e9:.0f} GB/s ({peak_source})"
           + ("; CUDA-graph replays" if args.cuda_graph else ""))
