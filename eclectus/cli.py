@@ -17,6 +17,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("eclectus.server.main", "start the Eclectus server"),
     "model": ("eclectus.server.engine.presets", "export a built-in model as a HF directory"),
     "demo": ("eclectus.server.demo", "run a map-reduce graph on a local server and report"),
+    "run": ("eclectus.recipes.cli", "run a recipe (map-reduce, chain-summary, ...) and report"),
 }
 
 
