@@ -95,6 +95,21 @@ class EclectusParams(BaseModel):
         values["model_kwargs"] = _checked_model_kwargs(extra)
         return values
 
+    @classmethod
+    def is_lc_serializable(cls) -> bool:
+        """Chains holding these models can be saved with ``dumpd`` and loaded back."""
+        return True
+
+    @classmethod
+    def get_lc_namespace(cls) -> list[str]:
+        """The import path ``load`` revives the class from (its module)."""
+        return cls.__module__.split(".")
+
+    @property
+    def lc_secrets(self) -> dict[str, str]:
+        """The token is serialized as a reference to ECLECTUS_TOKEN, never as its value."""
+        return {"eclectus_api_key": "ECLECTUS_TOKEN"}
+
     @property
     def token(self) -> str | None:
         """The auth token as plain text (None when unset)."""
