@@ -25,6 +25,7 @@ from eclectus.adapters.client.router import Router, StreamEnd
 from eclectus.adapters.client.variables import SemanticVariable, VarState
 from eclectus.adapters.client.wire import decode_frame, encode_frame
 from eclectus.server.protocol import (
+    Cancel,
     Close,
     Criteria,
     Error,
@@ -139,6 +140,16 @@ class Session(Declarations):
         """Blocking twin of :meth:`aset`."""
         self.bridge.block(lambda: self._set_here(var, text), timeout)
 
+    async def acancel(self, var: SemanticVariable) -> None:
+        """Cancels ``var``'s producer on the server (a ``cancel`` frame, after flushing): it
+        and everything downstream fail with ``cancelled``, so waiting gets raise
+        VariableFailed. Mutates the server's graph; returns once the server acknowledged."""
+        await self.bridge.run(lambda: self._cancel_here(var))
+
+    def cancel(self, var: SemanticVariable, *, timeout: float | None = None) -> None:
+        """Blocking twin of :meth:`acancel`."""
+        self.bridge.block(lambda: self._cancel_here(var), timeout)
+
     async def count_tokens(self, text: str, *, model: str | None = None) -> int:
         """How many tokens the server's tokenizer makes of ``text`` (a ``tokenize`` frame)."""
         return await self.bridge.run(lambda: self._count_here(text, model))
@@ -216,6 +227,14 @@ class Session(Declarations):
         await reply
         var._resolve(text)
 
+    async def _cancel_here(self, var: SemanticVariable) -> None:
+        self.check_owned(var)
+        await self._ship([])  # the variable must exist on the server to be cancelled
+        frame_id = self.new_id("k")
+        reply = self._router.expect_reply(frame_id)
+        await self._send(Cancel(id=frame_id, var=var.id))
+        await reply
+
     async def _count_here(self, text: str, model: str | None) -> int:
         frame_id = self.new_id("t")
         reply = self._router.expect_reply(frame_id)
@@ -260,7 +279,7 @@ class Session(Declarations):
                 await self._send_text(text)
             return replies
 
-    async def _send(self, frame: Set | Tokenize | Close) -> None:
+    async def _send(self, frame: Set | Cancel | Tokenize | Close) -> None:
         await self._send_text(encode_frame(frame))
 
     async def _send_text(self, text: str) -> None:

@@ -148,6 +148,15 @@ class SemanticVariable:
         """Blocking twin of :meth:`aset`."""
         self._session.set(self, text, timeout=timeout)
 
+    async def acancel(self) -> None:
+        """Cancels the producer on the server; this variable and everything downstream fail
+        with ``cancelled`` (waiting gets raise VariableFailed). Mutates server state."""
+        await self._session.acancel(self)
+
+    def cancel(self, *, timeout: float | None = None) -> None:
+        """Blocking twin of :meth:`acancel`."""
+        self._session.cancel(self, timeout=timeout)
+
     # -- transitions (the session calls these on its loop) -------------------------------
 
     def _resolve(

@@ -153,3 +153,15 @@ def test_sync_session_serves_other_event_loops(live_server: LiveServer) -> None:
         out = one(f(doc="shared"))
         from_loop = asyncio.run(out.aget())
         assert from_loop == one(f(doc="shared")).get(timeout=60)
+
+
+async def test_cancel_fails_the_waiting_get(live_server: LiveServer) -> None:
+    """Cancelling a long generation makes its waiting get raise VariableFailed(cancelled)."""
+    async with connect(live_server.url, token=live_server.token) as app:
+        (long,) = app.call(["Go on:", Gen(max_tokens=3000, ignore_eos=True)])
+        waiting = asyncio.create_task(long.aget())
+        await asyncio.sleep(0.2)
+        await long.acancel()
+        with pytest.raises(VariableFailed) as caught:
+            await asyncio.wait_for(waiting, 30)
+        assert caught.value.code == "cancelled" and caught.value.var == long.id

@@ -215,3 +215,11 @@ async def test_item_over_max_frame_bytes_fails_locally() -> None:
             assert huge.state is VarState.FAILED
             sent_calls = [c for s in small.of_type("submit") for c in s.get("calls", [])]
             assert all("z" * 3_000 not in json.dumps(c) for c in sent_calls)
+
+
+async def test_cancel_sends_declaration_then_cancel(peer: FakePeer, peer_app: Session) -> None:
+    """acancel flushes the declaring fragment, then sends cancel and waits for its ack."""
+    (out,) = peer_app.call(["x", Gen()])
+    await out.acancel()
+    assert [f["type"] for f in peer.frames[-2:]] == ["submit", "cancel"]
+    assert peer.frames[-1]["var"] == out.id
