@@ -46,7 +46,7 @@ def _llama3_scale(inv_freq: Tensor, scaling: dict[str, Any]) -> Tensor:
 class RotaryEmbedding(torch.nn.Module):
     """Precomputed cos/sin for positions [0, max_positions); see :func:`apply_rope`.
 
-    The cache is fp32 (buffers ``cos_cache``/``sin_cache`` of shape [max_positions, head_dim])
+    The cache is fp32 (buffers ``cos_cache``/``sin_cache`` of shape [max_positions, D/2])
     and is gathered by position then cast to the activation dtype, as transformers does.
     """
 
@@ -62,16 +62,17 @@ class RotaryEmbedding(torch.nn.Module):
         inv_freq = inverse_frequencies(head_dim, theta, scaling)
         positions = torch.arange(max_positions, dtype=torch.float32)
         angles = positions[:, None] * inv_freq[None, :]  # [P, D/2]
-        emb = torch.cat((angles, angles), dim=-1)  # [P, D]: rotate-half layout
-        self.register_buffer("cos_cache", emb.cos().to(device), persistent=False)
-        self.register_buffer("sin_cache", emb.sin().to(device), persistent=False)
+        # half width: both halves of a head use the same angles (rotate-half layout), so the
+        # duplication happens per forward on T rows, not on all P (131072 for Llama 3.1)
+        self.register_buffer("cos_cache", angles.cos().to(device), persistent=False)
+        self.register_buffer("sin_cache", angles.sin().to(device), persistent=False)
 
     def cos_sin(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         """cos, sin [T, 1, D] in ``dtype`` for positions [T] (pure). Gathered once per
         forward and shared by every layer."""
-        cos = self.cos_cache[positions].to(dtype)[:, None, :]
-        sin = self.sin_cache[positions].to(dtype)[:, None, :]
-        return cos, sin
+        cos = self.cos_cache[positions].to(dtype)
+        sin = self.sin_cache[positions].to(dtype)
+        return torch.cat((cos, cos), -1)[:, None, :], torch.cat((sin, sin), -1)[:, None, :]
 
 
 def apply_rope(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
