@@ -5,12 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 from eclectus.kernels import build_decode_plan, find_cascade_groups, plan_decode, plan_prefill
-from kernel_cases import make_batch, nested_batch
+from kernel_cases import PagedBatch, make_batch, nested_batch
 
 CPU = torch.device("cpu")
 
 
-def _groups(batch, min_tokens):  # -> list of (level, request_ids, start_block, end_block)
+def _groups(batch: PagedBatch, min_tokens: int,
+            ) -> tuple[list[tuple[int, tuple[int, ...], int, int]], list[int]]:
+    """((level, request_ids, start_block, end_block) per group, suffix_starts)."""
     groups, starts = find_cascade_groups(batch.block_tables, batch.seq_lens, batch.block_size,
                                          min_shared_tokens=min_tokens)
     return [(g.level, g.request_ids, g.start_block, g.end_block) for g in groups], starts
@@ -94,6 +96,6 @@ def test_plan_prefill_offsets() -> None:
 
 @pytest.mark.parametrize(("tables", "q", "n"), [([[1]], [1], [5]), ([[1]], [3], [2]),
                                                 ([[1], [2]], [1], [1, 1])])
-def test_plans_reject_bad_lengths(tables, q, n) -> None:
+def test_plans_reject_bad_lengths(tables: list[list[int]], q: list[int], n: list[int]) -> None:
     with pytest.raises(ValueError):
         plan_prefill(tables, q, n, 4, CPU)

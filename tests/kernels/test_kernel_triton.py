@@ -12,6 +12,7 @@ import pytest
 import torch
 from eclectus.kernels import (
     HAS_TRITON,
+    DecodePlan,
     build_decode_plan,
     cascade_decode_attention,
     decode_attention,
@@ -25,11 +26,12 @@ from eclectus.kernels import (
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kernel_cases import make_batch, nested_batch
+from kernel_cases import PagedBatch, make_batch, nested_batch
 
 RUNNABLE = HAS_TRITON and (os.environ.get("TRITON_INTERPRET") == "1" or torch.cuda.is_available())
 pytestmark = pytest.mark.skipif(not RUNNABLE, reason="needs triton and TRITON_INTERPRET=1 or CUDA")
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+Case = tuple[PagedBatch, int, int, torch.dtype]  # batch, num_q_heads, head_dim, dtype
 TOL = {torch.float32: {"atol": 2e-5, "rtol": 2e-5}, torch.bfloat16: {"atol": 2e-2, "rtol": 2e-2}}
 
 
@@ -38,17 +40,20 @@ def _triton_backend(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ECLECTUS_KERNELS", "triton")
 
 
-def _on_device(batch):  # -> PagedBatch with caches on DEVICE
+def _on_device(batch: PagedBatch) -> PagedBatch:
+    """Moves the caches to DEVICE (mutates and returns ``batch``)."""
     batch.k_cache, batch.v_cache = batch.k_cache.to(DEVICE), batch.v_cache.to(DEVICE)
     return batch
 
 
-def _queries(num: int, num_q_heads: int, head_dim: int, dtype: torch.dtype, seed: int = 1):
+def _queries(num: int, num_q_heads: int, head_dim: int, dtype: torch.dtype,
+             seed: int = 1) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
     return torch.randn(num, num_q_heads, head_dim, generator=gen).to(DEVICE, dtype)
 
 
-def _assert_matches_reference(q, batch, plan, scale: float, dtype: torch.dtype,
+def _assert_matches_reference(q: torch.Tensor, batch: PagedBatch, plan: DecodePlan,
+                              scale: float, dtype: torch.dtype,
                               cascade: bool) -> None:
     run = cascade_decode_attention if cascade else paged_decode_attention
     o, lse = run(q, batch.k_cache, batch.v_cache, plan, scale)
@@ -128,8 +133,9 @@ def test_merge_kernel_matches_reference_with_empty_sides(dtype: torch.dtype) -> 
 
 
 @st.composite
-def shared_batches(draw: st.DrawFn):  # -> (PagedBatch, num_q_heads, head_dim, dtype)
-    """A random prefix forest: each request picks a path of nested segments and a tail."""
+def shared_batches(draw: st.DrawFn) -> Case:
+    """A random prefix forest: each request picks a path of nested segments and a tail.
+    Returns (batch, num_q_heads, head_dim, dtype)."""
     block_size = draw(st.sampled_from([2, 3, 4, 8, 16]))
     seg = st.integers(1, 24)
     lens = {"s0": draw(seg), "s1": draw(seg), "a": draw(seg), "b": draw(seg), "c": draw(seg)}
@@ -148,7 +154,7 @@ def shared_batches(draw: st.DrawFn):  # -> (PagedBatch, num_q_heads, head_dim, d
 
 @settings(max_examples=15, deadline=None)
 @given(case=shared_batches(), min_tokens=st.sampled_from([1, 8]))
-def test_hypothesis_cascade_and_paged_match_reference(case, min_tokens: int) -> None:
+def test_hypothesis_cascade_and_paged_match_reference(case: Case, min_tokens: int) -> None:
     batch, num_q_heads, head_dim, dtype = case
     q = _queries(len(batch.seq_lens), num_q_heads, head_dim, dtype)
     plan = build_decode_plan(batch.block_tables, batch.seq_lens, batch.block_size, DEVICE,
@@ -160,7 +166,7 @@ def test_hypothesis_cascade_and_paged_match_reference(case, min_tokens: int) -> 
 
 @settings(max_examples=10, deadline=None)
 @given(case=shared_batches(), data=st.data())
-def test_hypothesis_prefill_matches_reference(case, data: st.DataObject) -> None:
+def test_hypothesis_prefill_matches_reference(case: Case, data: st.DataObject) -> None:
     batch, num_q_heads, head_dim, dtype = case
     query_lens = [data.draw(st.integers(0, n)) for n in batch.seq_lens]
     plan = plan_prefill(batch.block_tables, query_lens, batch.seq_lens, batch.block_size,
