@@ -15,21 +15,22 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextvars import ContextVar
-from typing import Any, TypeVar
+from typing import Any
 
 from eclectus.adapters.langchain import _client
 from eclectus.adapters.langchain._client import Generated
 from eclectus.adapters.langchain._common import EclectusParams
 from eclectus.adapters.langchain.pieces import Piece, concrete_text
 
-T = TypeVar("T")
 PrefetchKey = tuple[str, str, str | None]
 _PREFETCH: ContextVar[dict[PrefetchKey, list[Generated]] | None] = ContextVar(
     "eclectus_prefetch", default=None
 )
 
 
-def prefetch_key(pieces: Sequence[Piece], sampling: dict[str, Any], model: str | None):
+def prefetch_key(
+    pieces: Sequence[Piece], sampling: dict[str, Any], model: str | None
+) -> PrefetchKey:
     """The identity of a request: its exact text, sampling payload and model (pure)."""
     return (concrete_text(pieces), json.dumps(sampling, sort_keys=True), model)
 
@@ -61,14 +62,16 @@ class ModelCore:
     def session(self) -> _client.SyncSession:
         return _client.session_for(self.params.eclectus_url, self.params.token, self.app)
 
-    def _declare_all(self, requests: Sequence[tuple[Sequence[Piece], dict[str, Any]]],
-                     model: str | None):
+    def _declare_all(
+        self, requests: Sequence[tuple[Sequence[Piece], dict[str, Any]]], model: str | None
+    ) -> tuple[_client.SyncSession, list[_client.SemanticVariable], str]:
         session = self.session()
         outputs = [_client.declare(session, p, s, model) for p, s in requests]
         return session, outputs, _client.model_name_of(session, model)
 
-    def run(self, requests: Sequence[tuple[Sequence[Piece], dict[str, Any]]],
-            model: str | None) -> list[Generated]:
+    def run(
+        self, requests: Sequence[tuple[Sequence[Piece], dict[str, Any]]], model: str | None
+    ) -> list[Generated]:
         """Runs the requests as one group and waits for all (blocking)."""
 
         def attempt() -> list[Generated]:
@@ -77,8 +80,9 @@ class ModelCore:
 
         return _client.with_retries(self.params.max_retries, attempt)
 
-    async def arun(self, requests: Sequence[tuple[Sequence[Piece], dict[str, Any]]],
-                   model: str | None) -> list[Generated]:
+    async def arun(
+        self, requests: Sequence[tuple[Sequence[Piece], dict[str, Any]]], model: str | None
+    ) -> list[Generated]:
         """Async twin of :meth:`run`."""
 
         async def attempt() -> list[Generated]:
@@ -87,8 +91,9 @@ class ModelCore:
 
         return await _client.awith_retries(self.params.max_retries, attempt)
 
-    def stream(self, pieces: Sequence[Piece], sampling: dict[str, Any],
-               model: str | None) -> Iterator[str | Generated]:
+    def stream(
+        self, pieces: Sequence[Piece], sampling: dict[str, Any], model: str | None
+    ) -> Iterator[str | Generated]:
         """Text deltas, then the finished call's Generated record (blocking)."""
         session, (var,), name = self._declare_all([(pieces, sampling)], model)
         parts: list[str] = []
@@ -97,8 +102,9 @@ class ModelCore:
             yield delta
         yield _client.result_of(var, "".join(parts), name)
 
-    async def astream(self, pieces: Sequence[Piece], sampling: dict[str, Any],
-                      model: str | None) -> AsyncIterator[str | Generated]:
+    async def astream(
+        self, pieces: Sequence[Piece], sampling: dict[str, Any], model: str | None
+    ) -> AsyncIterator[str | Generated]:
         """Async twin of :meth:`stream`."""
         session, (var,), name = self._declare_all([(pieces, sampling)], model)
         parts: list[str] = []

@@ -55,8 +55,9 @@ def forget_session(session: SyncSession) -> None:
                 del _pool[key]
 
 
-def declare(session: SyncSession, pieces: Sequence[Piece], sampling: dict[str, Any],
-            model: str | None) -> SemanticVariable:
+def declare(
+    session: SyncSession, pieces: Sequence[Piece], sampling: dict[str, Any], model: str | None
+) -> SemanticVariable:
     """Declares one call: the pieces as segments, then one generated output (no I/O).
 
     A :class:`Value` is sent as its own text segment: its boundaries are reuse points.
@@ -126,8 +127,12 @@ async def awith_retries(max_retries: int | None, attempt: Callable[[], Any]) -> 
     raise AssertionError("unreachable")
 
 
-def fetch(session: SyncSession, outputs: Sequence[SemanticVariable], model_name: str,
-          timeout: float | None) -> list[Generated]:
+def fetch(
+    session: SyncSession,
+    outputs: Sequence[SemanticVariable],
+    model_name: str,
+    timeout: float | None,
+) -> list[Generated]:
     """Ships everything pending and waits for ``outputs`` (one frame); forgets the session
     when its connection is lost."""
     try:
@@ -138,8 +143,12 @@ def fetch(session: SyncSession, outputs: Sequence[SemanticVariable], model_name:
     return [result_of(v, t, model_name) for v, t in zip(outputs, texts, strict=True)]
 
 
-async def afetch(session: SyncSession, outputs: Sequence[SemanticVariable], model_name: str,
-                 timeout: float | None) -> list[Generated]:
+async def afetch(
+    session: SyncSession,
+    outputs: Sequence[SemanticVariable],
+    model_name: str,
+    timeout: float | None,
+) -> list[Generated]:
     """Async twin of :func:`fetch`."""
     try:
         texts = await asyncio.wait_for(session.session.aget_many(outputs), timeout)

@@ -9,11 +9,12 @@ to the server as separate segments (tracing.py) for exact prefix sharing.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
 from eclectus.adapters.langchain._calls import (
     ModelCore,
+    PrefetchKey,
     prefetch_key,
     reset_prefetched,
     set_prefetched,
@@ -31,6 +32,9 @@ from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.messages.ai import InputTokenDetails, UsageMetadata
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.runnables import RunnableConfig
+
+# (prompt pieces, sampling payload, model) of one chat call
+Request = tuple[list[Piece], dict[str, Any], str | None]
 
 
 def usage_of(result: Generated) -> UsageMetadata:
@@ -94,8 +98,9 @@ class ChatEclectus(EclectusParams, BaseChatModel):
         roles = [message_role(m) for m in messages]
         return render_chat(list(zip(roles, per_message, strict=True)))
 
-    def _request(self, messages: Sequence[BaseMessage], stop: list[str] | None,
-                 kwargs: dict[str, Any]) -> tuple[list[Piece], dict[str, Any], str | None]:
+    def _request(
+        self, messages: Sequence[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]
+    ) -> tuple[list[Piece], dict[str, Any], str | None]:
         return self.prompt_pieces(messages), self.sampling(stop, kwargs), self.model_for(kwargs)
 
     def _core(self, run_manager: Any) -> ModelCore:
@@ -187,7 +192,7 @@ class ChatEclectus(EclectusParams, BaseChatModel):
     ) -> list[BaseMessage]:
         """Async twin of :meth:`batch`."""
         requests = self._batch_requests(inputs, kwargs)
-        results: dict[Any, list[Generated]] = {}
+        results: dict[PrefetchKey, list[Generated]] = {}
         if requests:
             core = ModelCore(self, None)
             try:
@@ -203,7 +208,9 @@ class ChatEclectus(EclectusParams, BaseChatModel):
         finally:
             reset_prefetched(token)
 
-    def _batch_requests(self, inputs: list[LanguageModelInput], kwargs: dict[str, Any]):
+    def _batch_requests(
+        self, inputs: list[LanguageModelInput], kwargs: dict[str, Any]
+    ) -> list[Request]:
         """The requests a batch will make, or [] when prefetching does not apply (a single
         input, or streaming, which goes through its own path)."""
         if len(inputs) < 2 or self.streaming or kwargs.get("stream"):
@@ -216,7 +223,9 @@ class ChatEclectus(EclectusParams, BaseChatModel):
             requests.append((pieces, sampling, model))
         return requests
 
-    def _prefetch(self, requests: list[tuple[list[Piece], dict[str, Any], str | None]], run):
+    def _prefetch(
+        self, requests: list[Request], run: Callable[..., list[Generated]]
+    ) -> dict[PrefetchKey, list[Generated]]:
         try:
             generated = run([(p, s) for p, s, _ in requests], requests[0][2])
         except Exception:  # each input then runs (and fails) on its own, as LangChain's would
@@ -236,9 +245,11 @@ class ChatEclectus(EclectusParams, BaseChatModel):
         return self.get_num_tokens(concrete_text(self.prompt_pieces(messages)))
 
 
-def _table(requests: list[tuple[list[Piece], dict[str, Any], str | None]],
-           generated: list[Generated]) -> dict[Any, list[Generated]]:
-    table: dict[Any, list[Generated]] = {}
+def _table(
+    requests: list[Request], generated: list[Generated]
+) -> dict[PrefetchKey, list[Generated]]:
+    """Results by request identity; equal requests queue their results in order (pure)."""
+    table: dict[PrefetchKey, list[Generated]] = {}
     for (pieces, sampling, model), result in zip(requests, generated, strict=True):
         table.setdefault(prefetch_key(pieces, sampling, model), []).append(result)
     return table

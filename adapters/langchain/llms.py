@@ -77,7 +77,9 @@ class EclectusLLM(EclectusParams, BaseLLM):
         """The prompt as pieces: its template's boundaries when the tracing hook saw them."""
         return TRACER.pieces_for(prompt) or [prompt]
 
-    def _requests(self, prompts: list[str], stop: list[str] | None, kwargs: dict[str, Any]):
+    def _requests(
+        self, prompts: list[str], stop: list[str] | None, kwargs: dict[str, Any]
+    ) -> tuple[list[tuple[list[Piece], dict[str, Any]]], str | None]:
         sampling = self.sampling(stop, kwargs)
         return [(self.prompt_pieces(p), sampling) for p in prompts], self.model_for(kwargs)
 

@@ -47,7 +47,9 @@ def value_piece(value: Any, render_list: ListRenderer | None) -> Piece:
     raise NotLowerable(f"cannot render {type(value).__name__} holding server values as text")
 
 
-def merged_inputs(prompt: PromptTemplate | ChatPromptTemplate, inputs: Mapping[str, Any]):
+def merged_inputs(
+    prompt: PromptTemplate | ChatPromptTemplate, inputs: Mapping[str, Any]
+) -> dict[str, Any]:
     """Partial variables (called when callable) overlaid by the user's inputs."""
     partials = {k: v() if callable(v) else v for k, v in prompt.partial_variables.items()}
     return {**partials, **inputs}
@@ -70,7 +72,9 @@ def string_prompt_pieces(
         return [prompt.format(**inputs)]
 
 
-def _fstring_pieces(template: str, values: dict[str, Any], render_list: ListRenderer | None):
+def _fstring_pieces(
+    template: str, values: dict[str, Any], render_list: ListRenderer | None
+) -> list[Piece]:
     pieces: list[Piece] = []
     for literal, field, spec, conversion in string.Formatter().parse(template):
         pieces.append(literal)
@@ -87,7 +91,9 @@ def _fstring_pieces(template: str, values: dict[str, Any], render_list: ListRend
     return pieces
 
 
-def _mustache_pieces(template: str, values: dict[str, Any], render_list: ListRenderer | None):
+def _mustache_pieces(
+    template: str, values: dict[str, Any], render_list: ListRenderer | None
+) -> list[Piece]:
     pieces: list[Piece] = []
     for tag, key in mustache.tokenize(template):
         if tag == "literal":
@@ -104,7 +110,9 @@ def _mustache_pieces(template: str, values: dict[str, Any], render_list: ListRen
     return pieces
 
 
-def _jinja2_pieces(template: str, values: dict[str, Any], render_list: ListRenderer | None):
+def _jinja2_pieces(
+    template: str, values: dict[str, Any], render_list: ListRenderer | None
+) -> list[Piece]:
     from jinja2 import nodes
     from jinja2.sandbox import SandboxedEnvironment
 
@@ -162,7 +170,7 @@ def _message_class(item: Any) -> type[BaseMessage]:
     return private.default
 
 
-def _placeholder_messages(item: MessagesPlaceholder, values: dict[str, Any]):
+def _placeholder_messages(item: MessagesPlaceholder, values: dict[str, Any]) -> list[PromptMessage]:
     value = values.get(item.variable_name, [] if item.optional else None)
     if value is None:
         raise KeyError(item.variable_name)

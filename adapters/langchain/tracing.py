@@ -100,13 +100,23 @@ class PromptTracer(BaseCallbackHandler):
             self._run_to_root.pop(run_id, None)
 
     def on_chat_model_start(
-        self, serialized: Any, messages: Any, *, run_id: UUID, parent_run_id: UUID | None = None,
+        self,
+        serialized: Any,
+        messages: Any,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
         **kwargs: Any,
     ) -> None:
         self._track(run_id, parent_run_id, None)
 
     def on_llm_start(
-        self, serialized: Any, prompts: Any, *, run_id: UUID, parent_run_id: UUID | None = None,
+        self,
+        serialized: Any,
+        prompts: Any,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
         **kwargs: Any,
     ) -> None:
         self._track(run_id, parent_run_id, None)

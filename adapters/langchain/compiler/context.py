@@ -27,8 +27,9 @@ class Lowering:
     config: RunnableConfig
     trace: GraphTrace = field(default_factory=GraphTrace)
 
-    def declare_call(self, pieces: Sequence[Piece], sampling: dict[str, Any],
-                     model: str | None, label: str) -> Ref:
+    def declare_call(
+        self, pieces: Sequence[Piece], sampling: dict[str, Any], model: str | None, label: str
+    ) -> Ref:
         """Declares one model call (buffered, nothing sent) and returns its output ref."""
         self.trace.call(label)
         return Ref(_client.declare(self.session, pieces, sampling, model))

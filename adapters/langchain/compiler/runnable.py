@@ -61,11 +61,17 @@ class CompiledRunnable(Runnable[Any, Any]):
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         return self.batch([input], config, **kwargs)[0]
 
-    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any):
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         return (await self.abatch([input], config, **kwargs))[0]
 
-    def batch(self, inputs: list[Any], config: Any = None, *, return_exceptions: bool = False,
-              **kwargs: Any) -> list[Any]:
+    def batch(
+        self,
+        inputs: list[Any],
+        config: Any = None,
+        *,
+        return_exceptions: bool = False,
+        **kwargs: Any,
+    ) -> list[Any]:
         """All inputs as one graph: independent paths, outputs fetched in one frame."""
 
         def run(items: list[Any], config: list[RunnableConfig]) -> list[Any]:
@@ -73,8 +79,14 @@ class CompiledRunnable(Runnable[Any, Any]):
 
         return self._batch_with_config(run, inputs, config, return_exceptions=return_exceptions)
 
-    async def abatch(self, inputs: list[Any], config: Any = None, *,
-                     return_exceptions: bool = False, **kwargs: Any) -> list[Any]:
+    async def abatch(
+        self,
+        inputs: list[Any],
+        config: Any = None,
+        *,
+        return_exceptions: bool = False,
+        **kwargs: Any,
+    ) -> list[Any]:
         """Async twin of :meth:`batch`."""
 
         async def run(items: list[Any], config: list[RunnableConfig]) -> list[Any]:
@@ -84,8 +96,9 @@ class CompiledRunnable(Runnable[Any, Any]):
             run, inputs, config, return_exceptions=return_exceptions
         )
 
-    def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
-               ) -> Iterator[Any]:
+    def stream(
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> Iterator[Any]:
         """Streams the final output's text when it is one generated value (a string or an
         AIMessage, as chunks); otherwise yields the whole output once."""
         ctx = self._context("sync", ensure_config(config))
@@ -102,8 +115,9 @@ class CompiledRunnable(Runnable[Any, Any]):
         if isinstance(output, SymMessage):
             yield _closing_chunk(output, "".join(parts))
 
-    async def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
-                      ) -> AsyncIterator[Any]:
+    async def astream(
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> AsyncIterator[Any]:
         """Async twin of :meth:`stream`."""
         ctx = self._context("async", ensure_config(config))
         output = await lower(self.runnable, input, ctx)
@@ -138,12 +152,21 @@ class CompiledRunnable(Runnable[Any, Any]):
     def _session(self) -> SyncSession:
         return _client.session_for(self.model.eclectus_url, self.model.token, self.app)
 
-    def _context(self, mode: Literal["sync", "async"], config: RunnableConfig,
-                 trace: GraphTrace | None = None) -> Lowering:
+    def _context(
+        self,
+        mode: Literal["sync", "async"],
+        config: RunnableConfig,
+        trace: GraphTrace | None = None,
+    ) -> Lowering:
         return Lowering(self._session(), self.server, mode, config, trace or GraphTrace())
 
-    async def _run(self, inputs: list[Any], configs: list[RunnableConfig],
-                   mode: Literal["sync", "async"], return_exceptions: bool) -> list[Any]:
+    async def _run(
+        self,
+        inputs: list[Any],
+        configs: list[RunnableConfig],
+        mode: Literal["sync", "async"],
+        return_exceptions: bool,
+    ) -> list[Any]:
         trace = GraphTrace()
         contexts = [self._context(mode, config, trace) for config in configs]
         outputs = await asyncio.gather(

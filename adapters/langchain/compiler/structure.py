@@ -37,9 +37,7 @@ async def lower_parallel(par: RunnableParallel, value: Any, ctx: Lowering) -> di
     with ctx.trace.nested(f"parallel {list(par.steps__)}"):
         # gather: branches that cut run their client functions concurrently, as LangChain's
         # parallel does; branches without cuts only declare and return at once.
-        outputs = await asyncio.gather(
-            *(lower(step, value, ctx) for step in par.steps__.values())
-        )
+        outputs = await asyncio.gather(*(lower(step, value, ctx) for step in par.steps__.values()))
     return dict(zip(par.steps__, outputs, strict=True))
 
 
@@ -93,4 +91,3 @@ async def lower_binding(binding: RunnableBinding, value: Any, ctx: Lowering) -> 
     if binding.kwargs:
         raise NotLowerable(f"{binding.bound.get_name()} bound with arguments")
     return await lower(binding.bound, value, ctx)
-

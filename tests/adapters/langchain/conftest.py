@@ -28,4 +28,3 @@ def eclectus_server() -> Iterator[EclectusServer]:
                 os.environ.pop("ECLECTUS_URL", None)
             else:
                 os.environ["ECLECTUS_URL"] = previous
-

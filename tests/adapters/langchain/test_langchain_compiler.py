@@ -73,8 +73,12 @@ def test_prompt_model_parser(chat: ChatEclectus, template: str, fmt: str) -> Non
 def test_chat_prompt_with_history_returns_the_same_message(chat: ChatEclectus) -> None:
     """System/human/AI messages and a MessagesPlaceholder; the output is an AIMessage."""
     prompt = ChatPromptTemplate.from_messages(
-        [("system", "You are {role}."), MessagesPlaceholder("history"), ("human", "{q}"),
-         ("ai", "Let me think.")]
+        [
+            ("system", "You are {role}."),
+            MessagesPlaceholder("history"),
+            ("human", "{q}"),
+            ("ai", "Let me think."),
+        ]
     )
     history = [HumanMessage("hi"), AIMessage("hello")]
     out = assert_same(prompt | chat, {"role": "terse", "history": history, "q": "why?"})
@@ -99,11 +103,11 @@ def test_bind_arguments_reach_the_call(chat: ChatEclectus) -> None:
 def test_parallel_dict_passthrough_assign_pick(chat: ChatEclectus) -> None:
     """Dict literals, RunnableParallel, passthrough, .assign and .pick route values."""
     summary = summarize_chain(chat)
-    chain = (
-        RunnablePassthrough.assign(first=summary)
-        | {"first": lambda d: d["first"], "doc": RunnablePassthrough().pick("doc"),
-           "second": PromptTemplate.from_template("Again: {first}") | chat | StrOutputParser()}
-    )
+    chain = RunnablePassthrough.assign(first=summary) | {
+        "first": lambda d: d["first"],
+        "doc": RunnablePassthrough().pick("doc"),
+        "second": PromptTemplate.from_template("Again: {first}") | chat | StrOutputParser(),
+    }
     out = assert_same(chain, {"doc": "the cat sat"})
     assert set(out) == {"first", "doc", "second"}
 
@@ -122,7 +126,9 @@ def test_map_reduce_renders_the_list_like_python(
     assert compiled.last_graph.num_calls == 5 and compiled.last_graph.num_ops == 1
 
 
-def test_frames_do_not_grow_with_fan_out(eclectus_server: EclectusServer, chat: ChatEclectus):
+def test_frames_do_not_grow_with_fan_out(
+    eclectus_server: EclectusServer, chat: ChatEclectus
+) -> None:
     """A compiled map-reduce without cuts sends one frame for 2 documents and for 8."""
     reduce_prompt = PromptTemplate.from_template("All: {summaries}")
     chain = compile({"summaries": summarize_chain(chat).map()} | reduce_prompt | chat)
@@ -135,7 +141,7 @@ def test_frames_do_not_grow_with_fan_out(eclectus_server: EclectusServer, chat: 
     assert frames == [1, 1]
 
 
-def test_batch_of_a_chain_is_one_graph(eclectus_server: EclectusServer, chat: ChatEclectus):
+def test_batch_of_a_chain_is_one_graph(eclectus_server: EclectusServer, chat: ChatEclectus) -> None:
     """.batch() of a compiled chain: independent paths, one frame, eager's answers."""
     chain = summarize_chain(chat)
     inputs = [{"doc": f"doc {i}"} for i in range(5)]
@@ -183,9 +189,13 @@ def test_cut_runs_the_function_on_the_client(chat: ChatEclectus) -> None:
         seen.append(text)
         return {"q": text.upper()}
 
-    chain = summarize_chain(chat) | RunnableLambda(shout) | PromptTemplate.from_template(
-        "Loud: {q}"
-    ) | chat | StrOutputParser()
+    chain = (
+        summarize_chain(chat)
+        | RunnableLambda(shout)
+        | PromptTemplate.from_template("Loud: {q}")
+        | chat
+        | StrOutputParser()
+    )
     compiled = compile(chain)
     assert compiled.invoke({"doc": "quiet"}) == chain.invoke({"doc": "quiet"})
     assert len(seen) == 2 and seen[0] == seen[1]

@@ -38,7 +38,9 @@ def test_chat_batch_is_one_frame_and_matches_invoke(
     assert [m.content for m in batch] == singles
 
 
-async def test_chat_abatch_is_one_frame(eclectus_server: EclectusServer, chat: ChatEclectus):
+async def test_chat_abatch_is_one_frame(
+    eclectus_server: EclectusServer, chat: ChatEclectus
+) -> None:
     """The async batch also ships its prompts in one frame."""
     await chat.ainvoke("warm")
     before = metric(eclectus_server, FRAMES)
@@ -58,7 +60,7 @@ def test_chat_usage_and_metadata(chat: ChatEclectus) -> None:
     assert message.response_metadata["finish_reason"] == "length"
 
 
-def test_get_num_tokens_uses_the_server_tokenizer(chat: ChatEclectus, llm: EclectusLLM):
+def test_get_num_tokens_uses_the_server_tokenizer(chat: ChatEclectus, llm: EclectusLLM) -> None:
     """Token counts come from the server (tiny's byte tokenizer: one token per byte)."""
     assert chat.get_num_tokens("héllo") == llm.get_num_tokens("héllo")
     assert chat.get_num_tokens("héllo") >= len("héllo".encode())

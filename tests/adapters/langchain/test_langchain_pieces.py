@@ -83,8 +83,11 @@ def test_chat_prompt_messages_roles_placeholder_and_partials() -> None:
     history = [HumanMessage("hi"), AIMessage("hello")]
     messages = chat_prompt_messages(prompt, {"history": history, "q": "why?"})
     assert [(cls, role) for cls, role, _ in messages] == [
-        (SystemMessage, "system"), (HumanMessage, "user"), (AIMessage, "assistant"),
-        (HumanMessage, "user"), (AIMessage, "assistant"),
+        (SystemMessage, "system"),
+        (HumanMessage, "user"),
+        (AIMessage, "assistant"),
+        (HumanMessage, "user"),
+        (AIMessage, "assistant"),
     ]
     rendered = prompt.format_messages(history=history, q="why?")
     assert [concrete_text(p) for _, _, p in messages] == [m.content for m in rendered]
@@ -112,8 +115,16 @@ def test_render_chat_keeps_value_boundaries() -> None:
 def test_constructor_accepts_openai_names_and_aliases() -> None:
     """ChatOpenAI's argument names and aliases construct the same model."""
     model = ChatEclectus(
-        model="tiny", api_key="tok", base_url="http://h:1/v1", timeout=3, stop_sequences=["x"],
-        max_retries=1, seed=5, streaming=True, top_p=0.9, model_kwargs={"top_k": 4},
+        model="tiny",
+        api_key="tok",
+        base_url="http://h:1/v1",
+        timeout=3,
+        stop_sequences=["x"],
+        max_retries=1,
+        seed=5,
+        streaming=True,
+        top_p=0.9,
+        model_kwargs={"top_k": 4},
     )
     assert (model.model_name, model.token, model.eclectus_url) == ("tiny", "tok", "http://h:1/v1")
     assert model.request_timeout == 3 and model.stop == ["x"] and model.streaming
