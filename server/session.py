@@ -118,11 +118,13 @@ class Session:
                 frame = CLIENT_FRAME.validate_python(raw)
             except ValidationError as exc:
                 raise validation_error(exc) from None
-            await self._handle(frame)
+            self._handle(frame)
         except ServerError as exc:
             self.send(
                 Error(id=frame_id, code=exc.code, message=exc.message, field=exc.field, var=exc.var)
             )
+            if self.app is None and self.ctx.config.auth_required:
+                self.close_code = _POLICY_VIOLATION  # with auth on, only a valid hello opens
         except Exception as exc:  # a handler bug must not end the session or the server
             log.exception("frame handler failed")
             self.send(Error(id=frame_id, code="internal", message=f"internal error: {exc}"))
@@ -138,15 +140,16 @@ class Session:
         except json.JSONDecodeError as exc:
             raise ServerError("bad_request", f"frame is not JSON: {exc}") from None
 
-    async def _handle(self, frame: BaseModel) -> None:
+    def _handle(self, frame: BaseModel) -> None:
+        """Apply one valid frame (mutates the session, its graph and the scheduler)."""
         if isinstance(frame, Hello):
-            return self._hello(frame)
-        if self.app is None:
-            if self.ctx.config.auth_required:
-                self._refuse(frame.id, "unauthorized", "authenticate with hello first", "type")
-                return None
-            raise ServerError("bad_request", "send hello first", field="type")
-        if isinstance(frame, Submit):
+            self._hello(frame)
+        elif self.app is None:
+            if not self.ctx.config.auth_required:
+                raise ServerError("bad_request", "send hello first", field="type")
+            frame_id = getattr(frame, "id", None)
+            self._refuse(frame_id, "unauthorized", "authenticate with hello first", "type")
+        elif isinstance(frame, Submit):
             self._submit(frame)
         elif isinstance(frame, Get):
             self._get(frame, frame.id)
@@ -163,7 +166,6 @@ class Session:
         elif isinstance(frame, Close):
             self.send(Ack(id=frame.id))
             self.close_code = 1000
-        return None
 
     def _hello(self, frame: Hello) -> None:
         config = self.ctx.config
@@ -246,7 +248,8 @@ class Session:
         if variable.state is not VarState.PENDING:
             if spec.stream and variable.state is VarState.READY:
                 self.send(Delta(id=frame_id, var=variable.var_id, text=variable.value or ""))
-            return answer(variable)
+            answer(variable)
+            return
         if spec.stream:
             variable.streamers.append(
                 lambda text: self.send(Delta(id=frame_id, var=spec.var, text=text))
@@ -254,7 +257,6 @@ class Session:
         variable.watchers.append(answer)
         objective = objective_for_get(spec.criteria, spec.deadline_ms, self.ctx.scheduler.clock())
         self.ctx.scheduler.activate(self.app, spec.var, objective)
-        return None
 
     # -- output and teardown --------------------------------------------------------------
 

@@ -197,3 +197,17 @@ async def test_frame_far_over_limit_closes_only_that_socket(make_server: ServerF
             await big.recv()
         assert ws_big.close_code == 1009
         await still_works(ok)
+
+
+@pytest.mark.parametrize("first", [{"type": "get", "var": "x"}, "not json"])
+async def test_auth_on_anything_but_hello_first_closes(
+    make_server: ServerFactory, first: object
+) -> None:
+    server = await make_server(token="s3cret")
+    async with connect(server.url) as ws:
+        client = RawClient(ws)
+        reply = await client.ask(first if isinstance(first, str) else json.dumps(first))
+        assert reply["type"] == "error"
+        with pytest.raises(ConnectionClosed):
+            await client.recv()
+        assert ws.close_code == 1008
