@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import count
@@ -69,8 +70,9 @@ class Scheduler:
         self.num_inflight = 0
         self.apps: dict[str, AppState] = {}
         self._seq = count()
-        # (session id, node id) of every dispatch, in order: tests assert on it
-        self.dispatch_log: list[tuple[str, str]] = []
+        # (session id, node id) of recent dispatches, in order: tests and debugging read it;
+        # bounded so a long-running server does not grow it forever
+        self.dispatch_log: deque[tuple[str, str]] = deque(maxlen=10_000)
 
     # -- sessions -------------------------------------------------------------------------
 
