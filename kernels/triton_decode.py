@@ -132,7 +132,7 @@ def paged_items_partials(q: Tensor, k_cache: Tensor, v_cache: Tensor, tables: Te
                          row_requests: Tensor, item_table_rows: Tensor, item_starts: Tensor,
                          item_ends: Tensor, item_row_offsets: Tensor, *, num_rows: int,
                          max_rows_per_item: int, max_len: int, scale: float,
-                         block_m: int = 64, block_n: int | None = None,
+                         block_m: int = 128, block_n: int | None = None,
                          num_splits: int | None = None) -> tuple[Tensor, Tensor]:
     """Run the item kernel (module docstring). Host ints size the grid; no device sync.
 
@@ -150,7 +150,9 @@ def paged_items_partials(q: Tensor, k_cache: Tensor, v_cache: Tensor, tables: Te
         raise ValueError("KV caches need a contiguous last dimension")
     block_n = block_n or kv_tile_len(k_cache)
     block_r = max(1, min(block_m // group, triton.next_power_of_2(max_rows_per_item)))
-    block_m = max(16, triton.next_power_of_2(block_r * group))  # tl.dot wants M >= 16
+    # tl.dot wants M >= 16; a big group gets 128-row tiles (8 warps), so that each prefix
+    # K/V tile serves as many stacked queries as possible
+    block_m = max(16, triton.next_power_of_2(block_r * group))
     num_items, num_tiles = item_starts.numel(), -(-max_rows_per_item // block_r)
     if num_splits is None:
         num_splits = choose_splits(num_items * num_tiles * num_kv_heads, max_len, block_n,
@@ -167,7 +169,7 @@ def paged_items_partials(q: Tensor, k_cache: Tensor, v_cache: Tensor, tables: Te
         *v_cache.stride()[:3], *o.stride()[:3], *lse.stride()[:2], tables.stride(0),
         scale * LOG2E, split_len, block_size, num_splits,
         GROUP=group, BLOCK_R=block_r, BLOCK_M=block_m, BLOCK_N=block_n, HEAD_DIM=head_dim,
-        **dot_flags(q.dtype), num_warps=4, num_stages=2)
+        **dot_flags(q.dtype), num_warps=8 if block_m >= 128 else 4, num_stages=2)
     return o, lse
 
 

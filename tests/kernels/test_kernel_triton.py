@@ -92,6 +92,16 @@ def test_cascade_nested_levels_equal_paged_attention(min_tokens: int, head_dim: 
                                .float(), o_plain.float(), **TOL[dtype])
 
 
+def test_cascade_group_larger_than_one_query_tile() -> None:
+    """40 requests x 4 heads = 160 stacked rows: two 128-row tiles over the same prefix."""
+    batch = _on_device(make_batch([("p",)] * 40, {"p": 37}, [i % 5 for i in range(40)],
+                                  block_size=8, num_kv_heads=1, head_dim=16))
+    plan = build_decode_plan(batch.block_tables, batch.seq_lens, 8, DEVICE, min_shared_tokens=8)
+    assert plan.cascade is not None and plan.cascade.max_group_size == 40
+    _assert_matches_reference(_queries(40, 4, 16, torch.float32), batch, plan, 0.25,
+                              torch.float32, cascade=True)
+
+
 def test_cascade_with_every_suffix_empty() -> None:
     batch = _on_device(make_batch([("p",)] * 3, {"p": 16}, [0, 0, 0], block_size=8,
                                   num_kv_heads=1, head_dim=16))
