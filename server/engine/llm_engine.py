@@ -194,7 +194,11 @@ class LLMEngine:
         return self._output(seq, finished=True)
 
     def unpin(self, request_id: str) -> None:
-        """Release the prefix pinned by ``request_id`` (mutates; no-op if none)."""
+        """Release the prefix pinned by ``request_id`` (mutates; no-op if none). A request
+        still running before its pin was taken will not take it any more."""
+        seq = self._seqs.get(request_id)
+        if seq is not None:
+            seq.pin_prefix_segments = 0
         self.block_manager.unpin(request_id)
 
     @property

@@ -1,0 +1,79 @@
+"""The sync core on the real tiny model: pins, tenants, priorities, and counters."""
+
+from __future__ import annotations
+
+import pytest
+from eclectus.server.backend import EngineOutput, EngineRequest
+from eclectus.server.engine import EngineConfig, LLMEngine, SamplingParams
+
+SYSTEM = "You are a helpful assistant. Answer in one short sentence, please. " * 2
+
+
+@pytest.fixture()
+def engine() -> LLMEngine:
+    return LLMEngine(EngineConfig(model="tiny", num_kv_blocks=256))
+
+
+def run(engine: LLMEngine) -> dict[str, list[EngineOutput]]:
+    outputs: dict[str, list[EngineOutput]] = {}
+    while engine.has_unfinished:
+        for out in engine.step():
+            outputs.setdefault(out.request_id, []).append(out)
+    return outputs
+
+
+def req(request_id: str, *segments: str, **fields: object) -> EngineRequest:
+    return EngineRequest(request_id, segments, SamplingParams(max_tokens=4), **fields)
+
+
+def test_pin_survives_eviction_pressure_until_unpin(engine: LLMEngine) -> None:
+    engine.add_request(req("pin", SYSTEM, "Q?", pin_prefix_segments=1))
+    run(engine)
+    pinned = engine.block_manager.pins["pin"]
+    assert len(pinned) == len(engine.tokenizer.encode(SYSTEM, add_bos=True)) // 16
+    for i in range(16):  # overflow the pool with other prompts: LRU would evict the prefix
+        engine.add_request(req(f"other{i}", f"{i} " * 150))
+    run(engine)
+    engine.add_request(req("again", SYSTEM, "Another?"))
+    assert run(engine)["again"][-1].num_cached_tokens == len(pinned) * 16
+    engine.unpin("pin")
+    assert not engine.block_manager.pins
+    engine.block_manager.check_invariants([])
+
+
+def test_unpin_before_the_pin_is_taken_prevents_it(engine: LLMEngine) -> None:
+    engine.add_request(req("p", SYSTEM, "Q?", pin_prefix_segments=1))
+    engine.unpin("p")
+    run(engine)
+    assert not engine.block_manager.pins
+    assert engine.block_manager.num_free_blocks == engine.block_manager.num_blocks
+
+
+def test_tenants_never_share_kv(engine: LLMEngine) -> None:
+    engine.add_request(req("a1", SYSTEM, "x", tenant="a"))
+    run(engine)
+    engine.add_request(req("b1", SYSTEM, "x", tenant="b"))
+    engine.add_request(req("a2", SYSTEM, "y", tenant="a"))
+    outs = run(engine)
+    assert outs["b1"][-1].num_cached_tokens == 0
+    assert outs["a2"][-1].num_cached_tokens > 0
+
+
+def test_priority_decides_admission_under_a_seat_limit() -> None:
+    engine = LLMEngine(EngineConfig(model="tiny", num_kv_blocks=64, max_num_seqs=1))
+    engine.add_request(req("late", "b", priority=5.0))
+    engine.add_request(req("urgent", "a", priority=-1.0))
+    order = [out.request_id for out in engine.step()]
+    assert order == ["urgent"]
+
+
+def test_counters_add_up(engine: LLMEngine) -> None:
+    engine.add_request(req("c1", SYSTEM, "one"))
+    engine.add_request(req("c2", SYSTEM, "two"))
+    outs = run(engine)
+    stats = engine.stats()
+    prompt = sum(o[-1].num_prompt_tokens for o in outs.values())
+    assert stats.prompt_tokens == prompt
+    assert stats.prefill_tokens + stats.cache_hit_tokens == prompt
+    assert stats.cache_hit_tokens == outs["c2"][-1].num_cached_tokens > 0
+    assert stats.generated_tokens == 8
