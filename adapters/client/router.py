@@ -4,7 +4,10 @@ Everything here lives on the session's event loop (no locks; every method must b
 there). Four kinds of waiting:
 
 - a *waiter* per variable with a get in flight: a future of its text;
-- *stream queues* per variable: deltas, then the end (the final text) or an exception;
+- a *stream* per variable with a streamed get in flight: the text so far and the queues of
+  its consumers (deltas, then the end: the final text, or an exception). One streamed get per
+  variable: a second consumer joins the stream, primed with the text so far, instead of
+  asking again (two streamed gets would make the server send every delta twice);
 - a *reply* per client frame id (submit ack, set ack, tokens);
 - a *submit record* per unacknowledged submit: which variables it declared and got.
 
@@ -46,6 +49,12 @@ StreamItem = str | StreamEnd | BaseException
 
 
 @dataclass(slots=True)
+class _Stream:
+    queues: list[asyncio.Queue[StreamItem]]
+    received: list[str]  # every delta so far, to prime a consumer that joins late
+
+
+@dataclass(slots=True)
 class _SubmitRecord:
     declared: list[str]
     got: list[str]
@@ -63,7 +72,7 @@ class Router:
     def __init__(self, lookup: Callable[[str], SemanticVariable | None]) -> None:
         self._lookup = lookup
         self._waiters: dict[str, asyncio.Future[str]] = {}
-        self._streams: dict[str, list[asyncio.Queue[StreamItem]]] = {}
+        self._streams: dict[str, _Stream] = {}
         self._replies: dict[str, asyncio.Future[ServerFrame]] = {}
         self._submits: dict[str, _SubmitRecord] = {}
         self.closed: EclectusClientError | None = None
@@ -81,19 +90,33 @@ class Router:
         self._waiters[var_id] = future
         return future, True
 
-    def open_stream(self, var_id: str) -> asyncio.Queue[StreamItem]:
-        """A new queue receiving ``var_id``'s deltas (mutates)."""
+    def open_stream(self, var_id: str) -> tuple[asyncio.Queue[StreamItem], bool]:
+        """A new queue receiving ``var_id``'s deltas, and whether the stream is new (a
+        streamed get must be sent). Joining a stream primes the queue with the text so far.
+        Mutates."""
         queue: asyncio.Queue[StreamItem] = asyncio.Queue()
-        self._streams.setdefault(var_id, []).append(queue)
-        return queue
+        stream = self._streams.get(var_id)
+        if stream is None:
+            self._streams[var_id] = _Stream([queue], [])
+            return queue, True
+        if stream.received:
+            queue.put_nowait("".join(stream.received))
+        stream.queues.append(queue)
+        return queue, False
 
     def close_stream(self, var_id: str, queue: asyncio.Queue[StreamItem]) -> None:
-        """Stops routing to ``queue`` (mutates; idempotent)."""
-        queues = self._streams.get(var_id, [])
-        if queue in queues:
-            queues.remove(queue)
-        if not queues:
-            self._streams.pop(var_id, None)
+        """Stops routing to ``queue`` (mutates; idempotent). The stream itself lives until
+        the variable's value arrives, since its get is still in flight."""
+        stream = self._streams.get(var_id)
+        if stream is not None and queue in stream.queues:
+            stream.queues.remove(queue)
+
+    def abandon_stream(self, var_id: str) -> None:
+        """Ends ``var_id``'s stream whose get was never sent: its remaining consumers get an
+        error (mutates)."""
+        stream = self._streams.pop(var_id, None)
+        for queue in stream.queues if stream is not None else []:
+            queue.put_nowait(EclectusClientError("the streamed get was abandoned before sending"))
 
     def expect_reply(self, frame_id: str) -> asyncio.Future[ServerFrame]:
         """A future of the reply (ack, tokens) to the frame ``frame_id`` (mutates)."""
@@ -121,8 +144,11 @@ class Router:
                 var._resolve(frame.text, frame.usage, frame.finish_reason)
             self._finish(frame.var, frame.text)
         elif isinstance(frame, Delta):
-            for queue in self._streams.get(frame.var, []):
-                queue.put_nowait(frame.text)
+            stream = self._streams.get(frame.var)
+            if stream is not None:
+                stream.received.append(frame.text)
+                for queue in stream.queues:
+                    queue.put_nowait(frame.text)
         elif isinstance(frame, Error):
             self._on_error(frame)
         elif isinstance(frame, Ack | Tokens):
@@ -178,7 +204,8 @@ class Router:
             else:
                 waiter.set_result(outcome)
         end: StreamItem = StreamEnd(outcome) if isinstance(outcome, str) else outcome
-        for queue in self._streams.pop(var_id, []):
+        stream = self._streams.pop(var_id, None)
+        for queue in stream.queues if stream is not None else []:
             queue.put_nowait(end)
 
     def _reply(self, frame_id: str, outcome: ServerFrame | BaseException) -> None:

@@ -199,9 +199,12 @@ class Session(Declarations):
         if var.state is VarState.READY:
             yield var.value or ""
             return
-        queue = self._router.open_stream(var.id)
+        queue, is_new = self._router.open_stream(var.id)
+        shipped = not is_new
         try:
-            await self._ship([GetSpec(var=var.id, criteria=criteria, stream=True)])
+            if is_new:
+                await self._ship([GetSpec(var=var.id, criteria=criteria, stream=True)])
+                shipped = True
             received: list[str] = []
             while True:
                 item = await queue.get()
@@ -217,6 +220,8 @@ class Session(Declarations):
                 yield item
         finally:
             self._router.close_stream(var.id, queue)
+            if not shipped:  # cancelled before its get left: consumers that joined must not hang
+                self._router.abandon_stream(var.id)
 
     async def _set_here(self, var: SemanticVariable, text: str) -> None:
         self.check_owned(var)

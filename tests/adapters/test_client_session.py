@@ -223,3 +223,18 @@ async def test_cancel_sends_declaration_then_cancel(peer: FakePeer, peer_app: Se
     await out.acancel()
     assert [f["type"] for f in peer.frames[-2:]] == ["submit", "cancel"]
     assert peer.frames[-1]["var"] == out.id
+
+
+async def test_concurrent_streams_of_one_variable_share_one_get(
+    peer: FakePeer, peer_app: Session
+) -> None:
+    """Two consumers streaming one variable: one streamed get, each sees the exact text."""
+    (out,) = peer_app.call(["x", Gen()])
+    peer.texts[out.id] = "shared streamed text"
+
+    async def consume() -> str:
+        return "".join([d async for d in out.astream()])
+
+    assert await asyncio.gather(consume(), consume()) == ["shared streamed text"] * 2
+    gets = [g for s in peer.of_type("submit") for g in s["gets"]]
+    assert gets == [{"var": out.id, "stream": True}]
