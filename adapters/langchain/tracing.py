@@ -173,7 +173,10 @@ class PromptTracer(BaseCallbackHandler):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
-                template = load(serialized, allowed_objects="core")
+                # The dict is the in-process template's own dumpd (LangChain passes it with
+                # the prompt run), not outside data, so reviving a jinja2 template here is
+                # no more trusting than the app already is: the default validator is off.
+                template = load(serialized, allowed_objects="core", init_validator=None)
             except Exception:  # an unloadable template only costs the boundaries
                 template = None
         with self._lock:

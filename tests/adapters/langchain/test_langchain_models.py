@@ -109,3 +109,14 @@ def test_llm_in_chain_uses_string_template_pieces(llm: EclectusLLM) -> None:
     text = (prompt | llm).invoke({"title": "Rain"})
     assert text == llm.invoke("Title: Rain\nStory:")
     assert llm.prompt_pieces("Title: Rain\nStory:") == ["Title: ", Value("Rain"), "\nStory:"]
+
+
+@pytest.mark.parametrize(
+    ("template", "fmt"), [("Hi {{ name }}!", "jinja2"), ("Hi {{{name}}}!", "mustache")]
+)
+def test_tracing_hook_handles_every_template_format(
+    llm: EclectusLLM, template: str, fmt: str
+) -> None:
+    """jinja2 and mustache prompts also reach the model with their boundaries."""
+    (PromptTemplate.from_template(template, template_format=fmt) | llm).invoke({"name": fmt})
+    assert llm.prompt_pieces(f"Hi {fmt}!") == ["Hi ", Value(fmt), "!"]
