@@ -124,8 +124,9 @@ class LlamaModel(nn.Module):
 
     def __init__(self, config: ModelConfig, dtype: torch.dtype, device: torch.device) -> None:
         super().__init__()
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size,
-                                         dtype=dtype, device=device, _freeze=True)
+        self.embed_tokens = torch.nn.utils.skip_init(
+            nn.Embedding, config.vocab_size, config.hidden_size, dtype=dtype, device=device
+        )
         self.layers = nn.ModuleList(
             DecoderLayer(config, i, dtype, device) for i in range(config.num_hidden_layers)
         )
