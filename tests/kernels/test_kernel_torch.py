@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -162,3 +165,20 @@ def test_hypothesis_cascade_equals_paged(num_requests: int, block_size: int, sha
         o, lse = run(q, batch.k_cache, batch.v_cache, plan, 0.4)
         torch.testing.assert_close(o, o_ref, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(lse, lse_ref, atol=1e-5, rtol=1e-5)
+
+
+def test_package_imports_and_serves_without_triton() -> None:
+    """With triton unimportable the package still imports and the torch paths serve."""
+    code = (
+        "import sys; sys.modules['triton'] = None\n"
+        "import torch, eclectus.kernels as k\n"
+        "assert not k.HAS_TRITON\n"
+        "kc = torch.randn(4, 2, 1, 16); plan = k.plan_decode([[1, 2], [1, 3]], [4, 3], 2,"
+        " torch.device('cpu'))\n"
+        "o = k.decode_attention(torch.randn(2, 2, 16), kc, kc, plan, 0.25)\n"
+        "assert o.shape == (2, 2, 16) and 'triton' not in [m.split('.')[0] for m in"
+        " sys.modules if sys.modules[m] is not None]\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120, env={**os.environ, "ECLECTUS_KERNELS": ""})
+    assert result.returncode == 0, result.stderr
