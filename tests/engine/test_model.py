@@ -157,8 +157,11 @@ SMALL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_att
 
 def check_against_transformers(path: Path, num_tokens: int, atol: float = 1e-4) -> None:
     ids = torch.randint(0, 128, (num_tokens,), generator=torch.Generator().manual_seed(2)).tolist()
-    ours, _ = load_model(path, torch.float32)
+    ours, config = load_model(path, torch.float32)
     theirs = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    num_params = config.num_parameters()
+    assert num_params == sum(p.numel() for p in ours.parameters())
+    assert num_params == sum(p.numel() for p in theirs.parameters())  # tied: counted once
     torch.testing.assert_close(our_logits(ours, ids), hf_logits(theirs, ids), atol=atol, rtol=0)
 
 
