@@ -19,6 +19,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from eclectus.adapters.client.wire import encode_frame
 from eclectus.server.protocol import CallSpec, GenSegment, GetSpec, OpSpec, Submit, VarSpec
 
 SUBMIT_OVERHEAD_BYTES = 256  # the frame's own keys and id around the packed items
@@ -90,7 +91,7 @@ def plan_submits(
     ``max_bytes``, else several in a valid order (pure but for the ids it draws). An item
     too large on its own still gets a frame of its own, which the sender then refuses."""
     whole = fragment.to_submit(new_frame_id(), gets)
-    if _size(whole) <= max_bytes:
+    if len(encode_frame(whole).encode()) <= max_bytes:
         return [whole]
     items: list[VarSpec | CallSpec | OpSpec | GetSpec] = [
         *fragment.vars,
@@ -119,7 +120,7 @@ def created_ids(frame: Submit) -> list[str]:
     return list(dict.fromkeys([*(spec.id for spec in frame.vars), *outputs]))
 
 
-def _size(model: Submit | VarSpec | CallSpec | OpSpec | GetSpec) -> int:
+def _size(model: VarSpec | CallSpec | OpSpec | GetSpec) -> int:
     return len(model.model_dump_json(exclude_defaults=True).encode())
 
 
