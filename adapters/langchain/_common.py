@@ -32,7 +32,11 @@ NEUTRAL_OPENAI_KWARGS: dict[str, Any] = {
     "stream_usage": True,
 }
 # Constructor names of langchain_openai that map onto ours.
-OPENAI_FIELD_RENAMES = {"openai_api_key": "api_key", "openai_api_base": "base_url"}
+OPENAI_FIELD_RENAMES = {
+    "openai_api_key": "api_key",
+    "openai_api_base": "base_url",
+    "max_completion_tokens": "max_tokens",
+}
 # Call-time keys LangChain itself passes along that are not sampling parameters.
 _IGNORED_CALL_KEYS = frozenset({"stream", "model", "ls_structured_output_format"})
 

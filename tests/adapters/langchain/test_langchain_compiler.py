@@ -251,3 +251,20 @@ def test_readme_map_reduce_example(eclectus_server: EclectusServer) -> None:
     middle = metric(eclectus_server, FRAMES)
     assert compiled.invoke(inputs) == eager
     assert (middle - before, metric(eclectus_server, FRAMES) - middle) == (2, 1)
+
+
+def test_batch_with_cuts_and_a_failing_input(chat: ChatEclectus) -> None:
+    """A batch whose inputs each cut gives eager's outputs; with return_exceptions, a failing
+    input's error comes back in its place and the others still answer."""
+    chain = (
+        summarize_chain(chat)
+        | RunnableLambda(lambda text: {"q": text[::-1]})
+        | PromptTemplate.from_template("Reversed: {q}")
+        | chat
+        | StrOutputParser()
+    )
+    inputs = [{"doc": "one"}, {"doc": "two"}]
+    assert compile(chain).batch(inputs) == chain.batch(inputs)
+    mixed = compile(chain).batch([{"doc": "one"}, {"nodoc": 1}], return_exceptions=True)
+    assert mixed[0] == chain.invoke({"doc": "one"})
+    assert isinstance(mixed[1], KeyError)

@@ -131,6 +131,7 @@ def test_constructor_accepts_openai_names_and_aliases() -> None:
     by_name = EclectusLLM(model_name="tiny", openai_api_key="tok", openai_api_base="ws://h:2")
     assert (by_name.model_name, by_name.token, by_name.eclectus_url) == ("tiny", "tok", "ws://h:2")
     assert ws_url(model.eclectus_url) == "ws://h:1"
+    assert ChatEclectus(max_completion_tokens=9).max_tokens == 9
 
 
 def test_unknown_and_neutral_kwargs() -> None:
