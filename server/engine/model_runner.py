@@ -38,6 +38,18 @@ def num_kv_blocks(model_config: ModelConfig, config: EngineConfig) -> int:
     return max(1, config.kv_cache_bytes // per_block)
 
 
+def _slots(block_table: list[int], start: int, end: int, block_size: int) -> list[int]:
+    """Cache slots of token positions [start, end): built block by block (ranges run in C),
+    not token by token."""
+    first, last = start // block_size, (end - 1) // block_size
+    slots: list[int] = []
+    for block_id in block_table[first : last + 1]:
+        base = block_id * block_size
+        slots += range(base, base + block_size)
+    offset = start - first * block_size
+    return slots[offset : offset + end - start]
+
+
 @dataclass(slots=True)
 class StepAttention:
     """The AttentionFn of one step: plans built once, used by every layer.
@@ -118,8 +130,7 @@ class ModelRunner:
             end = start + item.num_new_tokens
             input_ids += seq.token_ids[start:end]
             positions += range(start, end)
-            table = seq.block_table
-            slots += [table[p // bs] * bs + p % bs for p in range(start, end)]
+            slots += _slots(seq.block_table, start, end, bs)
             if item.samples:
                 sample_row[id(item)] = len(input_ids) - 1
         attn = self._attention(decodes, prefills, slots)
