@@ -50,16 +50,12 @@ class Connection:
 
     @property
     def session(self) -> SyncSession:
-        """The open session (mutates: connects on first use)."""
+        """The open session (mutates: connects on first use, and again after the server
+        closed the previous one)."""
         with self._lock:
-            if self._session is None:
+            if self._session is None or self._session.closed:
                 self._session = connect_sync(self._url, token=self._token, app=self._app)
             return self._session
-
-    @property
-    def is_open(self) -> bool:
-        """Whether a session has been opened and not closed (pure)."""
-        return self._session is not None
 
     def close(self) -> None:
         """Close the session if open (mutates; idempotent)."""

@@ -13,6 +13,7 @@ from typing import Any
 
 from eclectus.adapters.client import SemanticVariable
 from eclectus.adapters.llamaindex.llm import Eclectus
+from eclectus.server.protocol import Criteria
 from llama_index.core.response_synthesizers.base import BaseSynthesizer
 
 # The outcome of planning: the answer's text, or the variable whose value is the answer.
@@ -40,13 +41,17 @@ async def fetch_texts(llm: Eclectus, variables: Sequence[SemanticVariable]) -> l
     return await llm.aget_many(variables)
 
 
-async def _astream_tokens(var: SemanticVariable) -> AsyncGenerator[str, None]:
-    async for delta in var.astream():
+# The token streams are generator functions, not the SDK's iterators as they are: LlamaIndex
+# picks its response type with isinstance(..., Generator / AsyncGenerator).
+
+
+async def _astream_tokens(var: SemanticVariable, criteria: Criteria) -> AsyncGenerator[str, None]:
+    async for delta in var.astream(criteria):
         yield delta
 
 
-def _stream_tokens(var: SemanticVariable) -> Generator[str, None, None]:
-    yield from var.stream()
+def _stream_tokens(var: SemanticVariable, criteria: Criteria) -> Generator[str, None, None]:
+    yield from var.stream(criteria)
 
 
 async def afinish(llm: Eclectus, outcome: Outcome, streaming: bool) -> Any:
@@ -55,7 +60,7 @@ async def afinish(llm: Eclectus, outcome: Outcome, streaming: bool) -> Any:
     if isinstance(outcome, str):
         return outcome
     if streaming:
-        return _astream_tokens(outcome)
+        return _astream_tokens(outcome, llm.criteria)
     return await outcome.aget(criteria=llm.criteria)
 
 
@@ -64,5 +69,5 @@ def finish(llm: Eclectus, outcome: Outcome, streaming: bool) -> Any:
     if isinstance(outcome, str):
         return outcome
     if streaming:
-        return _stream_tokens(outcome)
+        return _stream_tokens(outcome, llm.criteria)
     return outcome.get(criteria=llm.criteria)

@@ -21,6 +21,7 @@ from eclectus.adapters.llamaindex import (
 )
 from eclectus.server.app import EclectusServer
 from llama_index.core.indices.prompt_helper import PromptHelper
+from llama_index.core.llms.mock import MockLLM
 from llama_index.core.response_synthesizers import (
     BaseSynthesizer,
     CompactAndRefine,
@@ -130,12 +131,12 @@ async def test_tree_whose_summaries_fit_is_one_round_trip(
 async def test_tree_level_that_cannot_fit_is_cut(server: EclectusServer, make_llm: Any) -> None:
     """Long summaries (large num_output) cannot all fit one call above: that level is
     fetched first (a cut) and the tree continues from the real summaries."""
-    llm = make_llm(context_window=700, max_tokens=300)
+    llm = make_llm(context_window=400, max_tokens=120)
     ours = EclectusTreeSummarize(llm=llm)
     template = ours._summary_template.partial_format(query_str=QUERY)
-    num_leaves = len(ours._repack(template, CHUNKS))
+    num_leaves = len(ours._repack(template, CHUNKS[:3]))
     assert num_leaves > 1 and not ours._fits_one_call(template, num_leaves), "cuts"
-    _, _, our_frames = await _compare(server, TreeSummarize(llm=llm), ours, use_async=True)
+    _, _, our_frames = await _compare(server, TreeSummarize(llm=llm), ours, True, CHUNKS[:3])
     assert our_frames >= 2
 
 
@@ -207,6 +208,16 @@ async def test_refine_continues_from_a_previous_response(
 async def test_no_chunks_give_the_stock_empty_response(make_llm: Any) -> None:
     llm = make_llm(context_window=900)
     assert await EclectusRefine(llm=llm).aget_response(QUERY, []) == "Empty Response"
+
+
+@pytest.mark.parametrize("stock_cls, ours_cls", PAIRS, ids=[p[1].__name__ for p in PAIRS])
+def test_other_llms_run_the_stock_code(
+    stock_cls: type[BaseSynthesizer], ours_cls: type[BaseSynthesizer]
+) -> None:
+    """With an LLM that is not Eclectus the graph synthesizers are the stock ones."""
+    llm = MockLLM(max_tokens=8)
+    expected = stock_cls(llm=llm).get_response(QUERY, CHUNKS[:3])
+    assert ours_cls(llm=llm).get_response(QUERY, CHUNKS[:3]) == expected
 
 
 def test_factory_swaps_in_the_graph_synthesizers(make_llm: Any) -> None:
