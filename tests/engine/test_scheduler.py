@@ -6,6 +6,8 @@ from eclectus.server.engine.block_manager import BlockManager
 from eclectus.server.engine.sampling_params import SamplingParams
 from eclectus.server.engine.scheduler import Scheduler, SchedulerOutput
 from eclectus.server.engine.sequence import FinishReason, Sequence, SequenceStatus
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 BS = 4
 
@@ -118,3 +120,51 @@ def test_prefix_hits_counted_on_first_admission() -> None:
     out = step(sched)
     assert out.num_cache_hit_tokens == 8
     assert [s.num_new_tokens for s in out.scheduled] == [1, 1]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    num_blocks=st.integers(3, 24),
+    budget=st.integers(1, 40),
+    seats=st.integers(1, 6),
+    prompts=st.lists(
+        st.tuples(st.integers(1, 30), st.integers(0, 2), st.integers(1, 6)), min_size=1, max_size=8
+    ),
+    arrive_every=st.integers(0, 3),
+)
+def test_random_workloads_finish_every_request_without_leaks(
+    num_blocks: int,
+    budget: int,
+    seats: int,
+    prompts: list[tuple[int, int, int]],
+    arrive_every: int,
+) -> None:
+    sched = Scheduler(
+        BlockManager(num_blocks, BS), max_num_batched_tokens=budget, max_num_seqs=seats
+    )
+    seqs = []
+    for i, (length, prefix_kind, max_out) in enumerate(prompts):
+        s = seq(i, length, priority=float(i % 2), start=100 * prefix_kind)
+        s.sampling = SamplingParams(max_tokens=max_out)
+        seqs.append(s)
+    pending = list(seqs)
+    for tick in range(2000):
+        if pending and (arrive_every == 0 or tick % arrive_every == 0):
+            sched.add(pending.pop(0))
+        if not pending and not sched.has_work:
+            break
+        out = sched.schedule()
+        assert out.num_batched_tokens <= budget and len(out.scheduled) <= seats
+        for item in out.scheduled:
+            s = item.seq
+            samples = item.samples
+            s.num_computed_tokens += item.num_new_tokens
+            if samples:
+                s.token_ids.append(7)
+                if s.num_output_tokens >= s.sampling.max_tokens:
+                    sched.finish(s, FinishReason.LENGTH)
+        sched.block_manager.check_invariants(sched.running)
+    assert all(s.is_finished for s in seqs), "a request was lost or starved"
+    for s in seqs:  # finished normally, or failed because it can never fit the pool
+        assert s.num_output_tokens == s.sampling.max_tokens or s.num_tokens > num_blocks * BS
+    assert sched.block_manager.num_free_blocks == num_blocks
