@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from typing import Any
 
@@ -165,3 +167,15 @@ def test_to_sampling_accepts_dicts_specs_and_true() -> None:
         to_sampling(3, "x")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="either"):
         Gen(sampling=spec, max_tokens=3)
+
+
+def test_sdk_imports_no_torch() -> None:
+    """A client-only install works: importing the SDK pulls in no torch, numpy or engine."""
+    code = (
+        "import sys, eclectus.adapters.client\n"
+        "heavy = [m for m in ('torch', 'numpy', 'transformers', 'eclectus.server.engine')"
+        " if m in sys.modules]\n"
+        "print(heavy)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
