@@ -17,6 +17,7 @@ Every call of one ``Eclectus`` object belongs to one application session on the 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -43,6 +44,8 @@ from llama_index.core.base.llms.types import (
 from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
 from pydantic import ConfigDict, Field, PrivateAttr
 
+DEFAULT_URL = "ws://127.0.0.1:8765"
+URL_ENV = "ECLECTUS_URL"
 _SAMPLING_KEYS = ("max_tokens", "temperature", "top_p", "top_k", "seed", "stop")
 
 
@@ -51,8 +54,14 @@ class Eclectus(CapturingLLM):
 
     model_config = ConfigDict(populate_by_name=True)
 
-    base_url: str = Field(alias="url", description="The server's WebSocket URL (ws://...).")
-    token: str | None = Field(default=None, description="Bearer token, if the server wants one.")
+    base_url: str = Field(
+        alias="url",
+        default_factory=lambda: os.environ.get(URL_ENV) or DEFAULT_URL,
+        description="The server's WebSocket URL (ws://...); default: $ECLECTUS_URL, else local.",
+    )
+    token: str | None = Field(
+        default=None, description="Bearer token; default: $ECLECTUS_TOKEN (read by the SDK)."
+    )
     app_name: str = Field(
         default="llamaindex", alias="app", description="Application name shown by the server."
     )
