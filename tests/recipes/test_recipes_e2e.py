@@ -87,3 +87,16 @@ def test_foreign_server_counts_on_the_client(embedded: Embedded) -> None:
     assert result.num_calls == 2 and result.cache_hit_ratio is None
     assert len(result.timeline) == 2
     assert result.timeline[0].end_s <= result.timeline[1].start_s  # the refine is sequential
+
+
+def test_cli_runs_a_recipe_and_reports(capsys: pytest.CaptureFixture[str]) -> None:
+    """``eclectus run`` on the embedded server prints the report's numbers and output."""
+    from eclectus.cli import main
+
+    code = main(["run", "chain-summary", "--chunk-tokens", "64", "--num-chunks", "2",
+                 "--output-tokens", "4", "--quiet"])
+    out = capsys.readouterr().out
+    assert code == 0
+    for label in ("wall time:", "model calls:            2", "graph depth:            2",
+                  "prefix-cache hit ratio:", "meaningless", "output:"):
+        assert label in out
