@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 from eclectus.adapters.client.errors import EclectusClientError, ServerError, VariableFailed
@@ -72,6 +72,7 @@ class Router:
     def __init__(self, lookup: Callable[[str], SemanticVariable | None]) -> None:
         self._lookup = lookup
         self._waiters: dict[str, asyncio.Future[str]] = {}
+        self._asked: dict[str, set[Hashable]] = {}  # objectives of the gets in flight
         self._streams: dict[str, _Stream] = {}
         self._replies: dict[str, asyncio.Future[ServerFrame]] = {}
         self._submits: dict[str, _SubmitRecord] = {}
@@ -79,16 +80,20 @@ class Router:
 
     # -- registering (before the frame that causes the answer is sent) ------------------
 
-    def waiter(self, var_id: str) -> tuple[asyncio.Future[str], bool]:
-        """The future of ``var_id``'s text and whether it is new (a get must be sent).
-        Mutates: creates the waiter if none is in flight."""
+    def waiter(self, var_id: str, objective: Hashable = None) -> tuple[asyncio.Future[str], bool]:
+        """The future of ``var_id``'s text and whether a get must be sent: when none is in
+        flight, or none with this ``objective`` (criteria, deadline) — a second get with a
+        stronger objective lets the server upgrade the work upstream. Mutates."""
         future = self._waiters.get(var_id)
-        if future is not None and not future.done():
-            return future, False
-        future = asyncio.get_running_loop().create_future()
-        future.add_done_callback(_consume)
-        self._waiters[var_id] = future
-        return future, True
+        if future is None or future.done():
+            future = asyncio.get_running_loop().create_future()
+            future.add_done_callback(_consume)
+            self._waiters[var_id] = future
+            self._asked[var_id] = set()
+        asked = self._asked[var_id]
+        is_new = objective not in asked
+        asked.add(objective)
+        return future, is_new
 
     def open_stream(self, var_id: str) -> tuple[asyncio.Queue[StreamItem], bool]:
         """A new queue receiving ``var_id``'s deltas, and whether the stream is new (a
@@ -198,6 +203,7 @@ class Router:
 
     def _finish(self, var_id: str, outcome: str | BaseException) -> None:
         waiter = self._waiters.pop(var_id, None)
+        self._asked.pop(var_id, None)
         if waiter is not None and not waiter.done():
             if isinstance(outcome, BaseException):
                 waiter.set_exception(outcome)

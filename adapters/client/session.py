@@ -181,7 +181,7 @@ class Session(Declarations):
             if var.state is VarState.FAILED:
                 assert var.error is not None
                 raise var.error
-            waiter, is_new = self._router.waiter(var.id)
+            waiter, is_new = self._router.waiter(var.id, (criteria, deadline_ms))
             if is_new:
                 gets.append(GetSpec(var=var.id, criteria=criteria, deadline_ms=deadline_ms))
             results.append(waiter)

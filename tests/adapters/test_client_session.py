@@ -238,3 +238,17 @@ async def test_concurrent_streams_of_one_variable_share_one_get(
     assert await asyncio.gather(consume(), consume()) == ["shared streamed text"] * 2
     gets = [g for s in peer.of_type("submit") for g in s["gets"]]
     assert gets == [{"var": out.id, "stream": True}]
+
+
+async def test_second_get_with_a_new_objective_is_sent(peer: FakePeer, peer_app: Session) -> None:
+    """A pending throughput get upgraded to latency sends one more get; a repeat does not."""
+    peer.hold_gets = True
+    (out,) = peer_app.call(["x", Gen()])
+    waits = [asyncio.create_task(out.aget(c)) for c in ("throughput", "latency", "latency")]
+    while len([g for s in peer.of_type("submit") for g in s["gets"]]) < 2:
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.05)
+    gets = [g for s in peer.of_type("submit") for g in s["gets"]]
+    assert gets == [{"var": out.id, "criteria": "throughput"}, {"var": out.id}]
+    for task in waits:
+        task.cancel()
