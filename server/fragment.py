@@ -60,9 +60,9 @@ def stage(
 ) -> Staged:
     """Check ``frame`` against ``graph`` and build what it adds (pure: graph untouched)."""
     num_nodes = len(frame.calls) + len(frame.ops)
-    if graph.num_calls + num_nodes > config.max_calls_per_session:
+    if len(graph.nodes) + num_nodes > config.max_calls_per_session:
         raise LimitError(
-            f"session would hold {graph.num_calls + num_nodes} calls and ops, "
+            f"session would hold {len(graph.nodes) + num_nodes} calls and ops, "
             f"limit {config.max_calls_per_session}",
             field="calls",
         )

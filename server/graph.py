@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from eclectus.server.errors import GraphError
 from eclectus.server.objectives import Objective
 from eclectus.server.protocol import ErrorCode, OpSpec, Segment, Usage
+from eclectus.server.release import sweep
 
 
 class VarState(enum.Enum):
@@ -48,7 +49,9 @@ class Variable:
     value: str | None = None
     state: VarState = VarState.PENDING
     producer: str | None = None  # node id; None: a constant or set by the client
-    consumers: list[str] = field(default_factory=list)  # node ids, in declaration order
+    # node ids in declaration order (a dict as an ordered set: O(1) removal on release)
+    consumers: dict[str, None] = field(default_factory=dict)
+    released: bool = False  # the client said it no longer needs this id (release.py)
     error_code: ErrorCode | None = None
     error_message: str | None = None
     usage: Usage | None = None
@@ -91,8 +94,8 @@ class Graph:
     def __init__(self) -> None:
         self.vars: dict[str, Variable] = {}
         self.nodes: dict[str, Node] = {}
-        self.node_order: list[Node] = []  # append-only, so others can index new nodes cheaply
-        self.num_calls = 0
+        # nodes added since the pin table last indexed them (it drains this list)
+        self.unindexed: list[Node] = []
 
     # -- lookups (pure) -------------------------------------------------------------------
 
@@ -134,7 +137,11 @@ class Graph:
 
         def node_depth(node: Node) -> int:
             if node.node_id not in memo:
-                above = [self.producer(v) for v in node.inputs]
+                above = [
+                    self.nodes.get(self.vars[v].producer or "")
+                    for v in node.inputs
+                    if v in self.vars
+                ]
                 deepest = max((node_depth(p) for p in above if p is not None), default=0)
                 memo[node.node_id] = deepest + (1 if node.is_call else 0)
             return memo[node.node_id]
@@ -149,12 +156,11 @@ class Graph:
             self.vars[variable.var_id] = variable
         for node in nodes:
             self.nodes[node.node_id] = node
-            self.node_order.append(node)
-            self.num_calls += 1
+            self.unindexed.append(node)
             for var_id in node.outputs:
                 self.vars[var_id].producer = node.node_id
             for var_id in node.inputs:
-                self.vars[var_id].consumers.append(node.node_id)
+                self.vars[var_id].consumers[node.node_id] = None
 
     def activate(self, nodes: Iterable[Node]) -> list[Node]:
         """Mark IDLE ``nodes`` active (mutates) and settle; returns calls now ready to queue."""
@@ -195,12 +201,15 @@ class Graph:
         assert node.state is NodeState.RUNNING and var_id in node.outputs, (node.state, var_id)
         if var_id == node.outputs[-1]:
             node.state = NodeState.DONE
-        return self._resolve(self.vars[var_id], text, usage, finish_reason)
+        ready = self._resolve(self.vars[var_id], text, usage, finish_reason)
+        sweep(self, [node.node_id], [var_id])
+        return ready
 
     def fail(self, node: Node, code: ErrorCode, message: str) -> list[Node]:
         """Fail ``node``, its unfinished outputs and everything downstream (mutates).
         Returns the failed nodes that were QUEUED or RUNNING, for the scheduler to drop."""
         dropped: list[Node] = []
+        failed: list[str] = []
         stack = [node]
         while stack:
             current = stack.pop()
@@ -209,11 +218,13 @@ class Graph:
             if current.state in (NodeState.QUEUED, NodeState.RUNNING):
                 dropped.append(current)
             current.state = NodeState.FAILED
+            failed.append(current.node_id)
             for var_id in current.outputs:
-                variable = self.vars[var_id]
-                if variable.state is VarState.PENDING:
+                variable = self.vars.get(var_id)  # None: released and deleted already
+                if variable is not None and variable.state is VarState.PENDING:
                     self._finish_var(variable, VarState.FAILED, code, message)
                     stack.extend(self.nodes[c] for c in variable.consumers)
+        sweep(self, failed, [])
         return dropped
 
     def close(self, message: str) -> None:
@@ -268,6 +279,7 @@ class Graph:
                 output.value = run_op(node.op, texts)
                 self._finish_var(output, VarState.READY, None, None)
                 stack.extend(self.nodes[c] for c in output.consumers)
+                sweep(self, [node.node_id], [])
             else:
                 node.state = NodeState.QUEUED
                 ready.append(node)

@@ -47,9 +47,8 @@ class PinTable:
 
     pins: dict[SegmentKey, Pin] = field(default_factory=dict)
     # calls by first leading segment, so finding sharers does not scan the whole graph;
-    # finished calls are pruned from a bucket whenever it is scanned
-    by_first_key: dict[SegmentKey, list[Node]] = field(default_factory=dict)
-    num_indexed: int = 0
+    # a call leaves its bucket when dispatched, finished calls whenever a bucket is scanned
+    by_first_key: dict[SegmentKey, dict[str, Node]] = field(default_factory=dict)
 
     def on_dispatch(self, graph: Graph, node: Node, request_id: str) -> tuple[int, list[str]]:
         """Account for ``node`` being dispatched as ``request_id`` (mutates). Returns how
@@ -57,28 +56,39 @@ class PinTable:
         keys = leading_keys(node.segments)
         if not keys:
             return 0, []
+        bucket = self._bucket(graph, keys[0])
+        bucket.pop(node.node_id, None)
         pin = self.pins.get(keys[0])
         if pin is not None:
             pin.waiting.discard(node.node_id)
             return 0, self._release_empty()
         sharers: dict[str, int] = {}
-        for other in self._bucket(graph, keys[0]):
-            if other is not node and other.state in (NodeState.WAITING, NodeState.QUEUED):
+        for other in bucket.values():
+            if other.state in (NodeState.WAITING, NodeState.QUEUED):
                 sharers[other.node_id] = _common(keys, leading_keys(other.segments))
         if not sharers:
             return 0, []
         self.pins[keys[0]] = Pin(request_id, set(sharers))
         return min(sharers.values()), []
 
-    def _bucket(self, graph: Graph, first: SegmentKey) -> list[Node]:
-        for other in graph.node_order[self.num_indexed :]:
+    def _bucket(self, graph: Graph, first: SegmentKey) -> dict[str, Node]:
+        """The calls whose prompt starts with ``first``, pruned of running and finished
+        ones (mutates: indexes newly added nodes first)."""
+        for other in graph.unindexed:
             other_keys = leading_keys(other.segments) if other.is_call else []
             if other_keys:
-                self.by_first_key.setdefault(other_keys[0], []).append(other)
-        self.num_indexed = len(graph.node_order)
-        bucket = [n for n in self.by_first_key.get(first, []) if n.state not in FINAL_NODE_STATES]
-        bucket = [n for n in bucket if n.state is not NodeState.RUNNING]
-        self.by_first_key[first] = bucket
+                self.by_first_key.setdefault(other_keys[0], {})[other.node_id] = other
+        graph.unindexed.clear()
+        bucket = self.by_first_key.get(first, {})
+        gone = [
+            i
+            for i, n in bucket.items()
+            if n.state in FINAL_NODE_STATES or n.state is NodeState.RUNNING
+        ]
+        for node_id in gone:
+            del bucket[node_id]
+        if not bucket:
+            self.by_first_key.pop(first, None)
         return bucket
 
     def forget(self, node_ids: set[str]) -> list[str]:

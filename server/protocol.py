@@ -184,6 +184,14 @@ class Cancel(_Frame):
     var: VarId
 
 
+class Release(_Frame):
+    """The client will not mention these variables again: the server frees each one once
+    nothing in the graph needs it (unknown ids are ignored). Keeps long sessions bounded."""
+
+    type: Literal["release"] = "release"
+    vars: list[VarId] = Field(max_length=10_000)
+
+
 class Tokenize(_Frame):
     """Count tokens as the engine would for one segment; answered with ``tokens``."""
 
@@ -199,7 +207,8 @@ class Close(_Frame):
 
 
 ClientFrame = Annotated[
-    Hello | Submit | Get | Set | Cancel | Tokenize | Close, Field(discriminator="type")
+    Hello | Submit | Get | Set | Cancel | Release | Tokenize | Close,
+    Field(discriminator="type"),
 ]
 CLIENT_FRAME = TypeAdapter(ClientFrame)
 

@@ -36,6 +36,7 @@ from eclectus.server.protocol import (
     Hello,
     Limits,
     ModelInfo,
+    Release,
     Set,
     Submit,
     Tokenize,
@@ -43,6 +44,7 @@ from eclectus.server.protocol import (
     Value,
     Welcome,
 )
+from eclectus.server.release import release
 from eclectus.server.scheduler import AppState, Scheduler
 from pydantic import BaseModel, ValidationError
 from websockets.asyncio.server import ServerConnection
@@ -159,6 +161,9 @@ class Session:
         elif isinstance(frame, Cancel):
             self.app.graph.var(frame.var)
             self.ctx.scheduler.cancel(self.app, frame.var)
+            self.send(Ack(id=frame.id))
+        elif isinstance(frame, Release):
+            release(self.app.graph, frame.vars)
             self.send(Ack(id=frame.id))
         elif isinstance(frame, Tokenize):
             ids = list(self.ctx.backend.count_tokens(frame.text))
