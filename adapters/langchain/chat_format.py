@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from eclectus.adapters.langchain.pieces import Piece, normalize
-from langchain_core.messages import BaseMessage, ChatMessage
+from eclectus.adapters.langchain.pieces import Piece, Value, normalize
+from langchain_core.messages import BaseMessage, ChatMessage, get_buffer_string
 
 DEFAULT_CHAT_TEMPLATE = "<|{role}|>\n{content}\n"
 DEFAULT_GENERATION_PROMPT = "<|assistant|>\n"
@@ -66,6 +66,19 @@ def render_chat(messages: Sequence[tuple[str, Sequence[Piece]]]) -> list[Piece]:
     return normalize(out)
 
 
+def render_buffer(
+    messages: Sequence[tuple[type[BaseMessage], str, Sequence[Piece]]],
+) -> list[Piece]:
+    """What a completion model gets for chat messages: LangChain's ``get_buffer_string``
+    (``Human: ...`` lines), with each message's pieces kept. The role prefix is taken from
+    LangChain itself (the buffer string of an empty message), so it stays exact."""
+    out: list[Piece] = []
+    for index, (cls, role, pieces) in enumerate(messages):
+        empty = ChatMessage(role=role, content="") if cls is ChatMessage else cls(content="")
+        out.extend(["\n" if index else "", get_buffer_string([empty]), *pieces])
+    return normalize(out)
+
+
 def render_messages(messages: Sequence[BaseMessage]) -> list[Piece]:
-    """Render concrete LangChain messages (each message's text is one constant piece)."""
-    return render_chat([(message_role(m), [message_text(m)]) for m in messages])
+    """Render concrete LangChain messages (each message's text one value piece)."""
+    return render_chat([(message_role(m), [Value(message_text(m))]) for m in messages])

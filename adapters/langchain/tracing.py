@@ -22,9 +22,9 @@ from contextvars import ContextVar
 from typing import Any
 from uuid import UUID
 
-from eclectus.adapters.langchain.chat_format import message_text
+from eclectus.adapters.langchain.chat_format import message_text, render_buffer
 from eclectus.adapters.langchain.errors import NotLowerable
-from eclectus.adapters.langchain.pieces import Piece, concrete_text
+from eclectus.adapters.langchain.pieces import Piece, Value, concrete_text
 from eclectus.adapters.langchain.prompts import chat_prompt_messages, string_prompt_pieces
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.load import load
@@ -59,11 +59,13 @@ class PromptTracer(BaseCallbackHandler):
             return self._text_to_pieces.get(text)
 
     def message_pieces(self, messages: Sequence[BaseMessage]) -> list[list[Piece]]:
-        """For each message, its template pieces if known, else its text as one piece."""
+        """For each message, its template pieces if known, else its text as one value piece
+        (a message's content is a variable value of the chat template: the compiler cuts
+        the prompt at the same place)."""
         out: list[list[Piece]] = []
         for message in messages:
             text = message_text(message)
-            out.append(self.pieces_for(text) or [text])
+            out.append(self.pieces_for(text) or [Value(text)])
         return out
 
     def app_of(self, run_id: UUID | None) -> str | None:
@@ -151,6 +153,8 @@ class PromptTracer(BaseCallbackHandler):
                     (message_text(m), pieces)
                     for m, (_, _, pieces) in zip(output.messages, rendered, strict=True)
                 ]
+                # a completion model receives the whole chat prompt as Role: lines
+                found.append((output.to_string(), render_buffer(rendered)))
             else:
                 return
         except (NotLowerable, KeyError, ValueError):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from eclectus.adapters.langchain._client import model_name_of, ws_url
-from eclectus.adapters.langchain.chat_format import message_role, render_chat
+from eclectus.adapters.langchain.chat_format import message_role, render_buffer, render_chat
 from eclectus.adapters.langchain.chat_models import ChatEclectus
 from eclectus.adapters.langchain.compiler.context import Lowering
 from eclectus.adapters.langchain.compiler.registry import register
@@ -23,16 +23,14 @@ from eclectus.adapters.langchain.pieces import (
     Piece,
     Ref,
     SymMessage,
+    Value,
     contains_symbolic,
-    normalize,
 )
 from eclectus.adapters.langchain.prompts import chat_prompt_messages, string_prompt_pieces
 from eclectus.adapters.langchain.tracing import TRACER
 from langchain_core.messages import (
     BaseMessage,
-    ChatMessage,
     convert_to_messages,
-    get_buffer_string,
 )
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompt_values import PromptValue
@@ -89,7 +87,7 @@ def chat_messages(value: Any) -> list[tuple[str, list[Piece]]]:
     if isinstance(value, Ref):
         return [("user", [value])]
     if isinstance(value, str):
-        return [("user", TRACER.pieces_for(value) or [value])]
+        return [("user", TRACER.pieces_for(value) or [Value(value)])]
     if isinstance(value, PromptValue):
         return _concrete_messages(value.to_messages())
     if isinstance(value, list) and not contains_symbolic(value):
@@ -111,11 +109,7 @@ def llm_prompt(value: Any) -> list[Piece]:
     if isinstance(value, SymPrompt) and value.text is not None:
         return value.text
     if isinstance(value, SymPrompt):
-        lines: list[Piece] = []
-        for index, (cls, role, pieces) in enumerate(value.messages or []):
-            empty = ChatMessage(role=role, content="") if cls is ChatMessage else cls(content="")
-            lines.extend(["\n" if index else "", get_buffer_string([empty]), *pieces])
-        return normalize(lines)
+        return render_buffer(value.messages or [])
     if isinstance(value, Ref):
         return [value]
     if isinstance(value, str):

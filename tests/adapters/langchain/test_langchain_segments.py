@@ -1,0 +1,92 @@
+"""Exactness beyond the tiny model: the eager chain (drop-in model + tracing hook) and the
+compiled chain hand the engine the very same segments, so any tokenizer (which tokenizes
+each segment on its own) sees identical token ids and greedy outputs agree.
+
+The engine's ``generate`` is wrapped to record each request's resolved segments (the real
+engine still runs every request)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from eclectus.adapters.langchain import ChatEclectus, EclectusLLM, compile
+from eclectus.server.app import EclectusServer
+from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.output_parsers import StrOutputParser
+from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder, PromptTemplate
+from langchain_core.runnables import Runnable
+
+Segments = tuple[str, ...]
+
+
+@pytest.fixture
+def engine_segments(eclectus_server: EclectusServer) -> Iterator[list[Segments]]:
+    """Every engine request's segments (empty ones dropped: they add no tokens)."""
+    backend = eclectus_server.backend
+    original = backend.generate
+    seen: list[Segments] = []
+
+    def recording(request: Any) -> Any:
+        seen.append(tuple(s for s in request.segments if s))
+        return original(request)
+
+    backend.generate = recording  # type: ignore[method-assign]
+    try:
+        yield seen
+    finally:
+        del backend.generate  # back to the class's method
+
+
+def run_both(chain: Runnable, value: Any, seen: list[Segments]) -> None:
+    """Eager then compiled; the two runs' engine segments must be the same multiset."""
+    seen.clear()
+    chain.invoke(value)
+    eager = sorted(seen)
+    seen.clear()
+    compile(chain).invoke(value)
+    assert sorted(seen) == eager
+    assert eager, "no engine request was recorded"
+
+
+@pytest.fixture
+def chat(eclectus_server: EclectusServer) -> ChatEclectus:
+    return ChatEclectus(max_tokens=4, temperature=0, model_kwargs={"ignore_eos": True})
+
+
+def test_chat_prompt_with_history(chat: ChatEclectus, engine_segments: list[Segments]) -> None:
+    """Role headers, template text, values and placeholder messages cut alike."""
+    prompt = ChatPromptTemplate.from_messages(
+        [("system", "Be {tone}."), MessagesPlaceholder("history"), ("human", "Q: {q}")]
+    )
+    history = [HumanMessage("earlier"), AIMessage("reply")]
+    value = {"tone": "brief", "history": history, "q": "why?"}
+    run_both(prompt | chat | StrOutputParser(), value, engine_segments)
+    assert any("brief" in segment for segment in engine_segments[0])
+
+
+def test_generated_text_fed_straight_to_a_model(
+    chat: ChatEclectus, engine_segments: list[Segments]
+) -> None:
+    """A model's output given to the next model as its whole message is its own segment in
+    both runs (eager: the tracing hook's default; compiled: a variable)."""
+    first = PromptTemplate.from_template("Write about {topic}") | chat | StrOutputParser()
+    run_both(first | chat | StrOutputParser(), {"topic": "rain"}, engine_segments)
+
+
+def test_map_reduce_list_rendering(chat: ChatEclectus, engine_segments: list[Segments]) -> None:
+    """str(list) of map outputs: one segment, eagerly and via the server's repr_list op."""
+    summarize = PromptTemplate.from_template("Sum up: {doc}") | chat | StrOutputParser()
+    reduce_prompt = PromptTemplate.from_template("All: {summaries}\nDone:")
+    chain = {"summaries": summarize.map()} | reduce_prompt | chat | StrOutputParser()
+    run_both(chain, [{"doc": "a"}, {"doc": "b"}, {"doc": "c"}], engine_segments)
+
+
+def test_completion_model_on_a_chat_prompt(
+    eclectus_server: EclectusServer, engine_segments: list[Segments]
+) -> None:
+    """A chat prompt into EclectusLLM: Role: lines with the same value boundaries."""
+    llm = EclectusLLM(max_tokens=4, temperature=0, model_kwargs={"ignore_eos": True})
+    prompt = ChatPromptTemplate.from_messages([("system", "Be {x}."), ("human", "{q}")])
+    run_both(prompt | llm, {"x": "kind", "q": "hello"}, engine_segments)
