@@ -79,6 +79,7 @@ valid_ish = st.one_of(
             ),
         }
     ),
+    st.fixed_dictionaries({"type": st.just("release"), "vars": st.lists(ids, max_size=3)}),
     st.fixed_dictionaries(
         {"type": st.sampled_from(["get", "set", "cancel", "hello", "nope"]), "var": ids},
         optional={"value": st.text(max_size=5)},
