@@ -59,6 +59,7 @@ class Session(Declarations):
         self._router = Router(self._lookup)
         self._send_lock = asyncio.Lock()  # keeps "take the fragment, send it" in frame order
         self._closing = False
+        self._num_frames_sent = 0
         self._receiver = loop.create_task(self._receive())
 
     # -- what the server said at the handshake -------------------------------------------
@@ -83,6 +84,11 @@ class Session(Declarations):
     @property
     def url(self) -> str:
         return self._url
+
+    @property
+    def num_frames_sent(self) -> int:
+        """Frames this session has sent after ``hello`` (the frame economy, client side)."""
+        return self._num_frames_sent
 
     @property
     def closed(self) -> bool:
@@ -291,6 +297,7 @@ class Session(Declarations):
         self._raise_if_closed()
         try:
             await self._ws.send(text)
+            self._num_frames_sent += 1
         except ConnectionClosed as exc:
             error = ConnectionError(f"connection to {self._url} lost: {exc}")
             self._router.fail_all(error)

@@ -19,6 +19,7 @@ from eclectus.adapters.client import (
     connect,
     connect_sync,
 )
+from eclectus.adapters.client.bench import as_graph, documents, step_by_step
 
 pytestmark = pytest.mark.slow
 
@@ -165,3 +166,13 @@ async def test_cancel_fails_the_waiting_get(live_server: LiveServer) -> None:
         with pytest.raises(VariableFailed) as caught:
             await asyncio.wait_for(waiting, 30)
         assert caught.value.code == "cancelled" and caught.value.var == long.id
+
+
+async def test_bench_graph_equals_step_by_step(live_server: LiveServer) -> None:
+    """The bench's two modes agree; the graph takes one frame, step by step one per call."""
+    docs = documents(3)
+    url, token = live_server.url, live_server.token
+    graph = await as_graph(url, token, docs, max_tokens=4)
+    steps = await step_by_step(url, token, docs, max_tokens=4)
+    assert graph.final == steps.final
+    assert (graph.num_frames, steps.num_frames) == (1, 4)

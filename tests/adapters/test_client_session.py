@@ -48,7 +48,7 @@ async def test_issue_example_ships_the_whole_fan_out_in_one_submit(
     assert final.state is VarState.READY and final.finish_reason == "stop"
     assert final.usage is not None and final.usage.completion_tokens == len("the answer")
     assert await final.aget() == "the answer"  # answered locally: no second frame
-    assert len(peer.of_type("submit")) == 1
+    assert len(peer.of_type("submit")) == 1 and peer_app.num_frames_sent == 1
 
 
 async def test_aget_many_gets_all_in_one_frame(peer: FakePeer, peer_app: Session) -> None:
