@@ -175,7 +175,8 @@ class ChatEclectus(EclectusParams, BaseChatModel):
     ) -> list[BaseMessage]:
         """Like BaseChatModel.batch, but every prompt reaches the server in one frame."""
         requests = self._batch_requests(inputs, kwargs)
-        results = self._prefetch(requests, ModelCore(self, None).run) if requests else {}
+        core = ModelCore(self, _batch_app(config))
+        results = self._prefetch(requests, core.run) if requests else {}
         token = set_prefetched(results)
         try:
             return super().batch(inputs, config, return_exceptions=return_exceptions, **kwargs)
@@ -194,7 +195,7 @@ class ChatEclectus(EclectusParams, BaseChatModel):
         requests = self._batch_requests(inputs, kwargs)
         results: dict[PrefetchKey, list[Generated]] = {}
         if requests:
-            core = ModelCore(self, None)
+            core = ModelCore(self, _batch_app(config))
             try:
                 generated = await core.arun([(p, s) for p, s, _ in requests], requests[0][2])
                 results = _table(requests, generated)
@@ -243,6 +244,14 @@ class ChatEclectus(EclectusParams, BaseChatModel):
     ) -> int:
         """Tokens of the whole rendered chat prompt, generation prompt included."""
         return self.get_num_tokens(concrete_text(self.prompt_pieces(messages)))
+
+
+def _batch_app(config: RunnableConfig | list[RunnableConfig] | None) -> str | None:
+    """The application a batch runs in: the root chain of its callers' runs, so the batch
+    uses the same pooled session its inputs' single calls would (pure lookup)."""
+    first = config[0] if isinstance(config, list) and config else config
+    callbacks = first.get("callbacks") if isinstance(first, dict) else None
+    return TRACER.app_of(getattr(callbacks, "parent_run_id", None))
 
 
 def _table(

@@ -120,3 +120,14 @@ def test_tracing_hook_handles_every_template_format(
     """jinja2 and mustache prompts also reach the model with their boundaries."""
     (PromptTemplate.from_template(template, template_format=fmt) | llm).invoke({"name": fmt})
     assert llm.prompt_pieces(f"Hi {fmt}!") == ["Hi ", Value(fmt), "!"]
+
+
+def test_a_chains_batches_share_its_application_session(chat: ChatEclectus) -> None:
+    """The map's batch and the reduce call of one named chain use one session, tagged with
+    the chain's name."""
+    summarize = PromptTemplate.from_template("Sum up: {doc}") | chat | StrOutputParser()
+    reduce_prompt = PromptTemplate.from_template("All: {summaries}")
+    chain = ({"summaries": summarize.map()} | reduce_prompt | chat).with_config(run_name="mr-app")
+    before = set(_client._pool)
+    chain.invoke([{"doc": "a"}, {"doc": "b"}])
+    assert [key[2] for key in set(_client._pool) - before] == ["mr-app"]
