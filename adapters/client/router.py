@@ -134,11 +134,6 @@ class Router:
         """Remembers what a submit declared and got until it is acknowledged (mutates)."""
         self._submits[frame_id] = _SubmitRecord(declared, got)
 
-    def forget(self, frame_id: str) -> None:
-        """Drops the reply and submit record of a frame that could not be sent (mutates)."""
-        self._replies.pop(frame_id, None)
-        self._submits.pop(frame_id, None)
-
     # -- routing ------------------------------------------------------------------------
 
     def dispatch(self, frame: ServerFrame) -> None:
