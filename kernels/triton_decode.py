@@ -25,7 +25,7 @@ from eclectus.kernels.plans import DecodePlan
 from eclectus.kernels.triton_merge import combine_partials
 from torch import Tensor
 
-LN2 = 0.6931471805599453  # ln 2: converts the kernel's log2-domain LSE to natural log
+LN2 = tl.constexpr(0.6931471805599453)  # ln 2: the kernel's log2-domain LSE -> natural log
 LOG2E = 1.4426950408889634  # 1 / ln 2: folds into the scale so the kernel can use exp2
 
 
@@ -47,13 +47,13 @@ def attn_dot(a, b, FP32_DOT: tl.constexpr, PRECISION: tl.constexpr):
 
 @triton.jit
 def _paged_items_kernel(
-    Q, K, V, Out, Lse,  # Q [B, Hq, D]; K/V [blocks, block_size, Hkv, D]; O/Lse fp32 partials
+    Q, K, V, Out, Lse,  # Q [B, Hq, D]; K/V [blocks, block_size, Hkv, D]; fp32 partials
     Tables, RowRequests, ItemTableRows, ItemStarts, ItemEnds, ItemRowOffsets,
     stride_qb, stride_qh,
     stride_kb, stride_ks, stride_kh,
     stride_vb, stride_vs, stride_vh,
-    stride_os, stride_or, stride_oh,  # O [NUM_SPLITS, rows, Hq, D]
-    stride_ls, stride_lr,  # Lse [NUM_SPLITS, rows, Hq]
+    stride_os, stride_or, stride_oh,  # Out [num_splits, rows, Hq, D]
+    stride_ls, stride_lr,  # Lse [num_splits, rows, Hq]
     stride_tb,
     scale_log2, split_len, block_size, num_splits,
     GROUP: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_M: tl.constexpr,
@@ -104,7 +104,7 @@ def _paged_items_kernel(
 
     nonempty = l_i > 0.0
     l_safe = tl.where(nonempty, l_i, 1.0)
-    lse = tl.where(nonempty, (m_i + tl.log2(l_safe)) * 0.6931471805599453, float("-inf"))  # ln 2
+    lse = tl.where(nonempty, (m_i + tl.log2(l_safe)) * LN2, float("-inf"))
     o_rows = split * stride_os + rows.to(tl.int64) * stride_or + heads * stride_oh
     tl.store(Out + o_rows[:, None] + offs_d[None, :], acc / l_safe[:, None], mask=row_ok[:, None])
     tl.store(Lse + split * stride_ls + rows.to(tl.int64) * stride_lr + heads, lse, mask=row_ok)
