@@ -268,3 +268,20 @@ def test_batch_with_cuts_and_a_failing_input(chat: ChatEclectus) -> None:
     mixed = compile(chain).batch([{"doc": "one"}, {"nodoc": 1}], return_exceptions=True)
     assert mixed[0] == chain.invoke({"doc": "one"})
     assert isinstance(mixed[1], KeyError)
+
+
+def test_branches_and_fallbacks_are_cuts(chat: ChatEclectus) -> None:
+    """RunnableBranch and with_fallbacks run on the client, fed by the server's graph."""
+    from langchain_core.runnables import RunnableBranch
+
+    upper = PromptTemplate.from_template("Loud: {q}") | chat.with_fallbacks([chat])
+    branch = RunnableBranch(
+        (lambda d: len(d["q"]) > 3, upper),
+        PromptTemplate.from_template("Quiet: {q}") | chat,
+    )
+    chain = {"q": summarize_chain(chat)} | branch | StrOutputParser()
+    compiled = compile(chain)
+    assert compiled.invoke({"doc": "some text"}) == chain.invoke({"doc": "some text"})
+    assert compiled.last_graph is not None
+    assert [name for name, _ in compiled.last_graph.cuts] == ["RunnableBranch"]
+    assert "RunnableBranch -> CUT (client)" in compiled.plan()
