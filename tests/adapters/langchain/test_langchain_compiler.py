@@ -285,3 +285,19 @@ def test_branches_and_fallbacks_are_cuts(chat: ChatEclectus) -> None:
     assert compiled.last_graph is not None
     assert [name for name, _ in compiled.last_graph.cuts] == ["RunnableBranch"]
     assert "RunnableBranch -> CUT (client)" in compiled.plan()
+
+
+def test_server_list_rendering_is_pythons_repr(chat: ChatEclectus) -> None:
+    """The op the compiler uses for str(list) gives Python's bytes for awkward strings."""
+    import asyncio
+
+    from eclectus.adapters.langchain.compiler.context import Lowering
+    from eclectus.adapters.langchain.compiler.runnable import CompiledRunnable
+
+    compiled = CompiledRunnable(chat, chat)
+    ctx = Lowering(compiled._session(), compiled.server, "sync", {})
+    generated = ctx.declare_call(["Say: "], {"max_tokens": 6, "ignore_eos": True}, None, "gen")
+    awkward = ["it's", 'say "two"', "both ' and \"", "back\\slash\nnew\tline", "é ü 💡", ""]
+    rendered = ctx.repr_list([generated, *awkward])
+    text, listed = asyncio.run(ctx.resolve([generated, rendered]))
+    assert listed == str([text, *awkward])
