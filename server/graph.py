@@ -75,6 +75,9 @@ class Node:
     state: NodeState = NodeState.IDLE
     objective: Objective | None = None
     group: str | None = None
+    # app-FIFO rank: when the work this node belongs to first arrived (its earliest
+    # activation, or an upstream node's, whichever is earlier); see Scheduler.activate
+    arrival: float | None = None
 
     @property
     def is_call(self) -> bool:
@@ -107,8 +110,10 @@ class Graph:
         return variable
 
     def producer(self, var_id: str) -> Node | None:
+        """The node producing ``var_id``; None for a constant, a client-set variable, or a
+        finished producer already freed by a release (pure)."""
         producer = self.vars[var_id].producer
-        return self.nodes[producer] if producer is not None else None
+        return self.nodes.get(producer) if producer is not None else None
 
     def upstream(self, var_id: str) -> list[Node]:
         """Unfinished nodes that ``var_id`` depends on, consumers before producers (pure)."""

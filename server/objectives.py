@@ -62,8 +62,8 @@ def rank_key(
 
     1. criteria class: latency/deadline before throughput;
     2. urgency: latency first (-inf), then the earliest deadline;
-    3. app-FIFO with aging: the application's arrival time minus an aging credit of
-       ``aging_rate`` seconds per second waited. At time ``now`` that is
+    3. app-FIFO with aging: the arrival of the call's graph (Scheduler._stamp_arrivals)
+       minus an aging credit of ``aging_rate`` seconds per second waited. At ``now`` that is
        ``app_arrival - aging_rate * (now - enqueued_at)``; ``- aging_rate * now`` is common to
        every queued call, so ``app_arrival + aging_rate * enqueued_at`` orders them the same
        at any time, and the key never needs recomputing as time passes;

@@ -44,7 +44,7 @@ class AppState:
 
     session_id: str
     graph: Graph
-    arrival: float  # app-FIFO rank: when the session began
+    arrival: float  # when the session began (calls are ranked by their graph's arrival)
     tenant: str | None = None
     tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)  # node id -> task
     pins: PinTable = field(default_factory=PinTable)
@@ -77,7 +77,7 @@ class Scheduler:
     # -- sessions -------------------------------------------------------------------------
 
     def open_app(self, session_id: str, tenant: str | None = None) -> AppState:
-        """Register a session; its arrival time fixes its app-FIFO rank (mutates)."""
+        """Register a session (mutates)."""
         app = AppState(session_id, Graph(), self.clock(), tenant)
         self.apps[session_id] = app
         return app
@@ -104,6 +104,7 @@ class Scheduler:
         """A get on ``var_id``: merge its objective into everything upstream, form task
         groups, activate those nodes and queue the ready ones (mutates)."""
         nodes = app.graph.upstream(var_id)
+        self._stamp_arrivals(app.graph, nodes, self.clock())
         for node in nodes:
             node.objective = (
                 objective if node.objective is None else node.objective.merge(objective)
@@ -143,7 +144,7 @@ class Scheduler:
     def _queued(self, app: AppState, node: Node, enqueued_at: float) -> QueuedCall:
         key: RankKey = rank_key(
             node.objective or Objective(),
-            app_arrival=app.arrival,
+            app_arrival=node.arrival if node.arrival is not None else app.arrival,
             enqueued_at=enqueued_at,
             aging_rate=self.config.aging_rate,
             group=node.group,
@@ -206,6 +207,25 @@ class Scheduler:
         )  # type: ignore[arg-type]
 
     # -- helpers --------------------------------------------------------------------------
+
+    @staticmethod
+    def _stamp_arrivals(graph: Graph, nodes: list[Node], now: float) -> None:
+        """App-FIFO ranks by the *graph's* arrival, not the session's, so a long-lived session
+        that starts a new, independent graph does not outrank newer applications: a node's
+        arrival is its first activation, or the earliest arrival upstream of it (work that
+        continues earlier work is further along). Mutates ``nodes``' arrival."""
+        for node in nodes:
+            node.arrival = now if node.arrival is None else min(node.arrival, now)
+        changed = True
+        while changed:  # a few passes: each one carries arrivals one level further down
+            changed = False
+            for node in reversed(nodes):  # roughly producers first
+                for var_id in node.inputs:
+                    producer = graph.producer(var_id)
+                    upstream = producer.arrival if producer is not None else None
+                    if upstream is not None and upstream < (node.arrival or now):
+                        node.arrival = upstream
+                        changed = True
 
     def _form_groups(self, app: AppState, var_id: str, nodes: list[Node]) -> None:
         """Fan-in siblings: the calls feeding one consumer (seen through ops) form a group."""

@@ -17,31 +17,60 @@ async def blocked(engine: ScriptedEngine, clock: FakeClock | None = None, **conf
     return sched
 
 
-async def test_app_fifo_older_application_first() -> None:
-    """With equal criteria, the session that arrived first is served first, even though the
-    newer session queued its work earlier."""
+async def test_app_fifo_work_further_along_goes_first() -> None:
+    """A graph that arrived earlier keeps its rank for the calls that continue it, so they
+    go before a newer application's work that was queued before them."""
     engine, clock = ScriptedEngine(hold=True), FakeClock()
     sched = await blocked(engine, clock, aging_rate=0.0)
-    old = sched.open_app("old")
+    old, new = sched.open_app("old"), sched.open_app("new")
+    submit(
+        sched,
+        old,
+        calls=[call("o0", "a"), call("o1", "b", "a")],
+        gets=[{"var": "b", "criteria": "throughput"}],
+    )
     clock.now += 1
-    new = sched.open_app("new")
     submit(sched, new, calls=[call("n1", "x")], gets=[{"var": "x", "criteria": "throughput"}])
-    submit(sched, old, calls=[call("o1", "y")], gets=[{"var": "y", "criteria": "throughput"}])
     engine.release()
     await drain(sched)
-    assert order(sched) == ["block", "o1", "n1"]
+    assert order(sched) == ["block", "o0", "o1", "n1"]
+
+
+async def test_a_new_graph_in_a_long_lived_session_ranks_by_its_own_arrival() -> None:
+    """App-FIFO ranks graphs, not sessions: an old session's fresh, independent graph does
+    not overtake a newer session's earlier graph."""
+    engine, clock = ScriptedEngine(hold=True), FakeClock()
+    sched = await blocked(engine, clock, aging_rate=0.0)
+    long_lived = sched.open_app("long-lived")
+    clock.now += 100
+    newer = sched.open_app("newer")
+    submit(sched, newer, calls=[call("n1", "x")], gets=[{"var": "x", "criteria": "throughput"}])
+    clock.now += 1
+    submit(
+        sched, long_lived, calls=[call("l1", "y")], gets=[{"var": "y", "criteria": "throughput"}]
+    )
+    engine.release()
+    await drain(sched)
+    assert order(sched) == ["block", "n1", "l1"]
 
 
 async def test_aging_lets_a_long_waiting_call_overtake() -> None:
-    """A newer app's call that has waited long enough outranks an older app's fresh call."""
+    """A newer graph's call that has waited long enough outranks an older graph's call that
+    has just become ready."""
     engine, clock = ScriptedEngine(hold=True), FakeClock()
     sched = await blocked(engine, clock, aging_rate=0.5)
-    old = sched.open_app("old")
+    old, new = sched.open_app("old"), sched.open_app("new")
+    submit(
+        sched,
+        old,
+        vars=[{"id": "later"}],
+        calls=[call("o1", "y", "later")],
+        gets=[{"var": "y", "criteria": "throughput"}],
+    )
     clock.now += 1
-    new = sched.open_app("new")
     submit(sched, new, calls=[call("n1", "x")], gets=[{"var": "x", "criteria": "throughput"}])
     clock.now += 10  # n1 waited 10 s: credit 5 s > the 1 s head start of "old"
-    submit(sched, old, calls=[call("o1", "y")], gets=[{"var": "y", "criteria": "throughput"}])
+    sched.set_value(old, "later", "now ready")
     engine.release()
     await drain(sched)
     assert order(sched) == ["block", "n1", "o1"]
