@@ -34,6 +34,7 @@ class Tokenizer:
         self.eos_token_ids = eos_token_ids
         self.chat_template = chat_template  # None: DEFAULT_CHAT_TEMPLATE is used
         self._special_tokens = special_tokens  # "bos_token" -> "<s>" etc., for templates
+        self.stream_hold_ids = _stream_hold_ids(backend)
 
     @classmethod
     def from_dir(cls, path: str | Path) -> Tokenizer:
@@ -91,8 +92,9 @@ class IncrementalDetokenizer:
     """Decode a stream of generated ids into text pieces that are safe to emit.
 
     Feed ids one at a time; a piece is held back while the text ends in U+FFFD (an incomplete
-    multi-byte character). The concatenation of every piece returned by :meth:`feed` and
-    then :meth:`flush` equals ``tokenizer.decode(all ids)``.
+    multi-byte character), and, for byte-fallback tokenizers, while the last id is in
+    ``tokenizer.stream_hold_ids``. The concatenation of every piece returned by :meth:`feed`
+    and then :meth:`flush` equals ``tokenizer.decode(all ids)``.
 
     Why a window: decoding only ``ids[prefix_offset:]`` keeps each step O(window), and
     re-decoding the previously emitted tokens with the new ones (then diffing) keeps
@@ -114,6 +116,8 @@ class IncrementalDetokenizer:
     def feed(self, token_id: int) -> str:
         """Add one id (mutates); return the newly safe text, possibly ""."""
         self._ids.append(token_id)
+        if token_id in self._tokenizer.stream_hold_ids:
+            return ""
         prefix_text, text = self._window_texts()
         if len(text) > len(prefix_text) and not text.endswith(REPLACEMENT_CHAR):
             self._prefix_offset, self._read_offset = self._read_offset, len(self._ids)
@@ -142,6 +146,23 @@ def _token_text(value: str | dict[str, Any] | None) -> str | None:
     if isinstance(value, dict):
         return value.get("content")
     return value
+
+
+def _stream_hold_ids(backend: tokenizers.Tokenizer) -> frozenset[int]:
+    """Ids after which a text stream must wait for an ordinary token (pure).
+
+    Only byte-fallback decoders (Llama 2, Mistral) need this: they decode a whole run of
+    ``<0xNN>`` tokens at once and, if the run is not valid UTF-8, turn *every* byte of it into
+    U+FFFD, so a valid prefix of the run cannot be emitted early. Skipped special tokens
+    inside a run do not end it, so they wait too.
+    """
+    decoder = backend.decoder
+    if decoder is None or b'"ByteFallback"' not in decoder.__getstate__():
+        return frozenset()
+    byte_ids = {i for token, i in backend.get_vocab(with_added_tokens=False).items()
+                if len(token) == 6 and token.startswith("<0x") and token.endswith(">")}
+    special_ids = {i for i, t in backend.get_added_tokens_decoder().items() if t.special}
+    return frozenset(byte_ids | special_ids)
 
 
 def _bos_id(backend: tokenizers.Tokenizer, tok_config: dict[str, Any],

@@ -185,3 +185,48 @@ def test_eos_ids_gathered_from_generation_config(tiny_dir: Path, tmp_path: Path)
 def test_missing_tokenizer_json_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"no tokenizer\.json"):
         Tokenizer.from_dir(tmp_path)
+
+
+def sentencepiece_style_tokenizer() -> Tokenizer:
+    """A Llama-2/Mistral-shaped tokenizer built in place: "▁" for spaces, byte fallback,
+    and a decoder that strips the leading space of whatever it decodes."""
+    from tokenizers import AddedToken, decoders, models, normalizers
+    from tokenizers import Tokenizer as Backend
+
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2} | {f"<0x{b:02X}>": 3 + b for b in range(256)}
+    for piece in ["▁", "a", "b", "▁a", "▁ab", "é", "▁é", "ab"]:
+        vocab[piece] = len(vocab)
+    merges = [("▁", "a"), ("▁a", "b"), ("a", "b"), ("▁", "é")]
+    backend = Backend(models.BPE(vocab=vocab, merges=merges, byte_fallback=True,
+                                 unk_token="<unk>", fuse_unk=True))
+    backend.normalizer = normalizers.Sequence(
+        [normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    backend.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(),
+                                         decoders.Fuse(), decoders.Strip(" ", 1, 0)])
+    backend.add_special_tokens([AddedToken("<s>", special=True), AddedToken("</s>", special=True)])
+    return Tokenizer(backend, bos_token_id=1, eos_token_ids=(2,), chat_template=None,
+                     special_tokens={})
+
+
+SP_TOKENIZER = sentencepiece_style_tokenizer()
+
+
+# byte tokens (valid and invalid UTF-8 starts/continuations), specials and pieces, densely
+SP_INTERESTING = [0, 1, 2, *(3 + b for b in (0x00, 0x41, 0x80, 0x9F, 0xA9, 0xC3, 0xE2, 0xF0)),
+                  259, 260, 261, 262, 263]
+
+
+@FAST
+@given(ids=st.lists(st.one_of(st.integers(0, SP_TOKENIZER.vocab_size - 1),
+                              st.sampled_from(SP_INTERESTING)), max_size=40))
+def test_incremental_detok_with_byte_fallback_and_space_stripping(ids: list[int]) -> None:
+    """Stripped leading spaces are not lost (the window keeps context) and byte-fallback runs,
+    which decode to all-U+FFFD when invalid, are emitted only once complete."""
+    assert "".join(stream(SP_TOKENIZER, ids)) == SP_TOKENIZER.decode(ids)
+
+
+def test_incremental_detok_sentencepiece_text() -> None:
+    ids = SP_TOKENIZER.encode("ab a é 😀b", add_bos=True)
+    pieces = stream(SP_TOKENIZER, ids)
+    assert "".join(pieces) == "ab a é 😀b" and " a" in pieces
+    assert pieces[-6:] == ["", "", "", "", "😀b", ""]  # the emoji's 4 byte tokens wait for "b"
