@@ -109,12 +109,13 @@ class Eclectus(CapturingLLM):
 
     @property
     def metadata(self) -> LLMMetadata:
-        """Context window and model name from the server; ``num_output`` is ``max_tokens``.
+        """Context window and model name from the server; ``num_output`` is ``max_tokens``,
+        capped by the model's ``max_output_tokens`` when the server announces one.
         Connects on first use. A completion model: templates are formatted as text."""
         info = self._model_info()
         return LLMMetadata(
             context_window=self.context_window or info.context_window,
-            num_output=self.max_tokens,
+            num_output=min(self.max_tokens, info.max_output_tokens or self.max_tokens),
             is_chat_model=False,
             model_name=info.name,
         )
@@ -131,6 +132,10 @@ class Eclectus(CapturingLLM):
         defaults = {key: getattr(self, key) for key in _SAMPLING_KEYS}
         merged = {**defaults, **given}
         merged["stop"] = tuple(merged["stop"])
+        # never ask for more than the server allows: num_output promised LlamaIndex as much
+        limit = self._model_info().max_output_tokens
+        if limit is not None:
+            merged["max_tokens"] = min(merged["max_tokens"], limit)
         return Sampling(**merged)
 
     def call(self, pieces: Sequence[str | SemanticVariable], **kwargs: Any) -> SemanticVariable:
