@@ -105,3 +105,23 @@ def test_connect_sync_auth_error() -> None:
     with guarded.running(), pytest.raises(AuthError):
         connect_sync(guarded.url, token="nope")
     assert threading.active_count() <= before
+
+
+def test_breaking_out_of_a_stream_early_leaves_the_session_usable(peer: FakePeer) -> None:
+    """Abandoning stream()/astream() after one delta closes it cleanly on the session loop."""
+    with connect_sync(peer.url) as app:
+        (out,) = app.call(["x", Gen()])
+        peer.texts[out.id] = "abcdefghijkl"
+        for first in out.stream(timeout=5):
+            assert first == "abc"
+            break
+
+        async def first_async_delta() -> str:
+            (other,) = app.call(["y", Gen()])
+            async for delta in other.astream():
+                return delta
+            raise AssertionError("no delta")
+
+        assert asyncio.run(first_async_delta()).startswith("tex")
+        assert out.get(timeout=5) == "abcdefghijkl"
+        assert app.get_many([out], timeout=5) == ["abcdefghijkl"]
