@@ -163,8 +163,8 @@ class AsyncEngine:
             assert command.request is not None
             try:
                 self.engine.add_request(command.request)
-            except ValueError as exc:
-                self._fail(command.request_id, str(exc))
+            except Exception as exc:  # bad request or tokenizer error: fail it, live on
+                self._fail(command.request_id, f"{type(exc).__name__}: {exc}")
         elif command.kind == "abort":
             output = self.engine.abort(command.request_id)
             if output is not None:
