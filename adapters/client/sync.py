@@ -71,6 +71,22 @@ class SyncSession:
         return self._session.session_id
 
     @property
+    def server_version(self) -> str:
+        return self._session.server_version
+
+    @property
+    def url(self) -> str:
+        return self._session.url
+
+    @property
+    def num_pending(self) -> int:
+        return self._session.num_pending
+
+    @property
+    def num_frames_sent(self) -> int:
+        return self._session.num_frames_sent
+
+    @property
     def closed(self) -> bool:
         return self._session.closed
 
