@@ -26,6 +26,7 @@ class Lowering:
     mode: Literal["sync", "async"]
     config: RunnableConfig
     trace: GraphTrace = field(default_factory=GraphTrace)
+    timeout: float | None = None  # seconds to wait for values (the model's ``timeout``)
 
     def declare_call(
         self, pieces: Sequence[Piece], sampling: dict[str, Any], model: str | None, label: str
@@ -44,8 +45,12 @@ class Lowering:
     async def resolve(self, value: Any) -> Any:
         """The concrete twin of a symbolic value: its refs fetched in one frame."""
         refs = collect_refs(value, [])
-        texts = await self.session.session.aget_many([ref.var for ref in refs]) if refs else []
+        texts = await self.fetch([ref.var for ref in refs]) if refs else []
         return rebuild(value, {id(ref): text for ref, text in zip(refs, texts, strict=True)})
+
+    async def fetch(self, variables: list[Any]) -> list[str]:
+        """The texts of SDK variables, pending declarations shipped in the same frame."""
+        return await asyncio.wait_for(self.session.session.aget_many(variables), self.timeout)
 
     async def cut(self, runnable: Runnable, value: Any, reason: str) -> Any:
         """Runs ``runnable`` on the client over the resolved input; its output is concrete

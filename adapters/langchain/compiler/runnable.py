@@ -158,7 +158,9 @@ class CompiledRunnable(Runnable[Any, Any]):
         config: RunnableConfig,
         trace: GraphTrace | None = None,
     ) -> Lowering:
-        return Lowering(self._session(), self.server, mode, config, trace or GraphTrace())
+        trace = trace or GraphTrace()
+        timeout = self.model.request_timeout
+        return Lowering(self._session(), self.server, mode, config, trace, timeout)
 
     async def _run(
         self,
@@ -183,7 +185,7 @@ async def _resolve_all(ctx: Lowering, outputs: list[Any], return_exceptions: boo
     live = [o for o in outputs if not isinstance(o, BaseException)]
     refs = collect_refs(live, [])
     try:
-        texts = await ctx.session.session.aget_many([ref.var for ref in refs]) if refs else []
+        texts = await ctx.fetch([ref.var for ref in refs]) if refs else []
     except Exception:
         if not return_exceptions:
             raise
