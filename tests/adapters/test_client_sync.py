@@ -24,8 +24,10 @@ def test_get_and_stream_block(peer: FakePeer) -> None:
         parts = [summarize(doc=d) for d in ("a", "b", "c")]
         joined = app.join([p for p in parts if isinstance(p, SemanticVariable)], sep="|")
         peer.texts[joined.id] = "x|y|z"
+        assert app.num_pending == 8  # 3 outputs + 3 calls, the join output + its op
         assert joined.get(timeout=5) == "x|y|z"
-        assert len(peer.of_type("submit")) == 1
+        assert len(peer.of_type("submit")) == 1 and app.num_frames_sent == 1
+        assert app.num_pending == 0 and app.url == peer.url and app.server_version == "peer"
         (streamed,) = app.call(["go", Gen(max_tokens=4)])
         peer.texts[streamed.id] = "streaming text"
         assert "".join(streamed.stream(timeout=5)) == "streaming text"
