@@ -131,3 +131,12 @@ def test_a_chains_batches_share_its_application_session(chat: ChatEclectus) -> N
     before = set(_client._pool)
     chain.invoke([{"doc": "a"}, {"doc": "b"}])
     assert [key[2] for key in set(_client._pool) - before] == ["mr-app"]
+
+
+def test_a_closed_pooled_session_is_replaced(chat: ChatEclectus) -> None:
+    """After the pooled session closes, the next call opens a fresh one and succeeds."""
+    expected = chat.invoke("again").content
+    session = _client.session_for(chat.eclectus_url, chat.token, None)
+    session.close()
+    assert chat.invoke("again").content == expected
+    assert _client.session_for(chat.eclectus_url, chat.token, None) is not session
