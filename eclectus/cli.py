@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import sys
 from collections.abc import Callable, Sequence
 
 # subcommand -> (module, help). Each module has add_arguments(parser) and run(args) -> int;
@@ -21,18 +22,23 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
+    """The parser, with arguments only for the subcommand named in ``argv`` (if any): only
+    that module is imported, so `eclectus model export` does not pay for the server."""
+    chosen = next((arg for arg in argv if not arg.startswith("-")), None)
     parser = argparse.ArgumentParser(prog="eclectus", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (module_name, help_text) in SUBCOMMANDS.items():
-        module = importlib.import_module(module_name)
         child = sub.add_parser(name, help=help_text, description=help_text)
-        module.add_arguments(child)
-        child.set_defaults(run=module.run)
+        if name == chosen:
+            module = importlib.import_module(module_name)
+            module.add_arguments(child)
+            child.set_defaults(run=module.run)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(argv).parse_args(argv)
     run: Callable[[argparse.Namespace], int] = args.run
     return run(args)
