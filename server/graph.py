@@ -94,8 +94,9 @@ def run_op(op: OpSpec, texts: list[str]) -> str:
 class Graph:
     """The variables and nodes of one session. Every method that changes state says so."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_op_run: Callable[[], None] | None = None) -> None:
         self.vars: dict[str, Variable] = {}
+        self.on_op_run = on_op_run  # counts server-side ops for /metrics
         self.nodes: dict[str, Node] = {}
         # nodes added since the pin table last indexed them (it drains this list)
         self.unindexed: list[Node] = []
@@ -282,6 +283,8 @@ class Graph:
                 texts = [self.vars[v].value or "" for v in node.op.inputs]
                 output = self.vars[node.outputs[0]]
                 output.value = run_op(node.op, texts)
+                if self.on_op_run is not None:
+                    self.on_op_run()
                 self._finish_var(output, VarState.READY, None, None)
                 stack.extend(self.nodes[c] for c in output.consumers)
                 sweep(self, [node.node_id], [])

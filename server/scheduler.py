@@ -78,7 +78,7 @@ class Scheduler:
 
     def open_app(self, session_id: str, tenant: str | None = None) -> AppState:
         """Register a session (mutates)."""
-        app = AppState(session_id, Graph(), self.clock(), tenant)
+        app = AppState(session_id, Graph(self._count_op), self.clock(), tenant)
         self.apps[session_id] = app
         return app
 
@@ -273,6 +273,9 @@ class Scheduler:
                 await self.backend.unpin(request_id)
             except Exception:  # an unpin failure only costs cache space
                 log.exception("unpin %s failed", request_id)
+
+    def _count_op(self) -> None:
+        self.metrics.ops_run += 1
 
     def gauges(self) -> dict[str, float]:
         """Scheduler gauges for /metrics (pure)."""

@@ -218,6 +218,7 @@ async def test_ops_run_on_the_server_and_match_python() -> None:
     )
     assert app.graph.vars["lst"].value == repr(texts)
     assert app.graph.vars["jn"].value == "[it's, back\\slash]"
+    assert sched.metrics.ops_run == 2
 
 
 async def test_shared_prefix_is_pinned_until_the_last_sharer_dispatches() -> None:
