@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Literal, cast
 
@@ -32,6 +33,9 @@ class Declarations:
             weakref.WeakValueDictionary()
         )
         self._vars_lock = threading.Lock()
+        # ids of variables nobody holds any more, for the server's ``release`` frame (a
+        # deque: finalizers append from whatever thread drops the last reference)
+        self._released: deque[str] = deque()
 
     @property
     def _session(self) -> Session:
@@ -121,7 +125,18 @@ class Declarations:
         var = SemanticVariable(self._session, self.new_id("v"), name, value)
         with self._vars_lock:
             self._vars[var.id] = var
+        # Once the caller drops the variable, nothing can mention its id again: everything
+        # that references it is already in the pending fragment or shipped.
+        finalizer = weakref.finalize(var, self._released.append, var.id)
+        finalizer.atexit = False  # at interpreter exit there is no session left to tell
         return var
+
+    def take_released(self, limit: int) -> list[str]:
+        """Up to ``limit`` ids of dropped variables, oldest first (mutates: removes them)."""
+        taken: list[str] = []
+        while self._released and len(taken) < limit:
+            taken.append(self._released.popleft())
+        return taken
 
     def declare(
         self, vars: Sequence[VarSpec], call: CallSpec | None = None, op: OpSpec | None = None

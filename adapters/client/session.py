@@ -32,6 +32,7 @@ from eclectus.server.protocol import (
     GetSpec,
     Limits,
     ModelInfo,
+    Release,
     ServerFrame,
     Set,
     Tokenize,
@@ -43,6 +44,9 @@ from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
 log = logging.getLogger(__name__)
+
+RELEASE_BATCH = 128  # dropped variables per release frame (fewer when the limits are small)
+RELEASE_MAX_IDS = 10_000  # the protocol's cap on one release frame
 
 
 class Session(Declarations):
@@ -288,9 +292,22 @@ class Session(Declarations):
                     self._router.dispatch(error)
                     continue
                 await self._send_text(text)
+            await self._send_releases(force=expect_ack)
             return replies
 
-    async def _send(self, frame: Set | Cancel | Tokenize | Close) -> None:
+    async def _send_releases(self, *, force: bool) -> None:
+        """Tells the server which variables the client dropped, in batches (one frame per
+        batch, after the submits that may still mention them), or all of them when
+        ``force``. Keeps a long-lived session under the server's per-session limits."""
+        limits = self.limits
+        batch = min(
+            RELEASE_BATCH, limits.max_vars_per_session // 4, limits.max_calls_per_session // 4
+        )
+        while len(self._released) >= (1 if force else max(1, batch)):
+            ids = self.take_released(RELEASE_MAX_IDS)
+            await self._send(Release(id=self.new_id("r"), vars=ids))
+
+    async def _send(self, frame: Set | Cancel | Release | Tokenize | Close) -> None:
         await self._send_text(encode_frame(frame))
 
     async def _send_text(self, text: str) -> None:

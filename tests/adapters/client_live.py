@@ -30,10 +30,11 @@ class LiveServer:
 
 
 @contextmanager
-def serve_live(max_prompt_tokens: int = 2048) -> Iterator[LiveServer]:
-    """Serves on a free loopback port on its own loop thread until the block ends."""
+def serve_live(**limits: int) -> Iterator[LiveServer]:
+    """Serves on a free loopback port on its own loop thread until the block ends; ``limits``
+    override ServerConfig fields (default here: max_prompt_tokens=2048)."""
     config = ServerConfig(
-        port=0, model="tiny", token=LIVE_TOKEN, max_prompt_tokens=max_prompt_tokens
+        port=0, model="tiny", token=LIVE_TOKEN, **{"max_prompt_tokens": 2048, **limits}
     )
     with serve_in_thread(config) as server:
         yield LiveServer(server, LIVE_TOKEN)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from client_live import LiveServer
+from client_live import LiveServer, serve_live
 from eclectus.adapters.client import (
     AuthError,
     Gen,
@@ -176,3 +176,14 @@ async def test_bench_graph_equals_step_by_step(live_server: LiveServer) -> None:
     steps = await step_by_step(url, token, docs, max_tokens=4)
     assert graph.final == steps.final
     assert (graph.num_frames, steps.num_frames) == (1, 4)
+
+
+def test_long_session_stays_under_limits_by_releasing() -> None:
+    """Dropped variables are released, so one session makes more calls than the server's
+    per-session limits hold at once."""
+    limits = dict(max_calls_per_session=16, max_vars_per_session=40)
+    with serve_live(**limits) as small, connect_sync(small.url, token=small.token) as app:
+        f = app.function("Item {{i}}:{{out}}", out=dict(max_tokens=2))
+        texts = [one(f(i=str(i))).get(timeout=60) for i in range(48)]
+        assert len(texts) == 48
+        assert app.num_frames_sent > 48  # the submits and some release frames

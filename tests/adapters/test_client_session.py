@@ -252,3 +252,16 @@ async def test_second_get_with_a_new_objective_is_sent(peer: FakePeer, peer_app:
     assert gets == [{"var": out.id, "criteria": "throughput"}, {"var": out.id}]
     for task in waits:
         task.cancel()
+
+
+async def test_dropped_variables_are_released_after_the_submit(
+    peer: FakePeer, peer_app: Session
+) -> None:
+    """Variables nobody holds are released in batches, after the submit mentioning them."""
+    dropped_ids = [peer_app.variable("x").id for _ in range(130)]
+    kept = peer_app.variable("keep")
+    (out,) = peer_app.call([kept, Gen()])
+    await out.aget()
+    kinds = [f["type"] for f in peer.frames]
+    assert kinds[-2:] == ["submit", "release"]
+    assert peer.frames[-1]["vars"] == dropped_ids
