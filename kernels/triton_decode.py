@@ -63,12 +63,12 @@ def _paged_items_kernel(
     item = tl.program_id(0)
     tile = tl.program_id(1)
     kv_head = tl.program_id(2) // num_splits
-    split = tl.program_id(2) % num_splits
+    split = (tl.program_id(2) % num_splits).to(tl.int64)  # int64: offsets into the partials
     row_begin = tl.load(ItemRowOffsets + item) + tile * BLOCK_R
     row_end = tl.load(ItemRowOffsets + item + 1)
     if row_begin >= row_end:  # the grid covers the largest item; smaller ones stop here
         return
-    start = tl.load(ItemStarts + item) + split * split_len
+    start = tl.load(ItemStarts + item) + (split * split_len).to(tl.int32)
     end = tl.minimum(tl.load(ItemEnds + item), start + split_len)
     table = Tables + tl.load(ItemTableRows + item).to(tl.int64) * stride_tb
 

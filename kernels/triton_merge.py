@@ -90,21 +90,26 @@ def _combine_kernel(
     m = tl.full([BLOCK_H], float("-inf"), tl.float32)
     total = tl.zeros([BLOCK_H], tl.float32)
     acc = tl.zeros([BLOCK_H, HEAD_DIM], tl.float32)
-    for s in range(num_own_splits):
-        lse_part = tl.load(LseOwn + s * stride_ols + request * stride_olb + offs_h, mask=h_ok,
-                           other=float("-inf"))
-        o_part = tl.load(OOwn + s * stride_oos + request * stride_oob + tile,
-                         mask=h_ok[:, None], other=0.0)
+    # pointers advance split by split: 64-bit arithmetic, the partials can pass 2**31 elements
+    lse_ptr = LseOwn + request * stride_olb + offs_h
+    o_ptr = OOwn + request * stride_oob + tile
+    for _ in range(num_own_splits):
+        lse_part = tl.load(lse_ptr, mask=h_ok, other=float("-inf"))
+        o_part = tl.load(o_ptr, mask=h_ok[:, None], other=0.0)
         m, total, acc = _fold(m, total, acc, lse_part, o_part)
+        lse_ptr += stride_ols
+        o_ptr += stride_oos
     if HAS_MEMBERS:
         for j in range(tl.load(MemberOffsets + request), tl.load(MemberOffsets + request + 1)):
             row = tl.load(MemberRows + j).to(tl.int64)
-            for s in range(num_mem_splits):
-                lse_part = tl.load(LseMem + s * stride_mls + row * stride_mlr + offs_h,
-                                   mask=h_ok, other=float("-inf"))
-                o_part = tl.load(OMem + s * stride_mos + row * stride_mor + tile,
-                                 mask=h_ok[:, None], other=0.0)
+            lse_ptr = LseMem + row * stride_mlr + offs_h
+            o_ptr = OMem + row * stride_mor + tile
+            for _ in range(num_mem_splits):
+                lse_part = tl.load(lse_ptr, mask=h_ok, other=float("-inf"))
+                o_part = tl.load(o_ptr, mask=h_ok[:, None], other=0.0)
                 m, total, acc = _fold(m, total, acc, lse_part, o_part)
+                lse_ptr += stride_mls
+                o_ptr += stride_mos
     nonempty = total > 0.0
     total_safe = tl.where(nonempty, total, 1.0)
     m_safe = tl.where(m == float("-inf"), 0.0, m)
