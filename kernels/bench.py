@@ -142,13 +142,21 @@ def prefix_pass(inputs: Inputs, scale: float) -> Callable[[], object]:
                                         inputs.cascade_plan.scratch)
 
 
+@dataclass(frozen=True)
+class Result:
+    row: str  # the printed table row
+    vs_paged: float | None = None  # paged time / cascade time
+    prefix_peak: float | None = None  # prefix-pass bandwidth / peak
+
+
 def run_case(case: Case, device: torch.device, measure: Callable[[Callable[[], object]], float],
-             peak: float) -> str:
+             peak: float) -> Result:
     inputs = make_inputs(case, device)
     scale = case.head_dim**-0.5
     q, k, v = inputs.q, inputs.k_cache, inputs.v_cache
     if inputs.cascade_plan.cascade is None:
-        return f"{case.batch:>5} {case.prefix:>6} {case.suffix:>6}  (prefix too short to group)"
+        return Result(f"{case.batch:>5} {case.prefix:>6} {case.suffix:>6}  "
+                      "(prefix too short to group)")
     o_cascade = dispatch.decode_attention(q, k, v, inputs.cascade_plan, scale)
     o_paged = dispatch.decode_attention(q, k, v, inputs.paged_plan, scale)
     err = (o_cascade.float() - o_paged.float()).abs().max().item()
@@ -160,11 +168,24 @@ def run_case(case: Case, device: torch.device, measure: Callable[[Callable[[], o
     t_prefix = measure(prefix_pass(inputs, scale))
     unique = case.kv_bytes(case.prefix + case.batch * case.suffix)
     prefix_bw = case.kv_bytes(case.prefix // case.block_size * case.block_size) / t_prefix
-    return (f"{case.batch:>5} {case.prefix:>6} {case.suffix:>6} {t_cascade * 1e3:>9.3f} "
-            f"{t_paged * 1e3:>9.3f} {t_sdpa * 1e3:>9.3f} {t_paged / t_cascade:>8.2f}x "
-            f"{t_sdpa / t_cascade:>8.2f}x {unique / t_cascade / 1e9:>9.1f} "
-            f"{100 * unique / t_cascade / peak:>6.1f}% {prefix_bw / 1e9:>9.1f} "
-            f"{100 * prefix_bw / peak:>6.1f}% {err:>8.1e}")
+    row = (f"{case.batch:>5} {case.prefix:>6} {case.suffix:>6} {t_cascade * 1e3:>9.3f} "
+           f"{t_paged * 1e3:>9.3f} {t_sdpa * 1e3:>9.3f} {t_paged / t_cascade:>8.2f}x "
+           f"{t_sdpa / t_cascade:>8.2f}x {unique / t_cascade / 1e9:>9.1f} "
+           f"{100 * unique / t_cascade / peak:>6.1f}% {prefix_bw / 1e9:>9.1f} "
+           f"{100 * prefix_bw / peak:>6.1f}% {err:>8.1e}")
+    return Result(row, t_paged / t_cascade, prefix_bw / peak)
+
+
+def report_targets(results: dict[tuple[int, int, int], Result]) -> None:
+    """The issue's GPU targets, for the batch-64 x 8k-prefix rows that ran."""
+    for (batch, prefix, suffix), result in results.items():
+        if (batch, prefix) != (64, 8192) or result.vs_paged is None:
+            continue
+        assert result.prefix_peak is not None
+        print(f"target {batch}x{prefix}x{suffix}: vs paged {result.vs_paged:.1f}x (>= 10x "
+              f"{'met' if result.vs_paged >= 10 else 'NOT met'}), prefix pass "
+              f"{100 * result.prefix_peak:.0f}% of peak (> 70% "
+              f"{'met' if result.prefix_peak > 0.7 else 'NOT met'})")
 
 
 def parse_sizes(text: str) -> list[tuple[int, int, int]]:
@@ -212,10 +233,13 @@ def main(argv: list[str] | None = None) -> int:
           f"{'vs paged':>9} {'vs sdpa':>9} {'GB/s':>9} {'%peak':>7} {'pfx GB/s':>9} "
           f"{'%peak':>7} {'max|err|':>8}")
     print(f"{'':>20} {'ms':>9} {'ms':>9} {'ms':>9}")
-    for batch, prefix, suffix in args.sizes or (GPU_SIZES if gpu else CPU_SIZES):
-        case = Case(batch, prefix, suffix, num_q_heads, num_kv_heads, head_dim,
-                    args.block_size, dtype)
-        print(run_case(case, device, measure, peak), flush=True)
+    results = {}
+    for size in args.sizes or (GPU_SIZES if gpu else CPU_SIZES):
+        case = Case(*size, num_q_heads, num_kv_heads, head_dim, args.block_size, dtype)
+        results[size] = run_case(case, device, measure, peak)
+        print(results[size].row, flush=True)
+    if gpu:
+        report_targets(results)
     return 0
 
 
