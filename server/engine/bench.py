@@ -84,18 +84,23 @@ class Bench:
         print(f"| {case} | {engine} | {baseline} | {ratio:.2f}x |", flush=True)
 
 
-def best_of(runs: int, fn: Callable[[], float]) -> float:
-    """The fastest of ``runs`` timings: other load on a shared machine only adds time."""
-    return min(fn() for _ in range(runs))
+def best_pair(runs: int, a: Callable[[], float], b: Callable[[], float]) -> tuple[float, float]:
+    """The fastest of ``runs`` timings of each, interleaved (a, b, a, b, ...) so that load
+    from other processes on a shared machine hits both sides alike; extra load only adds
+    time, so the minimum is the cleanest figure."""
+    times = [(a(), b()) for _ in range(runs)]
+    return min(t[0] for t in times), min(t[1] for t in times)
 
 
 def engine_vs_hf(
     b: Bench, llm: LLM, batch: int, prompt_len: int, new_tokens: int, shared: int, runs: int
 ) -> tuple[float, float]:
     """Best seconds of the engine and of HF on fresh prompts of this shape."""
-    eng = best_of(runs, lambda: b.run_engine(llm, b.prompts(batch, prompt_len, shared), new_tokens))
-    hf = best_of(runs, lambda: b.run_hf(b.prompts(batch, prompt_len, shared), new_tokens))
-    return eng, hf
+    return best_pair(
+        runs,
+        lambda: b.run_engine(llm, b.prompts(batch, prompt_len, shared), new_tokens),
+        lambda: b.run_hf(b.prompts(batch, prompt_len, shared), new_tokens),
+    )
 
 
 def prefill_and_decode(
@@ -124,7 +129,7 @@ def shared_prefix(b: Bench, prefix: int, runs: int) -> None:
     def run(llm: LLM) -> float:
         return b.run_engine(llm, b.prompts(16, prefix + 16, shared=prefix), 32)
 
-    on, off = best_of(runs, lambda: run(b.llm)), best_of(runs, lambda: run(b.llm_nocache))
+    on, off = best_pair(runs, lambda: run(b.llm), lambda: run(b.llm_nocache))
     b.add(
         f"16 x ({prefix} shared + 16) -> 32, sharing on vs off",
         f"{on:.2f} s",
@@ -144,8 +149,11 @@ def vllm_anchor(b: Bench, runs: int) -> None:
             f"HF {h:.2f} s",
             h / e,
         )
-    ttft = best_of(runs, lambda: b.run_engine(b.llm_nocache, b.prompts(1, 501), 1))
-    total = best_of(runs, lambda: b.run_engine(b.llm_nocache, b.prompts(1, 501), 65))
+    ttft, total = best_pair(
+        runs,
+        lambda: b.run_engine(b.llm_nocache, b.prompts(1, 501), 1),
+        lambda: b.run_engine(b.llm_nocache, b.prompts(1, 501), 65),
+    )
     b.add(
         "single 501-token request (vLLM ~0.1 s, 6-8 ms/token)",
         f"TTFT {ttft * 1000:.0f} ms, {(total - ttft) / 64 * 1000:.1f} ms/token",
@@ -157,7 +165,9 @@ def vllm_anchor(b: Bench, runs: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="tiny")
-    parser.add_argument("--quick", action="store_true", help="fewer sizes, one run each")
+    parser.add_argument(
+        "--quick", action="store_true", help="fewer sizes, one run each (default: best of 3)"
+    )
     parser.add_argument(
         "--threads",
         type=int,
@@ -169,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
 
     threads = args.threads or default_num_threads()
     bench = Bench(args.model, threads)
-    runs = 1 if args.quick else 2
+    runs = 1 if args.quick else 3
     bench.run_engine(bench.llm, bench.prompts(2, 32), 4)  # warm-up both paths
     bench.run_engine(bench.llm_nocache, bench.prompts(2, 32), 4)
     bench.run_hf(bench.prompts(2, 32), 4)
