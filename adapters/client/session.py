@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Iterable, Iterator
 from eclectus.adapters.client.bridge import LoopBridge
 from eclectus.adapters.client.declarations import Declarations
 from eclectus.adapters.client.errors import ConnectionError
-from eclectus.adapters.client.fragment import created_ids, plan_submits
+from eclectus.adapters.client.outbox import Outbox
 from eclectus.adapters.client.router import Router, StreamEnd
 from eclectus.adapters.client.variables import SemanticVariable, VarState
 from eclectus.adapters.client.wire import decode_frame, encode_frame
@@ -28,12 +28,9 @@ from eclectus.server.protocol import (
     Cancel,
     Close,
     Criteria,
-    Error,
     GetSpec,
     Limits,
     ModelInfo,
-    Release,
-    ServerFrame,
     Set,
     Tokenize,
     Tokens,
@@ -44,9 +41,6 @@ from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
 log = logging.getLogger(__name__)
-
-RELEASE_BATCH = 128  # dropped variables per release frame (fewer when the limits are small)
-RELEASE_MAX_IDS = 10_000  # the protocol's cap on one release frame
 
 
 class Session(Declarations):
@@ -61,9 +55,8 @@ class Session(Declarations):
         self._welcome = welcome
         self._url = url
         self._router = Router(self._lookup)
-        self._send_lock = asyncio.Lock()  # keeps "take the fragment, send it" in frame order
+        self._outbox = Outbox(ws, url, self._router, self._pending, self, welcome.limits)
         self._closing = False
-        self._num_frames_sent = 0
         self._receiver = loop.create_task(self._receive())
 
     # -- what the server said at the handshake -------------------------------------------
@@ -92,7 +85,7 @@ class Session(Declarations):
     @property
     def num_frames_sent(self) -> int:
         """Frames this session has sent after ``hello`` (the frame economy, client side)."""
-        return self._num_frames_sent
+        return self._outbox.num_frames_sent
 
     @property
     def closed(self) -> bool:
@@ -196,7 +189,7 @@ class Session(Declarations):
                 gets.append(GetSpec(var=var.id, criteria=criteria, deadline_ms=deadline_ms))
             results.append(waiter)
         if gets:
-            await self._ship(gets)
+            await self._outbox.ship(gets)
         # shield: one caller giving up must not cancel a waiter other callers share
         return [r if isinstance(r, str) else await asyncio.shield(r) for r in results]
 
@@ -213,7 +206,7 @@ class Session(Declarations):
         shipped = not is_new
         try:
             if is_new:
-                await self._ship([GetSpec(var=var.id, criteria=criteria, stream=True)])
+                await self._outbox.ship([GetSpec(var=var.id, criteria=criteria, stream=True)])
                 shipped = True
             received: list[str] = []
             while True:
@@ -235,90 +228,32 @@ class Session(Declarations):
 
     async def _set_here(self, var: SemanticVariable, text: str) -> None:
         self.check_owned(var)
-        await self._ship([])  # the variable must be declared before it is set
+        await self._outbox.ship([])  # the variable must be declared before it is set
         frame_id = self.new_id("set")
         reply = self._router.expect_reply(frame_id)
-        await self._send(Set(id=frame_id, var=var.id, value=text))
+        await self._outbox.send(Set(id=frame_id, var=var.id, value=text))
         await reply
         var._resolve(text)
 
     async def _cancel_here(self, var: SemanticVariable) -> None:
         self.check_owned(var)
-        await self._ship([])  # the variable must exist on the server to be cancelled
+        await self._outbox.ship([])  # the variable must exist on the server to be cancelled
         frame_id = self.new_id("k")
         reply = self._router.expect_reply(frame_id)
-        await self._send(Cancel(id=frame_id, var=var.id))
+        await self._outbox.send(Cancel(id=frame_id, var=var.id))
         await reply
 
     async def _count_here(self, text: str, model: str | None) -> int:
         frame_id = self.new_id("t")
         reply = self._router.expect_reply(frame_id)
-        await self._send(Tokenize(id=frame_id, text=text, model=model))
+        await self._outbox.send(Tokenize(id=frame_id, text=text, model=model))
         frame = await reply
         assert isinstance(frame, Tokens), frame
         return frame.count
 
     async def _flush_here(self) -> None:
-        for reply in await self._ship([], expect_ack=True):
+        for reply in await self._outbox.ship([], expect_ack=True):
             await reply
-
-    async def _ship(
-        self, gets: list[GetSpec], *, expect_ack: bool = False
-    ) -> list[asyncio.Future[ServerFrame]]:
-        """Sends the pending fragment plus ``gets``, as one submit unless it exceeds the
-        server's max_frame_bytes (mutates: empties the pending fragment). Returns the ack
-        futures when asked for them."""
-        async with self._send_lock:
-            fragment = self._pending.take()
-            if fragment.is_empty and not gets:
-                return []
-            max_bytes = self.limits.max_frame_bytes
-            frames = plan_submits(fragment, gets, max_bytes, lambda: self.new_id("s"))
-            replies: list[asyncio.Future[ServerFrame]] = []
-            refusal: str | None = None
-            for frame in frames:
-                assert frame.id is not None
-                gets_ids = [g.var for g in frame.gets]
-                self._router.track_submit(frame.id, created_ids(frame), gets_ids)
-                if expect_ack:
-                    replies.append(self._router.expect_reply(frame.id))
-                text = encode_frame(frame)
-                if refusal is None and len(text.encode()) > max_bytes:
-                    refusal = f"a submit item of {len(text.encode())} bytes exceeds "
-                    refusal += f"max_frame_bytes {max_bytes}"
-                if refusal is not None:
-                    # fail it (and every later part) exactly as if the server had refused it
-                    error = Error(id=frame.id, code="limit_exceeded", message=refusal)
-                    self._router.dispatch(error)
-                    continue
-                await self._send_text(text)
-            await self._send_releases(force=expect_ack)
-            return replies
-
-    async def _send_releases(self, *, force: bool) -> None:
-        """Tells the server which variables the client dropped, in batches (one frame per
-        batch, after the submits that may still mention them), or all of them when
-        ``force``. Keeps a long-lived session under the server's per-session limits."""
-        limits = self.limits
-        batch = min(
-            RELEASE_BATCH, limits.max_vars_per_session // 4, limits.max_calls_per_session // 4
-        )
-        while len(self._released) >= (1 if force else max(1, batch)):
-            ids = self.take_released(RELEASE_MAX_IDS)
-            await self._send(Release(id=self.new_id("r"), vars=ids))
-
-    async def _send(self, frame: Set | Cancel | Release | Tokenize | Close) -> None:
-        await self._send_text(encode_frame(frame))
-
-    async def _send_text(self, text: str) -> None:
-        self._raise_if_closed()
-        try:
-            await self._ws.send(text)
-            self._num_frames_sent += 1
-        except ConnectionClosed as exc:
-            error = ConnectionError(f"connection to {self._url} lost: {exc}")
-            self._router.fail_all(error)
-            raise error from exc
 
     def _closed_reason(self) -> BaseException | None:
         return self._router.closed

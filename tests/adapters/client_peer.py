@@ -35,9 +35,17 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 class FakePeer:
     """Records ``frames`` (client frames as dicts, in arrival order, all connections)."""
 
-    def __init__(self, token: str | None = None, max_frame_bytes: int = 1 << 20) -> None:
+    def __init__(
+        self,
+        token: str | None = None,
+        max_frame_bytes: int = 1 << 20,
+        max_vars_per_session: int = 10_000,
+        max_calls_per_session: int = 4_096,
+    ) -> None:
         self.token = token
         self.max_frame_bytes = max_frame_bytes
+        self.max_vars_per_session = max_vars_per_session
+        self.max_calls_per_session = max_calls_per_session
         self.frames: list[dict[str, Any]] = []
         self.invalid: list[str] = []  # frames that failed protocol validation
         self.texts: dict[str, str] = {}
@@ -122,8 +130,8 @@ class FakePeer:
         limits = Limits(
             max_frame_bytes=self.max_frame_bytes,
             max_prompt_tokens=4096,
-            max_vars_per_session=10_000,
-            max_calls_per_session=4_096,
+            max_vars_per_session=self.max_vars_per_session,
+            max_calls_per_session=self.max_calls_per_session,
         )
         return Welcome(
             id=frame_id,
