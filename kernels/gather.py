@@ -3,12 +3,15 @@
 The cache layout [num_blocks, block_size, Hkv, D] puts a token's heads side by side; a
 batched matmul wants each (request, kv head) as one contiguous [L, D] matrix. Gathering rows
 of ``cache.view(-1, D)`` with ``index_select`` produces that layout in one pass, and writing
-into a buffer kept in the step's :class:`Scratch` avoids fresh allocations whose page faults
-otherwise cost more than the gather (measured: ~8x on a 2-core CPU at 100 MB per layer).
+into a reused buffer avoids fresh allocations whose page faults otherwise cost more than the
+gather (measured: ~8x on a 2-core CPU at 100 MB per layer). The buffers live in a per-thread
+pool that outlives steps (a step's plan is new, its buffers are not); it holds the largest
+gather seen so far, per key. Per thread, because calls within one thread are sequential.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
@@ -16,13 +19,29 @@ import torch
 from torch import Tensor
 
 T = TypeVar("T")
+_POOL = threading.local()  # .buffers: dict[(key, dtype, device), flat Tensor]
+
+
+def pooled_buffer(key: Hashable, shape: tuple[int, ...], dtype: torch.dtype,
+                  device: torch.device) -> Tensor:
+    """An uninitialised [shape] view of this thread's buffer for ``key``, grown (with 25%
+    headroom) when too small. The previous contents are garbage; mutates the pool."""
+    buffers: dict[Hashable, Tensor] = _POOL.__dict__.setdefault("buffers", {})
+    numel = 1
+    for size in shape:
+        numel *= size
+    flat = buffers.get((key, dtype, device))
+    if flat is None or flat.numel() < numel:
+        flat = torch.empty(numel + numel // 4, dtype=dtype, device=device)
+        buffers[(key, dtype, device)] = flat
+    return flat[:numel].view(shape)
 
 
 class Scratch:
     """Tensors cached for one engine step and reused by every layer of it.
 
-    Index tensors depend only on the plan (and Hkv), so they are built by the first layer;
-    gather buffers are overwritten by every layer. Methods mutate only the scratch itself.
+    Index tensors depend only on the plan (and Hkv), so they are built by the first layer
+    and reused by the others. Methods mutate only the scratch itself.
     """
 
     def __init__(self) -> None:
@@ -33,12 +52,6 @@ class Scratch:
         if key not in self._items:
             self._items[key] = make()
         return self._items[key]
-
-    def buffer(self, key: Hashable, shape: tuple[int, ...], dtype: torch.dtype,
-               device: torch.device) -> Tensor:
-        """A reusable uninitialised buffer; the previous contents are garbage."""
-        full_key = (key, shape, dtype, device)
-        return self.cached(full_key, lambda: torch.empty(shape, dtype=dtype, device=device))
 
     def __repr__(self) -> str:
         return f"Scratch({len(self._items)} items)"
@@ -53,18 +66,17 @@ def head_major_rows(blocks: Tensor, block_size: int, num_kv_heads: int) -> Tenso
     return tokens[..., None, :] * num_kv_heads + heads  # [..., Hkv, L]
 
 
-def gather_head_major(cache: Tensor, rows: Tensor, scratch: Scratch | None = None,
-                      key: Hashable = None) -> Tensor:
+def gather_head_major(cache: Tensor, rows: Tensor, key: Hashable = None) -> Tensor:
     """cache [num_blocks, block_size, Hkv, D], rows [..., Hkv, L] -> [..., Hkv, L, D].
 
-    Writes into ``scratch.buffer(key, ...)`` when a scratch is given (the result is then only
-    valid until the next gather with the same key).
+    With a ``key`` the result is written into this thread's pooled buffer for it, and is only
+    valid until the next gather with the same key; without one it is a fresh tensor.
     """
     head_dim = cache.shape[-1]
     flat = cache.reshape(-1, head_dim)  # a view for the engine's contiguous caches
     shape = (rows.numel(), head_dim)
-    if scratch is None:
+    if key is None:
         return flat.index_select(0, rows.reshape(-1)).view(*rows.shape, head_dim)
-    out = scratch.buffer(key, shape, cache.dtype, cache.device)
+    out = pooled_buffer(key, shape, cache.dtype, cache.device)
     torch.index_select(flat, 0, rows.reshape(-1), out=out)
     return out.view(*rows.shape, head_dim)

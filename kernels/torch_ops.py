@@ -5,7 +5,8 @@ into [B, Hkv, L, D] (``gather``), one batched matmul per side, a length mask. Th
 loops over GROUPS, not requests: a group's stacked queries [Hkv, G * group, D] meet its prefix
 keys in one matmul, so the prefix KV is read once per group. Prefill loops over requests (each
 one is big) and uses scaled_dot_product_attention. Math in fp32; LSE natural log, fp32.
-Nothing here mutates its inputs; a plan's ``scratch`` caches indices and gather buffers.
+Nothing here mutates its inputs; a plan's ``scratch`` caches gather indices, and gathers
+reuse per-thread pooled buffers (``gather``).
 """
 
 from __future__ import annotations
@@ -69,7 +70,8 @@ def paged_decode_window_torch(q: Tensor, k_cache: Tensor, v_cache: Tensor, block
 
     q [B, Hq, D]; caches [num_blocks, block_size, Hkv, D]; block_tables int32 [B, W];
     seq_lens, kv_starts int32 [B]; max_window_blocks: host bound on the blocks any window spans.
-    ``scratch`` (the plan's) caches the gather indices under ``tag`` and reuses buffers.
+    ``scratch`` (the plan's) caches the gather indices under ``tag``; gathers go to pooled
+    buffers (``gather``).
     Returns (o [B, Hq, D] fp32, lse [B, Hq] fp32): fp32 so a cascade merges unrounded states.
     """
     batch, num_q_heads, head_dim = q.shape
@@ -77,8 +79,8 @@ def paged_decode_window_torch(q: Tensor, k_cache: Tensor, v_cache: Tensor, block
     scratch = scratch or Scratch()
     rows, masked = scratch.cached((tag, num_kv_heads), lambda: _window_index(
         block_tables, seq_lens, kv_starts, max_window_blocks, k_cache.shape[1], num_kv_heads))
-    k = gather_head_major(k_cache, rows, scratch, (tag, "k"))  # [B, Hkv, L, D]
-    v = gather_head_major(v_cache, rows, scratch, (tag, "v"))
+    k = gather_head_major(k_cache, rows, (tag, "k"))  # [B, Hkv, L, D]
+    v = gather_head_major(v_cache, rows, (tag, "v"))
     qg = q.view(batch, num_kv_heads, -1, head_dim).float() * scale
     scores = qg @ k.transpose(-1, -2).float()  # [B, Hkv, group, L]
     scores.masked_fill_(masked, -math.inf)
@@ -117,8 +119,8 @@ def cascade_prefix_torch(q: Tensor, k_cache: Tensor, v_cache: Tensor, cascade: C
         size = request_ids.numel()
         rows = scratch.cached(("group", g, num_kv_heads),
                               lambda b=block_ids: head_major_rows(b, block_size, num_kv_heads))
-        k = gather_head_major(k_cache, rows, scratch, "group_k")  # [Hkv, L, D], read once
-        v = gather_head_major(v_cache, rows, scratch, "group_v")
+        k = gather_head_major(k_cache, rows, "group_k")  # [Hkv, L, D], read once
+        v = gather_head_major(v_cache, rows, "group_v")
         # stack the group's queries into one tile per kv head: [Hkv, size * group, D]
         qg = q[request_ids].view(size, num_kv_heads, group, head_dim).transpose(0, 1)
         qg = qg.reshape(num_kv_heads, size * group, head_dim).float() * scale
