@@ -287,7 +287,7 @@ class LLMEngine:
 
     def _output(self, seq: Sequence, finished: bool) -> EngineOutput:
         state = self._states[seq.request_id]
-        text, token_ids = state.take_delta(seq.output_token_ids, finished)
+        text, token_ids = state.take_delta(seq.token_ids, seq.num_prompt_tokens, finished)
         if finished:
             self._forget(seq.request_id)
         return EngineOutput(

@@ -63,14 +63,15 @@ class OutputState:
         return 0
 
     def take_delta(
-        self, output_token_ids: Sequence[int], finished: bool
+        self, token_ids: Sequence[int], num_prompt_tokens: int, finished: bool
     ) -> tuple[str, tuple[int, ...]]:
-        """Text and token ids not handed out yet (mutates the emission marks). Until the
-        request finishes, text that might begin a stop string is held back."""
+        """Text and output token ids not handed out yet (mutates the emission marks).
+        ``token_ids`` is prompt + output; only the new tail is copied. Until the request
+        finishes, text that might begin a stop string is held back."""
         end = len(self.text) if finished else len(self.text) - self._holdback()
         end = max(end, self._num_emitted_chars)
         text = self.text[self._num_emitted_chars : end]
-        tokens = tuple(output_token_ids[self._num_emitted_tokens :])
+        tokens = tuple(token_ids[num_prompt_tokens + self._num_emitted_tokens :])
         self._num_emitted_chars = end
-        self._num_emitted_tokens = len(output_token_ids)
+        self._num_emitted_tokens = len(token_ids) - num_prompt_tokens
         return text, tokens
