@@ -1,0 +1,37 @@
+"""The serving budgets every system under test gets alike."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+GiB = 1 << 30
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """One engine's limits, given the same to Eclectus's engine and to vLLM.
+
+    ``block_size``: tokens per KV block (vLLM's CPU backend takes multiples of 32).
+    ``kv_cache_gib``: the KV pool (vLLM's ``VLLM_CPU_KVCACHE_SPACE`` takes whole GiB).
+    ``max_num_batched_tokens`` / ``max_num_seqs``: the per-step token and sequence budgets.
+    ``num_threads``: torch threads of the model worker (vLLM on CPU binds one per core it
+    is given; both systems get the same count).
+    """
+
+    block_size: int = 32
+    kv_cache_gib: int = 1
+    max_num_batched_tokens: int = 2048
+    max_num_seqs: int = 128
+    num_threads: int = 1
+
+    def __post_init__(self) -> None:
+        if self.block_size < 1 or self.block_size % 32:
+            raise ValueError(f"block_size must be a positive multiple of 32, got {self.block_size}")
+        for name in ("kv_cache_gib", "max_num_batched_tokens", "max_num_seqs", "num_threads"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+
+    def as_dict(self) -> dict[str, Any]:
+        """The budget as plain data, for results.json (pure)."""
+        return asdict(self)

