@@ -111,6 +111,7 @@ class Harness:
         server = system.server
         if server is not None:
             server.reset_prefix_cache()
+        _drop_cached_async_clients()
         before = _counters(system)
         started_epoch = time.time()
         result = run_recipe(workload.recipe, params, system.target(), text=text)
@@ -150,6 +151,23 @@ class Harness:
             traced = read_spans(server.trace_path, started_epoch, time.time())
             return [(s.start - offset, s.end - offset) for s in traced], "engine"
         return [(s.start_s, s.end_s) for s in result.timeline], "client"
+
+
+def _drop_cached_async_clients() -> None:
+    """Forget langchain_openai's cached async HTTP clients (mutates its module cache).
+
+    langchain_openai keeps one async client per base URL for the life of the process, bound
+    to the event loop of its first use; an app that calls ``asyncio.run`` once per run (the
+    shared-prompt recipe) then fails on its second run with "Event loop is closed". Each
+    run here is a fresh app start, so each gets fresh clients; the app itself is unchanged.
+    """
+    try:
+        from langchain_openai.chat_models import _client_utils
+    except ImportError:
+        return
+    cached = getattr(_client_utils, "_cached_async_httpx_client", None)
+    if cached is not None and hasattr(cached, "cache_clear"):
+        cached.cache_clear()
 
 
 def _counters(system: System) -> dict[str, float] | None:

@@ -144,6 +144,7 @@ def workload(name: str, quick: bool, overrides: dict[str, str],
     if name not in table:
         raise ValueError(f"unknown workload {name!r}; choose from {', '.join(table)}")
     chosen = table[name]
+    description = full_workloads()[name].description
     base = chosen.base
     for path, text in overrides.items():
         base = replace_path(base, path, parse_value(text, get_path(base, path)))
@@ -152,4 +153,4 @@ def workload(name: str, quick: bool, overrides: dict[str, str],
         swept = tuple(Sweep(path, tuple(parse_value(v, get_path(base, path))
                                         for v in text.split(",")))
                       for path, text in sweeps.items())
-    return dataclasses.replace(chosen, base=base, sweeps=swept)
+    return dataclasses.replace(chosen, base=base, sweeps=swept, description=description)

@@ -1,0 +1,46 @@
+"""The CI smoke test of ``eclectus eval``: tiny runs against the ``self`` baseline complete and
+write a well-formed report (ratios are reported, not asserted)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from eclectus.cli import main
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _eval(out: Path, *flags: str) -> dict[str, Any]:
+    assert main(["eval", *flags, "--quick", "--reps", "1", "--bound-reps", "1",
+                 "--out", str(out)]) == 0
+    return json.loads((out / "results.json").read_text())
+
+
+def test_eval_map_reduce_writes_results_report_and_plots(tmp_path: Path) -> None:
+    """A sync graph: both systems run (warm-up marked -1), counted, bounded, reported."""
+    results = _eval(tmp_path, "map-reduce", "--set", "num_chunks=2", "--sweep", "map_tokens=4")
+    runs = results["runs"]
+    assert {r["system"] for r in runs} == {"eclectus", "self"}
+    assert {r["rep"] for r in runs} == {-1, 0}
+    assert all(r["num_calls"] == 3 and r["wall_s"] > 0 and r["prompt_tokens"] > 0 for r in runs)
+    assert [b["engine"] for b in results["bounds"]] == ["eclectus"]
+    assert {s["system"] for s in results["summary"]} == {"eclectus", "self"}
+    report = (tmp_path / "report.md").read_text()
+    assert "| map_tokens=4 | eclectus |" in report and "| map_tokens=4 | self |" in report
+    for name in ("map-reduce-map_tokens.png", "map-reduce-timeline.png"):
+        assert (tmp_path / name).read_bytes().startswith(b"\x89PNG")
+
+
+def test_eval_shared_prompt_runs_an_async_app_repeatedly(tmp_path: Path) -> None:
+    """An asyncio app run twice per system (warm-up, then measured) through the stock async
+    client; the metric is the chat latency, with a delay proxy on every connection."""
+    results = _eval(tmp_path, "shared-prompt", "--set", "requests=2", "--sweep", "rate=20",
+                    "--rtt-ms", "20", "--no-plots")
+    measured = [r for r in results["runs"] if r["rep"] == 0]
+    assert len(measured) == 2 and all(r["metric"] >= 0.02 for r in measured)
+    assert results["config"]["rtt_ms"] == 20
+    assert "chat mean latency" in (tmp_path / "report.md").read_text()

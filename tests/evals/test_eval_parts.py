@@ -1,0 +1,85 @@
+"""Unit tests of the eval harness's parts: fresh input, workloads, critical chains, summary."""
+
+from __future__ import annotations
+
+import pytest
+from eclectus.evals.critical_path import critical_chain, stand_in
+from eclectus.evals.fresh import fresh_text
+from eclectus.evals.harness import BoundRecord, RunRecord
+from eclectus.evals.summary import summarize
+from eclectus.evals.workloads import full_workloads, parse_value, replace_path, workload
+from eclectus.recipes import ChainSummaryParams, MapReduceParams, MultiAgentParams
+from eclectus.recipes.map_reduce import planned_calls
+from eclectus.recipes.text import load_sample, split_chunks
+
+SAMPLE = load_sample("field-guide")
+
+
+def test_fresh_text_keeps_layout_and_chunk_cuts() -> None:
+    """A fresh document has the same length and non-letters, and is cut at the same places."""
+    fresh = fresh_text(SAMPLE, 7)
+    assert len(fresh) == len(SAMPLE) and fresh != SAMPLE
+    assert [c for c in fresh if not c.isalpha()] == [c for c in SAMPLE if not c.isalpha()]
+    lengths = [len(c) for c in split_chunks(SAMPLE, 512, 6)]
+    assert [len(c) for c in split_chunks(fresh, 512, 6)] == lengths
+
+
+def test_fresh_texts_differ_from_the_first_letter() -> None:
+    """Runs never share a chunk's opening, so no run hits another run's prefix cache."""
+    openings = {tuple(c[:16] for c in split_chunks(fresh_text(SAMPLE, s), 256, 8))
+                for s in range(20)}
+    assert len(openings) == 20
+
+
+def test_workload_overrides_and_sweeps() -> None:
+    """--set changes a (nested) base field; --sweep replaces the sweeps with typed values."""
+    chosen = workload("mixed", True, {"background.num_chunks": "2", "requests": "3"},
+                      {"rate": "1,2.5"})
+    assert chosen.base.background.num_chunks == 2 and chosen.base.requests == 3
+    assert chosen.sweeps[0].field == "rate" and chosen.sweeps[0].values == (1.0, 2.5)
+    assert chosen.description == full_workloads()["mixed"].description
+
+
+def test_workload_rejects_unknown_names() -> None:
+    with pytest.raises(ValueError, match="unknown workload"):
+        workload("nope", True, {}, {})
+    with pytest.raises(ValueError, match="no field"):
+        replace_path(MapReduceParams(), "chunks", 3)
+
+
+def test_parse_value_follows_the_field_type() -> None:
+    assert parse_value("4", 8) == 4 and parse_value("2", 1.5) == 2.0
+    assert parse_value("none", 8) is None and parse_value("7", None) == 7
+
+
+def test_map_reduce_chain_has_the_recipe_depth() -> None:
+    """One map, each collapse level, the reduce: the recipe's own dependency depth."""
+    params = MapReduceParams(chunk_tokens=128, num_chunks=12, map_tokens=40, context_tokens=200)
+    calls = critical_chain("map-reduce", params, SAMPLE)
+    assert len(calls) == planned_calls(params, 12)[1]
+    assert calls[-1].max_tokens == params.reduce_tokens and calls[0].prompt is not None
+
+
+def test_chain_summary_and_multi_agent_chains() -> None:
+    """Every refine step; architect, list, draft and two calls per round, as chat."""
+    assert len(critical_chain("chain-summary", ChainSummaryParams(128, 5, 20), SAMPLE)) == 5
+    agent = critical_chain("multi-agent", MultiAgentParams(files=3, rounds=2), SAMPLE)
+    assert len(agent) == 3 + 2 * 2
+    assert agent[0].messages is not None and agent[0].messages[0]["role"] == "system"
+    assert len(stand_in(37)) == 37
+
+
+def _run(system: str, rep: int, metric: float) -> RunRecord:
+    return RunRecord("w", "x", 1, system, rep, metric, metric, 3, 2, 100.0, 25.0)
+
+
+def test_summary_medians_ratios_and_bounds() -> None:
+    """Warm-ups are excluded; ratios are over the reference's median and the engine's bound."""
+    runs = [_run("eclectus", -1, 9.0), *(_run("eclectus", i, v) for i, v in enumerate([1, 2, 3])),
+            *(_run("self", i, v) for i, v in enumerate([4, 5, 6]))]
+    bounds = [BoundRecord("w", "x", 1, "engine", 0.5, [0.5], 2)]
+    rows = summarize(runs, bounds, {"eclectus": "engine", "self": "engine"}, "eclectus")
+    ours, theirs = rows
+    assert (ours.median, ours.low, ours.high, ours.num_runs) == (2, 1, 3, 3)
+    assert theirs.vs_reference == pytest.approx(2.5) and theirs.vs_bound == pytest.approx(10)
+    assert ours.cache_hit_ratio == pytest.approx(0.25)

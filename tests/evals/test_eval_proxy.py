@@ -1,0 +1,61 @@
+"""The delay proxy adds the round trip to each exchange and keeps bytes in order."""
+
+from __future__ import annotations
+
+import socket
+import socketserver
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from eclectus.evals.proxy import DelayProxy
+
+
+class _Echo(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        while data := self.request.recv(65536):
+            self.request.sendall(data)
+
+
+@pytest.fixture
+def echo_port() -> Iterator[int]:
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Echo)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+def _exchange(port: int, payloads: list[bytes]) -> tuple[bytes, float]:
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        started = time.perf_counter()
+        for payload in payloads:
+            sock.sendall(payload)
+        want, got = sum(len(p) for p in payloads), b""
+        while len(got) < want:
+            got += sock.recv(65536)
+        return got, time.perf_counter() - started
+
+
+def test_proxy_adds_one_round_trip_per_exchange(echo_port: int) -> None:
+    """An echo through a 200 ms proxy takes 200 ms more; a direct one does not."""
+    with DelayProxy("127.0.0.1", echo_port, rtt_s=0.2) as proxy:
+        _, direct = _exchange(echo_port, [b"ping"])
+        got, delayed = _exchange(proxy.port, [b"ping"])
+    assert got == b"ping"
+    assert direct < 0.1 and 0.19 <= delayed < 0.6
+
+
+def test_proxy_keeps_order(echo_port: int) -> None:
+    """Many chunks come back whole and in order."""
+    payloads = [bytes([i]) * 1000 for i in range(50)]
+    with DelayProxy("127.0.0.1", echo_port, rtt_s=0.02) as proxy:
+        got, _ = _exchange(proxy.port, payloads)
+    assert got == b"".join(payloads)
+
+
+def test_proxy_rejects_negative_delay() -> None:
+    with pytest.raises(ValueError):
+        DelayProxy("127.0.0.1", 1, rtt_s=-1)
