@@ -3,6 +3,7 @@ path: batching, prefix hits, cascade decode, chunked prefill, preemption by reco
 
 from __future__ import annotations
 
+import os
 import random
 
 import pytest
@@ -152,3 +153,17 @@ def test_fork_shares_blocks_and_continues_like_parent(hf_greedy: object) -> None
     assert tokens["parent"] == expected
     assert tokens["child"] == expected[3:]
     eng.block_manager.check_invariants([])
+
+
+@pytest.mark.skipif(
+    os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available(),
+    reason="the Triton kernels need CUDA or TRITON_INTERPRET=1 (set by `make test`)",
+)
+def test_triton_kernels_match(hf_greedy: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("triton")
+    monkeypatch.setenv("ECLECTUS_KERNELS", "triton")
+    rng = random.Random(6)
+    shared = random_prompt(rng, 80)  # two decodes share 5 blocks: the cascade kernel runs
+    prompts = [random_prompt(rng, 83, shared), random_prompt(rng, 89, shared), [BOS, 70, 71]]
+    llm = engine(num_kv_blocks=64, max_num_batched_tokens=64)  # chunked prefill too
+    check(llm, hf_greedy, prompts)
