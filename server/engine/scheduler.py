@@ -7,7 +7,7 @@ import bisect
 import heapq
 from dataclasses import dataclass, field
 
-from eclectus.server.engine.block_manager import BlockManager, cdiv
+from eclectus.server.engine.block_manager import BlockManager
 from eclectus.server.engine.sequence import FinishReason, Sequence, SequenceStatus
 
 
@@ -173,6 +173,7 @@ class Scheduler:
         if seq in self.running:
             self.running.remove(seq)
         self.block_manager.free(seq)
+        self._prefill_targets.pop(seq.request_id, None)
         seq.finish(FinishReason.LENGTH)
         out.failed.append(seq)
 
@@ -183,7 +184,3 @@ class Scheduler:
         self.block_manager.free(seq)
         self._prefill_targets.pop(seq.request_id, None)
         seq.finish(reason)  # a waiting one stays in the heap, skipped when it surfaces
-
-    def max_blocks_needed(self, num_tokens: int) -> int:
-        """Blocks a sequence of ``num_tokens`` tokens holds (pure)."""
-        return cdiv(num_tokens, self.block_manager.block_size)
