@@ -219,7 +219,12 @@ class LLMEngine:
             cache_hit_tokens=c.cache_hit_tokens,
             generated_tokens=c.generated_tokens,
             num_preemptions=self.scheduler.num_preemptions,
-            extra={"num_steps": float(c.num_steps), "num_pinned": float(len(bm.pins))},
+            extra={
+                "num_steps": float(c.num_steps),
+                "num_pinned": float(len(bm.pins)),
+                # referenced blocks over all blocks: what admission control should watch
+                "kv_usage": 1.0 - bm.num_free_blocks / bm.num_blocks,
+            },
         )
 
     # ---- the step -------------------------------------------------------------------------

@@ -77,3 +77,5 @@ def test_counters_add_up(engine: LLMEngine) -> None:
     assert stats.prefill_tokens + stats.cache_hit_tokens == prompt
     assert stats.cache_hit_tokens == outs["c2"][-1].num_cached_tokens > 0
     assert stats.generated_tokens == 8
+    assert stats.extra["kv_usage"] == 0.0  # all finished: every block free (maybe cached)
+    assert stats.num_cached_blocks > 0
