@@ -11,6 +11,7 @@ off. Prompts are random printable bytes, fresh per measurement so no cache helps
 from __future__ import annotations
 
 import argparse
+import math
 import random
 import time
 from collections.abc import Callable
@@ -81,7 +82,8 @@ class Bench:
 
     def add(self, case: str, engine: str, baseline: str, ratio: float) -> None:
         self.rows.append(Row(case, engine, baseline, ratio))
-        print(f"| {case} | {engine} | {baseline} | {ratio:.2f}x |", flush=True)
+        speed_up = "-" if math.isnan(ratio) else f"{ratio:.2f}x"
+        print(f"| {case} | {engine} | {baseline} | {speed_up} |", flush=True)
 
 
 def best_pair(runs: int, a: Callable[[], float], b: Callable[[], float]) -> tuple[float, float]:
