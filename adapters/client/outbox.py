@@ -9,6 +9,7 @@ declares its inputs.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Protocol
 
 from eclectus.adapters.client.errors import ConnectionError
@@ -26,6 +27,7 @@ from eclectus.server.protocol import (
     Set,
     Tokenize,
 )
+from pydantic import BaseModel
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
@@ -51,6 +53,7 @@ class Outbox:
         pending: PendingFragment,
         source: IdSource,
         limits: Limits,
+        encode: Callable[[BaseModel], str] = encode_frame,
     ) -> None:
         self._ws = ws
         self._url = url
@@ -58,6 +61,7 @@ class Outbox:
         self._pending = pending
         self._source = source
         self._limits = limits
+        self._encode = encode
         self._lock = asyncio.Lock()
         self.num_frames_sent = 0  # after hello: the frame economy, client side
         # declarations shipped since the last release frame (see _maybe_release)
@@ -84,7 +88,7 @@ class Outbox:
                 self._router.track_submit(frame.id, created_ids(frame), gets_ids)
                 if expect_ack:
                     replies.append(self._router.expect_reply(frame.id))
-                text = encode_frame(frame)
+                text = self._encode(frame)
                 if refusal is None and len(text.encode()) > max_bytes:
                     refusal = f"a submit item of {len(text.encode())} bytes exceeds "
                     refusal += f"max_frame_bytes {max_bytes}"
@@ -120,7 +124,7 @@ class Outbox:
 
     async def send(self, frame: Set | Cancel | Release | Tokenize | Close) -> None:
         """Sends one frame that carries no declarations (mutates: counts it)."""
-        await self.send_text(encode_frame(frame))
+        await self.send_text(self._encode(frame))
 
     async def send_text(self, text: str) -> None:
         """Sends encoded text; a closed socket fails everything waiting with
