@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import http
 import json
 import logging
@@ -168,6 +169,10 @@ async def start_server(
     if backend is None:  # loading weights blocks: keep the loop free for other servers
         backend = await asyncio.to_thread(build_backend, config.model)
     await backend.start()
+    # a prompt can never be longer than the model's window: say so up front (welcome, checks)
+    window = backend.model.context_window
+    if config.max_prompt_tokens > window:
+        config = dataclasses.replace(config, max_prompt_tokens=window)
     metrics = Metrics()
     ctx = ServerContext(config, backend, Scheduler(backend, config, metrics), metrics)
     server = EclectusServer(ctx, owns)
