@@ -161,9 +161,13 @@ class Session(Declarations):
         """Blocking twin of :meth:`acancel`."""
         self.bridge.block(lambda: self._cancel_here(var), timeout)
 
+    async def tokenize(self, text: str, *, model: str | None = None) -> list[int]:
+        """The token ids the server's tokenizer makes of ``text`` (a ``tokenize`` frame)."""
+        return await self.bridge.run(lambda: self._tokenize_here(text, model))
+
     async def count_tokens(self, text: str, *, model: str | None = None) -> int:
-        """How many tokens the server's tokenizer makes of ``text`` (a ``tokenize`` frame)."""
-        return await self.bridge.run(lambda: self._count_here(text, model))
+        """How many tokens the server's tokenizer makes of ``text``."""
+        return len(await self.tokenize(text, model=model))
 
     async def aclose(self) -> None:
         """Says ``close``, closes the socket and fails whatever still waits with
@@ -251,13 +255,13 @@ class Session(Declarations):
         await self._outbox.send(Cancel(id=frame_id, var=var.id))
         await reply
 
-    async def _count_here(self, text: str, model: str | None) -> int:
+    async def _tokenize_here(self, text: str, model: str | None) -> list[int]:
         frame_id = self.new_id("t")
         reply = self._router.expect_reply(frame_id)
         await self._outbox.send(Tokenize(id=frame_id, text=text, model=model))
         frame = await reply
         assert isinstance(frame, Tokens), frame
-        return frame.count
+        return frame.ids
 
     async def _flush_here(self) -> None:
         for reply in await self._outbox.ship([], expect_ack=True):

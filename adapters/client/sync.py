@@ -143,6 +143,14 @@ class SyncSession:
         """Blocking: ships what is pending and waits for the server's ack."""
         self._session.bridge.block(self._session.flush, timeout)
 
+    def tokenize(
+        self, text: str, *, model: str | None = None, timeout: float | None = None
+    ) -> list[int]:
+        """Blocking: the server's token ids of ``text``."""
+        return self._session.bridge.block(
+            lambda: self._session.tokenize(text, model=model), timeout
+        )
+
     def count_tokens(
         self, text: str, *, model: str | None = None, timeout: float | None = None
     ) -> int:

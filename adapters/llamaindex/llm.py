@@ -120,6 +120,13 @@ class Eclectus(CapturingLLM):
             model_name=info.name,
         )
 
+    def tokenizer(self, text: str) -> list[int]:
+        """The server model's token ids of ``text``: assign ``Settings.tokenizer =
+        llm.tokenizer`` so that LlamaIndex packs chunks in this model's tokens (its default
+        counts in tiktoken's, which can overfill a byte-level or other model's window).
+        One ``tokenize`` round trip per call (pure on the server)."""
+        return self.client.tokenize(text)
+
     def close(self) -> None:
         """Close the session (mutates; idempotent). A later call reconnects."""
         self._conn.close()

@@ -125,3 +125,24 @@ async def test_vector_index_tree_async_streaming(app_settings: Eclectus, documen
     got = "".join([t async for t in ours.async_response_gen()])
     want = "".join([t async for t in stock.async_response_gen()])
     assert got == want
+
+
+def test_long_document_packs_in_the_servers_tokens(
+    server: EclectusServer, app_settings: Eclectus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``Settings.tokenizer = llm.tokenizer`` LlamaIndex packs a long document in the
+    model's own tokens, so no leaf overflows the server's window (tiktoken's counts would:
+    tiny's tokenizer makes one token per byte)."""
+    from eclectus.recipes.text import load_sample
+
+    monkeypatch.setattr(Settings, "_tokenizer", Settings._tokenizer)
+    Settings.tokenizer = app_settings.tokenizer
+    app_settings.context_window = None  # the server's real window
+    Settings.node_parser = SentenceSplitter(chunk_size=1024, chunk_overlap=0)
+    (tmp_path / "essay.md").write_text(load_sample("history-essay"))
+    index = SummaryIndex.from_documents(SimpleDirectoryReader(str(tmp_path)).load_data())
+    synthesizer = get_response_synthesizer(response_mode="tree_summarize")
+    response = index.as_query_engine(response_synthesizer=synthesizer).query(QUESTION)
+    assert len(response.source_nodes) >= 16
+    assert app_settings.tokenizer("abc") == [97, 98, 99]
+    assert isinstance(response.response, str)
