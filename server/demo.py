@@ -83,6 +83,11 @@ async def demo(model: str, max_tokens: int) -> int:
         serial_text = await run_one_by_one(server, max_tokens)
         serial_s = time.perf_counter() - started
         after = await asyncio.to_thread(scrape, server)
+    if model in ("tiny", "small"):
+        print(
+            f"\n(`{model}` has random weights: its text is meaningless, its compute is real;"
+            " --model PATH serves a real checkpoint)"
+        )
     print(f"\nfinal (graph):      {graph_text!r}")
     print(f"final (one by one): {serial_text!r}")
     print(f"same text: {graph_text == serial_text}\n")
@@ -102,6 +107,7 @@ async def demo(model: str, max_tokens: int) -> int:
     print(f"{'what the server saw':26} {'graph':>10} {'one by one':>12}")
     for label, graph_value, serial_value in rows:
         print(f"{label:26} {graph_value:>10} {serial_value:>12}")
+    print("\n(one by one runs second, on the same server: the prefix cache is warm for it)")
     return 0
 
 
