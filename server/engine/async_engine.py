@@ -188,6 +188,8 @@ class AsyncEngine:
                 self.engine.abort(request_id)
                 self._fail(request_id, f"engine error: {exc}")
             return
+        # counters first: whoever reads stats() after seeing an output must see its tokens
+        self._stats = self.engine.stats()
         for output in outputs:
             self._deliver(output)
 
