@@ -58,6 +58,7 @@ class ModelCore:
     def __init__(self, params: EclectusParams, app: str | None) -> None:
         self.params = params
         self.app = params.app_name or app
+        self.objective = _client.Objective(params.criteria, params.deadline_ms)
 
     def session(self) -> _client.SyncSession:
         return _client.session_for(self.params.eclectus_url, self.params.token, self.app)
@@ -76,7 +77,9 @@ class ModelCore:
 
         def attempt() -> list[Generated]:
             session, outputs, name = self._declare_all(requests, model)
-            return _client.fetch(session, outputs, name, self.params.request_timeout)
+            return _client.fetch(
+                session, outputs, name, self.params.request_timeout, self.objective
+            )
 
         return _client.with_retries(self.params.max_retries, attempt)
 
@@ -87,7 +90,9 @@ class ModelCore:
 
         async def attempt() -> list[Generated]:
             session, outputs, name = self._declare_all(requests, model)
-            return await _client.afetch(session, outputs, name, self.params.request_timeout)
+            return await _client.afetch(
+                session, outputs, name, self.params.request_timeout, self.objective
+            )
 
         return await _client.awith_retries(self.params.max_retries, attempt)
 
@@ -97,7 +102,8 @@ class ModelCore:
         """Text deltas, then the finished call's Generated record (blocking)."""
         session, (var,), name = self._declare_all([(pieces, sampling)], model)
         parts: list[str] = []
-        for delta in _client.stream(session, var, self.params.request_timeout):
+        timeout, criteria = self.params.request_timeout, self.params.criteria
+        for delta in _client.stream(session, var, timeout, criteria):
             parts.append(delta)
             yield delta
         yield _client.result_of(var, "".join(parts), name)
@@ -108,7 +114,7 @@ class ModelCore:
         """Async twin of :meth:`stream`."""
         session, (var,), name = self._declare_all([(pieces, sampling)], model)
         parts: list[str] = []
-        async for delta in _client.astream(session, var):
+        async for delta in _client.astream(session, var, self.params.criteria):
             parts.append(delta)
             yield delta
         yield _client.result_of(var, "".join(parts), name)

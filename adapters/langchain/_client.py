@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from eclectus.adapters.client import Gen, SemanticVariable, SyncSession, connect_sync
 from eclectus.adapters.client.errors import ConnectionError as ClientConnectionError
 from eclectus.adapters.langchain.pieces import Piece, Ref, Value
+from eclectus.server.protocol import Criteria
 
 T = TypeVar("T")
 SessionKey = tuple[str, str | None, str | None]
@@ -127,16 +128,27 @@ async def awith_retries(max_retries: int | None, attempt: Callable[[], Any]) -> 
     raise AssertionError("unreachable")
 
 
+@dataclass(frozen=True, slots=True)
+class Objective:
+    """What the gets of a model's calls ask the scheduler for (see EclectusParams)."""
+
+    criteria: Criteria = "latency"
+    deadline_ms: float | None = None
+
+
 def fetch(
     session: SyncSession,
     outputs: Sequence[SemanticVariable],
     model_name: str,
     timeout: float | None,
+    objective: Objective = Objective(),
 ) -> list[Generated]:
     """Ships everything pending and waits for ``outputs`` (one frame); forgets the session
     when its connection is lost."""
     try:
-        texts = session.get_many(outputs, timeout=timeout)
+        texts = session.get_many(
+            outputs, objective.criteria, deadline_ms=objective.deadline_ms, timeout=timeout
+        )
     except ClientConnectionError:
         forget_session(session)
         raise
@@ -148,21 +160,27 @@ async def afetch(
     outputs: Sequence[SemanticVariable],
     model_name: str,
     timeout: float | None,
+    objective: Objective = Objective(),
 ) -> list[Generated]:
     """Async twin of :func:`fetch`."""
     try:
-        texts = await asyncio.wait_for(session.session.aget_many(outputs), timeout)
+        gets = session.session.aget_many(
+            outputs, objective.criteria, deadline_ms=objective.deadline_ms
+        )
+        texts = await asyncio.wait_for(gets, timeout)
     except ClientConnectionError:
         forget_session(session)
         raise
     return [result_of(v, t, model_name) for v, t in zip(outputs, texts, strict=True)]
 
 
-def stream(session: SyncSession, var: SemanticVariable, timeout: float | None) -> Iterator[str]:
+def stream(
+    session: SyncSession, var: SemanticVariable, timeout: float | None, criteria: Criteria
+) -> Iterator[str]:
     """Text deltas of ``var`` (``timeout`` bounds the wait for each)."""
-    return session.session.stream(var, timeout=timeout)
+    return session.session.stream(var, criteria, timeout=timeout)
 
 
-def astream(session: SyncSession, var: SemanticVariable) -> AsyncIterator[str]:
+def astream(session: SyncSession, var: SemanticVariable, criteria: Criteria) -> AsyncIterator[str]:
     """Async text deltas of ``var``."""
-    return session.session.astream(var)
+    return session.session.astream(var, criteria)

@@ -9,7 +9,7 @@ entry point (invoke, stream, batch, async twins, and the chain compiler).
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, Literal
 
 from langchain_core.utils import from_env, secret_from_env
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
@@ -74,6 +74,12 @@ class EclectusParams(BaseModel):
         alias="base_url", default_factory=from_env("ECLECTUS_URL", default=DEFAULT_URL)
     )
     """Server URL (``ws://`` or ``http://``). Default: env ECLECTUS_URL, else local."""
+    criteria: Literal["latency", "throughput", "deadline"] = "latency"
+    """The objective of this model's calls for the server's scheduler: ``latency`` (a user
+    waits for the answer), ``throughput`` (background work that may wait) or ``deadline``
+    (answer within ``deadline_ms``). It flows upstream through a compiled graph."""
+    deadline_ms: float | None = Field(default=None, gt=0)
+    """With ``criteria="deadline"``: milliseconds from the request to the answer."""
     app_name: str | None = Field(default=None, alias="app")
     """Application tag for the session. None: the enclosing chain's name, if any."""
     model_kwargs: dict[str, Any] = Field(default_factory=dict)
@@ -98,6 +104,12 @@ class EclectusParams(BaseModel):
             extra[key] = values.pop(key)
         values["model_kwargs"] = _checked_model_kwargs(extra)
         return values
+
+    @model_validator(mode="after")
+    def _deadline_needs_ms(self) -> EclectusParams:
+        if (self.criteria == "deadline") != (self.deadline_ms is not None):
+            raise ValueError("criteria='deadline' and deadline_ms go together")
+        return self
 
     @classmethod
     def is_lc_serializable(cls) -> bool:

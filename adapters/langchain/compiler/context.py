@@ -27,6 +27,7 @@ class Lowering:
     config: RunnableConfig
     trace: GraphTrace = field(default_factory=GraphTrace)
     timeout: float | None = None  # seconds to wait for values (the model's ``timeout``)
+    objective: _client.Objective = field(default_factory=_client.Objective)  # the model's
 
     def declare_call(
         self, pieces: Sequence[Piece], sampling: dict[str, Any], model: str | None, label: str
@@ -50,7 +51,10 @@ class Lowering:
 
     async def fetch(self, variables: list[Any]) -> list[str]:
         """The texts of SDK variables, pending declarations shipped in the same frame."""
-        return await asyncio.wait_for(self.session.session.aget_many(variables), self.timeout)
+        gets = self.session.session.aget_many(
+            variables, self.objective.criteria, deadline_ms=self.objective.deadline_ms
+        )
+        return await asyncio.wait_for(gets, self.timeout)
 
     async def cut(self, runnable: Runnable, value: Any, reason: str) -> Any:
         """Runs ``runnable`` on the client over the resolved input; its output is concrete

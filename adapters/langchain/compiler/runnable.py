@@ -109,7 +109,7 @@ class CompiledRunnable(Runnable[Any, Any]):
             yield run_blocking(ctx.resolve(output))
             return
         parts: list[str] = []
-        for delta in ctx.session.session.stream(ref.var):
+        for delta in ctx.session.session.stream(ref.var, ctx.objective.criteria):
             parts.append(delta)
             yield AIMessageChunk(content=delta) if isinstance(output, SymMessage) else delta
         if isinstance(output, SymMessage):
@@ -127,7 +127,7 @@ class CompiledRunnable(Runnable[Any, Any]):
             yield await ctx.resolve(output)
             return
         parts: list[str] = []
-        async for delta in ctx.session.session.astream(ref.var):
+        async for delta in ctx.session.session.astream(ref.var, ctx.objective.criteria):
             parts.append(delta)
             yield AIMessageChunk(content=delta) if isinstance(output, SymMessage) else delta
         if isinstance(output, SymMessage):
@@ -160,7 +160,8 @@ class CompiledRunnable(Runnable[Any, Any]):
     ) -> Lowering:
         trace = trace or GraphTrace()
         timeout = self.model.request_timeout
-        return Lowering(self._session(), self.server, mode, config, trace, timeout)
+        objective = _client.Objective(self.model.criteria, self.model.deadline_ms)
+        return Lowering(self._session(), self.server, mode, config, trace, timeout, objective)
 
     async def _run(
         self,

@@ -140,3 +140,34 @@ def test_a_closed_pooled_session_is_replaced(chat: ChatEclectus) -> None:
     session.close()
     assert chat.invoke("again").content == expected
     assert _client.session_for(chat.eclectus_url, chat.token, None) is not session
+
+
+def gets_by(server: EclectusServer, criteria: str) -> int:
+    histogram = server.metrics.get_latency.get(criteria)
+    return histogram.count if histogram is not None else 0
+
+
+def test_criteria_reach_the_scheduler(eclectus_server: EclectusServer) -> None:
+    """A model's ``criteria`` is what its gets ask for: eager, batched, streamed, compiled."""
+    from eclectus.adapters.langchain import compile
+
+    background = ChatEclectus(max_tokens=4, temperature=0, criteria="throughput")
+    before = gets_by(eclectus_server, "throughput")
+    background.invoke("a")
+    background.batch(["b", "c"])
+    "".join(str(chunk.content) for chunk in background.stream("d"))
+    assert gets_by(eclectus_server, "throughput") - before == 4
+
+    urgent = EclectusLLM(max_tokens=4, temperature=0, criteria="deadline", deadline_ms=5000)
+    chain = PromptTemplate.from_template("Q: {q}\nA:") | urgent | StrOutputParser()
+    before = gets_by(eclectus_server, "deadline")
+    assert compile(chain).invoke({"q": "x"}) == chain.invoke({"q": "x"})
+    assert gets_by(eclectus_server, "deadline") - before == 2
+
+
+def test_deadline_criteria_needs_its_deadline() -> None:
+    """criteria='deadline' without deadline_ms (or the reverse) is refused at construction."""
+    with pytest.raises(ValueError, match="deadline_ms"):
+        ChatEclectus(criteria="deadline")
+    with pytest.raises(ValueError, match="deadline_ms"):
+        ChatEclectus(deadline_ms=100)
