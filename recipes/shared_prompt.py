@@ -112,7 +112,10 @@ async def _run(params: SharedPromptParams, models: ModelFactory, text: str,
     if chunks:
         assert params.background is not None
         bg = params.background
-        chain = models.prepare(map_reduce.build_chain(bg, models, len(chunks)), "analytics")
+        background = models.for_objective("throughput")  # the chats are what users wait on
+        chain = background.prepare(
+            map_reduce.build_chain(bg, background, len(chunks)), "analytics"
+        )
         inputs = {f"chunk_{i}": c for i, c in enumerate(chunks)}
         job_config = {**config, "run_name": "analytics", "max_concurrency": bg.width}
         job = asyncio.create_task(chain.ainvoke(inputs, job_config))

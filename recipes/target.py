@@ -10,6 +10,7 @@ compiler (``compile``), falling back to the plain chain when compiling fails.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -57,6 +58,13 @@ class ModelFactory:
     temperature: float = 0.0
     ignore_eos: bool = True
     notes: list[str] = field(default_factory=list)
+    # Eclectus mode: what the scheduler optimizes these models' calls for. A stock
+    # OpenAI-compatible server has no way to hear it, so openai mode drops it.
+    criteria: Literal["latency", "throughput"] = "latency"
+
+    def for_objective(self, criteria: Literal["latency", "throughput"]) -> ModelFactory:
+        """The same factory for work with another objective (shares ``notes``)."""
+        return dataclasses.replace(self, criteria=criteria)
 
     @property
     def backend(self) -> Backend:
@@ -106,7 +114,7 @@ class ModelFactory:
         kwargs = {"ignore_eos": True} if self.ignore_eos else {}
         return dict(model=self.target.model, base_url=self.target.url,
                     api_key=self.target.api_key, temperature=self.temperature,
-                    max_tokens=max_tokens, model_kwargs=kwargs)
+                    max_tokens=max_tokens, model_kwargs=kwargs, criteria=self.criteria)
 
     def _openai_args(self, max_tokens: int) -> dict[str, Any]:
         extra = {"ignore_eos": True} if self.ignore_eos else None  # vLLM's extension

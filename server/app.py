@@ -23,6 +23,7 @@ from types import TracebackType
 
 from eclectus.server.backend import Backend
 from eclectus.server.config import ServerConfig
+from eclectus.server.http_server import HttpServer
 from eclectus.server.metrics import Metrics
 from eclectus.server.scheduler import Scheduler
 from eclectus.server.session import ServerContext, Session
@@ -68,7 +69,7 @@ class EclectusServer:
         self.ctx = ctx
         self.owns_backend = owns_backend
         self.ws_server = ws_server
-        self.openai_server: asyncio.Server | None = None  # the OpenAI-compatible listener
+        self.openai_server: HttpServer | None = None  # the OpenAI-compatible listener
         self._closed = False
 
     @property
@@ -101,7 +102,7 @@ class EclectusServer:
         """Base URL of the OpenAI-compatible endpoints (``…/v1``), None when not served."""
         if self.openai_server is None:
             return None
-        port = self.openai_server.sockets[0].getsockname()[1]
+        port = self.openai_server.port
         return f"http://{self.ctx.config.host}:{port}/v1"
 
     def metrics_text(self) -> str:
@@ -137,8 +138,7 @@ class EclectusServer:
             return
         self._closed = True
         if self.openai_server is not None:
-            self.openai_server.close()
-            await self.openai_server.wait_closed()
+            await self.openai_server.close()
         if self.ws_server is not None:
             self.ws_server.close()
             await self.ws_server.wait_closed()

@@ -57,15 +57,48 @@ class _BadRequest(Exception):
         self.status = status
 
 
+class HttpServer:
+    """A listening HTTP server and its open connections. ``close`` also ends idle
+    keep-alive connections (asyncio.Server.close leaves them to their clients)."""
+
+    def __init__(self) -> None:
+        self.server: asyncio.Server | None = None
+        self.connections: set[asyncio.Task[None]] = set()
+
+    @property
+    def port(self) -> int:
+        assert self.server is not None
+        return int(self.server.sockets[0].getsockname()[1])
+
+    async def close(self) -> None:
+        """Stop listening and end every connection (mutates; idempotent)."""
+        if self.server is None:
+            return
+        server, self.server = self.server, None
+        server.close()
+        for task in self.connections:
+            task.cancel()
+        await asyncio.gather(*self.connections, return_exceptions=True)
+        await server.wait_closed()
+
+
 async def start_http_server(
     handler: Handler, host: str, port: int, max_body_bytes: int
-) -> asyncio.Server:
+) -> HttpServer:
     """Listen on (host, port) and serve every connection with ``handler`` (mutates: binds)."""
+    http = HttpServer()
 
     async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await _serve_connection(handler, reader, writer, max_body_bytes)
+        task = asyncio.current_task()
+        assert task is not None
+        http.connections.add(task)
+        try:
+            await _serve_connection(handler, reader, writer, max_body_bytes)
+        finally:
+            http.connections.discard(task)
 
-    return await asyncio.start_server(on_connection, host, port, limit=MAX_HEAD_BYTES)
+    http.server = await asyncio.start_server(on_connection, host, port, limit=MAX_HEAD_BYTES)
+    return http
 
 
 async def _serve_connection(

@@ -100,3 +100,17 @@ def test_cli_runs_a_recipe_and_reports(capsys: pytest.CaptureFixture[str]) -> No
     for label in ("wall time:", "model calls:            2", "graph depth:            2",
                   "prefix-cache hit ratio:", "meaningless", "output:"):
         assert label in out
+
+
+def test_analytics_runs_as_throughput_work(embedded: Embedded) -> None:
+    """In Eclectus mode the chats ask for latency and the background job for throughput, so
+    the scheduler can put the users first (a stock server cannot be told)."""
+    histograms = embedded.server.metrics.get_latency
+
+    def count(criteria: str) -> int:
+        return histograms[criteria].count if criteria in histograms else 0
+
+    before = count("throughput"), count("latency")
+    run_recipe("shared-prompt", CASES["shared-prompt"][0], embedded.target("eclectus"), text=TEXT)
+    assert count("throughput") > before[0]
+    assert count("latency") > before[1]

@@ -30,10 +30,8 @@ async def base_url(engine: object) -> AsyncIterator[str]:
     render = engine.engine.tokenizer.apply_chat_template  # type: ignore[attr-defined]
     api = OpenAIApi(engine, render, token="sk-test")  # type: ignore[arg-type]
     server = await start_http_server(api.handle, "127.0.0.1", 0, max_body_bytes=1 << 20)
-    port = server.sockets[0].getsockname()[1]
-    yield f"http://127.0.0.1:{port}/v1"
-    server.close()
-    await server.wait_closed()
+    yield f"http://127.0.0.1:{server.port}/v1"
+    await server.close()
 
 
 async def direct(engine: object, prompt: str, max_tokens: int) -> str:
