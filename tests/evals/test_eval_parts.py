@@ -8,7 +8,12 @@ from eclectus.evals.fresh import fresh_text
 from eclectus.evals.harness import BoundRecord, RunRecord
 from eclectus.evals.summary import summarize
 from eclectus.evals.workloads import full_workloads, parse_value, replace_path, workload
-from eclectus.recipes import ChainSummaryParams, MapReduceParams, MultiAgentParams
+from eclectus.recipes import (
+    ChainSummaryParams,
+    MapReduceParams,
+    MultiAgentParams,
+    SharedPromptParams,
+)
 from eclectus.recipes.map_reduce import planned_calls
 from eclectus.recipes.text import load_sample, split_chunks
 
@@ -69,6 +74,15 @@ def test_chain_summary_and_multi_agent_chains() -> None:
     assert len(stand_in(37)) == 37
 
 
+def test_shared_prompt_chain_times_one_warm_chat() -> None:
+    """An untimed chat puts the shared system prompt in the cache; one chat is timed."""
+    calls = critical_chain("shared-prompt", SharedPromptParams(requests=1, background=None),
+                           SAMPLE)
+    assert [c.prime for c in calls] == [True, False]
+    assert calls[0].messages[0] == calls[1].messages[0]  # type: ignore[index]
+    assert calls[0].messages[1] != calls[1].messages[1]  # type: ignore[index]
+
+
 def _run(system: str, rep: int, metric: float) -> RunRecord:
     return RunRecord("w", "x", 1, system, rep, metric, metric, 3, 2, 100.0, 25.0)
 
@@ -83,3 +97,14 @@ def test_summary_medians_ratios_and_bounds() -> None:
     assert (ours.median, ours.low, ours.high, ours.num_runs) == (2, 1, 3, 3)
     assert theirs.vs_reference == pytest.approx(2.5) and theirs.vs_bound == pytest.approx(10)
     assert ours.cache_hit_ratio == pytest.approx(0.25)
+
+
+def test_scoped_flags_apply_to_their_workload_only() -> None:
+    """`--sweep map-reduce:FIELD=...` reaches map-reduce, not chain-summary; unscoped: both."""
+    from eclectus.evals.cli import _pairs
+
+    entries = ["map-reduce:map_tokens=25,100", "num_chunks=4"]
+    assert _pairs(entries, "--sweep", "map-reduce") == {"map_tokens": "25,100", "num_chunks": "4"}
+    assert _pairs(entries, "--sweep", "chain-summary") == {"num_chunks": "4"}
+    with pytest.raises(ValueError, match="FIELD=VALUE"):
+        _pairs(["map_tokens"], "--set", "map-reduce")
