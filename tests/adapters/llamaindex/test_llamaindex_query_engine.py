@@ -135,7 +135,10 @@ def test_long_document_packs_in_the_servers_tokens(
     tiny's tokenizer makes one token per byte)."""
     from eclectus.recipes.text import load_sample
 
-    monkeypatch.setattr(Settings, "_tokenizer", Settings._tokenizer)
+    import llama_index.core
+
+    # Settings.tokenizer sets a module global: put it back for the tests that follow
+    monkeypatch.setattr(llama_index.core, "global_tokenizer", llama_index.core.global_tokenizer)
     Settings.tokenizer = app_settings.tokenizer
     app_settings.context_window = None  # the server's real window
     Settings.node_parser = SentenceSplitter(chunk_size=1024, chunk_overlap=0)
