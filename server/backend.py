@@ -70,9 +70,15 @@ class EngineStats:
 
 @dataclass(frozen=True, slots=True)
 class ModelCard:
+    """What the server announces about a model. ``chat_template``: the model's effective
+    Jinja chat template source (None: unknown, clients use the default); ``template_vars``:
+    the special-token strings templates use (``bos_token``, ``eos_token``...)."""
+
     name: str
     context_window: int
     eos_token_id: int | None = None
+    chat_template: str | None = None
+    template_vars: dict[str, str] = field(default_factory=dict)
 
 
 class EngineError(RuntimeError):

@@ -221,6 +221,10 @@ class ModelInfo(BaseModel):
     name: str
     context_window: int
     max_output_tokens: int | None = None
+    # the model's effective Jinja chat template source and the special-token strings it uses
+    # (bos_token...): clients render chat messages with them (None: the default template)
+    chat_template: str | None = None
+    template_vars: dict[str, str] = Field(default_factory=dict)
 
 
 class Limits(BaseModel):

@@ -202,7 +202,9 @@ class Session:
                 id=frame.id,
                 session=session_id,
                 server_version=SERVER_VERSION,
-                models=[ModelInfo(name=card.name, context_window=card.context_window)],
+                models=[ModelInfo(name=card.name, context_window=card.context_window,
+                                  chat_template=card.chat_template,
+                                  template_vars=dict(card.template_vars))],
                 limits=Limits(
                     max_frame_bytes=config.max_frame_bytes,
                     max_prompt_tokens=config.max_prompt_tokens,

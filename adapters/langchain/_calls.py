@@ -20,6 +20,7 @@ from typing import Any
 from eclectus.adapters.langchain import _client
 from eclectus.adapters.langchain._client import Generated
 from eclectus.adapters.langchain._common import EclectusParams
+from eclectus.adapters.langchain.chat_format import ChatTemplate
 from eclectus.adapters.langchain.pieces import Piece, concrete_text
 
 PrefetchKey = tuple[str, str, str | None]
@@ -62,6 +63,14 @@ class ModelCore:
 
     def session(self) -> _client.SyncSession:
         return _client.session_for(self.params.eclectus_url, self.params.token, self.app)
+
+    def chat_template(self, model: str | None) -> ChatTemplate:
+        """The chat template the server announced for ``model`` (blocking: connects on
+        first use, with the model's retries)."""
+        return _client.with_retries(
+            self.params.max_retries,
+            lambda: ChatTemplate.of(_client.model_info(self.session(), model)),
+        )
 
     def _declare_all(
         self, requests: Sequence[tuple[Sequence[Piece], dict[str, Any]]], model: str | None

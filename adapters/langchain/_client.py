@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from eclectus.adapters.client import Gen, SemanticVariable, SyncSession, connect_sync
 from eclectus.adapters.client.errors import ConnectionError as ClientConnectionError
 from eclectus.adapters.langchain.pieces import Piece, Ref, Value
-from eclectus.server.protocol import Criteria
+from eclectus.server.protocol import Criteria, ModelInfo
 
 T = TypeVar("T")
 SessionKey = tuple[str, str | None, str | None]
@@ -104,6 +104,15 @@ def model_name_of(session: SyncSession, model: str | None) -> str:
     if model:
         return model
     return session.models[0].name if session.models else "default"
+
+
+def model_info(session: SyncSession, model: str | None) -> ModelInfo | None:
+    """The welcome's entry for ``model``; the server's first model when the name is not
+    announced (a server runs every call on its model), None when it announces none."""
+    for info in session.models:
+        if info.name == model:
+            return info
+    return session.models[0] if session.models else None
 
 
 def with_retries(max_retries: int | None, attempt: Callable[[], T]) -> T:

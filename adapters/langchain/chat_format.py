@@ -1,26 +1,44 @@
-"""Chat messages to one prompt, with the documented default chat template.
+"""Chat messages to one prompt, in the served model's own chat template.
 
-The client renders chat messages itself, with the template the embedded ``tiny`` model
-carries::
+The client renders chat messages itself, with the Jinja chat template the server announces
+for the model in its welcome (``ModelInfo.chat_template`` and ``template_vars``), or, when
+it announces none, the default template of the embedded ``tiny`` model::
 
     <|system|>\\n{content}\\n<|user|>\\n{content}\\n<|assistant|>\\n
 
-one ``<|role|>\\n{content}\\n`` block per message, then ``<|assistant|>\\n`` to open the
-reply. Rendering on the client keeps template boundaries visible as segments (the constant
-role markers and template text are shared prefixes; variable values are their own segments),
-which a server-side ``apply_chat_template`` over flat strings would hide. A server model
-with a different chat template gets this one all the same (docs/langchain.md says so).
+Rendering on the client keeps template boundaries visible as segments (the constant role
+markers and template text are shared prefixes; variable values are their own segments),
+which a server-side ``apply_chat_template`` over flat strings would hide. The splice rule
+(and when a message falls back to plain text) is eclectus.server.chat_template's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
-from eclectus.adapters.langchain.pieces import Piece, Value, normalize
+from eclectus.adapters.langchain.pieces import Piece, Ref, Value, normalize
+from eclectus.server.chat_template import render_chat_pieces
+from eclectus.server.protocol import ModelInfo
 from langchain_core.messages import BaseMessage, ChatMessage, get_buffer_string
 
-DEFAULT_CHAT_TEMPLATE = "<|{role}|>\n{content}\n"
-DEFAULT_GENERATION_PROMPT = "<|assistant|>\n"
+
+@dataclass(frozen=True, slots=True)
+class ChatTemplate:
+    """A model's chat template as the server announced it (``source`` None: the default)."""
+
+    source: str | None = None
+    template_vars: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, info: ModelInfo | None) -> ChatTemplate:
+        """The template of a welcome's model entry (None: the default template)."""
+        if info is None:
+            return cls()
+        return cls(info.chat_template, dict(info.template_vars))
+
+
+DEFAULT_TEMPLATE = ChatTemplate()
 
 # LangChain message type -> chat-template role.
 _TYPE_TO_ROLE = {
@@ -51,19 +69,23 @@ def message_text(message: BaseMessage) -> str:
     return message.text
 
 
-def render_chat(messages: Sequence[tuple[str, Sequence[Piece]]]) -> list[Piece]:
-    """Render ``(role, pieces)`` messages into one prompt, ending with the generation prompt.
+def _text_of(piece: Value | Ref) -> str | None:
+    return piece.text if isinstance(piece, Value) else None
 
-    Each message's pieces stay pieces, so variable boundaries survive rendering.
+
+def render_chat(
+    messages: Sequence[tuple[str, Sequence[Piece]]], template: ChatTemplate = DEFAULT_TEMPLATE
+) -> list[Piece]:
+    """Render ``(role, pieces)`` messages into one prompt with ``template``, ending with the
+    generation prompt.
+
+    Each message's pieces stay pieces, so variable boundaries survive rendering, except
+    where the template transforms a message's content (then that message is plain text).
+    Raises ``ChatTemplateError`` (a ValueError) when such a message holds a :class:`Ref`.
     """
-    head, tail = DEFAULT_CHAT_TEMPLATE.split("{content}")
-    out: list[Piece] = []
-    for role, pieces in messages:
-        out.append(head.format(role=role))
-        out.extend(pieces)
-        out.append(tail)
-    out.append(DEFAULT_GENERATION_PROMPT)
-    return normalize(out)
+    return normalize(render_chat_pieces(
+        template.source, messages, text_of=_text_of, template_vars=template.template_vars
+    ))
 
 
 def render_buffer(
@@ -79,6 +101,9 @@ def render_buffer(
     return normalize(out)
 
 
-def render_messages(messages: Sequence[BaseMessage]) -> list[Piece]:
+def render_messages(
+    messages: Sequence[BaseMessage], template: ChatTemplate = DEFAULT_TEMPLATE
+) -> list[Piece]:
     """Render concrete LangChain messages (each message's text one value piece)."""
-    return render_chat([(message_role(m), [Value(message_text(m))]) for m in messages])
+    return render_chat([(message_role(m), [Value(message_text(m))]) for m in messages],
+                       template)

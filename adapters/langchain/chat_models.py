@@ -2,9 +2,10 @@
 
 ``from langchain_openai import ChatOpenAI`` becomes
 ``from eclectus.adapters.langchain import ChatEclectus as ChatOpenAI`` and the constructor
-arguments stay. Messages are rendered with the documented default chat template
-(chat_format.py); inside a chain, the prompt template's constant text and variable values go
-to the server as separate segments (tracing.py) for exact prefix sharing.
+arguments stay. Messages are rendered on the client in the served model's chat template, as
+the server announces it (chat_format.py); inside a chain, the prompt template's constant
+text and variable values go to the server as separate segments (tracing.py) for exact
+prefix sharing.
 """
 
 from __future__ import annotations
@@ -22,7 +23,12 @@ from eclectus.adapters.langchain._calls import (
 )
 from eclectus.adapters.langchain._client import Generated
 from eclectus.adapters.langchain._common import EclectusParams
-from eclectus.adapters.langchain.chat_format import message_role, render_chat
+from eclectus.adapters.langchain.chat_format import (
+    DEFAULT_TEMPLATE,
+    ChatTemplate,
+    message_role,
+    render_chat,
+)
 from eclectus.adapters.langchain.pieces import Piece, concrete_text
 from eclectus.adapters.langchain.tracing import TRACER
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
@@ -91,17 +97,28 @@ class ChatEclectus(EclectusParams, BaseChatModel):
 
     # -- building one request --------------------------------------------------------------
 
-    def prompt_pieces(self, messages: Sequence[BaseMessage]) -> list[Piece]:
-        """The prompt for ``messages``, rendered with the chat template; known template
-        boundaries (tracing hook) become segment boundaries. Pure apart from the lookup."""
+    def prompt_pieces(
+        self, messages: Sequence[BaseMessage], template: ChatTemplate = DEFAULT_TEMPLATE
+    ) -> list[Piece]:
+        """The prompt for ``messages``, rendered with ``template`` (the served model's, see
+        :meth:`_request`); known template boundaries (tracing hook) become segment
+        boundaries. Pure apart from the lookup."""
         per_message = TRACER.message_pieces(messages)
         roles = [message_role(m) for m in messages]
-        return render_chat(list(zip(roles, per_message, strict=True)))
+        return render_chat(list(zip(roles, per_message, strict=True)), template)
 
     def _request(
-        self, messages: Sequence[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]
+        self,
+        messages: Sequence[BaseMessage],
+        stop: list[str] | None,
+        kwargs: dict[str, Any],
+        core: ModelCore,
     ) -> tuple[list[Piece], dict[str, Any], str | None]:
-        return self.prompt_pieces(messages), self.sampling(stop, kwargs), self.model_for(kwargs)
+        """Pieces (in the chat template ``core``'s server announces: connects on first
+        use), sampling payload and model of one call."""
+        model = self.model_for(kwargs)
+        pieces = self.prompt_pieces(messages, core.chat_template(model))
+        return pieces, self.sampling(stop, kwargs), model
 
     def _core(self, run_manager: Any) -> ModelCore:
         run_id = getattr(run_manager, "run_id", None)
@@ -116,10 +133,11 @@ class ChatEclectus(EclectusParams, BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        pieces, sampling, model = self._request(messages, stop, kwargs)
+        core = self._core(run_manager)
+        pieces, sampling, model = self._request(messages, stop, kwargs, core)
         result = take_prefetched(prefetch_key(pieces, sampling, model))
         if result is None:
-            (result,) = self._core(run_manager).run([(pieces, sampling)], model)
+            (result,) = core.run([(pieces, sampling)], model)
         return _chat_result(result)
 
     async def _agenerate(
@@ -129,10 +147,11 @@ class ChatEclectus(EclectusParams, BaseChatModel):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        pieces, sampling, model = self._request(messages, stop, kwargs)
+        core = self._core(run_manager)
+        pieces, sampling, model = self._request(messages, stop, kwargs, core)
         result = take_prefetched(prefetch_key(pieces, sampling, model))
         if result is None:
-            (result,) = await self._core(run_manager).arun([(pieces, sampling)], model)
+            (result,) = await core.arun([(pieces, sampling)], model)
         return _chat_result(result)
 
     def _stream(
@@ -142,8 +161,9 @@ class ChatEclectus(EclectusParams, BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> Iterator[ChatGenerationChunk]:
-        pieces, sampling, model = self._request(messages, stop, kwargs)
-        for item in self._core(run_manager).stream(pieces, sampling, model):
+        core = self._core(run_manager)
+        pieces, sampling, model = self._request(messages, stop, kwargs, core)
+        for item in core.stream(pieces, sampling, model):
             chunk = _chunk(item)
             if run_manager and isinstance(item, str):
                 run_manager.on_llm_new_token(item, chunk=chunk)
@@ -156,8 +176,9 @@ class ChatEclectus(EclectusParams, BaseChatModel):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> AsyncIterator[ChatGenerationChunk]:
-        pieces, sampling, model = self._request(messages, stop, kwargs)
-        async for item in self._core(run_manager).astream(pieces, sampling, model):
+        core = self._core(run_manager)
+        pieces, sampling, model = self._request(messages, stop, kwargs, core)
+        async for item in core.astream(pieces, sampling, model):
             chunk = _chunk(item)
             if run_manager and isinstance(item, str):
                 await run_manager.on_llm_new_token(item, chunk=chunk)
@@ -174,8 +195,8 @@ class ChatEclectus(EclectusParams, BaseChatModel):
         **kwargs: Any,
     ) -> list[BaseMessage]:
         """Like BaseChatModel.batch, but every prompt reaches the server in one frame."""
-        requests = self._batch_requests(inputs, kwargs)
         core = ModelCore(self, _batch_app(config))
+        requests = self._batch_requests(inputs, kwargs, core)
         results = self._prefetch(requests, core.run) if requests else {}
         token = set_prefetched(results)
         try:
@@ -192,10 +213,10 @@ class ChatEclectus(EclectusParams, BaseChatModel):
         **kwargs: Any,
     ) -> list[BaseMessage]:
         """Async twin of :meth:`batch`."""
-        requests = self._batch_requests(inputs, kwargs)
+        core = ModelCore(self, _batch_app(config))
+        requests = self._batch_requests(inputs, kwargs, core)
         results: dict[PrefetchKey, list[Generated]] = {}
         if requests:
-            core = ModelCore(self, _batch_app(config))
             try:
                 generated = await core.arun([(p, s) for p, s, _ in requests], requests[0][2])
                 results = _table(requests, generated)
@@ -210,18 +231,24 @@ class ChatEclectus(EclectusParams, BaseChatModel):
             reset_prefetched(token)
 
     def _batch_requests(
-        self, inputs: list[LanguageModelInput], kwargs: dict[str, Any]
+        self, inputs: list[LanguageModelInput], kwargs: dict[str, Any], core: ModelCore
     ) -> list[Request]:
         """The requests a batch will make, or [] when prefetching does not apply (a single
-        input, or streaming, which goes through its own path)."""
+        input, or streaming, which goes through its own path), or when the server cannot be
+        asked for its chat template (each input then runs, and fails, on its own)."""
         if len(inputs) < 2 or self.streaming or kwargs.get("stream"):
             return []
         call_kwargs = {k: v for k, v in kwargs.items() if k != "stop"}
         requests = []
-        for item in inputs:
-            messages = self._convert_input(item).to_messages()
-            pieces, sampling, model = self._request(messages, kwargs.get("stop"), call_kwargs)
-            requests.append((pieces, sampling, model))
+        try:
+            for item in inputs:
+                messages = self._convert_input(item).to_messages()
+                pieces, sampling, model = self._request(
+                    messages, kwargs.get("stop"), call_kwargs, core
+                )
+                requests.append((pieces, sampling, model))
+        except Exception:  # as in _prefetch: LangChain's per-input path reports it
+            return []
         return requests
 
     def _prefetch(
@@ -243,7 +270,8 @@ class ChatEclectus(EclectusParams, BaseChatModel):
         self, messages: list[BaseMessage], tools: Sequence[Any] | None = None
     ) -> int:
         """Tokens of the whole rendered chat prompt, generation prompt included."""
-        return self.get_num_tokens(concrete_text(self.prompt_pieces(messages)))
+        template = ModelCore(self, None).chat_template(self.model_name)
+        return self.get_num_tokens(concrete_text(self.prompt_pieces(messages, template)))
 
 
 def _batch_app(config: RunnableConfig | list[RunnableConfig] | None) -> str | None:

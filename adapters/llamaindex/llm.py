@@ -166,8 +166,13 @@ class Eclectus(CapturingLLM):
         return self.client.variable(value=value, name=name)
 
     def _message_segments(self, messages: Sequence[ChatMessage]) -> list[str]:
+        """Chat messages as text segments: in the chat template the server announces for
+        the model (the built-in one when it announces none), unless the user installed
+        their own ``messages_to_prompt`` (then its string is one segment). Connects on
+        first use."""
         if self.messages_to_prompt is messages_to_prompt:
-            return chat_pieces(messages)
+            info = self._model_info()
+            return chat_pieces(messages, info.chat_template, info.template_vars)
         return [self.messages_to_prompt(messages)]
 
     def _prompt_call(self, prompt: str, formatted: bool, kwargs: Any) -> SemanticVariable:

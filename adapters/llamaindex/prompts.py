@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from eclectus.server.chat_template import DEFAULT_CHAT_TEMPLATE, render_chat_pieces
 from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.prompts import BasePromptTemplate
 
@@ -98,16 +99,39 @@ def message_text(message: ChatMessage) -> str:
     return message.content or ""
 
 
-def chat_pieces(messages: Sequence[ChatMessage]) -> list[str]:
-    """Messages in the built-in model's chat template, one text piece per message:
-    ``<|role|>\\ncontent\\n`` for each, then ``<|assistant|>\\n`` to open the reply.
-    One piece per message makes every message boundary a prefix-reuse point, so a
-    conversation that grows by a turn reuses the KV of all earlier turns."""
-    pieces = [f"<|{m.role.value}|>\n{message_text(m)}\n" for m in messages]
-    pieces.append(ASSISTANT_HEADER)
-    return pieces
+def chat_pieces(
+    messages: Sequence[ChatMessage],
+    template: str | None = None,
+    template_vars: Mapping[str, str] | None = None,
+) -> list[str]:
+    """Messages as text pieces in the model's chat template (pure).
+
+    With the built-in model's template (``template`` None or DEFAULT_CHAT_TEMPLATE): one
+    piece per message, ``<|role|>\\ncontent\\n`` for each, then ``<|assistant|>\\n`` to
+    open the reply. With another Jinja template (the one the server announces): the
+    template's text between messages as pieces and each message's content as its own piece
+    (eclectus.server.chat_template.render_chat_pieces; a message whose content the template
+    transforms is merged into the text around it). Either way every message boundary is a
+    prefix-reuse point, so a conversation that grows by a turn reuses the KV of all earlier
+    turns."""
+    if template is None or template == DEFAULT_CHAT_TEMPLATE:
+        pieces = [f"<|{m.role.value}|>\n{message_text(m)}\n" for m in messages]
+        pieces.append(ASSISTANT_HEADER)
+        return pieces
+    rendered = render_chat_pieces(
+        template,
+        [(m.role.value, [message_text(m)]) for m in messages],
+        text_of=str,
+        template_vars=template_vars,
+    )
+    return [p for p in rendered if p]
 
 
-def messages_to_prompt(messages: Sequence[ChatMessage]) -> str:
-    """The chat template as one string (LlamaIndex's ``messages_to_prompt`` hook)."""
-    return "".join(chat_pieces(messages))
+def messages_to_prompt(
+    messages: Sequence[ChatMessage],
+    template: str | None = None,
+    template_vars: Mapping[str, str] | None = None,
+) -> str:
+    """The chat template as one string (LlamaIndex's ``messages_to_prompt`` hook; called
+    by LlamaIndex with the messages only, which renders the built-in template)."""
+    return "".join(chat_pieces(messages, template, template_vars))

@@ -51,9 +51,12 @@ class AsyncEngine:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._stats = self.engine.stats()  # replaced (never mutated) after every step
-        eos = self.engine.tokenizer.eos_token_ids
+        tokenizer = self.engine.tokenizer
+        eos = tokenizer.eos_token_ids
         self._card = ModelCard(
-            self.config.model, self.engine.max_model_len, eos[0] if eos else None
+            self.config.model, self.engine.max_model_len, eos[0] if eos else None,
+            chat_template=tokenizer.effective_chat_template,
+            template_vars=tokenizer.template_vars,
         )
 
     @classmethod

@@ -16,20 +16,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from eclectus.server.chat_template import DEFAULT_CHAT_TEMPLATE
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
 
 NUM_BYTES = 256
 BOS, EOS, PAD, UNK = "<s>", "</s>", "<pad>", "<unk>"
 BOS_ID, EOS_ID, PAD_ID, UNK_ID = 256, 257, 258, 259
 
-# "<|role|>\ncontent\n" per message, then "<|assistant|>\n" to prompt the reply. The same
-# template is Tokenizer's default when a directory has none, so both always agree.
-DEFAULT_CHAT_TEMPLATE = (
-    "{% for message in messages %}"
-    "{{ '<|' + message['role'] + '|>\n' + message['content'] + '\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% endif %}"
-)
+# The default chat template lives in server/chat_template.py (re-exported here).
 
 
 def bytes_to_unicode() -> dict[int, str]:

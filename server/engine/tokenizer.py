@@ -8,17 +8,13 @@ explicitly when the tokenizer has one, so a prompt's segments can be encoded one
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Sequence
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import jinja2
-import jinja2.sandbox
 import tokenizers
-from eclectus.server.engine.byte_tokenizer import DEFAULT_CHAT_TEMPLATE
+from eclectus.server.chat_template import DEFAULT_CHAT_TEMPLATE, render_chat
 
 REPLACEMENT_CHAR = "\ufffd"  # what a decoder emits for incomplete or invalid UTF-8
 
@@ -68,8 +64,12 @@ class Tokenizer:
         return self.backend.get_vocab_size(with_added_tokens=True)
 
     def encode(self, text: str, add_bos: bool) -> list[int]:
-        """Token ids of ``text``; BOS first when ``add_bos`` and the tokenizer has one."""
+        """Token ids of ``text``; BOS first when ``add_bos`` and the tokenizer has one,
+        unless ``text`` already starts with the BOS token's text (a chat template that
+        renders ``{{ bos_token }}``): BOS is never doubled."""
         ids = self.backend.encode(text, add_special_tokens=False).ids
+        if ids[:1] == [self.bos_token_id]:
+            return ids
         if add_bos and self.bos_token_id is not None:
             return [self.bos_token_id, *ids]
         return ids
@@ -83,9 +83,19 @@ class Tokenizer:
         """Render ``messages`` ([{"role", "content"}]) with the directory's Jinja chat template,
         as transformers does, or with DEFAULT_CHAT_TEMPLATE. The result is a prompt string to
         :meth:`encode` (BOS is added there, not by the default template)."""
-        template = _compile(self.chat_template or DEFAULT_CHAT_TEMPLATE)
-        return template.render(messages=messages, add_generation_prompt=add_generation_prompt,
-                               **self._special_tokens)
+        return render_chat(self.chat_template, messages,
+                           add_generation_prompt=add_generation_prompt,
+                           template_vars=self._special_tokens)
+
+    @property
+    def effective_chat_template(self) -> str:
+        """The template source :meth:`apply_chat_template` renders with."""
+        return self.chat_template or DEFAULT_CHAT_TEMPLATE
+
+    @property
+    def template_vars(self) -> dict[str, str]:
+        """The special-token strings templates use ("bos_token" -> "<s>"...), a copy."""
+        return dict(self._special_tokens)
 
 
 class IncrementalDetokenizer:
@@ -187,31 +197,3 @@ def _chat_template(path: Path, tok_config: dict[str, Any]) -> str | None:
         named = {t["name"]: t["template"] for t in template}
         return named.get("default")
     return template
-
-
-def _raise_exception(message: str) -> None:
-    raise jinja2.exceptions.TemplateError(message)
-
-
-def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
-            separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
-    # transformers' filter: jinja's own tojson HTML-escapes, which chat templates must not
-    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
-                      sort_keys=sort_keys)
-
-
-def _strftime_now(fmt: str) -> str:
-    return datetime.now().strftime(fmt)
-
-
-@functools.lru_cache(maxsize=8)
-def _compile(source: str) -> jinja2.Template:
-    # the environment transformers uses (same options, filters and globals), so templates
-    # render identically; compiled once per template text
-    env = jinja2.sandbox.ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
-    )
-    env.filters["tojson"] = _tojson
-    env.globals["raise_exception"] = _raise_exception
-    env.globals["strftime_now"] = _strftime_now
-    return env.from_string(source)

@@ -187,6 +187,25 @@ def test_missing_tokenizer_json_is_a_clear_error(tmp_path: Path) -> None:
         Tokenizer.from_dir(tmp_path)
 
 
+def test_bos_is_not_doubled_when_the_text_starts_with_it(tiny_dir: Path, tmp_path: Path,
+                                                       hf_tok) -> None:
+    """A template rendering {{ bos_token }} gives a prompt that already starts with BOS:
+    encode(add_bos=True) adds none, so the ids equal transformers' tokenization of the
+    rendered chat without special tokens (what vLLM's chat path does)."""
+    path = copy_with(tiny_dir, tmp_path / "d",
+                     chat_template="{{ bos_token }}{{ messages[0]['content'] }}")
+    tok = Tokenizer.from_dir(path)
+    prompt = tok.apply_chat_template(MESSAGES)
+    assert prompt.startswith("<s>")
+    ids = tok.encode(prompt, add_bos=True)
+    assert ids.count(BOS_ID) == 1 and ids[0] == BOS_ID
+    assert ids == hf_tok.encode(prompt, add_special_tokens=False)
+    assert tok.encode("hi", add_bos=True) == [BOS_ID, *b"hi"]  # others still get BOS
+    assert tok.encode("<s>hi", add_bos=False) == [BOS_ID, *b"hi"]
+    assert tok.effective_chat_template == "{{ bos_token }}{{ messages[0]['content'] }}"
+    assert tok.template_vars["bos_token"] == "<s>"
+
+
 def sentencepiece_style_tokenizer() -> Tokenizer:
     """A Llama-2/Mistral-shaped tokenizer built in place: "▁" for spaces, byte fallback,
     and a decoder that strips the leading space of whatever it decodes."""

@@ -3,16 +3,21 @@
 A prompt template becomes a :class:`SymPrompt` (pieces, see prompts.py); a model turns a
 prompt into one declared call whose output is a ref (a :class:`SymMessage` for a chat model);
 the parser takes the message's text. Prompts are built exactly as the eager models build
-them (chat_format.render_chat, the same tracing-hook lookup for concrete text), so compiled
-and eager runs send the same segments.
+them (chat_format.render_chat in the served model's template, the same tracing-hook lookup
+for concrete text), so compiled and eager runs send the same segments.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from eclectus.adapters.langchain._client import model_name_of, ws_url
-from eclectus.adapters.langchain.chat_format import message_role, render_buffer, render_chat
+from eclectus.adapters.langchain._client import model_info, model_name_of, ws_url
+from eclectus.adapters.langchain.chat_format import (
+    ChatTemplate,
+    message_role,
+    render_buffer,
+    render_chat,
+)
 from eclectus.adapters.langchain.chat_models import ChatEclectus
 from eclectus.adapters.langchain.compiler.context import Lowering
 from eclectus.adapters.langchain.compiler.registry import register
@@ -28,6 +33,7 @@ from eclectus.adapters.langchain.pieces import (
 )
 from eclectus.adapters.langchain.prompts import chat_prompt_messages, string_prompt_pieces
 from eclectus.adapters.langchain.tracing import TRACER
+from eclectus.server.chat_template import ChatTemplateError
 from langchain_core.messages import (
     BaseMessage,
     convert_to_messages,
@@ -126,7 +132,11 @@ async def lower_model(model: Any, value: Any, ctx: Lowering, kwargs: dict[str, A
         raise NotLowerable("the model talks to another server")
     sampling, name = model.sampling(None, kwargs), model.model_for(kwargs)
     if isinstance(model, ChatEclectus):
-        pieces = render_chat(chat_messages(value))
+        template = ChatTemplate.of(model_info(ctx.session, name))
+        try:
+            pieces = render_chat(chat_messages(value), template)
+        except ChatTemplateError as exc:  # the template rewrites content only the server has
+            raise NotLowerable(str(exc)) from exc
     else:
         pieces = llm_prompt(value)
     ref = ctx.declare_call(pieces, sampling, name, f"{model.get_name()} {sampling}")
