@@ -86,68 +86,136 @@ class Scheduler:
         Model (vLLM v1): every request has ``num_computed_tokens``; a step gives it some of its
         remaining ``num_tokens - num_computed_tokens`` tokens. A decode is simply a request
         with one remaining token; a long prompt is cut into chunks. There are no phases.
-        Pass 1, running requests in (priority, arrival) order: each takes min(remaining,
-        budget) tokens; when its blocks do not fit, the lowest-ranked running request is
-        preempted (blocks freed, recomputed later) until they do, possibly itself.
-        Pass 2, only if nobody was preempted: waiting requests in (priority, arrival) order
-        take prefix-cache hits and a chunk, until the budget, the seat limit or the pool runs
-        out (stop at the first that does not fit, so rank order holds).
+
+        Latency first within a step:
+
+        * Pass 1, the decodes (one remaining token) of every running request, in (priority,
+          arrival) order: they are cheap and keep every stream moving.
+        * Pass 2, prefill chunks in (priority, arrival) order over running AND waiting
+          requests together: a running request takes ``min(remaining, budget)``; a waiting one
+          takes its prefix-cache hits and a chunk. So a high-priority request's prefill runs
+          in the same step as (and before) a low-priority long prefill that is already
+          running, instead of waiting for the latter to finish.
+
+        When a running request's blocks do not fit, the lowest-ranked running request not yet
+        scheduled this step is preempted (blocks freed, recomputed later) until they do;
+        when none ranks below it, the request itself is preempted (or fails with "length"
+        when it is alone). Requests already scheduled this step are never preempted: their
+        newly filled blocks are already hashed. Waiting requests are admitted only while
+        nobody was preempted this step, and admission stops at the first waiting request
+        that does not fit or when the seats run out (rank order holds among them).
         """
         out = SchedulerOutput()
-        budget = self._schedule_running(out, self.max_num_batched_tokens)
-        if not out.preempted:
-            self._schedule_waiting(out, budget)
+        scheduled: set[int] = set()  # id() of sequences scheduled this step
+        budget = self._schedule_decodes(out, self.max_num_batched_tokens, scheduled)
+        self._schedule_chunks(out, budget, scheduled)
         out.block_copies = self.block_manager.pending_copies
         self.block_manager.pending_copies = []
         assert out.num_batched_tokens <= self.max_num_batched_tokens
         assert len(self.running) <= self.max_num_seqs
         return out
 
-    def _schedule_running(self, out: SchedulerOutput, budget: int) -> int:
-        index = 0
-        while index < len(self.running) and budget > 0:
-            seq = self.running[index]
-            num_new = min(seq.num_uncomputed_tokens, budget)
-            while not self.block_manager.allocate_slots(seq, num_new):
-                victim = self.running[-1]
-                if victim is seq and index == 0:  # alone and still too big for the pool
-                    self._fail(seq, out)
-                    break
-                self._preempt(victim, out)
-                if victim is seq:
-                    break
-            else:
-                out.scheduled.append(self._scheduled(seq, num_new))
-                budget -= num_new
-                index += 1
+    def _schedule_decodes(self, out: SchedulerOutput, budget: int, scheduled: set[int]) -> int:
+        for seq in [s for s in self.running if s.num_uncomputed_tokens == 1]:
+            if budget <= 0:
+                break
+            if seq.status is not SequenceStatus.RUNNING:  # preempted by a decode above it
+                continue
+            if self._make_room(seq, 1, out, scheduled):
+                out.scheduled.append(self._scheduled(seq, 1))
+                scheduled.add(id(seq))
+                budget -= 1
         return budget
 
-    def _schedule_waiting(self, out: SchedulerOutput, budget: int) -> None:
-        bm = self.block_manager
-        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
-            seq = self.waiting[0][2]
-            if seq.is_finished:  # aborted while waiting
-                heapq.heappop(self.waiting)
-                continue
-            hits = bm.find_cached_blocks(seq)
-            num_hit_tokens = len(hits) * bm.block_size
-            num_new = min(seq.num_tokens - num_hit_tokens, budget)
-            if not bm.allocate_slots(seq, num_new, hits):
-                if not self.running and not out.scheduled:  # an empty pool can't hold it
-                    heapq.heappop(self.waiting)
-                    self._fail(seq, out)
-                    continue
+    def _schedule_chunks(self, out: SchedulerOutput, budget: int, scheduled: set[int]) -> None:
+        chunks = [s for s in self.running if id(s) not in scheduled and s.num_uncomputed_tokens]
+        index, admit = 0, True
+        while budget > 0:
+            while index < len(chunks) and chunks[index].status is not SequenceStatus.RUNNING:
+                index += 1  # preempted (or failed) earlier in this step
+            running = chunks[index] if index < len(chunks) else None
+            waiting = self._next_waiting() if admit and not out.preempted else None
+            if waiting is not None and len(self.running) >= self.max_num_seqs:
+                waiting = None
+            if running is None and waiting is None:
                 break
-            heapq.heappop(self.waiting)
-            if seq.status is SequenceStatus.WAITING:  # first admission, not a recompute
-                seq.num_cached_tokens = num_hit_tokens
-                out.num_cache_hit_tokens += num_hit_tokens
-            seq.num_computed_tokens = num_hit_tokens
-            seq.status = SequenceStatus.RUNNING
-            self._prefill_targets[seq.request_id] = seq.num_tokens
-            bisect.insort(self.running, seq, key=lambda s: (s.priority, s.arrival))
-            out.scheduled.append(self._scheduled(seq, num_new))
-            budget -= num_new
+            if waiting is not None and (
+                running is None
+                or (waiting.priority, waiting.arrival) < (running.priority, running.arrival)
+            ):
+                admitted = self._admit(waiting, out, budget)
+                if admitted is None:
+                    admit = False  # rank order among the waiting: stop at the first misfit
+                else:
+                    scheduled.add(id(waiting))
+                    budget -= admitted
+                continue
+            index += 1
+            num_new = min(running.num_uncomputed_tokens, budget)
+            if self._make_room(running, num_new, out, scheduled):
+                out.scheduled.append(self._scheduled(running, num_new))
+                scheduled.add(id(running))
+                budget -= num_new
+
+    def _next_waiting(self) -> Sequence | None:
+        """The best-ranked live waiting sequence (drops aborted ones from the heap)."""
+        while self.waiting:
+            seq = self.waiting[0][2]
+            if not seq.is_finished:
+                return seq
+            heapq.heappop(self.waiting)  # aborted while waiting
+        return None
+
+    def _make_room(
+        self, seq: Sequence, num_new: int, out: SchedulerOutput, scheduled: set[int]
+    ) -> bool:
+        """Allocate ``num_new`` slots for running ``seq``, preempting lower-ranked running
+        requests not yet scheduled this step until they fit. False when ``seq`` itself was
+        preempted (or failed, being alone)."""
+        while not self.block_manager.allocate_slots(seq, num_new):
+            victim = self._victim(seq, scheduled)
+            if victim is seq:
+                if len(self.running) == 1:  # alone and still too big for the pool
+                    self._fail(seq, out)
+                else:
+                    self._preempt(seq, out)
+                return False
+            self._preempt(victim, out)
+        return True
+
+    def _victim(self, seq: Sequence, scheduled: set[int]) -> Sequence:
+        """The lowest-ranked running sequence below ``seq`` not scheduled this step, else
+        ``seq`` itself (pure)."""
+        for victim in reversed(self.running):
+            if victim is seq:
+                return seq
+            if id(victim) not in scheduled:
+                return victim
+        return seq
+
+    def _admit(self, seq: Sequence, out: SchedulerOutput, budget: int) -> int | None:
+        """Admit waiting ``seq`` (the head of the heap) with its hits and a chunk; returns
+        the tokens it computes this step, or None when it does not fit (left waiting)."""
+        bm = self.block_manager
+        hits = bm.find_cached_blocks(seq)
+        num_hit_tokens = len(hits) * bm.block_size
+        num_new = min(seq.num_tokens - num_hit_tokens, budget)
+        if not bm.allocate_slots(seq, num_new, hits):
+            if not self.running and not out.scheduled:  # an empty pool can't hold it
+                heapq.heappop(self.waiting)
+                self._fail(seq, out)
+                return 0
+            return None
+        heapq.heappop(self.waiting)
+        if seq.status is SequenceStatus.WAITING:  # first admission, not a recompute
+            seq.num_cached_tokens = num_hit_tokens
+            out.num_cache_hit_tokens += num_hit_tokens
+        seq.num_computed_tokens = num_hit_tokens
+        seq.status = SequenceStatus.RUNNING
+        self._prefill_targets[seq.request_id] = seq.num_tokens
+        bisect.insort(self.running, seq, key=lambda s: (s.priority, s.arrival))
+        out.scheduled.append(self._scheduled(seq, num_new))
+        return num_new
 
     def _scheduled(self, seq: Sequence, num_new: int) -> ScheduledSeq:
         target = self._prefill_targets.get(seq.request_id, 0)

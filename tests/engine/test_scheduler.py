@@ -168,3 +168,55 @@ def test_random_workloads_finish_every_request_without_leaks(
     for s in seqs:  # finished normally, or failed because it can never fit the pool
         assert s.num_output_tokens == s.sampling.max_tokens or s.num_tokens > num_blocks * BS
     assert sched.block_manager.num_free_blocks == num_blocks
+
+
+def test_high_priority_prefill_runs_beside_a_running_low_priority_long_prefill() -> None:
+    """Latency first within a step: a low-priority background prompt that is mid-prefill
+    does not take the whole token budget from a high-priority arrival."""
+    sched = make(256, budget=16)
+    background = seq(0, 200, priority=5.0)
+    sched.add(background)
+    first = step(sched)
+    assert [(s.seq.request_id, s.num_new_tokens) for s in first.scheduled] == [("r0", 16)]
+    chat = seq(1, 10, priority=0.0, start=500)  # arrives later, ranks higher
+    sched.add(chat)
+    second = step(sched)
+    # the chat's whole prompt is computed (and sampled) in this very step, ahead of the
+    # background chunk, which gets the rest of the budget
+    assert [(s.seq.request_id, s.num_new_tokens) for s in second.scheduled] == [
+        ("r1", 10),
+        ("r0", 6),
+    ]
+    assert chat.num_output_tokens == 1
+    # next step: the chat's decode first, then the background prefill
+    third = step(sched)
+    assert [(s.seq.request_id, s.num_new_tokens) for s in third.scheduled] == [
+        ("r1", 1),
+        ("r0", 15),
+    ]
+
+
+def test_running_prefill_chunks_are_budgeted_by_priority_after_all_decodes() -> None:
+    sched = make(256, budget=16)
+    low = seq(0, 100, priority=5.0)
+    decoder = seq(1, 3, priority=9.0)
+    sched.add(low)
+    sched.add(decoder)
+    step(sched)  # low takes the whole budget; decoder waits (lower rank)
+    high = seq(2, 40, priority=0.0, start=300)
+    sched.add(high)
+    out = step(sched)  # high admitted first, low gets nothing left
+    assert [(s.seq.request_id, s.num_new_tokens) for s in out.scheduled] == [("r2", 16)]
+    assert high.status is SequenceStatus.RUNNING and low.status is SequenceStatus.RUNNING
+    # both running mid-prefill: the high one is budgeted first although it arrived later
+    out = step(sched)
+    assert [(s.seq.request_id, s.num_new_tokens) for s in out.scheduled] == [("r2", 16)]
+    out = step(sched)
+    assert [(s.seq.request_id, s.num_new_tokens) for s in out.scheduled] == [
+        ("r2", 8),
+        ("r0", 8),
+    ]
+    # high now decodes; a decode of every running request goes before any prefill chunk
+    out = step(sched)
+    assert out.scheduled[0].seq is high and out.scheduled[0].num_new_tokens == 1
+    assert [(s.seq.request_id, s.num_new_tokens) for s in out.scheduled[1:]] == [("r0", 15)]
