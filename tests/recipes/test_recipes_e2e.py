@@ -114,3 +114,21 @@ def test_analytics_runs_as_throughput_work(embedded: Embedded) -> None:
     run_recipe("shared-prompt", CASES["shared-prompt"][0], embedded.target("eclectus"), text=TEXT)
     assert count("throughput") > before[0]
     assert count("latency") > before[1]
+
+
+def test_compiled_chain_summary_is_one_frame(embedded: Embedded) -> None:
+    """The compiled refine chain is one graph: no fallback, one client frame for the whole
+    run (submit + get), and all three steps dispatched by the server on that one frame, so
+    step k+1 never waits for a client round trip."""
+    params = CASES["chain-summary"][0]
+    target = embedded.target("eclectus")
+    run_recipe("chain-summary", params, target, text=TEXT)  # opens the client's session
+    log = embedded.server.scheduler.dispatch_log
+    mark = len(log)
+    result = run_recipe("chain-summary", params, target, text=TEXT)
+    assert result.notes == []
+    counters = result.server_counters
+    assert counters.get("eclectus_client_frames_total") == 1, counters
+    assert counters.get("eclectus_calls_finished_total") == 3
+    dispatched = list(log)[mark:]
+    assert len(dispatched) == 3 and len({session for session, _ in dispatched}) == 1

@@ -1,7 +1,9 @@
 """The lowering registry: runnable type -> async function lowering it onto the server.
 
 ``lower(runnable, value, ctx)`` looks the runnable's exact type up (a subclass may change
-behaviour, so it is not assumed to lower like its base); a lowering that meets something it
+behaviour, so it is not assumed to lower like its base; a pydantic generic parametrization
+such as ``RunnableParallel[dict[str, Any]]`` is not a subclass in that sense and looks up
+as its origin); a lowering that meets something it
 cannot do exactly raises NotLowerable *before* declaring anything, and the runnable then runs
 on the client as a cut. An unregistered type is always a cut. Lowerings of composite
 runnables only recurse; cuts therefore happen at the innermost runnable that needs one.
@@ -37,9 +39,22 @@ def register(*types: type, subclasses: bool = False) -> Callable[[LowerFn], Lowe
     return decorate
 
 
+def unparametrized(cls: type) -> type:
+    """``cls`` with pydantic generic parametrization stripped: LangChain builds some
+    runnables as ``RunnableParallel[dict[str, Any]]`` (``.assign``'s mapper), a distinct
+    class object that behaves exactly like ``RunnableParallel``. A real subclass is kept
+    (its origin is None). Pure."""
+    while True:
+        metadata = getattr(cls, "__pydantic_generic_metadata__", None)
+        origin = metadata.get("origin") if isinstance(metadata, dict) else None
+        if not isinstance(origin, type) or origin is cls:
+            return cls
+        cls = origin
+
+
 def lowering_for(runnable: Any) -> LowerFn | None:
     """The registered lowering for ``runnable``, or None (pure)."""
-    fn = _REGISTRY.get(type(runnable))
+    fn = _REGISTRY.get(unparametrized(type(runnable)))
     if fn is not None:
         return fn
     for cls, candidate in _BY_INSTANCE:

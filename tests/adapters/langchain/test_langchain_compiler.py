@@ -12,7 +12,7 @@ from eclectus.server.app import EclectusServer
 from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder, PromptTemplate
-from langchain_core.runnables import Runnable, RunnableLambda, RunnablePassthrough
+from langchain_core.runnables import Runnable, RunnableLambda, RunnablePassthrough, RunnablePick
 from lc_helpers import metric
 
 FRAMES = "eclectus_client_frames_total"
@@ -110,6 +110,32 @@ def test_parallel_dict_passthrough_assign_pick(chat: ChatEclectus) -> None:
     }
     out = assert_same(chain, {"doc": "the cat sat"})
     assert set(out) == {"first", "doc", "second"}
+
+
+def test_assign_refine_chain_is_one_frame_without_cuts(
+    eclectus_server: EclectusServer, llm: EclectusLLM
+) -> None:
+    """A refine chain of .assign steps (whose mapper LangChain builds as the parametrized
+    class ``RunnableParallel[dict[str, Any]]``) lowers entirely onto the server: no cut in
+    the plan or the run, three calls, one client frame, the eager chain's answer."""
+    refine = PromptTemplate.from_template("So far: {summary}\nAdd: {text}\n") | llm
+    chain: Runnable = RunnablePassthrough.assign(
+        summary={"text": RunnablePick("c0")} | PromptTemplate.from_template("{text}") | llm
+    )
+    for i in (1, 2):
+        step = {"summary": RunnablePick("summary"), "text": RunnablePick(f"c{i}")} | refine
+        chain = chain | RunnablePassthrough.assign(summary=step | StrOutputParser())
+    chain = chain | RunnablePick("summary")
+    inputs = {"c0": "one", "c1": "two", "c2": "three"}
+    compiled = compile(chain)
+    assert "CUT" not in compiled.plan()
+    eager = chain.invoke(inputs)
+    compiled.invoke(inputs)  # opens the session
+    before = metric(eclectus_server, FRAMES)
+    assert compiled.invoke(inputs) == eager
+    assert metric(eclectus_server, FRAMES) - before == 1
+    assert compiled.last_graph is not None
+    assert compiled.last_graph.cuts == [] and compiled.last_graph.num_calls == 3
 
 
 def test_map_reduce_renders_the_list_like_python(
