@@ -45,6 +45,9 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """x [T, size] -> [T, size] in x's dtype (pure)."""
+        if x.dtype == torch.float32:  # same ops, fewer temporaries (a * b == b * a exactly)
+            inv = torch.rsqrt(x.pow(2).mean(-1, keepdim=True).add_(self.eps))
+            return (x * inv).mul_(self.weight)
         x32 = x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * x32.to(x.dtype)
@@ -76,12 +79,12 @@ class Attention(nn.Module):
         """x [T, hidden], rope (cos, sin) [T, 1, D] -> [T, hidden] (pure here; ``attn`` may
         write its cache)."""
         qkv = self.qkv_proj(x)
-        q, k, v = qkv.split((self.q_size, self.kv_size, self.kv_size), dim=-1)
         t = x.shape[0]
-        q = q.view(t, self.num_heads, self.head_dim)
-        k = k.view(t, self.num_kv_heads, self.head_dim)
-        v = v.view(t, self.num_kv_heads, self.head_dim)
-        q, k = apply_rope(q, k, *rope)
+        # q and k heads are adjacent in qkv: rotate them together (one set of kernels)
+        qk = qkv[:, : self.q_size + self.kv_size].view(t, -1, self.head_dim)
+        qk = apply_rope(qk, *rope)
+        q, k = qk[:, : self.num_heads], qk[:, self.num_heads :]
+        v = qkv[:, self.q_size + self.kv_size :].view(t, self.num_kv_heads, self.head_dim)
         o = attn(self.layer_idx, q, k, v)
         return self.o_proj(o.reshape(t, self.q_size))
 
@@ -100,7 +103,7 @@ class MLP(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         """x [T, hidden] -> [T, hidden] (pure)."""
         gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+        return self.down_proj(F.silu(gate).mul_(up))
 
 
 class DecoderLayer(nn.Module):
@@ -116,7 +119,7 @@ class DecoderLayer(nn.Module):
     def forward(self, x: Tensor, rope: tuple[Tensor, Tensor], attn: AttentionFn) -> Tensor:
         """Pre-norm residual block: x [T, hidden] -> [T, hidden]."""
         x = x + self.self_attn(self.input_layernorm(x), rope, attn)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        return x.add_(self.mlp(self.post_attention_layernorm(x)))  # x is this layer's own
 
 
 class LlamaModel(nn.Module):

@@ -68,18 +68,24 @@ class RotaryEmbedding(torch.nn.Module):
         self.register_buffer("sin_cache", angles.sin().to(device), persistent=False)
 
     def cos_sin(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-        """cos, sin [T, 1, D] in ``dtype`` for positions [T] (pure). Gathered once per
-        forward and shared by every layer."""
+        """cos [T, 1, D] and the *signed* sin [T, 1, D] = (-sin, sin) in ``dtype`` for
+        positions [T] (pure), the form :func:`apply_rope` takes. Gathered once per forward and
+        shared by every layer."""
         cos = self.cos_cache[positions].to(dtype)
         sin = self.sin_cache[positions].to(dtype)
-        return torch.cat((cos, cos), -1)[:, None, :], torch.cat((sin, sin), -1)[:, None, :]
+        return torch.cat((cos, cos), -1)[:, None, :], torch.cat((-sin, sin), -1)[:, None, :]
 
 
-def apply_rope(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
-    """Rotate q [T, Hq, D] and k [T, Hkv, D] with cos/sin [T, 1, D] (pure: new tensors)."""
-    return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+def apply_rope(x: Tensor, cos: Tensor, signed_sin: Tensor) -> Tensor:
+    """Rotate x [T, H, D] (q and k heads may be stacked along H) with cos and the signed sin
+    [T, 1, D] of :meth:`RotaryEmbedding.cos_sin` (pure: a new tensor).
 
-
-def _rotate_half(x: Tensor) -> Tensor:
+    Equals transformers' ``x * cos + rotate_half(x) * sin`` bit for bit: rotate_half(x) is
+    (-x2, x1), and (-x2) * sin == x2 * (-sin) exactly, so the sign moves into the table and
+    the per-layer negation disappears; 4 element-wise kernels for q and k together.
+    """
     half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    rotated = torch.cat((x[..., half:], x[..., :half]), dim=-1)
+    rotated.mul_(signed_sin)
+    out = x * cos
+    return out.add_(rotated)
