@@ -26,6 +26,10 @@ class ServerConfig:
     max_sessions: int = 256
     max_inflight: int = 256  # engine requests in flight at once, all sessions together
     aging_rate: float = 0.1
+    # throughput-class calls let into the engine while latency/deadline work is in flight:
+    # a throughput call dispatched next to an urgent one slows every one of its steps (a
+    # bigger batch, prefill chunks), so background work trickles while someone waits
+    max_background_inflight: int = 1
     close_timeout_s: float = 5.0
     openai_port: int | None = None  # None: no OpenAI-compatible listener; 0: a free port
 
@@ -41,6 +45,7 @@ class ServerConfig:
             "max_calls_per_session",
             "max_sessions",
             "max_inflight",
+            "max_background_inflight",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

@@ -62,6 +62,12 @@ class ReadyQueue:
     def get(self, app: AppState, node: Node) -> QueuedCall | None:
         return self._by_node.get((app.session_id, node.node_id))
 
+    def peek_best(self) -> QueuedCall | None:
+        """The best-ranked live call, left queued, or None (drops dead heap entries only)."""
+        while self._heap and not self._heap[0].live:
+            heapq.heappop(self._heap)
+        return self._heap[0] if self._heap else None
+
     def pop_best(self) -> QueuedCall | None:
         """Remove and return the best-ranked live call, or None (mutates)."""
         while self._heap:

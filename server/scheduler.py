@@ -68,6 +68,7 @@ class Scheduler:
         self.epoch = clock()
         self.queue = ReadyQueue()
         self.num_inflight = 0
+        self.num_urgent_inflight = 0  # latency/deadline calls among num_inflight
         self.apps: dict[str, AppState] = {}
         self._seq = count()
         # (session id, node id) of recent dispatches, in order: tests and debugging read it;
@@ -154,9 +155,14 @@ class Scheduler:
 
     def _pump(self) -> None:
         while self.num_inflight < self.config.max_inflight:
-            best = self.queue.pop_best()
+            best = self.queue.peek_best()
             if best is None:
                 return
+            if not _urgent(best) and self._background_full():
+                # the best is throughput work, so everything queued is: it waits for the
+                # urgent calls in flight to finish (or a background slot to free)
+                return
+            self.queue.pop_best()
             batch = [best]
             if best.node.group is not None:
                 batch += self.queue.take_group(best.node.group)
@@ -168,11 +174,21 @@ class Scheduler:
         app, node = queued.app, queued.node
         app.graph.start(node)
         self.num_inflight += 1
+        urgent = _urgent(queued)
+        self.num_urgent_inflight += urgent
         self.dispatch_log.append((app.session_id, node.node_id))
-        task = asyncio.get_running_loop().create_task(self._run(app, node, priority))
+        task = asyncio.get_running_loop().create_task(self._run(app, node, priority, urgent))
         app.tasks[node.node_id] = task
 
-    async def _run(self, app: AppState, node: Node, priority: float) -> None:
+    def _background_full(self) -> bool:
+        """While urgent calls are in flight, throughput calls may hold at most
+        ``max_background_inflight`` engine slots (pure)."""
+        if self.num_urgent_inflight == 0:
+            return False
+        background = self.num_inflight - self.num_urgent_inflight
+        return background >= self.config.max_background_inflight
+
+    async def _run(self, app: AppState, node: Node, priority: float, urgent: bool) -> None:
         try:
             await run_call(self, app, node, priority)
         except asyncio.CancelledError:
@@ -190,6 +206,8 @@ class Scheduler:
             self._drop(app, app.graph.fail(node, "internal", f"internal error: {exc}"))
         finally:
             self.num_inflight -= 1
+            if urgent:
+                self.num_urgent_inflight -= 1
             app.tasks.pop(node.node_id, None)
             if not app.closed:
                 self._pump()
@@ -280,3 +298,8 @@ class Scheduler:
     def gauges(self) -> dict[str, float]:
         """Scheduler gauges for /metrics (pure)."""
         return {"queue_depth": len(self.queue), "inflight": self.num_inflight}
+
+
+def _urgent(queued: QueuedCall) -> bool:
+    """Whether a queued call is latency/deadline work (its rank key's class) (pure)."""
+    return queued.key[0] == 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from eclectus.server.graph import NodeState, VarState
+from eclectus.server.scheduler import AppState, Scheduler
 from sched_helpers import FakeClock, call, drain, make_scheduler, order, submit
 from scripted_engine import ScriptedEngine, scripted_text
 
@@ -240,3 +241,39 @@ async def test_shared_prefix_is_pinned_until_the_last_sharer_dispatches() -> Non
     await drain(sched)
     assert [r.pin_prefix_segments for r in engine.requests[1:]] == [0, 0]
     assert engine.unpinned == [engine.requests[0].request_id]
+
+
+def background_job(sched: Scheduler, app: AppState, width: int = 4) -> None:
+    calls = [call(f"m{i}", f"o{i}") for i in range(width)]
+    gets = [{"var": f"o{i}", "criteria": "throughput"} for i in range(width)]
+    submit(sched, app, calls=calls, gets=gets)
+
+
+async def test_background_trickles_while_a_latency_call_is_in_flight() -> None:
+    """While a chat (latency) is in the engine, a throughput job gets at most
+    max_background_inflight slots; the rest waits for the chat, then goes at once."""
+    engine = ScriptedEngine(hold=True)
+    sched = make_scheduler(engine, max_background_inflight=1)
+    chats, job = sched.open_app("chats"), sched.open_app("job")
+    submit(sched, chats, calls=[call("chat", "y")], gets=[{"var": "y", "criteria": "latency"}])
+    background_job(sched, job)
+    await asyncio.sleep(0)
+    assert order(sched) == ["chat", "m0"]
+    assert len(sched.ready) == 3 and sched.num_urgent_inflight == 1
+    submit(sched, chats, calls=[call("chat2", "z")], gets=[{"var": "z", "criteria": "latency"}])
+    assert order(sched) == ["chat", "m0", "chat2"]  # urgent work is never held back
+    engine.release()
+    await drain(sched)
+    assert sorted(order(sched)[3:]) == ["m1", "m2", "m3"]
+    assert sched.num_urgent_inflight == 0 and sched.num_inflight == 0
+
+
+async def test_background_is_not_capped_without_urgent_work() -> None:
+    """With no latency/deadline call in flight, throughput work fills the engine."""
+    engine = ScriptedEngine(hold=True)
+    sched = make_scheduler(engine, max_background_inflight=1)
+    background_job(sched, sched.open_app("job"))
+    await asyncio.sleep(0)
+    assert order(sched) == ["m0", "m1", "m2", "m3"]
+    engine.release()
+    await drain(sched)
