@@ -133,9 +133,8 @@ def test_long_document_packs_in_the_servers_tokens(
     """With ``Settings.tokenizer = llm.tokenizer`` LlamaIndex packs a long document in the
     model's own tokens, so no leaf overflows the server's window (tiktoken's counts would:
     tiny's tokenizer makes one token per byte)."""
-    from eclectus.recipes.text import load_sample
-
     import llama_index.core
+    from eclectus.recipes.text import load_sample
 
     # Settings.tokenizer sets a module global: put it back for the tests that follow
     monkeypatch.setattr(llama_index.core, "global_tokenizer", llama_index.core.global_tokenizer)
