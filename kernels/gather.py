@@ -31,7 +31,10 @@ def pooled_buffer(key: Hashable, shape: tuple[int, ...], dtype: torch.dtype,
     for size in shape:
         numel *= size
     flat = buffers.get((key, dtype, device))
-    if flat is None or flat.numel() < numel:
+    # a buffer made under inference mode cannot be written outside it (the engine runs
+    # under inference mode; tests and benchmarks call the kernels without it)
+    stale = flat is not None and flat.is_inference() and not torch.is_inference_mode_enabled()
+    if flat is None or flat.numel() < numel or stale:
         flat = torch.empty(numel + numel // 4, dtype=dtype, device=device)
         buffers[(key, dtype, device)] = flat
     return flat[:numel].view(shape)
