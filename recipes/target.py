@@ -98,7 +98,7 @@ class ModelFactory:
         try:
             from eclectus.adapters.langchain.compiler import compile as compile_chain
 
-            compiled = compile_chain(chain)
+            compiled = compile_chain(chain, app=name)  # one application per part
         except Exception as exc:  # the compiler is optional: the drop-in model still works
             self._note(f"{name}: compile unavailable ({type(exc).__name__}: {exc})")
             return chain

@@ -39,6 +39,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="engine requests in flight at once, all sessions together",
     )
     parser.add_argument(
+        "--max-background-inflight",
+        type=int,
+        default=defaults.max_background_inflight,
+        help="throughput requests in flight while latency work is in flight",
+    )
+    parser.add_argument(
         "--aging-rate",
         type=float,
         default=defaults.aging_rate,
@@ -66,6 +72,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         max_calls_per_session=args.max_calls_per_session,
         max_sessions=args.max_sessions,
         max_inflight=args.max_inflight,
+        max_background_inflight=args.max_background_inflight,
         aging_rate=args.aging_rate,
         openai_port=args.openai_port,
     )
