@@ -23,6 +23,7 @@ demo: install
 
 test: install
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	TRITON_INTERPRET=1 $(PY) -m pytest -q -x --timeout=900
 
 lint: install

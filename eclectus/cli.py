@@ -1,8 +1,8 @@
 """The ``eclectus`` command. Each subcommand lives with what it runs; this file only routes.
 
-    eclectus serve --host 127.0.0.1 --port 8765 --model tiny   (server/main.py)
-    eclectus model export tiny DIR                              (server/engine/presets.py)
-    eclectus demo                                               (server/demo.py)
+eclectus serve --host 127.0.0.1 --port 8765 --model tiny   (server/main.py)
+eclectus model export tiny DIR                              (server/engine/presets.py)
+eclectus demo                                               (server/demo.py)
 """
 
 from __future__ import annotations

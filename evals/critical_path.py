@@ -19,9 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from langchain_core.messages import BaseMessage
+
 from eclectus.recipes import chain_summary, map_reduce, multi_agent, shared_prompt
 from eclectus.recipes.text import split_chunks
-from langchain_core.messages import BaseMessage
 
 ROLES = {"system": "system", "human": "user", "ai": "assistant"}
 
@@ -57,8 +58,11 @@ def map_reduce_chain(params: map_reduce.MapReduceParams, text: str) -> list[Chai
     for _ in map_reduce.collapse_levels(len(chunks), per_group):
         keys = [f"k{i}" for i in range(min(width, per_group))]
         prompt = map_reduce.list_prompt(map_reduce.COLLAPSE_HEAD, keys)
-        calls.append(ChainCall(params.map_tokens,
-                               prompt.format(**{k: stand_in(params.map_tokens) for k in keys})))
+        calls.append(
+            ChainCall(
+                params.map_tokens, prompt.format(**{k: stand_in(params.map_tokens) for k in keys})
+            )
+        )
         width = -(-width // per_group)
     keys = [f"k{i}" for i in range(width)]
     prompt = map_reduce.list_prompt(map_reduce.REDUCE_HEAD, keys)
@@ -72,8 +76,9 @@ def chain_summary_chain(params: chain_summary.ChainSummaryParams, text: str) -> 
     summary = stand_in(params.summary_tokens)
     first = ChainCall(params.summary_tokens, chain_summary.INITIAL_PROMPT.format(text=chunks[0]))
     return [first] + [
-        ChainCall(params.summary_tokens,
-                  chain_summary.REFINE_PROMPT.format(summary=summary, text=chunk))
+        ChainCall(
+            params.summary_tokens, chain_summary.REFINE_PROMPT.format(summary=summary, text=chunk)
+        )
         for chunk in chunks[1:]
     ]
 
@@ -84,18 +89,34 @@ def multi_agent_chain(params: multi_agent.MultiAgentParams, text: str) -> list[C
     design = stand_in(params.design_tokens)
     code, review, name = stand_in(params.code_tokens), stand_in(params.review_tokens), "main.py"
     calls = [
-        _chat(multi_agent.architect_prompt.format_messages(requirements=requirements),
-              params.design_tokens),
-        _chat(multi_agent.list_prompt.format_messages(requirements=requirements, design=design),
-              params.list_tokens),
-        _chat(multi_agent.write_prompt.format_messages(design=design, filename=name),
-              params.code_tokens),
+        _chat(
+            multi_agent.architect_prompt.format_messages(requirements=requirements),
+            params.design_tokens,
+        ),
+        _chat(
+            multi_agent.list_prompt.format_messages(requirements=requirements, design=design),
+            params.list_tokens,
+        ),
+        _chat(
+            multi_agent.write_prompt.format_messages(design=design, filename=name),
+            params.code_tokens,
+        ),
     ]
     for _ in range(params.rounds):
-        calls.append(_chat(multi_agent.review_prompt.format_messages(
-            design=design, filename=name, code=code), params.review_tokens))
-        calls.append(_chat(multi_agent.revise_prompt.format_messages(
-            design=design, filename=name, code=code, review=review), params.code_tokens))
+        calls.append(
+            _chat(
+                multi_agent.review_prompt.format_messages(design=design, filename=name, code=code),
+                params.review_tokens,
+            )
+        )
+        calls.append(
+            _chat(
+                multi_agent.revise_prompt.format_messages(
+                    design=design, filename=name, code=code, review=review
+                ),
+                params.code_tokens,
+            )
+        )
     return calls
 
 
@@ -104,9 +125,11 @@ def shared_prompt_chain(params: shared_prompt.SharedPromptParams, text: str) -> 
     another question has put the shared system prompt in the prefix cache: every chat but a
     run's first finds it there (pure)."""
     handbook, _ = shared_prompt.split_document(params, text)
-    first, second = (shared_prompt.questions(dataclasses.replace(params, requests=2), text))
-    prime, timed = (shared_prompt.chat_prompt.format_messages(handbook=handbook, question=q)
-                    for q in (second + " (warm-up)", first))
+    first, second = shared_prompt.questions(dataclasses.replace(params, requests=2), text)
+    prime, timed = (
+        shared_prompt.chat_prompt.format_messages(handbook=handbook, question=q)
+        for q in (second + " (warm-up)", first)
+    )
     return [_chat(prime, params.answer_tokens, prime=True), _chat(timed, params.answer_tokens)]
 
 
@@ -123,8 +146,9 @@ def critical_chain(recipe: str, params: Any, text: str) -> list[ChainCall]:
     return CHAINS[recipe](params, text)
 
 
-def measure_chain(openai_url: str, model: str, calls: list[ChainCall],
-                  timeout_s: float = 300.0) -> float:
+def measure_chain(
+    openai_url: str, model: str, calls: list[ChainCall], timeout_s: float = 300.0
+) -> float:
     """Seconds to run ``calls`` one after another on the server at ``openai_url``, greedy,
     each generating exactly its ``max_tokens``; ``prime`` calls run first, untimed
     (blocking I/O)."""
@@ -140,13 +164,20 @@ def measure_chain(openai_url: str, model: str, calls: list[ChainCall],
 
 def _send(openai_url: str, model: str, call: ChainCall, timeout_s: float) -> None:
     """One non-streamed request for ``call`` (blocking I/O)."""
-    body: dict[str, Any] = {"model": model, "max_tokens": call.max_tokens,
-                            "temperature": 0.0, "ignore_eos": True}
+    body: dict[str, Any] = {
+        "model": model,
+        "max_tokens": call.max_tokens,
+        "temperature": 0.0,
+        "ignore_eos": True,
+    }
     if call.messages is not None:
         route, body["messages"] = "chat/completions", list(call.messages)
     else:
         route, body["prompt"] = "completions", call.prompt
-    request = urllib.request.Request(f"{openai_url}/{route}", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        f"{openai_url}/{route}",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(request, timeout=timeout_s) as response:
         response.read()

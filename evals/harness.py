@@ -98,14 +98,18 @@ class Harness:
             for system in self.systems[shift:] + self.systems[:shift]:
                 record = self.run_once(workload, params, sweep.field, value, system, rep)
                 self.runs.append(record)
-                self.log(f"{workload.name} {sweep.field}={value} {system.name} rep {rep}: "
-                         f"{workload.metric} {record.metric:.3f}")
+                self.log(
+                    f"{workload.name} {sweep.field}={value} {system.name} rep {rep}: "
+                    f"{workload.metric} {record.metric:.3f}"
+                )
         for engine, system in {s.engine: s for s in self.systems}.items():
-            self.bounds.append(self.measure_bound(workload, params, sweep.field, value,
-                                                  engine, system))
+            self.bounds.append(
+                self.measure_bound(workload, params, sweep.field, value, engine, system)
+            )
 
-    def run_once(self, workload: Workload, params: Any, field_name: str, value: Any,
-                 system: System, rep: int) -> RunRecord:
+    def run_once(
+        self, workload: Workload, params: Any, field_name: str, value: Any, system: System, rep: int
+    ) -> RunRecord:
         """One run of ``system`` on fresh input (mutates: the server's cache and counters)."""
         text = self._fresh_document(workload)
         server = system.server
@@ -117,15 +121,36 @@ class Harness:
         result = run_recipe(workload.recipe, params, system.target(), text=text)
         spans, source = self._spans(system, result, started_epoch)
         prompt, cached = _token_delta(system, before)
-        metric = result.wall_s if workload.metric == "wall_s" else float(
-            result.details[workload.metric])
+        metric = (
+            result.wall_s if workload.metric == "wall_s" else float(result.details[workload.metric])
+        )
         notes = [n for n in result.notes if not n.startswith(UNKNOWN_RATIO_NOTE)]
-        return RunRecord(workload.name, field_name, value, system.name, rep, result.wall_s,
-                         metric, result.num_calls, result.depth, prompt, cached, spans, source,
-                         notes)
+        return RunRecord(
+            workload.name,
+            field_name,
+            value,
+            system.name,
+            rep,
+            result.wall_s,
+            metric,
+            result.num_calls,
+            result.depth,
+            prompt,
+            cached,
+            spans,
+            source,
+            notes,
+        )
 
-    def measure_bound(self, workload: Workload, params: Any, field_name: str, value: Any,
-                      engine: str, system: System) -> BoundRecord:
+    def measure_bound(
+        self,
+        workload: Workload,
+        params: Any,
+        field_name: str,
+        value: Any,
+        engine: str,
+        system: System,
+    ) -> BoundRecord:
         """The median time of the critical chain alone on ``engine`` (mutates: its cache)."""
         samples = []
         for _ in range(self.bound_reps):
@@ -134,16 +159,20 @@ class Harness:
                 system.server.reset_prefix_cache()
             samples.append(measure_chain(system.openai_url, system.model, calls))
         timed = sum(not call.prime for call in calls)
-        self.log(f"{workload.name} {field_name}={value} lower bound on {engine}: "
-                 f"{statistics.median(samples):.3f} s ({timed} calls)")
-        return BoundRecord(workload.name, field_name, value, engine,
-                           statistics.median(samples), samples, timed)
+        self.log(
+            f"{workload.name} {field_name}={value} lower bound on {engine}: "
+            f"{statistics.median(samples):.3f} s ({timed} calls)"
+        )
+        return BoundRecord(
+            workload.name, field_name, value, engine, statistics.median(samples), samples, timed
+        )
 
     def _fresh_document(self, workload: Workload) -> str:
         return fresh_text(load_sample(RECIPES[workload.recipe].sample), next(self._seeds))
 
-    def _spans(self, system: System, result: Any,
-               started_epoch: float) -> tuple[list[tuple[float, float]], str]:
+    def _spans(
+        self, system: System, result: Any, started_epoch: float
+    ) -> tuple[list[tuple[float, float]], str]:
         """The run's call spans: the engine's trace for an Eclectus server, else the
         client's callbacks. Both measured from the run's start."""
         server = system.server
@@ -181,8 +210,9 @@ def _counters(system: System) -> dict[str, float] | None:
         return None
 
 
-def _token_delta(system: System,
-                 before: dict[str, float] | None) -> tuple[float | None, float | None]:
+def _token_delta(
+    system: System, before: dict[str, float] | None
+) -> tuple[float | None, float | None]:
     """(prompt tokens, prefix-cache hit tokens) the run added on the server."""
     after = _counters(system)
     if before is None or after is None or system.server is None:

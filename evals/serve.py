@@ -28,8 +28,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--openai-port", type=int, default=0)
     parser.add_argument("--block-size", type=int, default=defaults.block_size)
     parser.add_argument("--kv-cache-gib", type=int, default=defaults.kv_cache_gib)
-    parser.add_argument("--max-num-batched-tokens", type=int,
-                        default=defaults.max_num_batched_tokens)
+    parser.add_argument(
+        "--max-num-batched-tokens", type=int, default=defaults.max_num_batched_tokens
+    )
     parser.add_argument("--max-num-seqs", type=int, default=defaults.max_num_seqs)
     parser.add_argument("--num-threads", type=int, default=defaults.num_threads)
     parser.add_argument("--trace-file", type=Path, default=None)
@@ -38,9 +39,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 def budget_args(budget: Budget) -> list[str]:
     """The flags that give this launcher ``budget`` (pure)."""
-    return ["--block-size", str(budget.block_size), "--kv-cache-gib", str(budget.kv_cache_gib),
-            "--max-num-batched-tokens", str(budget.max_num_batched_tokens),
-            "--max-num-seqs", str(budget.max_num_seqs), "--num-threads", str(budget.num_threads)]
+    return [
+        "--block-size",
+        str(budget.block_size),
+        "--kv-cache-gib",
+        str(budget.kv_cache_gib),
+        "--max-num-batched-tokens",
+        str(budget.max_num_batched_tokens),
+        "--max-num-seqs",
+        str(budget.max_num_seqs),
+        "--num-threads",
+        str(budget.num_threads),
+    ]
 
 
 async def serve(args: argparse.Namespace) -> None:
@@ -51,13 +61,18 @@ async def serve(args: argparse.Namespace) -> None:
     from eclectus.server.engine.engine_config import EngineConfig
 
     engine_config = EngineConfig(
-        model=args.model, block_size=args.block_size, kv_cache_bytes=args.kv_cache_gib * GiB,
-        max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
-        num_threads=args.num_threads)
+        model=args.model,
+        block_size=args.block_size,
+        kv_cache_bytes=args.kv_cache_gib * GiB,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        max_num_seqs=args.max_num_seqs,
+        num_threads=args.num_threads,
+    )
     engine = await asyncio.to_thread(AsyncEngine.from_config, engine_config)
     backend = engine if args.trace_file is None else TracingBackend(engine, args.trace_file)
-    config = ServerConfig(port=args.port, model=args.model, openai_port=args.openai_port,
-                          max_frame_bytes=1 << 24)
+    config = ServerConfig(
+        port=args.port, model=args.model, openai_port=args.openai_port, max_frame_bytes=1 << 24
+    )
     server = await start_server(config, backend, owns_backend=True)  # type: ignore[arg-type]
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -73,8 +88,13 @@ async def serve(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    Budget(args.block_size, args.kv_cache_gib, args.max_num_batched_tokens, args.max_num_seqs,
-           args.num_threads)  # validates
+    Budget(
+        args.block_size,
+        args.kv_cache_gib,
+        args.max_num_batched_tokens,
+        args.max_num_seqs,
+        args.num_threads,
+    )  # validates
     asyncio.run(serve(args))
     return 0
 

@@ -102,9 +102,14 @@ class ServerProcess:
         """Launch and wait until ready (mutates: a child process). Raises ServerStartError."""
         self._log = self.log_path.open("w", encoding="utf-8")
         started = time.perf_counter()
-        self.proc = subprocess.Popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT,
-                                     env=self.environment(), cwd=self.workdir(),
-                                     text=True)
+        self.proc = subprocess.Popen(
+            self.command(),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=self.environment(),
+            cwd=self.workdir(),
+            text=True,
+        )
         while not self.ready():
             timed_out = time.perf_counter() - started > self.startup_timeout_s
             if self.proc.poll() is not None or timed_out:
@@ -164,14 +169,25 @@ class EclectusProcess(ServerProcess):
         return f"http://{HOST}:{self.ws_port}/metrics"
 
     def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "eclectus.evals.serve", "--model", str(self.model_dir),
-               "--port", str(self.ws_port), "--openai-port", str(self.port),
-               *budget_args(self.budget)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "eclectus.evals.serve",
+            "--model",
+            str(self.model_dir),
+            "--port",
+            str(self.ws_port),
+            "--openai-port",
+            str(self.port),
+            *budget_args(self.budget),
+        ]
         return cmd + (["--trace-file", str(self.trace_path)] if self.trace_path else [])
 
     def token_counts(self, counters: dict[str, float]) -> tuple[float, float]:
-        return (counters.get("eclectus_prompt_tokens_total", 0.0),
-                counters.get("eclectus_prefix_cache_hit_tokens_total", 0.0))
+        return (
+            counters.get("eclectus_prompt_tokens_total", 0.0),
+            counters.get("eclectus_prefix_cache_hit_tokens_total", 0.0),
+        )
 
 
 @dataclass
@@ -196,22 +212,43 @@ class VllmProcess(ServerProcess):
     def command(self) -> list[str]:
         b = self.budget
         return [
-            self.python, "-m", "vllm.entrypoints.openai.api_server",
-            "--model", str(self.model_dir), "--served-model-name", self.served_name,
-            "--host", HOST, "--port", str(self.port), "--dtype", "float32",
-            "--block-size", str(b.block_size), "--max-num-seqs", str(b.max_num_seqs),
-            "--max-num-batched-tokens", str(b.max_num_batched_tokens),
-            "--max-model-len", str(self.max_model_len),
+            self.python,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(self.model_dir),
+            "--served-model-name",
+            self.served_name,
+            "--host",
+            HOST,
+            "--port",
+            str(self.port),
+            "--dtype",
+            "float32",
+            "--block-size",
+            str(b.block_size),
+            "--max-num-seqs",
+            str(b.max_num_seqs),
+            "--max-num-batched-tokens",
+            str(b.max_num_batched_tokens),
+            "--max-model-len",
+            str(self.max_model_len),
             "--enable-prefix-caching" if self.prefix_caching else "--no-enable-prefix-caching",
             *(["--enforce-eager"] if self.enforce_eager else []),
-            "--uvicorn-log-level", "warning",  # stats stay on: /metrics needs them
+            "--uvicorn-log-level",
+            "warning",  # stats stay on: /metrics needs them
         ]
 
     def environment(self) -> dict[str, str]:
         env = dict(os.environ)
-        env |= {"VLLM_CPU_KVCACHE_SPACE": str(self.budget.kv_cache_gib),
-                "VLLM_SERVER_DEV_MODE": "1", "VLLM_NO_USAGE_STATS": "1",
-                "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+        env |= {
+            "VLLM_CPU_KVCACHE_SPACE": str(self.budget.kv_cache_gib),
+            "VLLM_SERVER_DEV_MODE": "1",
+            "VLLM_NO_USAGE_STATS": "1",
+            "DO_NOT_TRACK": "1",
+            "HF_HUB_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+        }
         return env
 
     def workdir(self) -> str | None:
@@ -231,8 +268,9 @@ class VllmProcess(ServerProcess):
     def threads(self) -> str:
         """vllm-cpu binds its worker's OpenMP threads itself; its log names the cores."""
         bound = re.search(r"core ids=\[([^\]]*)\]", self.log_tail(1 << 20))
-        torch_threads = re.search(r"Reducing Torch threads from \d+ to (\d+)",
-                                  self.log_tail(1 << 20))
+        torch_threads = re.search(
+            r"Reducing Torch threads from \d+ to (\d+)", self.log_tail(1 << 20)
+        )
         cores = bound.group(1) if bound else "?"
         count = torch_threads.group(1) if torch_threads else "?"
         return f"{count} torch thread(s), worker bound to core(s) [{cores}]"

@@ -34,8 +34,9 @@ class PointSummary:
     prompt_tokens: float | None
 
 
-def summarize(runs: list[RunRecord], bounds: list[BoundRecord], engines: dict[str, str],
-              reference: str) -> list[PointSummary]:
+def summarize(
+    runs: list[RunRecord], bounds: list[BoundRecord], engines: dict[str, str], reference: str
+) -> list[PointSummary]:
     """A summary per (workload, field, value, system), in the order runs first appear.
     ``engines`` maps a system to its engine (for its lower bound) (pure)."""
     measured = [r for r in runs if r.rep >= 0]
@@ -51,13 +52,24 @@ def summarize(runs: list[RunRecord], bounds: list[BoundRecord], engines: dict[st
         ratios = [r.cache_hit_ratio for r in mine if r.cache_hit_ratio is not None]
         prompts = [r.prompt_tokens for r in mine if r.prompt_tokens is not None]
         median = medians[key]
-        out.append(PointSummary(
-            workload, field_name, mine[0].value, system, len(mine), median,
-            min(r.metric for r in mine), max(r.metric for r in mine),
-            median / ref if ref else None, bound, median / bound if bound else None,
-            statistics.median(ratios) if ratios else None,
-            int(statistics.median(r.num_calls for r in mine)),
-            statistics.median(prompts) if prompts else None))
+        out.append(
+            PointSummary(
+                workload,
+                field_name,
+                mine[0].value,
+                system,
+                len(mine),
+                median,
+                min(r.metric for r in mine),
+                max(r.metric for r in mine),
+                median / ref if ref else None,
+                bound,
+                median / bound if bound else None,
+                statistics.median(ratios) if ratios else None,
+                int(statistics.median(r.num_calls for r in mine)),
+                statistics.median(prompts) if prompts else None,
+            )
+        )
     return out
 
 

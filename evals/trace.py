@@ -50,8 +50,16 @@ class TracingBackend:
         async for output in self._inner.generate(request):
             first = first or time.time()
             if output.finished:
-                self._record(EngineSpan(start, first, time.time(), output.num_prompt_tokens,
-                                        output.num_cached_tokens, output.num_output_tokens))
+                self._record(
+                    EngineSpan(
+                        start,
+                        first,
+                        time.time(),
+                        output.num_prompt_tokens,
+                        output.num_cached_tokens,
+                        output.num_output_tokens,
+                    )
+                )
             yield output
 
     def _record(self, span: EngineSpan) -> None:

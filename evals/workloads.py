@@ -76,67 +76,148 @@ def parse_value(text: str, current: Any) -> Any:
 
 
 def _bg(chunk: int, num: int, out: int) -> MapReduceParams:
-    return MapReduceParams(chunk_tokens=chunk, num_chunks=num, map_tokens=out,
-                           reduce_tokens=out, width=num)
+    return MapReduceParams(
+        chunk_tokens=chunk, num_chunks=num, map_tokens=out, reduce_tokens=out, width=num
+    )
 
 
 def full_workloads() -> dict[str, Workload]:
     """The paper-shaped sizes (a representative subset of its sweeps; see docs/evals.md)."""
-    return {w.name: w for w in (
-        Workload("chain-summary", "chain-summary",
-                 ChainSummaryParams(chunk_tokens=1024, num_chunks=4, summary_tokens=50),
-                 (Sweep("summary_tokens", (25, 50, 100)), Sweep("chunk_tokens", (512, 2048))),
-                 description="refine chain: every call waits for the previous summary"),
-        Workload("map-reduce", "map-reduce",
-                 MapReduceParams(chunk_tokens=1024, num_chunks=8, map_tokens=50,
-                                 reduce_tokens=50, width=8),
-                 (Sweep("map_tokens", (25, 50, 100)), Sweep("chunk_tokens", (512, 2048))),
-                 description="8 parallel maps, one reduce"),
-        Workload("multi-agent", "multi-agent",
-                 MultiAgentParams(files=8, rounds=1, design_tokens=100, list_tokens=30,
-                                  code_tokens=60, review_tokens=30, width=16),
-                 (Sweep("files", (4, 8, 16)),),
-                 description="architect, then one engineer per file sharing the design"),
-        Workload("shared-prompt", "shared-prompt",
-                 SharedPromptParams(users=8, requests=16, rate=4.0, system_tokens=2048,
-                                    answer_tokens=32, background=None),
-                 (Sweep("rate", (2.0, 4.0, 8.0)),), metric=CHAT_LATENCY,
-                 description="chats sharing a 2k-token system prompt, Poisson arrivals"),
-        Workload("mixed", "shared-prompt",
-                 SharedPromptParams(users=8, requests=16, rate=2.0, system_tokens=1024,
-                                    answer_tokens=32, background=_bg(1024, 8, 50)),
-                 (Sweep("rate", (1.0, 2.0, 4.0)),), metric=CHAT_LATENCY,
-                 description="chat sessions beside a map-reduce job (two applications)"),
-    )}
+    return {
+        w.name: w
+        for w in (
+            Workload(
+                "chain-summary",
+                "chain-summary",
+                ChainSummaryParams(chunk_tokens=1024, num_chunks=4, summary_tokens=50),
+                (Sweep("summary_tokens", (25, 50, 100)), Sweep("chunk_tokens", (512, 2048))),
+                description="refine chain: every call waits for the previous summary",
+            ),
+            Workload(
+                "map-reduce",
+                "map-reduce",
+                MapReduceParams(
+                    chunk_tokens=1024, num_chunks=8, map_tokens=50, reduce_tokens=50, width=8
+                ),
+                (Sweep("map_tokens", (25, 50, 100)), Sweep("chunk_tokens", (512, 2048))),
+                description="8 parallel maps, one reduce",
+            ),
+            Workload(
+                "multi-agent",
+                "multi-agent",
+                MultiAgentParams(
+                    files=8,
+                    rounds=1,
+                    design_tokens=100,
+                    list_tokens=30,
+                    code_tokens=60,
+                    review_tokens=30,
+                    width=16,
+                ),
+                (Sweep("files", (4, 8, 16)),),
+                description="architect, then one engineer per file sharing the design",
+            ),
+            Workload(
+                "shared-prompt",
+                "shared-prompt",
+                SharedPromptParams(
+                    users=8,
+                    requests=16,
+                    rate=4.0,
+                    system_tokens=2048,
+                    answer_tokens=32,
+                    background=None,
+                ),
+                (Sweep("rate", (2.0, 4.0, 8.0)),),
+                metric=CHAT_LATENCY,
+                description="chats sharing a 2k-token system prompt, Poisson arrivals",
+            ),
+            Workload(
+                "mixed",
+                "shared-prompt",
+                SharedPromptParams(
+                    users=8,
+                    requests=16,
+                    rate=2.0,
+                    system_tokens=1024,
+                    answer_tokens=32,
+                    background=_bg(1024, 8, 50),
+                ),
+                (Sweep("rate", (1.0, 2.0, 4.0)),),
+                metric=CHAT_LATENCY,
+                description="chat sessions beside a map-reduce job (two applications)",
+            ),
+        )
+    }
 
 
 def quick_workloads() -> dict[str, Workload]:
     """Sizes for ``--quick``: the same shapes, a few hundred tokens, two sweep points."""
-    return {w.name: w for w in (
-        Workload("chain-summary", "chain-summary",
-                 ChainSummaryParams(chunk_tokens=256, num_chunks=3, summary_tokens=16),
-                 (Sweep("summary_tokens", (8, 16)),)),
-        Workload("map-reduce", "map-reduce",
-                 MapReduceParams(chunk_tokens=256, num_chunks=4, map_tokens=16,
-                                 reduce_tokens=16, width=4),
-                 (Sweep("map_tokens", (8, 16)),)),
-        Workload("multi-agent", "multi-agent",
-                 MultiAgentParams(files=2, rounds=1, requirements_tokens=256, design_tokens=16,
-                                  list_tokens=16, code_tokens=16, review_tokens=8, width=4),
-                 (Sweep("files", (2, 4)),)),
-        Workload("shared-prompt", "shared-prompt",
-                 SharedPromptParams(users=4, requests=4, rate=8.0, system_tokens=512,
-                                    answer_tokens=8, background=None),
-                 (Sweep("rate", (4.0, 16.0)),), metric=CHAT_LATENCY),
-        Workload("mixed", "shared-prompt",
-                 SharedPromptParams(users=4, requests=4, rate=8.0, system_tokens=256,
-                                    answer_tokens=8, background=_bg(256, 3, 8)),
-                 (Sweep("rate", (4.0, 16.0)),), metric=CHAT_LATENCY),
-    )}
+    return {
+        w.name: w
+        for w in (
+            Workload(
+                "chain-summary",
+                "chain-summary",
+                ChainSummaryParams(chunk_tokens=256, num_chunks=3, summary_tokens=16),
+                (Sweep("summary_tokens", (8, 16)),),
+            ),
+            Workload(
+                "map-reduce",
+                "map-reduce",
+                MapReduceParams(
+                    chunk_tokens=256, num_chunks=4, map_tokens=16, reduce_tokens=16, width=4
+                ),
+                (Sweep("map_tokens", (8, 16)),),
+            ),
+            Workload(
+                "multi-agent",
+                "multi-agent",
+                MultiAgentParams(
+                    files=2,
+                    rounds=1,
+                    requirements_tokens=256,
+                    design_tokens=16,
+                    list_tokens=16,
+                    code_tokens=16,
+                    review_tokens=8,
+                    width=4,
+                ),
+                (Sweep("files", (2, 4)),),
+            ),
+            Workload(
+                "shared-prompt",
+                "shared-prompt",
+                SharedPromptParams(
+                    users=4,
+                    requests=4,
+                    rate=8.0,
+                    system_tokens=512,
+                    answer_tokens=8,
+                    background=None,
+                ),
+                (Sweep("rate", (4.0, 16.0)),),
+                metric=CHAT_LATENCY,
+            ),
+            Workload(
+                "mixed",
+                "shared-prompt",
+                SharedPromptParams(
+                    users=4,
+                    requests=4,
+                    rate=8.0,
+                    system_tokens=256,
+                    answer_tokens=8,
+                    background=_bg(256, 3, 8),
+                ),
+                (Sweep("rate", (4.0, 16.0)),),
+                metric=CHAT_LATENCY,
+            ),
+        )
+    }
 
 
-def workload(name: str, quick: bool, overrides: dict[str, str],
-             sweeps: dict[str, str]) -> Workload:
+def workload(name: str, quick: bool, overrides: dict[str, str], sweeps: dict[str, str]) -> Workload:
     """Workload ``name`` at quick or full sizes, with ``--set`` ``overrides`` (path -> text)
     applied to its base and ``--sweep`` ``sweeps`` (path -> "v1,v2") replacing its sweeps
     (pure; ValueError for an unknown name or field)."""
@@ -150,7 +231,8 @@ def workload(name: str, quick: bool, overrides: dict[str, str],
         base = replace_path(base, path, parse_value(text, get_path(base, path)))
     swept = chosen.sweeps
     if sweeps:
-        swept = tuple(Sweep(path, tuple(parse_value(v, get_path(base, path))
-                                        for v in text.split(",")))
-                      for path, text in sweeps.items())
+        swept = tuple(
+            Sweep(path, tuple(parse_value(v, get_path(base, path)) for v in text.split(",")))
+            for path, text in sweeps.items()
+        )
     return dataclasses.replace(chosen, base=base, sweeps=swept, description=description)

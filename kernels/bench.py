@@ -28,14 +28,23 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+
 from eclectus.kernels import dispatch
 from eclectus.kernels.plans import DecodePlan, plan_decode
 
 GPU_SIZES = [(b, p, s) for b, p, s in itertools.product((16, 64), (2048, 8192), (16, 256))]
 CPU_SIZES = [(16, 1024, 64), (32, 1024, 64), (16, 2048, 256), (64, 512, 16)]
-PEAK_BYTES_PER_S = {"H200": 4.8e12, "H100 SXM": 3.35e12, "H100 PCIe": 2.0e12, "H100": 3.35e12,
-                    "A100-SXM4-80GB": 2.04e12, "A100": 1.56e12, "L40S": 0.864e12,
-                    "A10G": 0.6e12, "L4": 0.3e12}
+PEAK_BYTES_PER_S = {
+    "H200": 4.8e12,
+    "H100 SXM": 3.35e12,
+    "H100 PCIe": 2.0e12,
+    "H100": 3.35e12,
+    "A100-SXM4-80GB": 2.04e12,
+    "A100": 1.56e12,
+    "L40S": 0.864e12,
+    "A10G": 0.6e12,
+    "L4": 0.3e12,
+}
 
 
 @dataclass(frozen=True)
@@ -74,11 +83,12 @@ def make_inputs(case: Case, device: torch.device) -> Inputs:
     k_cache = torch.randn(shape, device=device, dtype=case.dtype)
     v_cache = torch.randn(shape, device=device, dtype=case.dtype)
     prefix_ids = list(range(1, num_prefix_blocks + 1))
-    tables = [prefix_ids + [1 + num_prefix_blocks + i * suffix_blocks + j
-                            for j in range(suffix_blocks)] for i in range(case.batch)]
+    tables = [
+        prefix_ids + [1 + num_prefix_blocks + i * suffix_blocks + j for j in range(suffix_blocks)]
+        for i in range(case.batch)
+    ]
     seq_lens = [case.prefix + case.suffix] * case.batch
-    q = torch.randn(case.batch, case.num_q_heads, case.head_dim, device=device,
-                    dtype=case.dtype)
+    q = torch.randn(case.batch, case.num_q_heads, case.head_dim, device=device, dtype=case.dtype)
     table_t = torch.tensor(tables, device=device)
     length = case.prefix + case.suffix
 
@@ -86,13 +96,20 @@ def make_inputs(case: Case, device: torch.device) -> Inputs:
         flat = cache[table_t].flatten(1, 2)[:, :length]  # [B, L, Hkv, D]
         return flat.transpose(1, 2).contiguous()
 
-    return Inputs(q, k_cache, v_cache, plan_decode(tables, seq_lens, bs, device),
-                  plan_decode(tables, seq_lens, bs, device, cascade=False),
-                  dense(k_cache), dense(v_cache))
+    return Inputs(
+        q,
+        k_cache,
+        v_cache,
+        plan_decode(tables, seq_lens, bs, device),
+        plan_decode(tables, seq_lens, bs, device, cascade=False),
+        dense(k_cache),
+        dense(v_cache),
+    )
 
 
-def timer(device: torch.device, repeats: int,
-          cuda_graph: bool = False) -> Callable[[Callable[[], object]], float]:
+def timer(
+    device: torch.device, repeats: int, cuda_graph: bool = False
+) -> Callable[[Callable[[], object]], float]:
     """Returns a function timing a callable in seconds (GPU: median; CPU: best of repeats)."""
     if device.type == "cuda":
         import triton.testing
@@ -113,8 +130,10 @@ def timer(device: torch.device, repeats: int,
     return cpu_time
 
 
-def peak_bandwidth(device: torch.device, measure: Callable[[Callable[[], object]], float],
-                   ) -> tuple[float, str]:
+def peak_bandwidth(
+    device: torch.device,
+    measure: Callable[[Callable[[], object]], float],
+) -> tuple[float, str]:
     """(bytes/s, where the figure comes from)."""
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
@@ -134,12 +153,14 @@ def prefix_pass(inputs: Inputs, scale: float) -> Callable[[], object]:
     if dispatch.use_triton(inputs.q):
         from eclectus.kernels.triton_cascade import cascade_prefix_partials
 
-        return lambda: cascade_prefix_partials(inputs.q, inputs.k_cache, inputs.v_cache,
-                                               inputs.cascade_plan, scale)
+        return lambda: cascade_prefix_partials(
+            inputs.q, inputs.k_cache, inputs.v_cache, inputs.cascade_plan, scale
+        )
     from eclectus.kernels.torch_ops import cascade_prefix_torch
 
-    return lambda: cascade_prefix_torch(inputs.q, inputs.k_cache, inputs.v_cache, cascade, scale,
-                                        inputs.cascade_plan.scratch)
+    return lambda: cascade_prefix_torch(
+        inputs.q, inputs.k_cache, inputs.v_cache, cascade, scale, inputs.cascade_plan.scratch
+    )
 
 
 @dataclass(frozen=True)
@@ -149,30 +170,37 @@ class Result:
     prefix_peak: float | None = None  # prefix-pass bandwidth / peak
 
 
-def run_case(case: Case, device: torch.device, measure: Callable[[Callable[[], object]], float],
-             peak: float) -> Result:
+def run_case(
+    case: Case, device: torch.device, measure: Callable[[Callable[[], object]], float], peak: float
+) -> Result:
     inputs = make_inputs(case, device)
     scale = case.head_dim**-0.5
     q, k, v = inputs.q, inputs.k_cache, inputs.v_cache
     if inputs.cascade_plan.cascade is None:
-        return Result(f"{case.batch:>5} {case.prefix:>6} {case.suffix:>6}  "
-                      "(prefix too short to group)")
+        return Result(
+            f"{case.batch:>5} {case.prefix:>6} {case.suffix:>6}  (prefix too short to group)"
+        )
     o_cascade = dispatch.decode_attention(q, k, v, inputs.cascade_plan, scale)
     o_paged = dispatch.decode_attention(q, k, v, inputs.paged_plan, scale)
     err = (o_cascade.float() - o_paged.float()).abs().max().item()
     q_dense = q[:, :, None, :]  # [B, Hq, 1, D]
     t_cascade = measure(lambda: dispatch.decode_attention(q, k, v, inputs.cascade_plan, scale))
     t_paged = measure(lambda: dispatch.decode_attention(q, k, v, inputs.paged_plan, scale))
-    t_sdpa = measure(lambda: F.scaled_dot_product_attention(
-        q_dense, inputs.k_dense, inputs.v_dense, scale=scale, enable_gqa=True))
+    t_sdpa = measure(
+        lambda: F.scaled_dot_product_attention(
+            q_dense, inputs.k_dense, inputs.v_dense, scale=scale, enable_gqa=True
+        )
+    )
     t_prefix = measure(prefix_pass(inputs, scale))
     unique = case.kv_bytes(case.prefix + case.batch * case.suffix)
     prefix_bw = case.kv_bytes(case.prefix // case.block_size * case.block_size) / t_prefix
-    row = (f"{case.batch:>5} {case.prefix:>6} {case.suffix:>6} {t_cascade * 1e3:>9.3f} "
-           f"{t_paged * 1e3:>9.3f} {t_sdpa * 1e3:>9.3f} {t_paged / t_cascade:>8.2f}x "
-           f"{t_sdpa / t_cascade:>8.2f}x {unique / t_cascade / 1e9:>9.1f} "
-           f"{100 * unique / t_cascade / peak:>6.1f}% {prefix_bw / 1e9:>9.1f} "
-           f"{100 * prefix_bw / peak:>6.1f}% {err:>8.1e}")
+    row = (
+        f"{case.batch:>5} {case.prefix:>6} {case.suffix:>6} {t_cascade * 1e3:>9.3f} "
+        f"{t_paged * 1e3:>9.3f} {t_sdpa * 1e3:>9.3f} {t_paged / t_cascade:>8.2f}x "
+        f"{t_sdpa / t_cascade:>8.2f}x {unique / t_cascade / 1e9:>9.1f} "
+        f"{100 * unique / t_cascade / peak:>6.1f}% {prefix_bw / 1e9:>9.1f} "
+        f"{100 * prefix_bw / peak:>6.1f}% {err:>8.1e}"
+    )
     return Result(row, t_paged / t_cascade, prefix_bw / peak)
 
 
@@ -182,14 +210,16 @@ def report_targets(results: dict[tuple[int, int, int], Result]) -> None:
         if (batch, prefix) != (64, 8192) or result.vs_paged is None:
             continue
         assert result.prefix_peak is not None
-        print(f"target {batch}x{prefix}x{suffix}: vs paged {result.vs_paged:.1f}x (>= 10x "
-              f"{'met' if result.vs_paged >= 10 else 'NOT met'}), prefix pass "
-              f"{100 * result.prefix_peak:.0f}% of peak (> 70% "
-              f"{'met' if result.prefix_peak > 0.7 else 'NOT met'})")
+        print(
+            f"target {batch}x{prefix}x{suffix}: vs paged {result.vs_paged:.1f}x (>= 10x "
+            f"{'met' if result.vs_paged >= 10 else 'NOT met'}), prefix pass "
+            f"{100 * result.prefix_peak:.0f}% of peak (> 70% "
+            f"{'met' if result.prefix_peak > 0.7 else 'NOT met'})"
+        )
 
 
 def parse_sizes(text: str) -> list[tuple[int, int, int]]:
-    """"16:1024:64,64:8192:16" -> [(16, 1024, 64), (64, 8192, 16)]."""
+    """ "16:1024:64,64:8192:16" -> [(16, 1024, 64), (64, 8192, 16)]."""
     sizes = []
     for item in text.split(","):
         batch, prefix, suffix = (int(x) for x in item.split(":"))
@@ -208,30 +238,40 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=10, help="CPU timing repeats")
     parser.add_argument("--threads", type=int, help="CPU: torch.set_num_threads (default: torch's)")
-    parser.add_argument("--cuda-graph", action="store_true",
-                        help="GPU: time CUDA-graph replays (no launch overhead, L2 kept warm)")
+    parser.add_argument(
+        "--cuda-graph",
+        action="store_true",
+        help="GPU: time CUDA-graph replays (no launch overhead, L2 kept warm)",
+    )
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     if args.threads:  # on a busy shared CPU, one thread avoids OpenMP barrier stalls
         torch.set_num_threads(args.threads)
     gpu = device.type == "cuda"
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[
-        args.dtype or ("bf16" if gpu else "fp32")]
+        args.dtype or ("bf16" if gpu else "fp32")
+    ]
     head_dim = args.head_dim or (128 if gpu else 64)
-    num_q_heads, num_kv_heads = args.q_heads or (32 if gpu else 4), args.kv_heads or (8 if gpu
-                                                                                        else 2)
+    num_q_heads, num_kv_heads = (
+        args.q_heads or (32 if gpu else 4),
+        args.kv_heads or (8 if gpu else 2),
+    )
     measure = timer(device, args.repeats, args.cuda_graph)
     peak, peak_source = peak_bandwidth(device, measure)
     path = "triton" if dispatch.use_triton(torch.empty(0, device=device)) else "torch"
-    print(f"device {device} ({torch.cuda.get_device_name(device) if gpu else 'CPU'}, "
-          f"{torch.get_num_threads()} threads), "
-          f"{path} path, {dtype}, head_dim {head_dim}, Hq {num_q_heads}, Hkv {num_kv_heads}, "
-          f"block {args.block_size}; peak {peak / 1e9:.0f} GB/s ({peak_source})"
-          + ("; CUDA-graph replays" if args.cuda_graph else ""))
+    print(
+        f"device {device} ({torch.cuda.get_device_name(device) if gpu else 'CPU'}, "
+        f"{torch.get_num_threads()} threads), "
+        f"{path} path, {dtype}, head_dim {head_dim}, Hq {num_q_heads}, Hkv {num_kv_heads}, "
+        f"block {args.block_size}; peak {peak / 1e9:.0f} GB/s ({peak_source})"
+        + ("; CUDA-graph replays" if args.cuda_graph else "")
+    )
     print("ratios = baseline time / cascade time; GB/s = unique KV bytes / time")
-    print(f"{'batch':>5} {'prefix':>6} {'suffix':>6} {'cascade':>9} {'paged':>9} {'sdpa':>9} "
-          f"{'vs paged':>9} {'vs sdpa':>9} {'GB/s':>9} {'%peak':>7} {'pfx GB/s':>9} "
-          f"{'%peak':>7} {'max|err|':>8}")
+    print(
+        f"{'batch':>5} {'prefix':>6} {'suffix':>6} {'cascade':>9} {'paged':>9} {'sdpa':>9} "
+        f"{'vs paged':>9} {'vs sdpa':>9} {'GB/s':>9} {'%peak':>7} {'pfx GB/s':>9} "
+        f"{'%peak':>7} {'max|err|':>8}"
+    )
     print(f"{'':>20} {'ms':>9} {'ms':>9} {'ms':>9}")
     results = {}
     for size in args.sizes or (GPU_SIZES if gpu else CPU_SIZES):

@@ -12,9 +12,10 @@ from __future__ import annotations
 import importlib.util
 import os
 
+from torch import Tensor
+
 from eclectus.kernels import torch_ops
 from eclectus.kernels.plans import DecodePlan, PrefillPlan
-from torch import Tensor
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 ENV_BACKEND = "ECLECTUS_KERNELS"  # "triton" | "torch" | unset (auto)
@@ -34,8 +35,10 @@ def use_triton(q: Tensor) -> bool:
 
 def _check_attention_args(q: Tensor, k_cache: Tensor, v_cache: Tensor) -> None:
     if q.dim() != 3 or k_cache.dim() != 4 or k_cache.shape != v_cache.shape:
-        raise ValueError(f"want q [T, Hq, D] and caches [N, bs, Hkv, D], got q "
-                         f"{tuple(q.shape)}, k {tuple(k_cache.shape)}, v {tuple(v_cache.shape)}")
+        raise ValueError(
+            f"want q [T, Hq, D] and caches [N, bs, Hkv, D], got q "
+            f"{tuple(q.shape)}, k {tuple(k_cache.shape)}, v {tuple(v_cache.shape)}"
+        )
     if q.shape[2] != k_cache.shape[3] or q.shape[1] % k_cache.shape[2]:
         raise ValueError(f"head mismatch: q {tuple(q.shape)} vs cache {tuple(k_cache.shape)}")
 
@@ -50,8 +53,9 @@ def store_kv(k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, slot_mappin
     v_cache.view(-1, num_kv_heads, head_dim)[slot_mapping] = v.to(v_cache.dtype)
 
 
-def merge_attention_states(o_a: Tensor, lse_a: Tensor, o_b: Tensor,
-                           lse_b: Tensor) -> tuple[Tensor, Tensor]:
+def merge_attention_states(
+    o_a: Tensor, lse_a: Tensor, o_b: Tensor, lse_b: Tensor
+) -> tuple[Tensor, Tensor]:
     """Attention over the union of two disjoint key sets from each side's partial result.
 
     o_a, o_b [N, H, D]; lse_a, lse_b [N, H] fp32, NATURAL-log log-sum-exp of the scaled
@@ -65,8 +69,9 @@ def merge_attention_states(o_a: Tensor, lse_a: Tensor, o_b: Tensor,
     return torch_ops.merge_attention_states_torch(o_a, lse_a, o_b, lse_b)
 
 
-def paged_decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: DecodePlan,
-                           scale: float) -> tuple[Tensor, Tensor]:
+def paged_decode_attention(
+    q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: DecodePlan, scale: float
+) -> tuple[Tensor, Tensor]:
     """Plain paged decode (ignores the plan's cascade): request i's query q[i] attends to all
     its seq_lens[i] tokens through its block table. q [B, Hq, D] -> (o [B, Hq, D], lse [B, Hq])."""
     _check_attention_args(q, k_cache, v_cache)
@@ -75,13 +80,22 @@ def paged_decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: De
 
         return paged_decode_triton(q, k_cache, v_cache, plan, scale)
     o, lse = torch_ops.paged_decode_window_torch(
-        q, k_cache, v_cache, plan.block_tables, plan.seq_lens, scale, plan.max_blocks,
-        scratch=plan.scratch, tag="full")
+        q,
+        k_cache,
+        v_cache,
+        plan.block_tables,
+        plan.seq_lens,
+        scale,
+        plan.max_blocks,
+        scratch=plan.scratch,
+        tag="full",
+    )
     return o.to(q.dtype), lse
 
 
-def cascade_decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: DecodePlan,
-                             scale: float) -> tuple[Tensor, Tensor]:
+def cascade_decode_attention(
+    q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: DecodePlan, scale: float
+) -> tuple[Tensor, Tensor]:
     """Shared-prefix decode: each group's prefix once for all its queries, each request's
     suffix on its own, all merged by LSE. Needs ``plan.cascade``. q [B, Hq, D] ->
     (o [B, Hq, D], lse [B, Hq] fp32); equal to paged attention over the whole sequences."""
@@ -96,8 +110,9 @@ def cascade_decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: 
     return torch_ops.cascade_decode_torch(q, k_cache, v_cache, plan, scale)
 
 
-def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: DecodePlan,
-                     scale: float) -> Tensor:
+def decode_attention(
+    q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: DecodePlan, scale: float
+) -> Tensor:
     """One decode step's attention for one layer: q [B, Hq, D] -> o [B, Hq, D] (q's dtype).
 
     Uses the shared-prefix path when the plan found paying groups, else plain paged. Mutates
@@ -108,8 +123,9 @@ def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: DecodePl
     return paged_decode_attention(q, k_cache, v_cache, plan, scale)[0]
 
 
-def prefill_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: PrefillPlan,
-                      scale: float) -> Tensor:
+def prefill_attention(
+    q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: PrefillPlan, scale: float
+) -> Tensor:
     """Prefill over a paged prefix: q [sum(query_lens), Hq, D] -> o, same shape and dtype.
 
     Query j of request i sits at position seq_lens[i] - query_lens[i] + j and attends to the

@@ -22,8 +22,9 @@ T = TypeVar("T")
 _POOL = threading.local()  # .buffers: dict[(key, dtype, device), flat Tensor]
 
 
-def pooled_buffer(key: Hashable, shape: tuple[int, ...], dtype: torch.dtype,
-                  device: torch.device) -> Tensor:
+def pooled_buffer(
+    key: Hashable, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device
+) -> Tensor:
     """An uninitialised [shape] view of this thread's buffer for ``key``, grown (with 25%
     headroom) when too small. The previous contents are garbage; mutates the pool."""
     buffers: dict[Hashable, Tensor] = _POOL.__dict__.setdefault("buffers", {})

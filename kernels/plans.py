@@ -24,8 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-from eclectus.kernels.gather import Scratch
 from torch import Tensor
+
+from eclectus.kernels.gather import Scratch
 
 # A group of one request shares nothing.
 CASCADE_MIN_GROUP_SIZE = 2
@@ -52,8 +53,10 @@ def _check_lengths(block_tables: list[list[int]], seq_lens: list[int], block_siz
         raise ValueError(f"{len(block_tables)} block tables but {len(seq_lens)} seq_lens")
     for i, (table, n) in enumerate(zip(block_tables, seq_lens, strict=True)):
         if n < 1 or len(table) < _cdiv(n, block_size):
-            raise ValueError(f"request {i}: seq_len {n} needs {_cdiv(n, block_size)} blocks, "
-                             f"table has {len(table)}")
+            raise ValueError(
+                f"request {i}: seq_len {n} needs {_cdiv(n, block_size)} blocks, "
+                f"table has {len(table)}"
+            )
 
 
 @dataclass(slots=True)
@@ -81,8 +84,13 @@ class PrefillPlan:
         return sum(self.query_lens_list)
 
 
-def plan_prefill(block_tables: list[list[int]], query_lens: list[int], seq_lens: list[int],
-                 block_size: int, device: torch.device) -> PrefillPlan:
+def plan_prefill(
+    block_tables: list[list[int]],
+    query_lens: list[int],
+    seq_lens: list[int],
+    block_size: int,
+    device: torch.device,
+) -> PrefillPlan:
     """Build the prefill plan (pure: reads lists, allocates small device tensors)."""
     _check_lengths(block_tables, seq_lens, block_size)
     if len(query_lens) != len(seq_lens):
@@ -98,9 +106,12 @@ def plan_prefill(block_tables: list[list[int]], query_lens: list[int], seq_lens:
         cu_query_lens=torch.tensor(cu, dtype=torch.int32, device=device),
         query_lens=torch.tensor(query_lens, dtype=torch.int32, device=device),
         seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=device),
-        query_lens_list=tuple(query_lens), seq_lens_list=tuple(seq_lens),
-        block_size=block_size, max_query_len=max(query_lens, default=0),
-        max_seq_len=max(seq_lens, default=0))
+        query_lens_list=tuple(query_lens),
+        seq_lens_list=tuple(seq_lens),
+        block_size=block_size,
+        max_query_len=max(query_lens, default=0),
+        max_seq_len=max(seq_lens, default=0),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,10 +146,14 @@ def _build_trie(block_tables: list[list[int]], seq_lens: list[int], block_size: 
     return root
 
 
-def find_cascade_groups(block_tables: list[list[int]], seq_lens: list[int], block_size: int, *,
-                        min_shared_tokens: int = CASCADE_MIN_SHARED_TOKENS,
-                        min_group_size: int = CASCADE_MIN_GROUP_SIZE,
-                        ) -> tuple[list[CascadeGroup], list[int]]:
+def find_cascade_groups(
+    block_tables: list[list[int]],
+    seq_lens: list[int],
+    block_size: int,
+    *,
+    min_shared_tokens: int = CASCADE_MIN_SHARED_TOKENS,
+    min_group_size: int = CASCADE_MIN_GROUP_SIZE,
+) -> tuple[list[CascadeGroup], list[int]]:
     """Group requests by shared leading physical blocks (see the module docstring).
 
     Returns (groups, suffix_starts): groups in pre-order (a parent before its children);
@@ -148,8 +163,10 @@ def find_cascade_groups(block_tables: list[list[int]], seq_lens: list[int], bloc
     suffix_starts = [0] * len(seq_lens)
     groups: list[CascadeGroup] = []
     # stack of (node, first uncovered block, level for a group emitted here)
-    stack = [(child, 0, 0) for child in reversed(_build_trie(block_tables, seq_lens,
-                                                             block_size).children.values())]
+    stack = [
+        (child, 0, 0)
+        for child in reversed(_build_trie(block_tables, seq_lens, block_size).children.values())
+    ]
     while stack:
         node, start, level = stack.pop()
         while len(node.children) == 1:  # radix compression: same requests continue
@@ -219,9 +236,14 @@ class DecodePlan:
         return len(self.seq_lens_list)
 
 
-def _cascade_plan(block_tables: list[list[int]], seq_lens: list[int], block_size: int,
-                  groups: list[CascadeGroup], suffix_starts: list[int],
-                  device: torch.device) -> CascadePlan:
+def _cascade_plan(
+    block_tables: list[list[int]],
+    seq_lens: list[int],
+    block_size: int,
+    groups: list[CascadeGroup],
+    suffix_starts: list[int],
+    device: torch.device,
+) -> CascadePlan:
     members = [i for g in groups for i in g.request_ids]
     offsets = [0]
     for g in groups:
@@ -236,48 +258,76 @@ def _cascade_plan(block_tables: list[list[int]], seq_lens: list[int], block_size
     request_offsets = [0]
     for rows in rows_of:
         request_offsets.append(request_offsets[-1] + len(rows))
-    suffix_blocks = [_cdiv(n, block_size) - s // block_size
-                     for n, s in zip(seq_lens, suffix_starts, strict=True)]
+    suffix_blocks = [
+        _cdiv(n, block_size) - s // block_size for n, s in zip(seq_lens, suffix_starts, strict=True)
+    ]
     return CascadePlan(
-        groups=tuple(groups), num_levels=1 + max(g.level for g in groups),
+        groups=tuple(groups),
+        num_levels=1 + max(g.level for g in groups),
         group_request_ids=tuple(ints(list(g.request_ids), torch.int64) for g in groups),
-        group_block_ids=tuple(ints(block_tables[g.table_row][g.start_block:g.end_block],
-                                   torch.int64) for g in groups),
-        member_request_ids=ints(members, torch.int64), group_member_offsets=ints(offsets),
+        group_block_ids=tuple(
+            ints(block_tables[g.table_row][g.start_block : g.end_block], torch.int64)
+            for g in groups
+        ),
+        member_request_ids=ints(members, torch.int64),
+        group_member_offsets=ints(offsets),
         group_table_rows=ints([g.table_row for g in groups]),
         group_starts=ints([g.start_block * block_size for g in groups]),
         group_ends=ints([g.end_block * block_size for g in groups]),
-        suffix_starts=ints(suffix_starts), request_member_offsets=ints(request_offsets),
+        suffix_starts=ints(suffix_starts),
+        request_member_offsets=ints(request_offsets),
         request_member_rows=ints([row for rows in rows_of for row in rows]),
         max_group_size=max(len(g.request_ids) for g in groups),
         max_group_tokens=max(g.num_blocks for g in groups) * block_size,
-        max_suffix_blocks=max(1, *suffix_blocks))
+        max_suffix_blocks=max(1, *suffix_blocks),
+    )
 
 
-def build_decode_plan(block_tables: list[list[int]], seq_lens: list[int], block_size: int,
-                      device: torch.device, *, cascade: bool = True,
-                      min_shared_tokens: int = CASCADE_MIN_SHARED_TOKENS,
-                      min_group_size: int = CASCADE_MIN_GROUP_SIZE) -> DecodePlan:
+def build_decode_plan(
+    block_tables: list[list[int]],
+    seq_lens: list[int],
+    block_size: int,
+    device: torch.device,
+    *,
+    cascade: bool = True,
+    min_shared_tokens: int = CASCADE_MIN_SHARED_TOKENS,
+    min_group_size: int = CASCADE_MIN_GROUP_SIZE,
+) -> DecodePlan:
     """:func:`plan_decode` with the grouping thresholds exposed (tests, benchmarks). Pure."""
     _check_lengths(block_tables, seq_lens, block_size)
     cascade_plan = None
     if cascade:
         groups, suffix_starts = find_cascade_groups(
-            block_tables, seq_lens, block_size,
-            min_shared_tokens=min_shared_tokens, min_group_size=min_group_size)
+            block_tables,
+            seq_lens,
+            block_size,
+            min_shared_tokens=min_shared_tokens,
+            min_group_size=min_group_size,
+        )
         if groups:
-            cascade_plan = _cascade_plan(block_tables, seq_lens, block_size, groups,
-                                         suffix_starts, device)
+            cascade_plan = _cascade_plan(
+                block_tables, seq_lens, block_size, groups, suffix_starts, device
+            )
     max_seq_len = max(seq_lens, default=0)
     return DecodePlan(
         block_tables=_table_tensor(block_tables, device),
         seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=device),
-        seq_lens_list=tuple(seq_lens), block_size=block_size, max_seq_len=max_seq_len,
-        max_blocks=_cdiv(max_seq_len, block_size), cascade=cascade_plan)
+        seq_lens_list=tuple(seq_lens),
+        block_size=block_size,
+        max_seq_len=max_seq_len,
+        max_blocks=_cdiv(max_seq_len, block_size),
+        cascade=cascade_plan,
+    )
 
 
-def plan_decode(block_tables: list[list[int]], seq_lens: list[int], block_size: int,
-                device: torch.device, *, cascade: bool = True) -> DecodePlan:
+def plan_decode(
+    block_tables: list[list[int]],
+    seq_lens: list[int],
+    block_size: int,
+    device: torch.device,
+    *,
+    cascade: bool = True,
+) -> DecodePlan:
     """Build the decode plan for one step (pure: reads lists, allocates small device tensors).
 
     One query per request at position ``seq_lens[i] - 1`` (already stored in the cache). With

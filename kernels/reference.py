@@ -13,18 +13,21 @@ import torch
 from torch import Tensor
 
 
-def gather_kv(cache: Tensor, table: list[int] | Tensor, start: int, end: int,
-              block_size: int) -> Tensor:
-    """Tokens [start, end) of one sequence: cache [num_blocks, block_size, Hkv, D] -> [n, Hkv, D].
-    """
+def gather_kv(
+    cache: Tensor, table: list[int] | Tensor, start: int, end: int, block_size: int
+) -> Tensor:
+    """Tokens [start, end) of one sequence.
+
+    cache [num_blocks, block_size, Hkv, D] -> [end - start, Hkv, D]."""
     positions = torch.arange(start, end, device=cache.device)
     table_t = torch.as_tensor(table, device=cache.device).long()
     blocks = table_t[positions // block_size]
     return cache[blocks, positions % block_size]
 
 
-def ref_attention(q: Tensor, k: Tensor, v: Tensor, scale: float,
-                  mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+def ref_attention(
+    q: Tensor, k: Tensor, v: Tensor, scale: float, mask: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
     """Dense attention with GQA: q [M, Hq, D], k/v [N, Hkv, D], mask bool [M, N] (True = keep).
 
     Returns (o [M, Hq, D] in q's dtype, lse [M, Hq] fp32, natural log).
@@ -41,9 +44,15 @@ def ref_attention(q: Tensor, k: Tensor, v: Tensor, scale: float,
     return o.to(q.dtype), lse.transpose(0, 1).contiguous()
 
 
-def ref_paged_decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, block_tables: list[list[int]],
-                     seq_lens: list[int], scale: float,
-                     kv_starts: list[int] | None = None) -> tuple[Tensor, Tensor]:
+def ref_paged_decode(
+    q: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+    block_tables: list[list[int]],
+    seq_lens: list[int],
+    scale: float,
+    kv_starts: list[int] | None = None,
+) -> tuple[Tensor, Tensor]:
     """Request i's single query q[i] ([B, Hq, D]) attends to its tokens [kv_starts[i], seq_lens[i]).
 
     Returns (o [B, Hq, D], lse [B, Hq] fp32).
@@ -60,8 +69,15 @@ def ref_paged_decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, block_tables: 
     return torch.cat(outs), torch.cat(lses)
 
 
-def ref_prefill(q: Tensor, k_cache: Tensor, v_cache: Tensor, block_tables: list[list[int]],
-                query_lens: list[int], seq_lens: list[int], scale: float) -> tuple[Tensor, Tensor]:
+def ref_prefill(
+    q: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+    block_tables: list[list[int]],
+    query_lens: list[int],
+    seq_lens: list[int],
+    scale: float,
+) -> tuple[Tensor, Tensor]:
     """Packed queries q [sum(query_lens), Hq, D]; query j of request i sits at position
     seq_lens[i] - query_lens[i] + j and attends causally. Returns (o like q, lse [T, Hq])."""
     block_size = k_cache.shape[1]
@@ -78,8 +94,9 @@ def ref_prefill(q: Tensor, k_cache: Tensor, v_cache: Tensor, block_tables: list[
     return torch.cat(outs), torch.cat(lses)
 
 
-def ref_merge_attention_states(o_a: Tensor, lse_a: Tensor, o_b: Tensor,
-                               lse_b: Tensor) -> tuple[Tensor, Tensor]:
+def ref_merge_attention_states(
+    o_a: Tensor, lse_a: Tensor, o_b: Tensor, lse_b: Tensor
+) -> tuple[Tensor, Tensor]:
     """Attention over the union of two disjoint key sets, from each side's (o, lse).
 
     o [N, H, D], lse [N, H] fp32, natural log; an empty side has lse = -inf.

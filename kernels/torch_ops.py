@@ -15,13 +15,15 @@ import math
 
 import torch
 import torch.nn.functional as F
-from eclectus.kernels.gather import Scratch, gather_head_major, head_major_rows
-from eclectus.kernels.plans import CascadePlan, DecodePlan, PrefillPlan
 from torch import Tensor
 
+from eclectus.kernels.gather import Scratch, gather_head_major, head_major_rows
+from eclectus.kernels.plans import CascadePlan, DecodePlan, PrefillPlan
 
-def merge_attention_states_torch(o_a: Tensor, lse_a: Tensor, o_b: Tensor,
-                                 lse_b: Tensor) -> tuple[Tensor, Tensor]:
+
+def merge_attention_states_torch(
+    o_a: Tensor, lse_a: Tensor, o_b: Tensor, lse_b: Tensor
+) -> tuple[Tensor, Tensor]:
     """Exact, stable merge of two partial attentions over disjoint key sets.
 
     o [N, H, D], lse [N, H] fp32 natural log; a side with lse = -inf is empty. Returns
@@ -36,8 +38,9 @@ def merge_attention_states_torch(o_a: Tensor, lse_a: Tensor, o_b: Tensor,
     return o.to(o_a.dtype), m + torch.log(total)
 
 
-def combine_states_by_index(o_parts: Tensor, lse_parts: Tensor, index: Tensor,
-                            num_out: int) -> tuple[Tensor, Tensor]:
+def combine_states_by_index(
+    o_parts: Tensor, lse_parts: Tensor, index: Tensor, num_out: int
+) -> tuple[Tensor, Tensor]:
     """Merge any number of partial states per output row: row ``index[m]`` gets part m.
 
     o_parts [M, H, D], lse_parts [M, H] fp32, index int64 [M] -> (o [num_out, H, D] fp32,
@@ -62,10 +65,18 @@ def _softmax_av(scores: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
     return torch.exp(scores - safe[..., None]) @ v, lse
 
 
-def paged_decode_window_torch(q: Tensor, k_cache: Tensor, v_cache: Tensor, block_tables: Tensor,
-                              seq_lens: Tensor, scale: float, max_window_blocks: int,
-                              kv_starts: Tensor | None = None, scratch: Scratch | None = None,
-                              tag: str = "window") -> tuple[Tensor, Tensor]:
+def paged_decode_window_torch(
+    q: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+    block_tables: Tensor,
+    seq_lens: Tensor,
+    scale: float,
+    max_window_blocks: int,
+    kv_starts: Tensor | None = None,
+    scratch: Scratch | None = None,
+    tag: str = "window",
+) -> tuple[Tensor, Tensor]:
     """Request i's query attends to its tokens [kv_starts[i] (default 0), seq_lens[i]).
 
     q [B, Hq, D]; caches [num_blocks, block_size, Hkv, D]; block_tables int32 [B, W];
@@ -77,8 +88,12 @@ def paged_decode_window_torch(q: Tensor, k_cache: Tensor, v_cache: Tensor, block
     batch, num_q_heads, head_dim = q.shape
     num_kv_heads = k_cache.shape[2]
     scratch = scratch or Scratch()
-    rows, masked = scratch.cached((tag, num_kv_heads), lambda: _window_index(
-        block_tables, seq_lens, kv_starts, max_window_blocks, k_cache.shape[1], num_kv_heads))
+    rows, masked = scratch.cached(
+        (tag, num_kv_heads),
+        lambda: _window_index(
+            block_tables, seq_lens, kv_starts, max_window_blocks, k_cache.shape[1], num_kv_heads
+        ),
+    )
     k = gather_head_major(k_cache, rows, (tag, "k"))  # [B, Hkv, L, D]
     v = gather_head_major(v_cache, rows, (tag, "v"))
     qg = q.view(batch, num_kv_heads, -1, head_dim).float() * scale
@@ -88,22 +103,34 @@ def paged_decode_window_torch(q: Tensor, k_cache: Tensor, v_cache: Tensor, block
     return o.reshape(batch, num_q_heads, head_dim), lse.reshape(batch, num_q_heads)
 
 
-def _window_index(block_tables: Tensor, seq_lens: Tensor, kv_starts: Tensor | None,
-                  max_window_blocks: int, block_size: int,
-                  num_kv_heads: int) -> tuple[Tensor, Tensor]:
+def _window_index(
+    block_tables: Tensor,
+    seq_lens: Tensor,
+    kv_starts: Tensor | None,
+    max_window_blocks: int,
+    block_size: int,
+    num_kv_heads: int,
+) -> tuple[Tensor, Tensor]:
     """(rows [B, Hkv, L] for gather_head_major, masked-out [B, 1, 1, L] bool) of the windows."""
     starts = torch.zeros_like(seq_lens) if kv_starts is None else kv_starts
     first = (starts // block_size).long()  # first block of each window
     cols = first[:, None] + torch.arange(max_window_blocks, device=seq_lens.device)
     blocks = block_tables.long().gather(1, cols.clamp_max(block_tables.shape[1] - 1))
-    pos = first[:, None] * block_size + torch.arange(max_window_blocks * block_size,
-                                                     device=seq_lens.device)
+    pos = first[:, None] * block_size + torch.arange(
+        max_window_blocks * block_size, device=seq_lens.device
+    )
     masked = (pos < starts[:, None]) | (pos >= seq_lens[:, None])
     return head_major_rows(blocks, block_size, num_kv_heads), masked[:, None, None, :]
 
 
-def cascade_prefix_torch(q: Tensor, k_cache: Tensor, v_cache: Tensor, cascade: CascadePlan,
-                         scale: float, scratch: Scratch | None = None) -> tuple[Tensor, Tensor]:
+def cascade_prefix_torch(
+    q: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+    cascade: CascadePlan,
+    scale: float,
+    scratch: Scratch | None = None,
+) -> tuple[Tensor, Tensor]:
     """Each group's queries against its shared blocks, one matmul per group and side.
 
     Returns membership-row states (o [num_members, Hq, D] fp32, lse [num_members, Hq] fp32),
@@ -114,25 +141,32 @@ def cascade_prefix_torch(q: Tensor, k_cache: Tensor, v_cache: Tensor, cascade: C
     group = num_q_heads // num_kv_heads
     scratch = scratch or Scratch()
     outs, lses = [], []
-    for g, (request_ids, block_ids) in enumerate(zip(cascade.group_request_ids,
-                                                     cascade.group_block_ids, strict=True)):
+    for g, (request_ids, block_ids) in enumerate(
+        zip(cascade.group_request_ids, cascade.group_block_ids, strict=True)
+    ):
         size = request_ids.numel()
-        rows = scratch.cached(("group", g, num_kv_heads),
-                              lambda b=block_ids: head_major_rows(b, block_size, num_kv_heads))
+        rows = scratch.cached(
+            ("group", g, num_kv_heads),
+            lambda b=block_ids: head_major_rows(b, block_size, num_kv_heads),
+        )
         k = gather_head_major(k_cache, rows, "group_k")  # [Hkv, L, D], read once
         v = gather_head_major(v_cache, rows, "group_v")
         # stack the group's queries into one tile per kv head: [Hkv, size * group, D]
         qg = q[request_ids].view(size, num_kv_heads, group, head_dim).transpose(0, 1)
         qg = qg.reshape(num_kv_heads, size * group, head_dim).float() * scale
         o, lse = _softmax_av(qg @ k.transpose(-1, -2).float(), v.float())
-        outs.append(o.view(num_kv_heads, size, group, head_dim).transpose(0, 1)
-                    .reshape(size, num_q_heads, head_dim))
+        outs.append(
+            o.view(num_kv_heads, size, group, head_dim)
+            .transpose(0, 1)
+            .reshape(size, num_q_heads, head_dim)
+        )
         lses.append(lse.view(num_kv_heads, size, group).transpose(0, 1).reshape(size, -1))
     return torch.cat(outs), torch.cat(lses)
 
 
-def cascade_decode_torch(q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: DecodePlan,
-                         scale: float) -> tuple[Tensor, Tensor]:
+def cascade_decode_torch(
+    q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: DecodePlan, scale: float
+) -> tuple[Tensor, Tensor]:
     """Shared-prefix decode: group passes, suffix pass, one scatter-logsumexp merge.
 
     q [B, Hq, D] -> (o [B, Hq, D] in q's dtype, lse [B, Hq] fp32). Fills ``plan.scratch``.
@@ -142,19 +176,31 @@ def cascade_decode_torch(q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: Deco
         raise ValueError("plan has no cascade groups")
     o_mem, lse_mem = cascade_prefix_torch(q, k_cache, v_cache, cascade, scale, plan.scratch)
     o_suf, lse_suf = paged_decode_window_torch(
-        q, k_cache, v_cache, plan.block_tables, plan.seq_lens, scale,
-        cascade.max_suffix_blocks, kv_starts=cascade.suffix_starts, scratch=plan.scratch,
-        tag="suffix")
+        q,
+        k_cache,
+        v_cache,
+        plan.block_tables,
+        plan.seq_lens,
+        scale,
+        cascade.max_suffix_blocks,
+        kv_starts=cascade.suffix_starts,
+        scratch=plan.scratch,
+        tag="suffix",
+    )
     batch = q.shape[0]
-    index = plan.scratch.cached("merge_index", lambda: torch.cat(
-        [cascade.member_request_ids, torch.arange(batch, device=q.device)]))
-    o, lse = combine_states_by_index(torch.cat([o_mem, o_suf]), torch.cat([lse_mem, lse_suf]),
-                                     index, batch)
+    index = plan.scratch.cached(
+        "merge_index",
+        lambda: torch.cat([cascade.member_request_ids, torch.arange(batch, device=q.device)]),
+    )
+    o, lse = combine_states_by_index(
+        torch.cat([o_mem, o_suf]), torch.cat([lse_mem, lse_suf]), index, batch
+    )
     return o.to(q.dtype), lse
 
 
-def prefill_torch(q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: PrefillPlan,
-                  scale: float) -> Tensor:
+def prefill_torch(
+    q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: PrefillPlan, scale: float
+) -> Tensor:
     """Chunked prefill over paged context, one SDPA call per request.
 
     q [T, Hq, D] -> o [T, Hq, D] in q's dtype.
@@ -170,13 +216,17 @@ def prefill_torch(q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: PrefillPlan
         v = v_cache[blocks].view(-1, num_kv_heads, head_dim)[:n].transpose(0, 1)[None]
         qi = q[row : row + nq].transpose(0, 1)[None]  # [1, Hq, nq, D]
         if nq == n:  # no cached context: plain causal
-            o = F.scaled_dot_product_attention(qi, k, v, is_causal=True, scale=scale,
-                                               enable_gqa=True)
+            o = F.scaled_dot_product_attention(
+                qi, k, v, is_causal=True, scale=scale, enable_gqa=True
+            )
         else:  # query j sits at n - nq + j: a bottom-right aligned causal mask
-            keep = (torch.arange(n, device=q.device)[None, :]
-                    <= torch.arange(n - nq, n, device=q.device)[:, None])
-            o = F.scaled_dot_product_attention(qi, k, v, attn_mask=keep, scale=scale,
-                                               enable_gqa=True)
+            keep = (
+                torch.arange(n, device=q.device)[None, :]
+                <= torch.arange(n - nq, n, device=q.device)[:, None]
+            )
+            o = F.scaled_dot_product_attention(
+                qi, k, v, attn_mask=keep, scale=scale, enable_gqa=True
+            )
         out[row : row + nq] = o[0].transpose(0, 1)
         row += nq
     return out

@@ -21,9 +21,10 @@ import os
 import torch
 import triton
 import triton.language as tl
+from torch import Tensor
+
 from eclectus.kernels.plans import DecodePlan
 from eclectus.kernels.triton_merge import combine_partials
-from torch import Tensor
 
 LN2 = tl.constexpr(0.6931471805599453)  # ln 2: the kernel's log2-domain LSE -> natural log
 LOG2E = 1.4426950408889634  # 1 / ln 2: folds into the scale so the kernel can use exp2
@@ -47,17 +48,41 @@ def attn_dot(a, b, FP32_DOT: tl.constexpr, PRECISION: tl.constexpr):
 
 @triton.jit
 def _paged_items_kernel(
-    Q, K, V, Out, Lse,  # Q [B, Hq, D]; K/V [blocks, block_size, Hkv, D]; fp32 partials
-    Tables, RowRequests, ItemTableRows, ItemStarts, ItemEnds, ItemRowOffsets,
-    stride_qb, stride_qh,
-    stride_kb, stride_ks, stride_kh,
-    stride_vb, stride_vs, stride_vh,
-    stride_os, stride_or, stride_oh,  # Out [num_splits, rows, Hq, D]
-    stride_ls, stride_lr,  # Lse [num_splits, rows, Hq]
+    Q,
+    K,
+    V,
+    Out,
+    Lse,  # Q [B, Hq, D]; K/V [blocks, block_size, Hkv, D]; fp32 partials
+    Tables,
+    RowRequests,
+    ItemTableRows,
+    ItemStarts,
+    ItemEnds,
+    ItemRowOffsets,
+    stride_qb,
+    stride_qh,
+    stride_kb,
+    stride_ks,
+    stride_kh,
+    stride_vb,
+    stride_vs,
+    stride_vh,
+    stride_os,
+    stride_or,
+    stride_oh,  # Out [num_splits, rows, Hq, D]
+    stride_ls,
+    stride_lr,  # Lse [num_splits, rows, Hq]
     stride_tb,
-    scale_log2, split_len, block_size, num_splits,
-    GROUP: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, FP32_DOT: tl.constexpr,
+    scale_log2,
+    split_len,
+    block_size,
+    num_splits,
+    GROUP: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    FP32_DOT: tl.constexpr,
     PRECISION: tl.constexpr,
 ):
     item = tl.program_id(0)
@@ -78,8 +103,11 @@ def _paged_items_kernel(
     heads = kv_head * GROUP + offs_m % GROUP
     row_ok = (offs_m < BLOCK_R * GROUP) & (rows < row_end)
     requests = tl.load(RowRequests + rows, mask=row_ok, other=0).to(tl.int64)
-    q = tl.load(Q + requests[:, None] * stride_qb + heads[:, None] * stride_qh + offs_d[None, :],
-                mask=row_ok[:, None], other=0.0)
+    q = tl.load(
+        Q + requests[:, None] * stride_qb + heads[:, None] * stride_qh + offs_d[None, :],
+        mask=row_ok[:, None],
+        other=0.0,
+    )
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -89,16 +117,26 @@ def _paged_items_kernel(
         n_ok = offs_n < end
         blocks = tl.load(table + offs_n // block_size, mask=n_ok, other=0).to(tl.int64)
         slots = offs_n % block_size
-        k = tl.load(K + (blocks * stride_kb + slots * stride_ks + kv_head * stride_kh)[:, None]
-                    + offs_d[None, :], mask=n_ok[:, None], other=0.0)
+        k = tl.load(
+            K
+            + (blocks * stride_kb + slots * stride_ks + kv_head * stride_kh)[:, None]
+            + offs_d[None, :],
+            mask=n_ok[:, None],
+            other=0.0,
+        )
         s = attn_dot(q, tl.trans(k), FP32_DOT, PRECISION) * scale_log2
         s = tl.where(n_ok[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         p = tl.exp2(s - m_new[:, None])
         alpha = tl.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(V + (blocks * stride_vb + slots * stride_vs + kv_head * stride_vh)[:, None]
-                    + offs_d[None, :], mask=n_ok[:, None], other=0.0)
+        v = tl.load(
+            V
+            + (blocks * stride_vb + slots * stride_vs + kv_head * stride_vh)[:, None]
+            + offs_d[None, :],
+            mask=n_ok[:, None],
+            other=0.0,
+        )
         acc = acc * alpha[:, None] + attn_dot(p.to(v.dtype), v, FP32_DOT, PRECISION)
         m_i = m_new
 
@@ -133,12 +171,25 @@ def choose_splits(num_programs: int, max_len: int, block_n: int, device: torch.d
     return max(1, min(wanted, max_len // (4 * block_n)))
 
 
-def paged_items_partials(q: Tensor, k_cache: Tensor, v_cache: Tensor, tables: Tensor,
-                         row_requests: Tensor, item_table_rows: Tensor, item_starts: Tensor,
-                         item_ends: Tensor, item_row_offsets: Tensor, *, num_rows: int,
-                         max_rows_per_item: int, max_len: int, scale: float,
-                         block_m: int = 128, block_n: int | None = None,
-                         num_splits: int | None = None) -> tuple[Tensor, Tensor]:
+def paged_items_partials(
+    q: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+    tables: Tensor,
+    row_requests: Tensor,
+    item_table_rows: Tensor,
+    item_starts: Tensor,
+    item_ends: Tensor,
+    item_row_offsets: Tensor,
+    *,
+    num_rows: int,
+    max_rows_per_item: int,
+    max_len: int,
+    scale: float,
+    block_m: int = 128,
+    block_n: int | None = None,
+    num_splits: int | None = None,
+) -> tuple[Tensor, Tensor]:
     """Run the item kernel (module docstring). Host ints size the grid; no device sync.
 
     q [B, Hq, D]; caches [num_blocks, block_size, Hkv, D] (last dim contiguous); tables int32
@@ -160,46 +211,113 @@ def paged_items_partials(q: Tensor, k_cache: Tensor, v_cache: Tensor, tables: Te
     block_m = max(16, triton.next_power_of_2(block_r * group))
     num_items, num_tiles = item_starts.numel(), -(-max_rows_per_item // block_r)
     if num_splits is None:
-        num_splits = choose_splits(num_items * num_tiles * num_kv_heads, max_len, block_n,
-                                   q.device)
+        num_splits = choose_splits(num_items * num_tiles * num_kv_heads, max_len, block_n, q.device)
     split_len = -(-max(max_len, 1) // (num_splits * block_n)) * block_n
-    o = torch.empty(num_splits, num_rows, num_q_heads, head_dim, device=q.device,
-                    dtype=torch.float32)
+    o = torch.empty(
+        num_splits, num_rows, num_q_heads, head_dim, device=q.device, dtype=torch.float32
+    )
     lse = torch.empty(num_splits, num_rows, num_q_heads, device=q.device, dtype=torch.float32)
     q = q.contiguous()
     grid = (num_items, num_tiles, num_kv_heads * num_splits)
     _paged_items_kernel[grid](
-        q, k_cache, v_cache, o, lse, tables, row_requests, item_table_rows, item_starts,
-        item_ends, item_row_offsets, q.stride(0), q.stride(1), *k_cache.stride()[:3],
-        *v_cache.stride()[:3], *o.stride()[:3], *lse.stride()[:2], tables.stride(0),
-        scale * LOG2E, split_len, block_size, num_splits,
-        GROUP=group, BLOCK_R=block_r, BLOCK_M=block_m, BLOCK_N=block_n, HEAD_DIM=head_dim,
-        **dot_flags(q.dtype), num_warps=8 if block_m >= 128 else 4, num_stages=2)
+        q,
+        k_cache,
+        v_cache,
+        o,
+        lse,
+        tables,
+        row_requests,
+        item_table_rows,
+        item_starts,
+        item_ends,
+        item_row_offsets,
+        q.stride(0),
+        q.stride(1),
+        *k_cache.stride()[:3],
+        *v_cache.stride()[:3],
+        *o.stride()[:3],
+        *lse.stride()[:2],
+        tables.stride(0),
+        scale * LOG2E,
+        split_len,
+        block_size,
+        num_splits,
+        GROUP=group,
+        BLOCK_R=block_r,
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        HEAD_DIM=head_dim,
+        **dot_flags(q.dtype),
+        num_warps=8 if block_m >= 128 else 4,
+        num_stages=2,
+    )
     return o, lse
 
 
-def request_partials(q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: DecodePlan,
-                     scale: float, *, kv_starts: Tensor | None, max_len: int,
-                     num_splits: int | None = None) -> tuple[Tensor, Tensor]:
+def request_partials(
+    q: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+    plan: DecodePlan,
+    scale: float,
+    *,
+    kv_starts: Tensor | None,
+    max_len: int,
+    num_splits: int | None = None,
+) -> tuple[Tensor, Tensor]:
     """Partials of request i's query over its tokens [kv_starts[i] (0), seq_lens[i]).
 
     q [B, Hq, D]; max_len: host bound on seq_lens - kv_starts. Returns (o [S, B, Hq, D],
     lse [S, B, Hq]) fp32. Caches its index tensors in ``plan.scratch``.
     """
     batch = q.shape[0]
-    ids = plan.scratch.cached(("triton_ids", q.device), lambda: torch.arange(
-        batch + 1, device=q.device, dtype=torch.int32))
-    starts = kv_starts if kv_starts is not None else plan.scratch.cached(
-        ("triton_zeros", q.device), lambda: torch.zeros_like(plan.seq_lens))
+    ids = plan.scratch.cached(
+        ("triton_ids", q.device),
+        lambda: torch.arange(batch + 1, device=q.device, dtype=torch.int32),
+    )
+    starts = (
+        kv_starts
+        if kv_starts is not None
+        else plan.scratch.cached(
+            ("triton_zeros", q.device), lambda: torch.zeros_like(plan.seq_lens)
+        )
+    )
     return paged_items_partials(
-        q, k_cache, v_cache, plan.block_tables, ids[:batch], ids[:batch], starts,
-        plan.seq_lens, ids, num_rows=batch, max_rows_per_item=1, max_len=max_len, scale=scale,
-        num_splits=num_splits)
+        q,
+        k_cache,
+        v_cache,
+        plan.block_tables,
+        ids[:batch],
+        ids[:batch],
+        starts,
+        plan.seq_lens,
+        ids,
+        num_rows=batch,
+        max_rows_per_item=1,
+        max_len=max_len,
+        scale=scale,
+        num_splits=num_splits,
+    )
 
 
-def paged_decode_triton(q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: DecodePlan,
-                        scale: float, *, num_splits: int | None = None) -> tuple[Tensor, Tensor]:
+def paged_decode_triton(
+    q: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+    plan: DecodePlan,
+    scale: float,
+    *,
+    num_splits: int | None = None,
+) -> tuple[Tensor, Tensor]:
     """Plain paged decode: q [B, Hq, D] -> (o [B, Hq, D] in q's dtype, lse [B, Hq] fp32)."""
-    o_parts, lse_parts = request_partials(q, k_cache, v_cache, plan, scale, kv_starts=None,
-                                          max_len=plan.max_seq_len, num_splits=num_splits)
+    o_parts, lse_parts = request_partials(
+        q,
+        k_cache,
+        v_cache,
+        plan,
+        scale,
+        kv_starts=None,
+        max_len=plan.max_seq_len,
+        num_splits=num_splits,
+    )
     return combine_partials(o_parts, lse_parts, q.dtype)

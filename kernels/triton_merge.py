@@ -16,7 +16,12 @@ from torch import Tensor
 
 @triton.jit
 def _merge_states_kernel(
-    OA, LseA, OB, LseB, Out, Lse,  # O* [N * H, head_dim] contiguous; Lse* [N * H] fp32
+    OA,
+    LseA,
+    OB,
+    LseB,
+    Out,
+    Lse,  # O* [N * H, head_dim] contiguous; Lse* [N * H] fp32
     head_dim,
     BLOCK_D: tl.constexpr,
 ):
@@ -39,24 +44,33 @@ def _merge_states_kernel(
     tl.store(Lse + row, lse)
 
 
-def merge_attention_states_triton(o_a: Tensor, lse_a: Tensor, o_b: Tensor,
-                                  lse_b: Tensor) -> tuple[Tensor, Tensor]:
+def merge_attention_states_triton(
+    o_a: Tensor, lse_a: Tensor, o_b: Tensor, lse_b: Tensor
+) -> tuple[Tensor, Tensor]:
     """Exact, stable merge of two partial attentions over disjoint key sets (natural-log LSE).
 
     o_a, o_b [N, H, D]; lse_a, lse_b [N, H] fp32; lse = -inf marks an empty side. Returns
     (o [N, H, D] in o_a's dtype, lse [N, H] fp32). Pure.
     """
     if o_a.shape != o_b.shape or lse_a.shape != o_a.shape[:2] or lse_b.shape != lse_a.shape:
-        raise ValueError(f"shape mismatch: o {tuple(o_a.shape)}/{tuple(o_b.shape)}, "
-                         f"lse {tuple(lse_a.shape)}/{tuple(lse_b.shape)}")
+        raise ValueError(
+            f"shape mismatch: o {tuple(o_a.shape)}/{tuple(o_b.shape)}, "
+            f"lse {tuple(lse_a.shape)}/{tuple(lse_b.shape)}"
+        )
     num_rows, num_heads, head_dim = o_a.shape
     o = torch.empty_like(o_a)
     lse = torch.empty(num_rows, num_heads, device=o_a.device, dtype=torch.float32)
     if num_rows * num_heads:
         _merge_states_kernel[(num_rows * num_heads,)](
-            o_a.contiguous(), lse_a.float().contiguous(), o_b.contiguous(),
-            lse_b.float().contiguous(), o, lse, head_dim,
-            BLOCK_D=triton.next_power_of_2(head_dim))
+            o_a.contiguous(),
+            lse_a.float().contiguous(),
+            o_b.contiguous(),
+            lse_b.float().contiguous(),
+            o,
+            lse,
+            head_dim,
+            BLOCK_D=triton.next_power_of_2(head_dim),
+        )
     return o, lse
 
 
@@ -72,15 +86,29 @@ def _fold(m, total, acc, lse_part, o_part):
 
 @triton.jit
 def _combine_kernel(
-    OOwn, LseOwn,  # [S_own, B, Hq, D], [S_own, B, Hq] fp32: each request's own range
-    OMem, LseMem,  # [S_mem, M, Hq, D], [S_mem, M, Hq] fp32: cascade membership rows
-    MemberOffsets, MemberRows,  # CSR: request b's membership rows are MemberRows[o[b]:o[b+1]]
-    Out, LseOut,  # [B, Hq, D] (q's dtype), [B, Hq] fp32
-    num_heads, num_own_splits, num_mem_splits,
-    stride_oos, stride_oob, stride_ols, stride_olb,
-    stride_mos, stride_mor, stride_mls, stride_mlr,
+    OOwn,
+    LseOwn,  # [S_own, B, Hq, D], [S_own, B, Hq] fp32: each request's own range
+    OMem,
+    LseMem,  # [S_mem, M, Hq, D], [S_mem, M, Hq] fp32: cascade membership rows
+    MemberOffsets,
+    MemberRows,  # CSR: request b's membership rows are MemberRows[o[b]:o[b+1]]
+    Out,
+    LseOut,  # [B, Hq, D] (q's dtype), [B, Hq] fp32
+    num_heads,
+    num_own_splits,
+    num_mem_splits,
+    stride_oos,
+    stride_oob,
+    stride_ols,
+    stride_olb,
+    stride_mos,
+    stride_mor,
+    stride_mls,
+    stride_mlr,
     stride_outb,
-    HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr, HAS_MEMBERS: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    HAS_MEMBERS: tl.constexpr,
 ):
     request = tl.program_id(0).to(tl.int64)
     offs_h = tl.arange(0, BLOCK_H)
@@ -119,9 +147,12 @@ def _combine_kernel(
     tl.store(LseOut + request * num_heads + offs_h, lse, mask=h_ok)
 
 
-def combine_partials(o_own: Tensor, lse_own: Tensor, out_dtype: torch.dtype,
-                     members: tuple[Tensor, Tensor, Tensor, Tensor] | None = None,
-                     ) -> tuple[Tensor, Tensor]:
+def combine_partials(
+    o_own: Tensor,
+    lse_own: Tensor,
+    out_dtype: torch.dtype,
+    members: tuple[Tensor, Tensor, Tensor, Tensor] | None = None,
+) -> tuple[Tensor, Tensor]:
     """Final states per request from split partials, in one launch.
 
     o_own [S_own, B, Hq, D] fp32 and lse_own [S_own, B, Hq]: each request's own KV range.
@@ -138,9 +169,28 @@ def combine_partials(o_own: Tensor, lse_own: Tensor, out_dtype: torch.dtype,
         o_mem, lse_mem, offsets, rows = members
     if batch:
         _combine_kernel[(batch,)](
-            o_own, lse_own, o_mem, lse_mem, offsets, rows, o, lse, num_heads, o_own.shape[0],
-            o_mem.shape[0], o_own.stride(0), o_own.stride(1), lse_own.stride(0),
-            lse_own.stride(1), o_mem.stride(0), o_mem.stride(1), lse_mem.stride(0),
-            lse_mem.stride(1), o.stride(0), HEAD_DIM=head_dim,
-            BLOCK_H=triton.next_power_of_2(num_heads), HAS_MEMBERS=members is not None)
+            o_own,
+            lse_own,
+            o_mem,
+            lse_mem,
+            offsets,
+            rows,
+            o,
+            lse,
+            num_heads,
+            o_own.shape[0],
+            o_mem.shape[0],
+            o_own.stride(0),
+            o_own.stride(1),
+            lse_own.stride(0),
+            lse_own.stride(1),
+            o_mem.stride(0),
+            o_mem.stride(1),
+            lse_mem.stride(0),
+            lse_mem.stride(1),
+            o.stride(0),
+            HEAD_DIM=head_dim,
+            BLOCK_H=triton.next_power_of_2(num_heads),
+            HAS_MEMBERS=members is not None,
+        )
     return o, lse

@@ -12,22 +12,40 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from torch import Tensor
+
 from eclectus.kernels.plans import PrefillPlan
 from eclectus.kernels.triton_decode import LOG2E, attn_dot, dot_flags, kv_tile_len
-from torch import Tensor
 
 
 @triton.jit
 def _prefill_kernel(
-    Q, K, V, Out,  # Q/O [T, Hq, D] packed request after request; K/V [blocks, bs, Hkv, D]
-    Tables, CuQueryLens, SeqLens,
-    stride_qt, stride_qh, stride_ot, stride_oh,
-    stride_kb, stride_ks, stride_kh,
-    stride_vb, stride_vs, stride_vh,
+    Q,
+    K,
+    V,
+    Out,  # Q/O [T, Hq, D] packed request after request; K/V [blocks, bs, Hkv, D]
+    Tables,
+    CuQueryLens,
+    SeqLens,
+    stride_qt,
+    stride_qh,
+    stride_ot,
+    stride_oh,
+    stride_kb,
+    stride_ks,
+    stride_kh,
+    stride_vb,
+    stride_vs,
+    stride_vh,
     stride_tb,
-    scale_log2, block_size,
-    GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    HEAD_DIM: tl.constexpr, FP32_DOT: tl.constexpr, PRECISION: tl.constexpr,
+    scale_log2,
+    block_size,
+    GROUP: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    FP32_DOT: tl.constexpr,
+    PRECISION: tl.constexpr,
 ):
     tile = tl.program_id(0)
     request = tl.program_id(1)
@@ -46,8 +64,11 @@ def _prefill_kernel(
     m_ok = offs_m < q_len
     positions = context + offs_m
     tokens = (q_begin + offs_m).to(tl.int64)
-    q = tl.load(Q + tokens[:, None] * stride_qt + head * stride_qh + offs_d[None, :],
-                mask=m_ok[:, None], other=0.0)
+    q = tl.load(
+        Q + tokens[:, None] * stride_qt + head * stride_qh + offs_d[None, :],
+        mask=m_ok[:, None],
+        other=0.0,
+    )
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -58,8 +79,13 @@ def _prefill_kernel(
         n_ok = offs_n < kv_end
         blocks = tl.load(table + offs_n // block_size, mask=n_ok, other=0).to(tl.int64)
         slots = offs_n % block_size
-        k = tl.load(K + (blocks * stride_kb + slots * stride_ks + kv_head * stride_kh)[:, None]
-                    + offs_d[None, :], mask=n_ok[:, None], other=0.0)
+        k = tl.load(
+            K
+            + (blocks * stride_kb + slots * stride_ks + kv_head * stride_kh)[:, None]
+            + offs_d[None, :],
+            mask=n_ok[:, None],
+            other=0.0,
+        )
         s = attn_dot(q, tl.trans(k), FP32_DOT, PRECISION) * scale_log2
         visible = n_ok[None, :] & (offs_n[None, :] <= positions[:, None])
         s = tl.where(visible, s, float("-inf"))
@@ -67,18 +93,33 @@ def _prefill_kernel(
         p = tl.exp2(s - m_new[:, None])
         alpha = tl.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(V + (blocks * stride_vb + slots * stride_vs + kv_head * stride_vh)[:, None]
-                    + offs_d[None, :], mask=n_ok[:, None], other=0.0)
+        v = tl.load(
+            V
+            + (blocks * stride_vb + slots * stride_vs + kv_head * stride_vh)[:, None]
+            + offs_d[None, :],
+            mask=n_ok[:, None],
+            other=0.0,
+        )
         acc = acc * alpha[:, None] + attn_dot(p.to(v.dtype), v, FP32_DOT, PRECISION)
         m_i = m_new
 
     o = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
-    tl.store(Out + tokens[:, None] * stride_ot + head * stride_oh + offs_d[None, :],
-             o.to(Out.dtype.element_ty), mask=m_ok[:, None])
+    tl.store(
+        Out + tokens[:, None] * stride_ot + head * stride_oh + offs_d[None, :],
+        o.to(Out.dtype.element_ty),
+        mask=m_ok[:, None],
+    )
 
 
-def prefill_triton(q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: PrefillPlan,
-                   scale: float, block_m: int = 64, block_n: int | None = None) -> Tensor:
+def prefill_triton(
+    q: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+    plan: PrefillPlan,
+    scale: float,
+    block_m: int = 64,
+    block_n: int | None = None,
+) -> Tensor:
     """Prefill attention: q [sum(query_lens), Hq, D] -> o, same shape and dtype. Pure."""
     num_tokens, num_q_heads, head_dim = q.shape
     num_kv_heads, block_size = k_cache.shape[2], k_cache.shape[1]
@@ -93,9 +134,28 @@ def prefill_triton(q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: PrefillPla
     q, k_cache, v_cache = q.contiguous(), k_cache.contiguous(), v_cache.contiguous()
     grid = (-(-plan.max_query_len // block_m), plan.num_requests, num_q_heads)
     _prefill_kernel[grid](
-        q, k_cache, v_cache, o, plan.block_tables, plan.cu_query_lens, plan.seq_lens,
-        q.stride(0), q.stride(1), o.stride(0), o.stride(1), *k_cache.stride()[:3],
-        *v_cache.stride()[:3], plan.block_tables.stride(0), scale * LOG2E, block_size,
-        GROUP=num_q_heads // num_kv_heads, BLOCK_M=block_m, BLOCK_N=block_n,
-        HEAD_DIM=head_dim, **dot_flags(q.dtype), num_warps=4, num_stages=2)
+        q,
+        k_cache,
+        v_cache,
+        o,
+        plan.block_tables,
+        plan.cu_query_lens,
+        plan.seq_lens,
+        q.stride(0),
+        q.stride(1),
+        o.stride(0),
+        o.stride(1),
+        *k_cache.stride()[:3],
+        *v_cache.stride()[:3],
+        plan.block_tables.stride(0),
+        scale * LOG2E,
+        block_size,
+        GROUP=num_q_heads // num_kv_heads,
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        HEAD_DIM=head_dim,
+        **dot_flags(q.dtype),
+        num_warps=4,
+        num_stages=2,
+    )
     return o

@@ -10,9 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from eclectus.recipes.result import RecipeOutput
-from eclectus.recipes.target import ModelFactory
-from eclectus.recipes.text import split_chunks
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import PromptTemplate
 from langchain_core.runnables import (
@@ -21,6 +18,10 @@ from langchain_core.runnables import (
     RunnablePassthrough,
     RunnablePick,
 )
+
+from eclectus.recipes.result import RecipeOutput
+from eclectus.recipes.target import ModelFactory
+from eclectus.recipes.text import split_chunks
 
 INITIAL_PROMPT = (
     "Write a concise summary of the following text, keeping its key facts.\n\n"
@@ -65,8 +66,9 @@ def plan(params: ChainSummaryParams, text: str) -> int:
     return len(split_chunks(text, params.chunk_tokens, params.num_chunks))
 
 
-def run(params: ChainSummaryParams, models: ModelFactory, text: str,
-        config: RunnableConfig) -> RecipeOutput:
+def run(
+    params: ChainSummaryParams, models: ModelFactory, text: str, config: RunnableConfig
+) -> RecipeOutput:
     """Summarize ``text`` step by step; ``config`` carries the callbacks."""
     chunks = split_chunks(text, params.chunk_tokens, params.num_chunks)
     chain = models.prepare(build_chain(params, models, len(chunks)), "chain-summary")

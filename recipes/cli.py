@@ -25,8 +25,12 @@ from eclectus.recipes.target import Target
 from eclectus.recipes.text import load_input, load_sample, sample_names
 
 # --output-tokens sets this field of each recipe's params.
-OUTPUT_FIELD = {"map-reduce": "map_tokens", "chain-summary": "summary_tokens",
-                "multi-agent": "code_tokens", "shared-prompt": "answer_tokens"}
+OUTPUT_FIELD = {
+    "map-reduce": "map_tokens",
+    "chain-summary": "summary_tokens",
+    "multi-agent": "code_tokens",
+    "shared-prompt": "answer_tokens",
+}
 COMMON_FLAGS = ("chunk_tokens", "num_chunks", "files", "rounds", "rate", "users", "requests")
 
 
@@ -37,24 +41,46 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--input", help="a plain-text or markdown document")
     source.add_argument("--sample", choices=sample_names(), help="a bundled sample document")
     parser.add_argument("--server", help="an Eclectus server URL (ws://...); default: embedded")
-    parser.add_argument("--backend", choices=["eclectus", "openai"], default="eclectus",
-                        help="eclectus (default) or the stock OpenAI-compatible way")
-    parser.add_argument("--base-url", help="openai backend: the server's /v1 URL "
-                        "(default: the embedded server's own /v1 endpoint)")
-    parser.add_argument("--metrics-url", help="an Eclectus server's /metrics URL for a "
-                        "--base-url run (default: none, calls counted on the client)")
-    parser.add_argument("--model", default="tiny", help="embedded: 'tiny' or a HF checkpoint "
-                        "directory (--model PATH); remote: the model name to request")
+    parser.add_argument(
+        "--backend",
+        choices=["eclectus", "openai"],
+        default="eclectus",
+        help="eclectus (default) or the stock OpenAI-compatible way",
+    )
+    parser.add_argument(
+        "--base-url",
+        help="openai backend: the server's /v1 URL "
+        "(default: the embedded server's own /v1 endpoint)",
+    )
+    parser.add_argument(
+        "--metrics-url",
+        help="an Eclectus server's /metrics URL for a "
+        "--base-url run (default: none, calls counted on the client)",
+    )
+    parser.add_argument(
+        "--model",
+        default="tiny",
+        help="embedded: 'tiny' or a HF checkpoint "
+        "directory (--model PATH); remote: the model name to request",
+    )
     parser.add_argument("--api-key", help="the server's token")
-    parser.add_argument("--no-compile", action="store_true",
-                        help="eclectus backend: run chains eagerly, without compile()")
+    parser.add_argument(
+        "--no-compile",
+        action="store_true",
+        help="eclectus backend: run chains eagerly, without compile()",
+    )
     parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default)")
     for name in COMMON_FLAGS:
         kind = float if name == "rate" else int
         parser.add_argument("--" + name.replace("_", "-"), type=kind, dest=name)
     parser.add_argument("--output-tokens", type=int, help="tokens per step's output")
-    parser.add_argument("--param", action="append", default=[], metavar="FIELD=VALUE",
-                        help="any params field (repeatable)")
+    parser.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="any params field (repeatable)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
@@ -62,8 +88,9 @@ def build_params(args: argparse.Namespace) -> Any:
     """The recipe's params dataclass from the flags; ValueError for an unknown field."""
     params_type = RECIPES[args.name].params_type
     fields = {f.name: f for f in dataclasses.fields(params_type)}
-    changes: dict[str, Any] = {n: getattr(args, n) for n in COMMON_FLAGS
-                               if getattr(args, n) is not None and n in fields}
+    changes: dict[str, Any] = {
+        n: getattr(args, n) for n in COMMON_FLAGS if getattr(args, n) is not None and n in fields
+    }
     if args.output_tokens is not None:
         changes[OUTPUT_FIELD[args.name]] = args.output_tokens
     for item in args.param:
@@ -96,8 +123,14 @@ def remote_target(args: argparse.Namespace) -> Target | None:
         parts = urlparse(args.server)
         scheme = "https" if parts.scheme in ("wss", "https") else "http"
         metrics = f"{scheme}://{parts.netloc}/metrics"
-        return Target("eclectus", args.server, args.model, args.api_key, metrics,
-                      use_compile=not args.no_compile)
+        return Target(
+            "eclectus",
+            args.server,
+            args.model,
+            args.api_key,
+            metrics,
+            use_compile=not args.no_compile,
+        )
     return None
 
 

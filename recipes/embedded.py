@@ -37,8 +37,9 @@ class Embedded:
     def target(self, backend: Backend, use_compile: bool = True) -> Target:
         """A Target for one mode on this server (pure)."""
         url = self.server.url if backend == "eclectus" else self.openai_url
-        return Target(backend, url, self.model, metrics_url=self.metrics_url,
-                      use_compile=use_compile)
+        return Target(
+            backend, url, self.model, metrics_url=self.metrics_url, use_compile=use_compile
+        )
 
 
 @contextlib.contextmanager

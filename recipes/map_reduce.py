@@ -13,20 +13,23 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from eclectus.recipes.result import RecipeOutput
-from eclectus.recipes.target import ModelFactory
-from eclectus.recipes.text import approx_tokens, split_chunks
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import PromptTemplate
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableParallel, RunnablePick
+
+from eclectus.recipes.result import RecipeOutput
+from eclectus.recipes.target import ModelFactory
+from eclectus.recipes.text import approx_tokens, split_chunks
 
 MAP_PROMPT = (
     "You are a careful analyst. Write a concise summary of the passage below, keeping its "
     "key facts, names and numbers.\n\nPassage:\n{text}\n\nSummary:"
 )
 COLLAPSE_HEAD = "Merge these partial summaries of one document into a single summary.\n\n"
-REDUCE_HEAD = "Combine these summaries of consecutive parts of one document into a final " \
+REDUCE_HEAD = (
+    "Combine these summaries of consecutive parts of one document into a final "
     "summary of the whole document.\n\n"
+)
 LIST_TAIL = "\n\nSummary:"
 
 
@@ -69,25 +72,30 @@ def list_prompt(head: str, keys: list[str]) -> PromptTemplate:
     return PromptTemplate.from_template(head + body + LIST_TAIL)
 
 
-def build_chain(params: MapReduceParams, models: ModelFactory, num_chunks: int,
-                prefix: str = "") -> Runnable:
+def build_chain(
+    params: MapReduceParams, models: ModelFactory, num_chunks: int, prefix: str = ""
+) -> Runnable:
     """The whole job as one LCEL chain: input ``{chunk_0: ..., ...}``, output the summary.
     ``prefix`` names its keys apart when it is embedded in a larger app. Pure."""
     parser = StrOutputParser()
     mapper = PromptTemplate.from_template(MAP_PROMPT) | models.llm(params.map_tokens) | parser
     stage = RunnableParallel(
-        {f"{prefix}s0_{i}": {"text": RunnablePick(f"{prefix}chunk_{i}")} | mapper
-         for i in range(num_chunks)}
+        {
+            f"{prefix}s0_{i}": {"text": RunnablePick(f"{prefix}chunk_{i}")} | mapper
+            for i in range(num_chunks)
+        }
     )
     chain: Runnable = stage
     keys = list(stage.steps__)
     per_group = group_size(params)
     for level, count in enumerate(collapse_levels(num_chunks, per_group), start=1):
-        groups = [keys[j * per_group:(j + 1) * per_group] for j in range(count)]
+        groups = [keys[j * per_group : (j + 1) * per_group] for j in range(count)]
         collapser = models.llm(params.map_tokens)
         stage = RunnableParallel(
-            {f"{prefix}s{level}_{j}": list_prompt(COLLAPSE_HEAD, group) | collapser | parser
-             for j, group in enumerate(groups)}
+            {
+                f"{prefix}s{level}_{j}": list_prompt(COLLAPSE_HEAD, group) | collapser | parser
+                for j, group in enumerate(groups)
+            }
         )
         chain = chain | stage
         keys = list(stage.steps__)
@@ -100,8 +108,9 @@ def planned_calls(params: MapReduceParams, num_chunks: int) -> tuple[int, int]:
     return num_chunks + sum(levels) + 1, len(levels) + 2
 
 
-def run(params: MapReduceParams, models: ModelFactory, text: str,
-        config: RunnableConfig) -> RecipeOutput:
+def run(
+    params: MapReduceParams, models: ModelFactory, text: str, config: RunnableConfig
+) -> RecipeOutput:
     """Summarize ``text``; ``config`` carries the callbacks (and gets max_concurrency)."""
     chunks = split_chunks(text, params.chunk_tokens, params.num_chunks)
     chain = models.prepare(build_chain(params, models, len(chunks)), "map-reduce")

@@ -12,9 +12,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from eclectus.recipes.result import RecipeOutput
-from eclectus.recipes.target import ModelFactory
-from eclectus.recipes.text import split_chunks
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import (
@@ -24,6 +21,10 @@ from langchain_core.runnables import (
     RunnablePassthrough,
     RunnablePick,
 )
+
+from eclectus.recipes.result import RecipeOutput
+from eclectus.recipes.target import ModelFactory
+from eclectus.recipes.text import split_chunks
 
 ARCHITECT = (
     "You are the software architect of a small team. Read the requirements and write a "
@@ -36,23 +37,30 @@ FILE_NAME = re.compile(r"\b[\w/-]+\.(?:py|md|toml|json|yaml|txt|js|ts)\b")
 architect_prompt = ChatPromptTemplate.from_messages(
     [("system", ARCHITECT), ("human", "Requirements:\n{requirements}\n\nWrite the design.")]
 )
-list_prompt = ChatPromptTemplate.from_messages([
-    ("system", ARCHITECT),
-    ("human", "Requirements:\n{requirements}\n\nWrite the design."),
-    ("ai", "{design}"),
-    ("human", "List the source files to write, one file name per line, nothing else."),
-])
+list_prompt = ChatPromptTemplate.from_messages(
+    [
+        ("system", ARCHITECT),
+        ("human", "Requirements:\n{requirements}\n\nWrite the design."),
+        ("ai", "{design}"),
+        ("human", "List the source files to write, one file name per line, nothing else."),
+    ]
+)
 write_prompt = ChatPromptTemplate.from_messages(
     [("system", ENGINEER), ("human", "Write the complete file {filename}.")]
 )
 review_prompt = ChatPromptTemplate.from_messages(
     [("system", REVIEWER), ("human", "Review the file {filename}:\n\n{code}")]
 )
-revise_prompt = ChatPromptTemplate.from_messages([
-    ("system", ENGINEER),
-    ("human", "Revise the file {filename} to address the review.\n\nFile:\n{code}\n\n"
-              "Review:\n{review}\n\nWrite the complete revised file."),
-])
+revise_prompt = ChatPromptTemplate.from_messages(
+    [
+        ("system", ENGINEER),
+        (
+            "human",
+            "Revise the file {filename} to address the review.\n\nFile:\n{code}\n\n"
+            "Review:\n{review}\n\nWrite the complete revised file.",
+        ),
+    ]
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,9 +94,7 @@ def build_architect(params: MultiAgentParams, models: ModelFactory) -> Runnable:
     parser = StrOutputParser()
     design = architect_prompt | models.chat(params.design_tokens) | parser
     listing = list_prompt | models.chat(params.list_tokens) | parser
-    return RunnablePassthrough.assign(design=design) | RunnablePassthrough.assign(
-        file_list=listing
-    )
+    return RunnablePassthrough.assign(design=design) | RunnablePassthrough.assign(file_list=listing)
 
 
 def build_team(params: MultiAgentParams, models: ModelFactory, names: list[str]) -> Runnable:
@@ -100,11 +106,13 @@ def build_team(params: MultiAgentParams, models: ModelFactory, names: list[str])
         engineer = engineer | RunnablePassthrough.assign(review=review_prompt | reviewer | parser)
         engineer = engineer | RunnablePassthrough.assign(code=revise_prompt | coder | parser)
     engineer = engineer | RunnablePick("code")
-    return RunnableParallel({
-        f"file_{i}": {"design": RunnablePick("design"), "filename": RunnablePick(f"name_{i}")}
-        | engineer
-        for i in range(len(names))
-    })
+    return RunnableParallel(
+        {
+            f"file_{i}": {"design": RunnablePick("design"), "filename": RunnablePick(f"name_{i}")}
+            | engineer
+            for i in range(len(names))
+        }
+    )
 
 
 def requirements_of(params: MultiAgentParams, text: str) -> str:
@@ -117,8 +125,9 @@ def plan(params: MultiAgentParams, text: str) -> int:
     return 2 + params.files * (1 + 2 * params.rounds)
 
 
-def run(params: MultiAgentParams, models: ModelFactory, text: str,
-        config: RunnableConfig) -> RecipeOutput:
+def run(
+    params: MultiAgentParams, models: ModelFactory, text: str, config: RunnableConfig
+) -> RecipeOutput:
     """Run the team on ``text`` as requirements; the output is every file, by name."""
     config = {**config, "max_concurrency": params.width}
     architect = models.prepare(build_architect(params, models), "multi-agent architect")

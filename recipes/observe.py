@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 from uuid import UUID
 
-from eclectus.server.metrics import parse_prometheus
 from langchain_core.callbacks import BaseCallbackHandler
+
+from eclectus.server.metrics import parse_prometheus
 
 PROGRESS_EVERY_S = 2.0  # between lines when stderr is not a terminal
 
@@ -34,8 +35,9 @@ class CallObserver(BaseCallbackHandler):
 
     run_inline = True
 
-    def __init__(self, total: int, label: str, stream: TextIO | None = None,
-                 show: bool = True) -> None:
+    def __init__(
+        self, total: int, label: str, stream: TextIO | None = None, show: bool = True
+    ) -> None:
         self.total = total
         self.label = label
         self.stream = stream if stream is not None else sys.stderr
@@ -53,8 +55,9 @@ class CallObserver(BaseCallbackHandler):
     def on_llm_start(self, serialized: Any, prompts: Any, *, run_id: UUID, **kw: Any) -> None:
         self._start(run_id)
 
-    def on_chat_model_start(self, serialized: Any, messages: Any, *, run_id: UUID,
-                            **kw: Any) -> None:
+    def on_chat_model_start(
+        self, serialized: Any, messages: Any, *, run_id: UUID, **kw: Any
+    ) -> None:
         self._start(run_id)
 
     def on_llm_end(self, response: Any, *, run_id: UUID, **kw: Any) -> None:

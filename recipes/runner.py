@@ -32,20 +32,31 @@ class RecipeSpec:
 
 
 RECIPES: dict[str, RecipeSpec] = {
-    "map-reduce": RecipeSpec(map_reduce.MapReduceParams, map_reduce.plan, map_reduce.run,
-                             "field-guide"),
-    "chain-summary": RecipeSpec(chain_summary.ChainSummaryParams, chain_summary.plan,
-                                chain_summary.run, "history-essay"),
-    "multi-agent": RecipeSpec(multi_agent.MultiAgentParams, multi_agent.plan, multi_agent.run,
-                              "design-note"),
-    "shared-prompt": RecipeSpec(shared_prompt.SharedPromptParams, shared_prompt.plan,
-                                shared_prompt.run, "field-guide"),
+    "map-reduce": RecipeSpec(
+        map_reduce.MapReduceParams, map_reduce.plan, map_reduce.run, "field-guide"
+    ),
+    "chain-summary": RecipeSpec(
+        chain_summary.ChainSummaryParams, chain_summary.plan, chain_summary.run, "history-essay"
+    ),
+    "multi-agent": RecipeSpec(
+        multi_agent.MultiAgentParams, multi_agent.plan, multi_agent.run, "design-note"
+    ),
+    "shared-prompt": RecipeSpec(
+        shared_prompt.SharedPromptParams, shared_prompt.plan, shared_prompt.run, "field-guide"
+    ),
 }
 
 
-def run_recipe(name: str, params: Any = None, target: Target | None = None, *,
-               text: str | None = None, model: str = "tiny", temperature: float = 0.0,
-               progress: bool = False) -> RecipeResult:
+def run_recipe(
+    name: str,
+    params: Any = None,
+    target: Target | None = None,
+    *,
+    text: str | None = None,
+    model: str = "tiny",
+    temperature: float = 0.0,
+    progress: bool = False,
+) -> RecipeResult:
     """Run recipe ``name`` with ``params`` (its params dataclass; None: defaults) on
     ``target`` (None: an embedded Eclectus server for ``model``, started and stopped here)
     over ``text`` (None: the recipe's bundled sample). Greedy unless ``temperature`` says
@@ -59,13 +70,21 @@ def run_recipe(name: str, params: Any = None, target: Target | None = None, *,
     text = load_sample(spec.sample) if text is None else text
     if target is None:
         with embedded_server(model) as embedded:
-            return _measured(name, spec, params, embedded.target("eclectus"), text,
-                             temperature, progress)
+            return _measured(
+                name, spec, params, embedded.target("eclectus"), text, temperature, progress
+            )
     return _measured(name, spec, params, target, text, temperature, progress)
 
 
-def _measured(name: str, spec: RecipeSpec, params: Any, target: Target, text: str,
-              temperature: float, progress: bool) -> RecipeResult:
+def _measured(
+    name: str,
+    spec: RecipeSpec,
+    params: Any,
+    target: Target,
+    text: str,
+    temperature: float,
+    progress: bool,
+) -> RecipeResult:
     models = ModelFactory(target, temperature=temperature)
     observer = CallObserver(spec.plan(params, text), name, show=progress)
     before = scrape(target.metrics_url) if target.metrics_url else None
@@ -83,8 +102,16 @@ def _measured(name: str, spec: RecipeSpec, params: Any, target: Target, text: st
         calls, ratio, counters = observer.num_calls, None, {}
         notes.append("prefix-cache hit ratio unknown: the server is not Eclectus")
     return RecipeResult(
-        name=name, backend=target.backend, model=target.model, output=out.output,
-        wall_s=wall_s, num_calls=calls, depth=out.depth, cache_hit_ratio=ratio,
-        details=out.details, server_counters=counters, timeline=list(observer.spans),
+        name=name,
+        backend=target.backend,
+        model=target.model,
+        output=out.output,
+        wall_s=wall_s,
+        num_calls=calls,
+        depth=out.depth,
+        cache_hit_ratio=ratio,
+        details=out.details,
+        server_counters=counters,
+        timeline=list(observer.spans),
         notes=notes,
     )

@@ -17,13 +17,14 @@ import statistics
 import time
 from dataclasses import dataclass, field
 
+from langchain_core.output_parsers import StrOutputParser
+from langchain_core.prompts import ChatPromptTemplate
+from langchain_core.runnables import Runnable, RunnableConfig
+
 from eclectus.recipes import map_reduce
 from eclectus.recipes.result import RecipeOutput
 from eclectus.recipes.target import ModelFactory
 from eclectus.recipes.text import split_chunks
-from langchain_core.output_parsers import StrOutputParser
-from langchain_core.prompts import ChatPromptTemplate
-from langchain_core.runnables import Runnable, RunnableConfig
 
 SYSTEM = (
     "You are the assistant of the handbook below. Answer each user's question from the "
@@ -34,8 +35,9 @@ chat_prompt = ChatPromptTemplate.from_messages([("system", SYSTEM), ("human", "{
 
 
 def _background_default() -> map_reduce.MapReduceParams:
-    return map_reduce.MapReduceParams(chunk_tokens=512, num_chunks=8, map_tokens=50,
-                                      reduce_tokens=50, width=8)
+    return map_reduce.MapReduceParams(
+        chunk_tokens=512, num_chunks=8, map_tokens=50, reduce_tokens=50, width=8
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +64,7 @@ def questions(params: SharedPromptParams, text: str) -> list[str]:
     rng = random.Random(params.seed)
     return [
         f"(user {i % params.users}) What does the handbook say about this: "
-        f"\"{rng.choice(sentences)[:160]}\"?"
+        f'"{rng.choice(sentences)[:160]}"?'
         for i in range(params.requests)
     ]
 
@@ -81,7 +83,7 @@ def split_document(params: SharedPromptParams, text: str) -> tuple[str, list[str
     handbook = split_chunks(text, params.system_tokens, 1)[0]
     if params.background is None:
         return handbook, []
-    rest = text[len(handbook):] if text.startswith(handbook) else text
+    rest = text[len(handbook) :] if text.startswith(handbook) else text
     bg = params.background
     return handbook, split_chunks(rest, bg.chunk_tokens, bg.num_chunks)
 
@@ -93,8 +95,9 @@ def plan(params: SharedPromptParams, text: str) -> int:
     return params.requests + job
 
 
-async def _chat_session(chain: Runnable, handbook: str, question: str, at: float,
-                        t0: float, config: RunnableConfig) -> tuple[str, float]:
+async def _chat_session(
+    chain: Runnable, handbook: str, question: str, at: float, t0: float, config: RunnableConfig
+) -> tuple[str, float]:
     """One user's request, sent at its arrival time; (answer, latency in seconds)."""
     await asyncio.sleep(max(0.0, t0 + at - time.perf_counter()))
     sent = time.perf_counter()
@@ -102,34 +105,37 @@ async def _chat_session(chain: Runnable, handbook: str, question: str, at: float
     return answer, time.perf_counter() - sent
 
 
-async def _run(params: SharedPromptParams, models: ModelFactory, text: str,
-               config: RunnableConfig) -> tuple[list[tuple[str, float]], str, float]:
+async def _run(
+    params: SharedPromptParams, models: ModelFactory, text: str, config: RunnableConfig
+) -> tuple[list[tuple[str, float]], str, float]:
     handbook, chunks = split_document(params, text)
-    chat = models.prepare(chat_prompt | models.chat(params.answer_tokens) | StrOutputParser(),
-                          "shared-prompt chat")
+    chat = models.prepare(
+        chat_prompt | models.chat(params.answer_tokens) | StrOutputParser(), "shared-prompt chat"
+    )
     t0 = time.perf_counter()
     job: asyncio.Task[str] | None = None
     if chunks:
         assert params.background is not None
         bg = params.background
         background = models.for_objective("throughput")  # the chats are what users wait on
-        chain = background.prepare(
-            map_reduce.build_chain(bg, background, len(chunks)), "analytics"
-        )
+        chain = background.prepare(map_reduce.build_chain(bg, background, len(chunks)), "analytics")
         inputs = {f"chunk_{i}": c for i, c in enumerate(chunks)}
         job_config = {**config, "run_name": "analytics", "max_concurrency": bg.width}
         job = asyncio.create_task(chain.ainvoke(inputs, job_config))
     chat_config = {**config, "run_name": "chat"}
-    answers = await asyncio.gather(*(
-        _chat_session(chat, handbook, q, at, t0, chat_config)
-        for q, at in zip(questions(params, text), arrivals(params), strict=True)
-    ))
+    answers = await asyncio.gather(
+        *(
+            _chat_session(chat, handbook, q, at, t0, chat_config)
+            for q, at in zip(questions(params, text), arrivals(params), strict=True)
+        )
+    )
     summary = await job if job is not None else ""
     return list(answers), summary, time.perf_counter() - t0
 
 
-def run(params: SharedPromptParams, models: ModelFactory, text: str,
-        config: RunnableConfig) -> RecipeOutput:
+def run(
+    params: SharedPromptParams, models: ModelFactory, text: str, config: RunnableConfig
+) -> RecipeOutput:
     """Serve the chats beside the analytics job; output the first answer and the summary."""
     answers, summary, wall_s = asyncio.run(_run(params, models, text, config))
     latencies = sorted(latency for _, latency in answers)

@@ -102,8 +102,13 @@ class ModelFactory:
         except Exception as exc:  # the compiler is optional: the drop-in model still works
             self._note(f"{name}: compile unavailable ({type(exc).__name__}: {exc})")
             return chain
-        return _CompiledOrPlain(compiled, chain, lambda exc: self._note(
-            f"{name}: compiled run failed, ran the plain chain ({type(exc).__name__}: {exc})"))
+        return _CompiledOrPlain(
+            compiled,
+            chain,
+            lambda exc: self._note(
+                f"{name}: compiled run failed, ran the plain chain ({type(exc).__name__}: {exc})"
+            ),
+        )
 
     def _note(self, text: str) -> None:
         if text not in self.notes:
@@ -112,15 +117,27 @@ class ModelFactory:
 
     def _eclectus_args(self, max_tokens: int) -> dict[str, Any]:
         kwargs = {"ignore_eos": True} if self.ignore_eos else {}
-        return dict(model=self.target.model, base_url=self.target.url,
-                    api_key=self.target.api_key, temperature=self.temperature,
-                    max_tokens=max_tokens, model_kwargs=kwargs, criteria=self.criteria)
+        return dict(
+            model=self.target.model,
+            base_url=self.target.url,
+            api_key=self.target.api_key,
+            temperature=self.temperature,
+            max_tokens=max_tokens,
+            model_kwargs=kwargs,
+            criteria=self.criteria,
+        )
 
     def _openai_args(self, max_tokens: int) -> dict[str, Any]:
         extra = {"ignore_eos": True} if self.ignore_eos else None  # vLLM's extension
-        return dict(model=self.target.model, base_url=self.target.url,
-                    api_key=self.target.api_key or "EMPTY", temperature=self.temperature,
-                    max_tokens=max_tokens, extra_body=extra, max_retries=0)
+        return dict(
+            model=self.target.model,
+            base_url=self.target.url,
+            api_key=self.target.api_key or "EMPTY",
+            temperature=self.temperature,
+            max_tokens=max_tokens,
+            extra_body=extra,
+            max_retries=0,
+        )
 
 
 class _CompiledOrPlain(Runnable[Any, Any]):
@@ -142,16 +159,21 @@ class _CompiledOrPlain(Runnable[Any, Any]):
             self.on_fallback(exc)
             return self.plain.invoke(input, config, **kwargs)
 
-    async def ainvoke(self, input: Any, config: RunnableConfig | None = None,
-                      **kwargs: Any) -> Any:
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         try:
             return await self.compiled.ainvoke(input, config, **kwargs)
         except Exception as exc:
             self.on_fallback(exc)
             return await self.plain.ainvoke(input, config, **kwargs)
 
-    def batch(self, inputs: list[Any], config: Any = None, *, return_exceptions: bool = False,
-              **kwargs: Any) -> list[Any]:
+    def batch(
+        self,
+        inputs: list[Any],
+        config: Any = None,
+        *,
+        return_exceptions: bool = False,
+        **kwargs: Any,
+    ) -> list[Any]:
         try:
             return self.compiled.batch(inputs, config, **kwargs)
         except Exception as exc:

@@ -48,7 +48,7 @@ def split_chunks(text: str, chunk_tokens: int, num_chunks: int | None = None) ->
     while rest and (num_chunks is None or len(chunks) < num_chunks):
         head = _cut(rest, chunk_tokens)
         chunks.append(head.strip())
-        rest = rest[len(head):].lstrip()
+        rest = rest[len(head) :].lstrip()
     if num_chunks is not None and len(chunks) < num_chunks:
         raise ValueError(
             f"the text gives {len(chunks)} chunks of {chunk_tokens} tokens, not {num_chunks}"

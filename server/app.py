@@ -21,14 +21,15 @@ import threading
 from collections.abc import Callable, Iterator
 from types import TracebackType
 
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.http11 import Request, Response
+
 from eclectus.server.backend import Backend
 from eclectus.server.config import ServerConfig
 from eclectus.server.http_server import HttpServer
 from eclectus.server.metrics import Metrics
 from eclectus.server.scheduler import Scheduler
 from eclectus.server.session import ServerContext, Session
-from websockets.asyncio.server import Server, ServerConnection, serve
-from websockets.http11 import Request, Response
 
 log = logging.getLogger(__name__)
 

@@ -16,10 +16,11 @@ import json
 import time
 from typing import Any
 
+from websockets.asyncio.client import ClientConnection, connect
+
 from eclectus.server.app import build_backend, start_server
 from eclectus.server.backend import Backend
 from eclectus.server.config import ServerConfig
-from websockets.asyncio.client import ClientConnection, connect
 
 
 def background_frame(num_calls: int, max_tokens: int) -> dict[str, Any]:

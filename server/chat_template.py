@@ -63,11 +63,17 @@ def _raise_exception(message: str) -> None:
     raise jinja2.exceptions.TemplateError(message)
 
 
-def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
-            separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
+def _tojson(
+    value: Any,
+    ensure_ascii: bool = False,
+    indent: int | None = None,
+    separators: tuple[str, str] | None = None,
+    sort_keys: bool = False,
+) -> str:
     # transformers' filter: jinja's own tojson HTML-escapes, which chat templates must not
-    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
-                      sort_keys=sort_keys)
+    return json.dumps(
+        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
 
 
 def _strftime_now(fmt: str) -> str:
@@ -87,16 +93,22 @@ def _compile(source: str) -> jinja2.Template:
     return env.from_string(source)
 
 
-def render_chat(template: str | None, messages: Sequence[Mapping[str, Any]], *,
-                add_generation_prompt: bool = True,
-                template_vars: Mapping[str, str] | None = None) -> str:
+def render_chat(
+    template: str | None,
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    add_generation_prompt: bool = True,
+    template_vars: Mapping[str, str] | None = None,
+) -> str:
     """``messages`` ([{"role", "content"}]) rendered with the Jinja ``template`` source
     (None: :data:`DEFAULT_CHAT_TEMPLATE`) as transformers renders it; ``template_vars`` are
     the special-token strings (``bos_token``...) the template may use. Pure."""
     compiled = _compile(template or DEFAULT_CHAT_TEMPLATE)
-    return compiled.render(messages=[dict(m) for m in messages],
-                           add_generation_prompt=add_generation_prompt,
-                           **dict(template_vars or {}))
+    return compiled.render(
+        messages=[dict(m) for m in messages],
+        add_generation_prompt=add_generation_prompt,
+        **dict(template_vars or {}),
+    )
 
 
 def render_chat_pieces(
@@ -115,11 +127,14 @@ def render_chat_pieces(
     out as ``str``; adjacent strings are not merged. Pure; raises :class:`ChatTemplateError`
     when a message with an unknown piece cannot be spliced, and the template's own errors.
     """
+
     def render(contents: Sequence[str]) -> str:
-        return render_chat(template, [{"role": role, "content": c}
-                                      for (role, _), c in zip(messages, contents, strict=True)],
-                           add_generation_prompt=add_generation_prompt,
-                           template_vars=template_vars)
+        return render_chat(
+            template,
+            [{"role": role, "content": c} for (role, _), c in zip(messages, contents, strict=True)],
+            add_generation_prompt=add_generation_prompt,
+            template_vars=template_vars,
+        )
 
     texts = [_known_text(pieces, text_of) for _, pieces in messages]
     tag = uuid.uuid4().hex[:12]

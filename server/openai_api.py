@@ -22,10 +22,11 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Literal
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
 from eclectus.server.backend import Backend, EngineError, EngineOutput, EngineRequest
 from eclectus.server.engine.sampling_params import SamplingParams
 from eclectus.server.http_server import HttpRequest, HttpResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 ChatRenderer = Callable[[list[dict[str, str]]], str]
 _request_ids = itertools.count()

@@ -15,6 +15,10 @@ import logging
 import secrets
 from dataclasses import dataclass, field
 
+from pydantic import BaseModel, ValidationError
+from websockets.asyncio.server import ServerConnection
+from websockets.exceptions import ConnectionClosed
+
 from eclectus.server.backend import Backend
 from eclectus.server.config import ServerConfig
 from eclectus.server.errors import LimitError, ServerError
@@ -46,9 +50,6 @@ from eclectus.server.protocol import (
 )
 from eclectus.server.release import release
 from eclectus.server.scheduler import AppState, Scheduler
-from pydantic import BaseModel, ValidationError
-from websockets.asyncio.server import ServerConnection
-from websockets.exceptions import ConnectionClosed
 
 log = logging.getLogger(__name__)
 SERVER_VERSION = "0.1.0"
@@ -202,9 +203,14 @@ class Session:
                 id=frame.id,
                 session=session_id,
                 server_version=SERVER_VERSION,
-                models=[ModelInfo(name=card.name, context_window=card.context_window,
-                                  chat_template=card.chat_template,
-                                  template_vars=dict(card.template_vars))],
+                models=[
+                    ModelInfo(
+                        name=card.name,
+                        context_window=card.context_window,
+                        chat_template=card.chat_template,
+                        template_vars=dict(card.template_vars),
+                    )
+                ],
                 limits=Limits(
                     max_frame_bytes=config.max_frame_bytes,
                     max_prompt_tokens=config.max_prompt_tokens,

@@ -11,14 +11,15 @@ import os
 from collections.abc import Generator
 from typing import Any
 
-from eclectus.adapters.client.errors import AuthError, ConnectionError, ServerError
-from eclectus.adapters.client.session import Session
-from eclectus.adapters.client.wire import decode_frame, encode_frame
-from eclectus.server.protocol import Error, Hello, Welcome
 from pydantic import ValidationError
 from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed, WebSocketException
+
+from eclectus.adapters.client.errors import AuthError, ConnectionError, ServerError
+from eclectus.adapters.client.session import Session
+from eclectus.adapters.client.wire import decode_frame, encode_frame
+from eclectus.server.protocol import Error, Hello, Welcome
 
 DEFAULT_TIMEOUT = 10.0  # seconds for the socket to open and the welcome to arrive
 MAX_SERVER_FRAME_BYTES = 64 * 2**20  # a long value or a large tokens reply fits

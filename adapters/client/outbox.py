@@ -12,6 +12,10 @@ import asyncio
 from collections.abc import Callable
 from typing import Protocol
 
+from pydantic import BaseModel
+from websockets.asyncio.client import ClientConnection
+from websockets.exceptions import ConnectionClosed
+
 from eclectus.adapters.client.errors import ConnectionError
 from eclectus.adapters.client.fragment import PendingFragment, created_ids, plan_submits
 from eclectus.adapters.client.router import Router
@@ -27,9 +31,6 @@ from eclectus.server.protocol import (
     Set,
     Tokenize,
 )
-from pydantic import BaseModel
-from websockets.asyncio.client import ClientConnection
-from websockets.exceptions import ConnectionClosed
 
 RELEASE_MAX_IDS = 10_000  # the protocol's cap on one release frame
 

@@ -17,6 +17,10 @@ import logging
 import threading
 from collections.abc import AsyncIterator, Iterable, Iterator
 
+from pydantic import BaseModel, ValidationError
+from websockets.asyncio.client import ClientConnection
+from websockets.exceptions import ConnectionClosed
+
 from eclectus.adapters.client.bridge import LoopBridge
 from eclectus.adapters.client.declarations import Declarations
 from eclectus.adapters.client.errors import ConnectionError
@@ -36,9 +40,6 @@ from eclectus.server.protocol import (
     Tokens,
     Welcome,
 )
-from pydantic import BaseModel, ValidationError
-from websockets.asyncio.client import ClientConnection
-from websockets.exceptions import ConnectionClosed
 
 log = logging.getLogger(__name__)
 

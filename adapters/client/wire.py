@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from eclectus.server.protocol import SERVER_FRAME, Hello, ServerFrame
 from pydantic import BaseModel
+
+from eclectus.server.protocol import SERVER_FRAME, Hello, ServerFrame
 
 
 def encode_frame(frame: BaseModel) -> str:

@@ -17,10 +17,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from langchain_core.messages import BaseMessage, ChatMessage, get_buffer_string
+
 from eclectus.adapters.langchain.pieces import Piece, Ref, Value, normalize
 from eclectus.server.chat_template import render_chat_pieces
 from eclectus.server.protocol import ModelInfo
-from langchain_core.messages import BaseMessage, ChatMessage, get_buffer_string
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,9 +84,11 @@ def render_chat(
     where the template transforms a message's content (then that message is plain text).
     Raises ``ChatTemplateError`` (a ValueError) when such a message holds a :class:`Ref`.
     """
-    return normalize(render_chat_pieces(
-        template.source, messages, text_of=_text_of, template_vars=template.template_vars
-    ))
+    return normalize(
+        render_chat_pieces(
+            template.source, messages, text_of=_text_of, template_vars=template.template_vars
+        )
+    )
 
 
 def render_buffer(
@@ -105,5 +108,4 @@ def render_messages(
     messages: Sequence[BaseMessage], template: ChatTemplate = DEFAULT_TEMPLATE
 ) -> list[Piece]:
     """Render concrete LangChain messages (each message's text one value piece)."""
-    return render_chat([(message_role(m), [Value(message_text(m))]) for m in messages],
-                       template)
+    return render_chat([(message_role(m), [Value(message_text(m))]) for m in messages], template)

@@ -9,15 +9,16 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
+from langchain_core.language_models import BaseLLM
+from langchain_core.language_models.llms import LangSmithParams
+from langchain_core.outputs import Generation, GenerationChunk, LLMResult
+
 from eclectus.adapters.langchain._calls import ModelCore
 from eclectus.adapters.langchain._client import Generated
 from eclectus.adapters.langchain._common import EclectusParams
 from eclectus.adapters.langchain.pieces import Piece
 from eclectus.adapters.langchain.tracing import TRACER
-from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
-from langchain_core.language_models import BaseLLM
-from langchain_core.language_models.llms import LangSmithParams
-from langchain_core.outputs import Generation, GenerationChunk, LLMResult
 
 
 def info_of(result: Generated) -> dict[str, Any]:

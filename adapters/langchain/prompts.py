@@ -14,6 +14,11 @@ import string
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from langchain_core.messages import AIMessage, BaseMessage, convert_to_messages
+from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder, PromptTemplate
+from langchain_core.prompts.chat import ChatMessagePromptTemplate
+from langchain_core.utils import mustache
+
 from eclectus.adapters.langchain.chat_format import message_role, message_text
 from eclectus.adapters.langchain.errors import NotLowerable
 from eclectus.adapters.langchain.pieces import (
@@ -24,10 +29,6 @@ from eclectus.adapters.langchain.pieces import (
     contains_symbolic,
     normalize,
 )
-from langchain_core.messages import AIMessage, BaseMessage, convert_to_messages
-from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder, PromptTemplate
-from langchain_core.prompts.chat import ChatMessagePromptTemplate
-from langchain_core.utils import mustache
 
 # Renders a list that holds refs exactly as ``str(list)`` would (the server's repr_list op).
 ListRenderer = Callable[[list[Any]], Piece]

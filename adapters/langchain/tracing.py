@@ -22,16 +22,17 @@ from contextvars import ContextVar
 from typing import Any
 from uuid import UUID
 
-from eclectus.adapters.langchain.chat_format import message_text, render_buffer
-from eclectus.adapters.langchain.errors import NotLowerable
-from eclectus.adapters.langchain.pieces import Piece, Value, concrete_text
-from eclectus.adapters.langchain.prompts import chat_prompt_messages, string_prompt_pieces
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.load import load
 from langchain_core.messages import BaseMessage
 from langchain_core.prompt_values import ChatPromptValue, StringPromptValue
 from langchain_core.prompts import ChatPromptTemplate, PromptTemplate
 from langchain_core.tracers.context import register_configure_hook
+
+from eclectus.adapters.langchain.chat_format import message_text, render_buffer
+from eclectus.adapters.langchain.errors import NotLowerable
+from eclectus.adapters.langchain.pieces import Piece, Value, concrete_text
+from eclectus.adapters.langchain.prompts import chat_prompt_messages, string_prompt_pieces
 
 MAX_REMEMBERED = 4096  # rendered texts kept; old ones are forgotten first (LRU)
 

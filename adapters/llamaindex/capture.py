@@ -15,8 +15,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import llama_index.core.instrumentation as instrument
-from eclectus.adapters.client import SemanticVariable
-from eclectus.adapters.llamaindex.prompts import check_pieces, template_pieces, template_values
 from llama_index.core.base.llms.types import (
     CompletionResponse,
     CompletionResponseAsyncGen,
@@ -31,6 +29,9 @@ from llama_index.core.llms.llm import LLM, astream_completion_response_to_tokens
 from llama_index.core.prompts import BasePromptTemplate
 from llama_index.core.types import TokenAsyncGen, TokenGen
 from pydantic import Field
+
+from eclectus.adapters.client import SemanticVariable
+from eclectus.adapters.llamaindex.prompts import check_pieces, template_pieces, template_values
 
 dispatcher = instrument.get_dispatcher(__name__)
 

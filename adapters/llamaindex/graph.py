@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Generator, Sequence
 from typing import Any
 
+from llama_index.core.response_synthesizers.base import BaseSynthesizer
+
 from eclectus.adapters.client import SemanticVariable
 from eclectus.adapters.llamaindex.llm import Eclectus
 from eclectus.server.protocol import Criteria
-from llama_index.core.response_synthesizers.base import BaseSynthesizer
 
 # The outcome of planning: the answer's text, or the variable whose value is the answer.
 Outcome = str | SemanticVariable

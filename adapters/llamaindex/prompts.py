@@ -21,9 +21,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from eclectus.server.chat_template import DEFAULT_CHAT_TEMPLATE, render_chat_pieces
 from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.prompts import BasePromptTemplate
+
+from eclectus.server.chat_template import DEFAULT_CHAT_TEMPLATE, render_chat_pieces
 
 
 @dataclass(frozen=True, slots=True)

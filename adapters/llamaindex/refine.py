@@ -27,6 +27,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from llama_index.core.async_utils import asyncio_run
+from llama_index.core.prompts.prompt_utils import get_biggest_prompt
+from llama_index.core.response_synthesizers.compact_and_refine import CompactAndRefine
+from llama_index.core.response_synthesizers.refine import Refine
+from llama_index.core.types import RESPONSE_TEXT_TYPE
+
 from eclectus.adapters.client import SemanticVariable
 from eclectus.adapters.llamaindex.graph import (
     Outcome,
@@ -36,11 +42,6 @@ from eclectus.adapters.llamaindex.graph import (
     graph_ready,
 )
 from eclectus.adapters.llamaindex.llm import Eclectus
-from llama_index.core.async_utils import asyncio_run
-from llama_index.core.prompts.prompt_utils import get_biggest_prompt
-from llama_index.core.response_synthesizers.compact_and_refine import CompactAndRefine
-from llama_index.core.response_synthesizers.refine import Refine
-from llama_index.core.types import RESPONSE_TEXT_TYPE
 
 EMPTY_RESPONSE = "Empty Response"  # what the stock loop answers when nothing came back
 

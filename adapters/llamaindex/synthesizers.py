@@ -11,13 +11,14 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from eclectus.adapters.llamaindex.refine import EclectusCompactAndRefine, EclectusRefine
-from eclectus.adapters.llamaindex.tree_summarize import EclectusTreeSummarize
 from llama_index.core.response_synthesizers import ResponseMode
 from llama_index.core.response_synthesizers import (
     get_response_synthesizer as stock_get_response_synthesizer,
 )
 from llama_index.core.response_synthesizers.base import BaseSynthesizer
+
+from eclectus.adapters.llamaindex.refine import EclectusCompactAndRefine, EclectusRefine
+from eclectus.adapters.llamaindex.tree_summarize import EclectusTreeSummarize
 
 GRAPH_SYNTHESIZERS: dict[ResponseMode, type[BaseSynthesizer]] = {
     ResponseMode.REFINE: EclectusRefine,

@@ -28,6 +28,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from llama_index.core.async_utils import asyncio_run
+from llama_index.core.prompts import BasePromptTemplate
+from llama_index.core.response_synthesizers.tree_summarize import TreeSummarize
+from llama_index.core.types import RESPONSE_TEXT_TYPE
+
 from eclectus.adapters.llamaindex.graph import (
     Outcome,
     afinish,
@@ -36,10 +41,6 @@ from eclectus.adapters.llamaindex.graph import (
     graph_ready,
 )
 from eclectus.adapters.llamaindex.llm import Eclectus
-from llama_index.core.async_utils import asyncio_run
-from llama_index.core.prompts import BasePromptTemplate
-from llama_index.core.response_synthesizers.tree_summarize import TreeSummarize
-from llama_index.core.types import RESPONSE_TEXT_TYPE
 
 # What the stock repack puts between two chunks it concatenates (PromptHelper.repack).
 REPACK_SEP = "\n\n"

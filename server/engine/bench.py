@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+
 from eclectus.server.engine.engine_config import EngineConfig
 from eclectus.server.engine.llm import LLM
 from eclectus.server.engine.presets import resolve_model_dir

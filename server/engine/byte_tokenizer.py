@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from eclectus.server.chat_template import DEFAULT_CHAT_TEMPLATE
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
+
+from eclectus.server.chat_template import DEFAULT_CHAT_TEMPLATE
 
 NUM_BYTES = 256
 BOS, EOS, PAD, UNK = "<s>", "</s>", "<pad>", "<unk>"
@@ -31,8 +32,11 @@ def bytes_to_unicode() -> dict[int, str]:
 
     Printable Latin-1 bytes map to themselves; the rest to code points from 256 upwards.
     """
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
-                 *range(ord("®"), ord("ÿ") + 1)]
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
     mapping: dict[int, str] = {b: chr(b) for b in printable}
     extra = 0
     for b in range(NUM_BYTES):
@@ -50,9 +54,7 @@ def build_byte_tokenizer(vocab_size: int) -> Tokenizer:
     tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tokenizer.decoder = decoders.ByteLevel()
-    specials = [BOS, EOS, PAD, UNK] + [
-        f"<|reserved_{i}|>" for i in range(vocab_size - UNK_ID - 1)
-    ]
+    specials = [BOS, EOS, PAD, UNK] + [f"<|reserved_{i}|>" for i in range(vocab_size - UNK_ID - 1)]
     # added in order, so they take ids 256, 257, ... after the 256 byte tokens
     tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
     tokenizer.post_processor = processors.TemplateProcessing(

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+
 from eclectus.server.backend import EngineOutput, EngineRequest, EngineStats
 from eclectus.server.engine.block_manager import BlockManager
 from eclectus.server.engine.engine_config import EngineConfig

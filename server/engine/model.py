@@ -17,9 +17,10 @@ from typing import Protocol
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor, nn
+
 from eclectus.server.engine.config import ModelConfig
 from eclectus.server.engine.rope import RotaryEmbedding, apply_rope
-from torch import Tensor, nn
 
 
 class AttentionFn(Protocol):
@@ -63,16 +64,18 @@ def _linear(
 class Attention(nn.Module):
     """Grouped-query self-attention projections around an :class:`AttentionFn`."""
 
-    def __init__(self, config: ModelConfig, layer_idx: int, dtype: torch.dtype,
-                 device: torch.device) -> None:
+    def __init__(
+        self, config: ModelConfig, layer_idx: int, dtype: torch.dtype, device: torch.device
+    ) -> None:
         super().__init__()
         self.layer_idx = layer_idx
         self.num_heads, self.num_kv_heads = config.num_attention_heads, config.num_key_value_heads
         self.head_dim = config.head_dim
         self.q_size, self.kv_size = config.q_size, config.kv_size
         hidden = config.hidden_size
-        self.qkv_proj = _linear(hidden, self.q_size + 2 * self.kv_size, config.attention_bias,
-                                dtype, device)
+        self.qkv_proj = _linear(
+            hidden, self.q_size + 2 * self.kv_size, config.attention_bias, dtype, device
+        )
         self.o_proj = _linear(self.q_size, hidden, False, dtype, device)
 
     def forward(self, x: Tensor, rope: tuple[Tensor, Tensor], attn: AttentionFn) -> Tensor:
@@ -95,10 +98,10 @@ class MLP(nn.Module):
     def __init__(self, config: ModelConfig, dtype: torch.dtype, device: torch.device) -> None:
         super().__init__()
         self.intermediate_size = config.intermediate_size
-        self.gate_up_proj = _linear(config.hidden_size, 2 * config.intermediate_size, False,
-                                    dtype, device)
-        self.down_proj = _linear(config.intermediate_size, config.hidden_size, False,
-                                 dtype, device)
+        self.gate_up_proj = _linear(
+            config.hidden_size, 2 * config.intermediate_size, False, dtype, device
+        )
+        self.down_proj = _linear(config.intermediate_size, config.hidden_size, False, dtype, device)
 
     def forward(self, x: Tensor) -> Tensor:
         """x [T, hidden] -> [T, hidden] (pure)."""
@@ -107,8 +110,9 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, config: ModelConfig, layer_idx: int, dtype: torch.dtype,
-                 device: torch.device) -> None:
+    def __init__(
+        self, config: ModelConfig, layer_idx: int, dtype: torch.dtype, device: torch.device
+    ) -> None:
         super().__init__()
         eps = config.rms_norm_eps
         self.input_layernorm = RMSNorm(config.hidden_size, eps, dtype, device)
@@ -144,14 +148,20 @@ class LlamaForCausalLM(nn.Module):
     [T, vocab] projection.
     """
 
-    def __init__(self, config: ModelConfig, dtype: torch.dtype,
-                 device: torch.device | str = "cpu") -> None:
+    def __init__(
+        self, config: ModelConfig, dtype: torch.dtype, device: torch.device | str = "cpu"
+    ) -> None:
         super().__init__()
         device = torch.device(device)
         self.config, self.dtype = config, dtype
         self.model = LlamaModel(config, dtype, device)
-        self.rotary = RotaryEmbedding(config.head_dim, config.max_position_embeddings,
-                                      config.rope_theta, config.rope_scaling, device)
+        self.rotary = RotaryEmbedding(
+            config.head_dim,
+            config.max_position_embeddings,
+            config.rope_theta,
+            config.rope_scaling,
+            device,
+        )
         self.lm_head: nn.Linear | None = None
         if not config.tie_word_embeddings:
             self.lm_head = _linear(config.hidden_size, config.vocab_size, False, dtype, device)
@@ -191,7 +201,8 @@ class LlamaForCausalLM(nn.Module):
         if top >= limit:
             reason = (
                 f"sliding_window={self.config.sliding_window} (windowed attention is not "
-                "implemented)" if self.config.sliding_window == limit
+                "implemented)"
+                if self.config.sliding_window == limit
                 else f"max_position_embeddings={limit}"
             )
             raise ValueError(f"position {top} is beyond this model's limit: {reason}")
@@ -223,8 +234,14 @@ def _to_dtype(dtype: torch.dtype | str) -> torch.dtype:
         if dtype not in (torch.float32, torch.bfloat16, torch.float16):
             raise ValueError(f"unsupported dtype {dtype}")
         return dtype
-    names = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
-             "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+    names = {
+        "float32": torch.float32,
+        "bfloat16": torch.bfloat16,
+        "float16": torch.float16,
+        "fp32": torch.float32,
+        "bf16": torch.bfloat16,
+        "fp16": torch.float16,
+    }
     if dtype not in names:
         raise ValueError(f"unsupported dtype {dtype!r}; use one of {sorted(names)}")
     return names[dtype]

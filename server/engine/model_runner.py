@@ -11,13 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from torch import Tensor
+
+from eclectus import kernels
 from eclectus.server.engine.config import ModelConfig
 from eclectus.server.engine.engine_config import EngineConfig
 from eclectus.server.engine.model import LlamaForCausalLM
 from eclectus.server.engine.scheduler import ScheduledSeq, SchedulerOutput
-from torch import Tensor
-
-from eclectus import kernels
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 

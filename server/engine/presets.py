@@ -26,8 +26,13 @@ from pathlib import Path
 from typing import Any
 
 FORMAT_VERSION = 1  # bump when the files written for a preset change
-MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors",
-               "tokenizer.json", "tokenizer_config.json")
+MODEL_FILES = (
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,11 +96,21 @@ class PresetSpec:
 
 PRESETS: dict[str, PresetSpec] = {
     # intermediate 688 ~= 8/3 * 256 rounded up to a multiple of 16
-    "tiny": PresetSpec(hidden_size=256, intermediate_size=688, num_hidden_layers=4,
-                       num_attention_heads=4, num_key_value_heads=2),
+    "tiny": PresetSpec(
+        hidden_size=256,
+        intermediate_size=688,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    ),
     # ~104M parameters
-    "small": PresetSpec(hidden_size=768, intermediate_size=3072, num_hidden_layers=12,
-                        num_attention_heads=12, num_key_value_heads=4),
+    "small": PresetSpec(
+        hidden_size=768,
+        intermediate_size=3072,
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        num_key_value_heads=4,
+    ),
 }
 
 
@@ -158,6 +173,8 @@ def export_model(name: str, out_dir: Path) -> Path:
 
 def write_preset_files(spec: PresetSpec, out_dir: Path) -> None:
     """Write the five HF files of ``spec`` into the existing ``out_dir`` (mutates disk)."""
+    from safetensors.torch import save_file
+
     from eclectus.server.engine.byte_tokenizer import (
         BOS_ID,
         EOS_ID,
@@ -165,17 +182,16 @@ def write_preset_files(spec: PresetSpec, out_dir: Path) -> None:
         build_byte_tokenizer,
         byte_tokenizer_config,
     )
-    from safetensors.torch import save_file
 
     config = spec.hf_config()
     generation = {"bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "pad_token_id": PAD_ID}
     _write_json(out_dir / "config.json", config)
     _write_json(out_dir / "generation_config.json", generation)
-    _write_json(out_dir / "tokenizer_config.json",
-                byte_tokenizer_config(spec.max_position_embeddings))
+    _write_json(
+        out_dir / "tokenizer_config.json", byte_tokenizer_config(spec.max_position_embeddings)
+    )
     build_byte_tokenizer(spec.vocab_size).save(str(out_dir / "tokenizer.json"))
-    save_file(random_weights(spec), str(out_dir / "model.safetensors"),
-              metadata={"format": "pt"})
+    save_file(random_weights(spec), str(out_dir / "model.safetensors"), metadata={"format": "pt"})
 
 
 def random_weights(spec: PresetSpec) -> dict[str, Any]:
@@ -185,8 +201,11 @@ def random_weights(spec: PresetSpec) -> dict[str, Any]:
     import torch
 
     generator = torch.Generator().manual_seed(spec.seed)
-    h, q, kv = spec.hidden_size, spec.num_attention_heads * spec.head_dim, \
-        spec.num_key_value_heads * spec.head_dim
+    h, q, kv = (
+        spec.hidden_size,
+        spec.num_attention_heads * spec.head_dim,
+        spec.num_key_value_heads * spec.head_dim,
+    )
 
     def normal(*shape: int, std: float = spec.init_std) -> torch.Tensor:
         return torch.randn(shape, generator=generator) * std

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence as Seq
 
 import torch
-from eclectus.server.engine.sampling_params import SamplingParams
 from torch import Tensor
+
+from eclectus.server.engine.sampling_params import SamplingParams
 
 
 class Sampler:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import tokenizers
+
 from eclectus.server.chat_template import DEFAULT_CHAT_TEMPLATE, render_chat
 
 REPLACEMENT_CHAR = "\ufffd"  # what a decoder emits for incomplete or invalid UTF-8
@@ -22,9 +23,14 @@ REPLACEMENT_CHAR = "\ufffd"  # what a decoder emits for incomplete or invalid UT
 class Tokenizer:
     """Wraps a ``tokenizers.Tokenizer``. Immutable after construction; all methods are pure."""
 
-    def __init__(self, backend: tokenizers.Tokenizer, bos_token_id: int | None,
-                 eos_token_ids: tuple[int, ...], chat_template: str | None,
-                 special_tokens: dict[str, str]) -> None:
+    def __init__(
+        self,
+        backend: tokenizers.Tokenizer,
+        bos_token_id: int | None,
+        eos_token_ids: tuple[int, ...],
+        chat_template: str | None,
+        special_tokens: dict[str, str],
+    ) -> None:
         self.backend = backend
         self.bos_token_id = bos_token_id  # None: prompts start without BOS (e.g. Qwen2)
         self.eos_token_ids = eos_token_ids
@@ -44,8 +50,11 @@ class Tokenizer:
             )
         backend = tokenizers.Tokenizer.from_file(str(path / "tokenizer.json"))
         tok_config = _read_json(path / "tokenizer_config.json")
-        special = {k: t for k in ("bos_token", "eos_token", "pad_token", "unk_token")
-                   if (t := _token_text(tok_config.get(k))) is not None}
+        special = {
+            k: t
+            for k in ("bos_token", "eos_token", "pad_token", "unk_token")
+            if (t := _token_text(tok_config.get(k))) is not None
+        }
         bos_id = _bos_id(backend, tok_config, special.get("bos_token"))
         eos_ids: list[int] = []
         eos_text = special.get("eos_token")
@@ -78,14 +87,18 @@ class Tokenizer:
         """Text of ``ids``, special tokens skipped. Incomplete UTF-8 decodes to U+FFFD."""
         return self.backend.decode(list(ids), skip_special_tokens=True)
 
-    def apply_chat_template(self, messages: list[dict[str, Any]],
-                            add_generation_prompt: bool = True) -> str:
+    def apply_chat_template(
+        self, messages: list[dict[str, Any]], add_generation_prompt: bool = True
+    ) -> str:
         """Render ``messages`` ([{"role", "content"}]) with the directory's Jinja chat template,
         as transformers does, or with DEFAULT_CHAT_TEMPLATE. The result is a prompt string to
         :meth:`encode` (BOS is added there, not by the default template)."""
-        return render_chat(self.chat_template, messages,
-                           add_generation_prompt=add_generation_prompt,
-                           template_vars=self._special_tokens)
+        return render_chat(
+            self.chat_template,
+            messages,
+            add_generation_prompt=add_generation_prompt,
+            template_vars=self._special_tokens,
+        )
 
     @property
     def effective_chat_template(self) -> str:
@@ -131,18 +144,18 @@ class IncrementalDetokenizer:
         prefix_text, text = self._window_texts()
         if len(text) > len(prefix_text) and not text.endswith(REPLACEMENT_CHAR):
             self._prefix_offset, self._read_offset = self._read_offset, len(self._ids)
-            return text[len(prefix_text):]
+            return text[len(prefix_text) :]
         return ""
 
     def flush(self) -> str:
         """Return whatever is still held back, even if incomplete (mutates: marks it emitted)."""
         prefix_text, text = self._window_texts()
         self._prefix_offset = self._read_offset = len(self._ids)
-        return text[len(prefix_text):]
+        return text[len(prefix_text) :]
 
     def _window_texts(self) -> tuple[str, str]:
         decode = self._tokenizer.decode
-        window = self._ids[self._prefix_offset:]
+        window = self._ids[self._prefix_offset :]
         emitted = self._read_offset - self._prefix_offset
         return decode(window[:emitted]), decode(window)
 
@@ -169,14 +182,18 @@ def _stream_hold_ids(backend: tokenizers.Tokenizer) -> frozenset[int]:
     decoder = backend.decoder
     if decoder is None or b'"ByteFallback"' not in decoder.__getstate__():
         return frozenset()
-    byte_ids = {i for token, i in backend.get_vocab(with_added_tokens=False).items()
-                if len(token) == 6 and token.startswith("<0x") and token.endswith(">")}
+    byte_ids = {
+        i
+        for token, i in backend.get_vocab(with_added_tokens=False).items()
+        if len(token) == 6 and token.startswith("<0x") and token.endswith(">")
+    }
     special_ids = {i for i, t in backend.get_added_tokens_decoder().items() if t.special}
     return frozenset(byte_ids | special_ids)
 
 
-def _bos_id(backend: tokenizers.Tokenizer, tok_config: dict[str, Any],
-            bos_text: str | None) -> int | None:
+def _bos_id(
+    backend: tokenizers.Tokenizer, tok_config: dict[str, Any], bos_text: str | None
+) -> int | None:
     """BOS id if prompts start with it: tokenizer_config's add_bos_token when present, else
     whether tokenizer.json's post-processor adds it (Llama 3 does; Qwen2 has no BOS)."""
     bos_id = None if bos_text is None else backend.token_to_id(bos_text)

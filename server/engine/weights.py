@@ -13,9 +13,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import torch
-from eclectus.server.engine.model import LlamaForCausalLM
 from safetensors import safe_open
 from torch import Tensor
+
+from eclectus.server.engine.model import LlamaForCausalLM
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"

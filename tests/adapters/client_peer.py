@@ -16,6 +16,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from pydantic import BaseModel, ValidationError
+from websockets.asyncio.server import Server, ServerConnection, serve
+
 from eclectus.server.protocol import (
     CLIENT_FRAME,
     Ack,
@@ -28,8 +31,6 @@ from eclectus.server.protocol import (
     Value,
     Welcome,
 )
-from pydantic import BaseModel, ValidationError
-from websockets.asyncio.server import Server, ServerConnection, serve
 
 
 class FakePeer:

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 from client_live import LiveServer, serve_live
 from client_peer import FakePeer
+
 from eclectus.adapters.client import Session, connect
 
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 import itertools
 import threading
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from eclectus.adapters.client.fragment import Fragment, PendingFragment, created_ids, plan_submits
 from eclectus.adapters.client.wire import encode_frame
 from eclectus.server.protocol import (
@@ -17,8 +20,6 @@ from eclectus.server.protocol import (
     VarSegment,
     VarSpec,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 
 def fan_out(doc_sizes: list[int]) -> tuple[Fragment, list[GetSpec]]:

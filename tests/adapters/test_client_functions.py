@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from client_peer import FakePeer
+
 from eclectus.adapters.client import Gen, SamplingSpec, SemanticVariable, Session
 from eclectus.adapters.client.functions import to_sampling
 

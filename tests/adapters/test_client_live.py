@@ -10,6 +10,7 @@ import asyncio
 
 import pytest
 from client_live import LiveServer, serve_live
+
 from eclectus.adapters.client import (
     AuthError,
     Gen,

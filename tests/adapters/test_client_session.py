@@ -8,6 +8,7 @@ import json
 
 import pytest
 from client_peer import FakePeer
+
 from eclectus.adapters.client import (
     AuthError,
     ConnectionError,

@@ -7,6 +7,7 @@ import threading
 
 import pytest
 from client_peer import FakePeer
+
 from eclectus.adapters.client import (
     AuthError,
     Gen,

@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Iterator
 
 import pytest
+
 from eclectus.server.backend import EngineError, EngineOutput, EngineRequest
 from eclectus.server.engine import AsyncEngine, EngineConfig, SamplingParams
 

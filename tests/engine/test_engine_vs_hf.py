@@ -8,6 +8,7 @@ import random
 
 import pytest
 import torch
+
 from eclectus.server.engine import LLM, EngineConfig, SamplingParams
 from eclectus.server.engine.presets import resolve_model_dir
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from eclectus.server.backend import EngineOutput, EngineRequest
 from eclectus.server.engine import EngineConfig, LLMEngine, SamplingParams
 

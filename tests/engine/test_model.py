@@ -8,10 +8,6 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from eclectus.server.engine.config import ModelConfig
-from eclectus.server.engine.model import LlamaForCausalLM, load_model
-from eclectus.server.engine.presets import PRESETS, write_preset_files
-from eclectus.server.engine.tokenizer import Tokenizer
 from torch import Tensor
 from transformers import (
     AutoModelForCausalLM,
@@ -24,6 +20,11 @@ from transformers import (
 from transformers import (
     LlamaForCausalLM as HFLlama,
 )
+
+from eclectus.server.engine.config import ModelConfig
+from eclectus.server.engine.model import LlamaForCausalLM, load_model
+from eclectus.server.engine.presets import PRESETS, write_preset_files
+from eclectus.server.engine.tokenizer import Tokenizer
 
 PROMPTS = ["Hello world", "The quick brown fox jumps", "1+1=", "Ünïcödé 😀 text"]
 
@@ -44,8 +45,9 @@ def causal_sdpa(layer_idx: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     del layer_idx
     group = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-    o = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
-                                       is_causal=True)
+    o = F.scaled_dot_product_attention(
+        q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), is_causal=True
+    )
     return o.transpose(0, 1)
 
 
@@ -78,8 +80,7 @@ def test_tiny_logits_match_transformers(tiny_pair) -> None:
     ours, theirs, tok = tiny_pair
     for prompt in PROMPTS:
         ids = tok.encode(prompt, add_bos=True)
-        torch.testing.assert_close(our_logits(ours, ids), hf_logits(theirs, ids),
-                                   atol=1e-4, rtol=0)
+        torch.testing.assert_close(our_logits(ours, ids), hf_logits(theirs, ids), atol=1e-4, rtol=0)
 
 
 def greedy(step_logits, ids: list[int], steps: int) -> list[int]:
@@ -97,8 +98,12 @@ def test_tiny_greedy_identical_to_transformers_for_32_steps(tiny_pair) -> None:
         mine = greedy(lambda x: our_logits(ours, x), ids, 32)
         # transformers' own greedy loop (KV cached); it stops early only at EOS
         with torch.no_grad():
-            hf_ids = theirs.generate(torch.tensor([ids]), max_new_tokens=32, do_sample=False,
-                                     pad_token_id=tok.eos_token_ids[0])[0].tolist()
+            hf_ids = theirs.generate(
+                torch.tensor([ids]),
+                max_new_tokens=32,
+                do_sample=False,
+                pad_token_id=tok.eos_token_ids[0],
+            )[0].tolist()
         assert mine[: len(hf_ids)] == hf_ids
         assert len(hf_ids) == len(mine) or hf_ids[-1] in tok.eos_token_ids
 
@@ -106,8 +111,10 @@ def test_tiny_greedy_identical_to_transformers_for_32_steps(tiny_pair) -> None:
 def test_tiny_greedy_outputs_are_not_degenerate(tiny_pair) -> None:
     """Random weights still give prompt-dependent, varied greedy outputs."""
     ours, _, tok = tiny_pair
-    outputs = [tuple(greedy(lambda x: our_logits(ours, x), tok.encode(p, add_bos=True), 16)[-16:])
-               for p in PROMPTS]
+    outputs = [
+        tuple(greedy(lambda x: our_logits(ours, x), tok.encode(p, add_bos=True), 16)[-16:])
+        for p in PROMPTS
+    ]
     assert len(set(outputs)) == len(PROMPTS)
     assert all(len(set(out)) >= 8 for out in outputs)  # not stuck repeating a token or two
 
@@ -126,8 +133,9 @@ def test_forward_batches_tokens_independently_of_position_offset(tiny_pair) -> N
         kk, vv = all_k.repeat_interleave(group, 1), all_v.repeat_interleave(group, 1)
         n_prev = old_k.shape[0]
         mask = torch.ones(q.shape[0], kk.shape[0], dtype=torch.bool).tril(n_prev)
-        o = F.scaled_dot_product_attention(q.transpose(0, 1), kk.transpose(0, 1),
-                                           vv.transpose(0, 1), attn_mask=mask)
+        o = F.scaled_dot_product_attention(
+            q.transpose(0, 1), kk.transpose(0, 1), vv.transpose(0, 1), attn_mask=mask
+        )
         return o.transpose(0, 1)
 
     n = len(ids) - 1
@@ -141,8 +149,10 @@ def save_random(model: torch.nn.Module, out: Path, **save_kwargs) -> Path:
     generator = torch.Generator().manual_seed(1)
     with torch.no_grad():
         for param in model.parameters():
-            param.copy_(torch.randn(param.shape, generator=generator) * 0.05 + (
-                1.0 if param.ndim == 1 and "norm" in _name_of(model, param) else 0.0))
+            param.copy_(
+                torch.randn(param.shape, generator=generator) * 0.05
+                + (1.0 if param.ndim == 1 and "norm" in _name_of(model, param) else 0.0)
+            )
     model.save_pretrained(out, **save_kwargs)
     return out
 
@@ -151,8 +161,15 @@ def _name_of(model: torch.nn.Module, param: torch.nn.Parameter) -> str:
     return next(n for n, p in model.named_parameters() if p is param)
 
 
-SMALL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-             num_key_value_heads=2, vocab_size=128, max_position_embeddings=1024)
+SMALL = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=128,
+    max_position_embeddings=1024,
+)
 
 
 def check_against_transformers(path: Path, num_tokens: int, atol: float = 1e-4) -> None:
@@ -175,11 +192,19 @@ def test_qwen2_bias_tied_embeddings_sharded(tmp_path: Path) -> None:
     check_against_transformers(path, 24)
 
 
-@pytest.mark.parametrize("rope", [
-    {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-     "original_max_position_embeddings": 256},
-    {"rope_type": "linear", "factor": 4.0},
-])
+@pytest.mark.parametrize(
+    "rope",
+    [
+        {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 256,
+        },
+        {"rope_type": "linear", "factor": 4.0},
+    ],
+)
 def test_llama_rope_scaling_matches_transformers(tmp_path: Path, rope: dict) -> None:
     """Scaled RoPE variants agree with transformers over 300 positions."""
     config = LlamaConfig(**SMALL, head_dim=16, rope_parameters={"rope_theta": 10000.0, **rope})
@@ -222,12 +247,15 @@ def test_bf16_load_is_close_to_fp32(tiny_pair, tiny_dir: Path) -> None:
     torch.testing.assert_close(logits16, our_logits(ours32, ids), atol=0.05, rtol=0)
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    ({"architectures": ["GPT2LMHeadModel"]}, "unsupported architecture"),
-    ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "unsupported rope_scaling"),
-    ({"hidden_act": "gelu"}, "hidden_act"),
-    ({"num_key_value_heads": 3}, "multiple of"),
-])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"architectures": ["GPT2LMHeadModel"]}, "unsupported architecture"),
+        ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "unsupported rope_scaling"),
+        ({"hidden_act": "gelu"}, "hidden_act"),
+        ({"num_key_value_heads": 3}, "multiple of"),
+    ],
+)
 def test_config_rejects_what_we_cannot_run(tiny_dir: Path, change: dict, message: str) -> None:
     raw = json.loads((tiny_dir / "config.json").read_text()) | change
     with pytest.raises(ValueError, match=message):

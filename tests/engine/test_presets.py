@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from eclectus.server.engine import presets
 from eclectus.server.engine.config import ModelConfig
 from eclectus.server.engine.presets import (
@@ -87,8 +88,9 @@ def test_materialize_is_deterministic(tmp_path: Path, monkeypatch: pytest.Monkey
 def test_concurrent_materialize_leaves_one_complete_dir(cache: Path) -> None:
     """Racing builders all return the same complete directory; no temp dirs remain."""
     results: list[Path] = []
-    threads = [threading.Thread(target=lambda: results.append(materialize("tiny")))
-               for _ in range(3)]
+    threads = [
+        threading.Thread(target=lambda: results.append(materialize("tiny"))) for _ in range(3)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -100,8 +102,13 @@ def test_concurrent_materialize_leaves_one_complete_dir(cache: Path) -> None:
 
 def test_tiny_matches_its_spec(cache: Path) -> None:
     config = ModelConfig.from_dir(materialize("tiny"))
-    assert (config.hidden_size, config.num_hidden_layers, config.num_attention_heads,
-            config.num_key_value_heads, config.head_dim) == (256, 4, 4, 2, 64)
+    assert (
+        config.hidden_size,
+        config.num_hidden_layers,
+        config.num_attention_heads,
+        config.num_key_value_heads,
+        config.head_dim,
+    ) == (256, 4, 4, 2, 64)
     assert config.max_position_embeddings >= 4096 and config.vocab_size % 64 == 0
 
 
@@ -142,8 +149,9 @@ def test_export_writes_a_loadable_hf_directory(cache: Path, tmp_path: Path) -> N
     assert json.loads((out / "tokenizer_config.json").read_text())["chat_template"]
 
 
-def test_model_subcommand_via_add_arguments(cache: Path, tmp_path: Path,
-                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_model_subcommand_via_add_arguments(
+    cache: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     parser = argparse.ArgumentParser()
     presets.add_arguments(parser)
     args = parser.parse_args(["export", "tiny", str(tmp_path / "x")])
@@ -165,8 +173,14 @@ def _cli_modules_present() -> bool:
 def test_python_m_eclectus_model_export(cache: Path, tmp_path: Path) -> None:
     out = tmp_path / "x"
     env = {**os.environ, "ECLECTUS_CACHE": str(cache)}
-    done = subprocess.run([sys.executable, "-m", "eclectus", "model", "export", "tiny", str(out)],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "eclectus", "model", "export", "tiny", str(out)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert sorted(os.listdir(out)) == sorted(MODEL_FILES)
 
@@ -174,8 +188,9 @@ def test_python_m_eclectus_model_export(cache: Path, tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_small_materializes_and_matches_transformers(cache: Path) -> None:
     """The one 100M forward of the suite: 8 tokens through ours and transformers."""
-    from eclectus.server.engine.model import load_model
     from transformers import AutoModelForCausalLM
+
+    from eclectus.server.engine.model import load_model
 
     path = materialize("small")
     ours, config = load_model(path)
@@ -188,8 +203,9 @@ def test_small_materializes_and_matches_transformers(cache: Path) -> None:
     torch.testing.assert_close(ours.compute_logits(hidden), expected, atol=1e-4, rtol=0)
 
 
-def _causal_attention(layer_idx: int, q: torch.Tensor, k: torch.Tensor,
-                      v: torch.Tensor) -> torch.Tensor:
+def _causal_attention(
+    layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+) -> torch.Tensor:
     group = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
     return torch.nn.functional.scaled_dot_product_attention(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from eclectus.server.engine import LLM, EngineConfig
 from eclectus.server.engine.sampler import Sampler
 from eclectus.server.engine.sampling_params import SamplingParams

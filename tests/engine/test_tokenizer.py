@@ -7,6 +7,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from transformers import AutoTokenizer
+
 from eclectus.server.engine.byte_tokenizer import (
     BOS_ID,
     DEFAULT_CHAT_TEMPLATE,
@@ -14,15 +18,22 @@ from eclectus.server.engine.byte_tokenizer import (
 )
 from eclectus.server.engine.presets import PRESETS, write_preset_files
 from eclectus.server.engine.tokenizer import IncrementalDetokenizer, Tokenizer
-from hypothesis import HealthCheck, assume, given, settings
-from hypothesis import strategies as st
-from transformers import AutoTokenizer
 
 SPECIAL_LITERALS = ("<s>", "</s>", "<pad>", "<unk>", "<|reserved_")
-SAMPLES = ["", "hello", " leading space", "héllo wörld", "emoji 😀👍🏽", "tabs\tand\nnewlines",
-           "中文字符", "<|user|>\nhi\n", "  two  spaces  "]
-FAST = settings(max_examples=60, deadline=None,
-                suppress_health_check=[HealthCheck.function_scoped_fixture])
+SAMPLES = [
+    "",
+    "hello",
+    " leading space",
+    "héllo wörld",
+    "emoji 😀👍🏽",
+    "tabs\tand\nnewlines",
+    "中文字符",
+    "<|user|>\nhi\n",
+    "  two  spaces  ",
+]
+FAST = settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 
 
 @pytest.fixture(scope="module")
@@ -121,8 +132,9 @@ def test_chat_template_matches_transformers(tok: Tokenizer, hf_tok) -> None:
     """tiny's tokenizer_config template renders identically on both sides."""
     for add in (True, False):
         ours = tok.apply_chat_template(MESSAGES, add_generation_prompt=add)
-        assert ours == hf_tok.apply_chat_template(MESSAGES, tokenize=False,
-                                                  add_generation_prompt=add)
+        assert ours == hf_tok.apply_chat_template(
+            MESSAGES, tokenize=False, add_generation_prompt=add
+        )
     assert tok.apply_chat_template(MESSAGES) == (
         "<|system|>\nBe brief.\n<|user|>\nHi 😀\n<|assistant|>\n"
     )
@@ -141,7 +153,8 @@ def test_default_template_when_directory_has_none(tiny_dir: Path, tmp_path: Path
     tok = Tokenizer.from_dir(copy_with(tiny_dir, tmp_path / "d", chat_template=None))
     assert tok.chat_template is None
     assert tok.apply_chat_template(MESSAGES) == Tokenizer.from_dir(tiny_dir).apply_chat_template(
-        MESSAGES)
+        MESSAGES
+    )
 
 
 def test_directory_template_and_jinja_file_win(tiny_dir: Path, tmp_path: Path) -> None:
@@ -187,13 +200,15 @@ def test_missing_tokenizer_json_is_a_clear_error(tmp_path: Path) -> None:
         Tokenizer.from_dir(tmp_path)
 
 
-def test_bos_is_not_doubled_when_the_text_starts_with_it(tiny_dir: Path, tmp_path: Path,
-                                                       hf_tok) -> None:
+def test_bos_is_not_doubled_when_the_text_starts_with_it(
+    tiny_dir: Path, tmp_path: Path, hf_tok
+) -> None:
     """A template rendering {{ bos_token }} gives a prompt that already starts with BOS:
     encode(add_bos=True) adds none, so the ids equal transformers' tokenization of the
     rendered chat without special tokens (what vLLM's chat path does)."""
-    path = copy_with(tiny_dir, tmp_path / "d",
-                     chat_template="{{ bos_token }}{{ messages[0]['content'] }}")
+    path = copy_with(
+        tiny_dir, tmp_path / "d", chat_template="{{ bos_token }}{{ messages[0]['content'] }}"
+    )
     tok = Tokenizer.from_dir(path)
     prompt = tok.apply_chat_template(MESSAGES)
     assert prompt.startswith("<s>")
@@ -216,28 +231,50 @@ def sentencepiece_style_tokenizer() -> Tokenizer:
     for piece in ["▁", "a", "b", "▁a", "▁ab", "é", "▁é", "ab"]:
         vocab[piece] = len(vocab)
     merges = [("▁", "a"), ("▁a", "b"), ("a", "b"), ("▁", "é")]
-    backend = Backend(models.BPE(vocab=vocab, merges=merges, byte_fallback=True,
-                                 unk_token="<unk>", fuse_unk=True))
+    backend = Backend(
+        models.BPE(vocab=vocab, merges=merges, byte_fallback=True, unk_token="<unk>", fuse_unk=True)
+    )
     backend.normalizer = normalizers.Sequence(
-        [normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
-    backend.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(),
-                                         decoders.Fuse(), decoders.Strip(" ", 1, 0)])
+        [normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")]
+    )
+    backend.decoder = decoders.Sequence(
+        [
+            decoders.Replace("▁", " "),
+            decoders.ByteFallback(),
+            decoders.Fuse(),
+            decoders.Strip(" ", 1, 0),
+        ]
+    )
     backend.add_special_tokens([AddedToken("<s>", special=True), AddedToken("</s>", special=True)])
-    return Tokenizer(backend, bos_token_id=1, eos_token_ids=(2,), chat_template=None,
-                     special_tokens={})
+    return Tokenizer(
+        backend, bos_token_id=1, eos_token_ids=(2,), chat_template=None, special_tokens={}
+    )
 
 
 SP_TOKENIZER = sentencepiece_style_tokenizer()
 
 
 # byte tokens (valid and invalid UTF-8 starts/continuations), specials and pieces, densely
-SP_INTERESTING = [0, 1, 2, *(3 + b for b in (0x00, 0x41, 0x80, 0x9F, 0xA9, 0xC3, 0xE2, 0xF0)),
-                  259, 260, 261, 262, 263]
+SP_INTERESTING = [
+    0,
+    1,
+    2,
+    *(3 + b for b in (0x00, 0x41, 0x80, 0x9F, 0xA9, 0xC3, 0xE2, 0xF0)),
+    259,
+    260,
+    261,
+    262,
+    263,
+]
 
 
 @FAST
-@given(ids=st.lists(st.one_of(st.integers(0, SP_TOKENIZER.vocab_size - 1),
-                              st.sampled_from(SP_INTERESTING)), max_size=40))
+@given(
+    ids=st.lists(
+        st.one_of(st.integers(0, SP_TOKENIZER.vocab_size - 1), st.sampled_from(SP_INTERESTING)),
+        max_size=40,
+    )
+)
 def test_incremental_detok_with_byte_fallback_and_space_stripping(ids: list[int]) -> None:
     """Stripped leading spaces are not lost (the window keeps context) and byte-fallback runs,
     which decode to all-U+FFFD when invalid, are emitted only once complete."""

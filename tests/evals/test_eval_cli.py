@@ -15,8 +15,10 @@ pytestmark = pytest.mark.timeout(300)
 
 
 def _eval(out: Path, *flags: str) -> dict[str, Any]:
-    assert main(["eval", *flags, "--quick", "--reps", "1", "--bound-reps", "1",
-                 "--out", str(out)]) == 0
+    assert (
+        main(["eval", *flags, "--quick", "--reps", "1", "--bound-reps", "1", "--out", str(out)])
+        == 0
+    )
     return json.loads((out / "results.json").read_text())
 
 
@@ -38,8 +40,17 @@ def test_eval_map_reduce_writes_results_report_and_plots(tmp_path: Path) -> None
 def test_eval_shared_prompt_runs_an_async_app_repeatedly(tmp_path: Path) -> None:
     """An asyncio app run twice per system (warm-up, then measured) through the stock async
     client; the metric is the chat latency, with a delay proxy on every connection."""
-    results = _eval(tmp_path, "shared-prompt", "--set", "requests=2", "--sweep", "rate=20",
-                    "--rtt-ms", "20", "--no-plots")
+    results = _eval(
+        tmp_path,
+        "shared-prompt",
+        "--set",
+        "requests=2",
+        "--sweep",
+        "rate=20",
+        "--rtt-ms",
+        "20",
+        "--no-plots",
+    )
     measured = [r for r in results["runs"] if r["rep"] == 0]
     assert len(measured) == 2 and all(r["metric"] >= 0.02 for r in measured)
     assert results["config"]["rtt_ms"] == 20

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from eclectus.evals.critical_path import critical_chain, stand_in
 from eclectus.evals.fresh import fresh_text
 from eclectus.evals.harness import BoundRecord, RunRecord
@@ -31,15 +32,17 @@ def test_fresh_text_keeps_layout_and_chunk_cuts() -> None:
 
 def test_fresh_texts_differ_from_the_first_letter() -> None:
     """Runs never share a chunk's opening, so no run hits another run's prefix cache."""
-    openings = {tuple(c[:16] for c in split_chunks(fresh_text(SAMPLE, s), 256, 8))
-                for s in range(20)}
+    openings = {
+        tuple(c[:16] for c in split_chunks(fresh_text(SAMPLE, s), 256, 8)) for s in range(20)
+    }
     assert len(openings) == 20
 
 
 def test_workload_overrides_and_sweeps() -> None:
     """--set changes a (nested) base field; --sweep replaces the sweeps with typed values."""
-    chosen = workload("mixed", True, {"background.num_chunks": "2", "requests": "3"},
-                      {"rate": "1,2.5"})
+    chosen = workload(
+        "mixed", True, {"background.num_chunks": "2", "requests": "3"}, {"rate": "1,2.5"}
+    )
     assert chosen.base.background.num_chunks == 2 and chosen.base.requests == 3
     assert chosen.sweeps[0].field == "rate" and chosen.sweeps[0].values == (1.0, 2.5)
     assert chosen.description == full_workloads()["mixed"].description
@@ -76,8 +79,7 @@ def test_chain_summary_and_multi_agent_chains() -> None:
 
 def test_shared_prompt_chain_times_one_warm_chat() -> None:
     """An untimed chat puts the shared system prompt in the cache; one chat is timed."""
-    calls = critical_chain("shared-prompt", SharedPromptParams(requests=1, background=None),
-                           SAMPLE)
+    calls = critical_chain("shared-prompt", SharedPromptParams(requests=1, background=None), SAMPLE)
     assert [c.prime for c in calls] == [True, False]
     assert calls[0].messages[0] == calls[1].messages[0]  # type: ignore[index]
     assert calls[0].messages[1] != calls[1].messages[1]  # type: ignore[index]
@@ -89,8 +91,11 @@ def _run(system: str, rep: int, metric: float) -> RunRecord:
 
 def test_summary_medians_ratios_and_bounds() -> None:
     """Warm-ups are excluded; ratios are over the reference's median and the engine's bound."""
-    runs = [_run("eclectus", -1, 9.0), *(_run("eclectus", i, v) for i, v in enumerate([1, 2, 3])),
-            *(_run("self", i, v) for i, v in enumerate([4, 5, 6]))]
+    runs = [
+        _run("eclectus", -1, 9.0),
+        *(_run("eclectus", i, v) for i, v in enumerate([1, 2, 3])),
+        *(_run("self", i, v) for i, v in enumerate([4, 5, 6])),
+    ]
     bounds = [BoundRecord("w", "x", 1, "engine", 0.5, [0.5], 2)]
     rows = summarize(runs, bounds, {"eclectus": "engine", "self": "engine"}, "eclectus")
     ours, theirs = rows

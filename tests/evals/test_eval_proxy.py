@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+
 from eclectus.evals.proxy import DelayProxy
 
 

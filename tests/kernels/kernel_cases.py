@@ -23,10 +23,18 @@ class PagedBatch:
     block_size: int
 
 
-def make_batch(paths: list[tuple[str, ...]], segment_lens: dict[str, int], tail_lens: list[int],
-               *, block_size: int, num_kv_heads: int, head_dim: int,
-               dtype: torch.dtype = torch.float32, seed: int = 0,
-               spare_blocks: int = 3) -> PagedBatch:
+def make_batch(
+    paths: list[tuple[str, ...]],
+    segment_lens: dict[str, int],
+    tail_lens: list[int],
+    *,
+    block_size: int,
+    num_kv_heads: int,
+    head_dim: int,
+    dtype: torch.dtype = torch.float32,
+    seed: int = 0,
+    spare_blocks: int = 3,
+) -> PagedBatch:
     """One request per (path, tail_len); each must have at least one token."""
     gen = torch.Generator().manual_seed(seed)
 
@@ -59,8 +67,13 @@ def make_batch(paths: list[tuple[str, ...]], segment_lens: dict[str, int], tail_
     for table, values in zip(tables, token_kv, strict=True):
         for p in range(values.shape[0]):
             kv[table[p // block_size], p % block_size] = values[p]
-    return PagedBatch(kv[:, :, 0].contiguous().to(dtype), kv[:, :, 1].contiguous().to(dtype),
-                      tables, [len(ids) for ids in token_ids], block_size)
+    return PagedBatch(
+        kv[:, :, 0].contiguous().to(dtype),
+        kv[:, :, 1].contiguous().to(dtype),
+        tables,
+        [len(ids) for ids in token_ids],
+        block_size,
+    )
 
 
 def nested_batch(**kwargs: object) -> PagedBatch:
@@ -69,7 +82,14 @@ def nested_batch(**kwargs: object) -> PagedBatch:
     Requests 0-2 share sys+docA (0 and 1 also share a branch), 3-4 share sys+docB, 5 has sys
     only with an empty tail, 6 shares nothing.
     """
-    paths = [("sys", "docA", "br"), ("sys", "docA", "br"), ("sys", "docA"),
-             ("sys", "docB"), ("sys", "docB"), ("sys",), ("other",)]
+    paths = [
+        ("sys", "docA", "br"),
+        ("sys", "docA", "br"),
+        ("sys", "docA"),
+        ("sys", "docB"),
+        ("sys", "docB"),
+        ("sys",),
+        ("other",),
+    ]
     segment_lens = {"sys": 21, "docA": 13, "docB": 8, "br": 9, "other": 5}
     return make_batch(paths, segment_lens, [3, 1, 6, 0, 7, 0, 2], **kwargs)  # type: ignore[arg-type]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from eclectus.kernels import bench
 
 
@@ -10,8 +11,9 @@ def test_parse_sizes() -> None:
     assert bench.parse_sizes("16:1024:64,64:8192:16") == [(16, 1024, 64), (64, 8192, 16)]
 
 
-def test_bench_prints_one_row_per_size(monkeypatch: pytest.MonkeyPatch,
-                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_bench_prints_one_row_per_size(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("ECLECTUS_KERNELS", "torch")
     assert bench.main(["--device", "cpu", "--sizes", "4:128:8,3:32:5", "--repeats", "1"]) == 0
     lines = capsys.readouterr().out.splitlines()

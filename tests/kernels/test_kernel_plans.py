@@ -4,25 +4,33 @@ from __future__ import annotations
 
 import pytest
 import torch
-from eclectus.kernels import build_decode_plan, find_cascade_groups, plan_decode, plan_prefill
 from kernel_cases import PagedBatch, make_batch, nested_batch
+
+from eclectus.kernels import build_decode_plan, find_cascade_groups, plan_decode, plan_prefill
 
 CPU = torch.device("cpu")
 
 
-def _groups(batch: PagedBatch, min_tokens: int,
-            ) -> tuple[list[tuple[int, tuple[int, ...], int, int]], list[int]]:
+def _groups(
+    batch: PagedBatch,
+    min_tokens: int,
+) -> tuple[list[tuple[int, tuple[int, ...], int, int]], list[int]]:
     """((level, request_ids, start_block, end_block) per group, suffix_starts)."""
-    groups, starts = find_cascade_groups(batch.block_tables, batch.seq_lens, batch.block_size,
-                                         min_shared_tokens=min_tokens)
+    groups, starts = find_cascade_groups(
+        batch.block_tables, batch.seq_lens, batch.block_size, min_shared_tokens=min_tokens
+    )
     return [(g.level, g.request_ids, g.start_block, g.end_block) for g in groups], starts
 
 
 def test_nested_levels_form_one_group_per_shared_span() -> None:
     """sys -> docA -> branch nest as levels 0, 1, 2; docB is a sibling group at level 1."""
     groups, starts = _groups(nested_batch(block_size=4, num_kv_heads=1, head_dim=4), 4)
-    assert groups == [(0, (0, 1, 2, 3, 4, 5), 0, 5), (1, (0, 1, 2), 5, 8), (2, (0, 1), 8, 10),
-                      (1, (3, 4), 5, 7)]
+    assert groups == [
+        (0, (0, 1, 2, 3, 4, 5), 0, 5),
+        (1, (0, 1, 2), 5, 8),
+        (2, (0, 1), 8, 10),
+        (1, (3, 4), 5, 7),
+    ]
     assert starts == [40, 40, 32, 28, 28, 20, 0]
 
 
@@ -35,16 +43,16 @@ def test_short_span_is_handed_down_to_children() -> None:
 
 def test_partial_blocks_are_never_grouped() -> None:
     """A prefix ending mid-block shares only its full blocks."""
-    batch = make_batch([("p",), ("p",)], {"p": 10}, [3, 5], block_size=4, num_kv_heads=1,
-                       head_dim=4)
+    batch = make_batch(
+        [("p",), ("p",)], {"p": 10}, [3, 5], block_size=4, num_kv_heads=1, head_dim=4
+    )
     groups, starts = _groups(batch, 4)
     assert groups == [(0, (0, 1), 0, 2)]
     assert starts == [8, 8]
 
 
 def test_identical_full_sequences_have_empty_suffixes() -> None:
-    batch = make_batch([("p",), ("p",)], {"p": 8}, [0, 0], block_size=4, num_kv_heads=1,
-                       head_dim=4)
+    batch = make_batch([("p",), ("p",)], {"p": 8}, [0, 0], block_size=4, num_kv_heads=1, head_dim=4)
     plan = build_decode_plan(batch.block_tables, batch.seq_lens, 4, CPU, min_shared_tokens=4)
     assert plan.cascade is not None
     assert plan.cascade.suffix_starts.tolist() == [8, 8]
@@ -74,14 +82,16 @@ def test_plan_decode_tensors_and_host_sizes() -> None:
 def test_no_sharing_or_cascade_off_gives_plain_plan() -> None:
     batch = nested_batch(block_size=4, num_kv_heads=1, head_dim=4)
     assert plan_decode(batch.block_tables, batch.seq_lens, 4, CPU, cascade=False).cascade is None
-    lonely = make_batch([("a",), ("b",)], {"a": 300, "b": 300}, [1, 1], block_size=4,
-                        num_kv_heads=1, head_dim=4)
+    lonely = make_batch(
+        [("a",), ("b",)], {"a": 300, "b": 300}, [1, 1], block_size=4, num_kv_heads=1, head_dim=4
+    )
     assert plan_decode(lonely.block_tables, lonely.seq_lens, 4, CPU).cascade is None
 
 
 def test_default_thresholds_group_a_long_system_prompt() -> None:
-    batch = make_batch([("sys",)] * 3, {"sys": 1024}, [5, 9, 1], block_size=16,
-                       num_kv_heads=1, head_dim=4)
+    batch = make_batch(
+        [("sys",)] * 3, {"sys": 1024}, [5, 9, 1], block_size=16, num_kv_heads=1, head_dim=4
+    )
     plan = plan_decode(batch.block_tables, batch.seq_lens, 16, CPU)
     assert plan.cascade is not None
     assert [g.request_ids for g in plan.cascade.groups] == [(0, 1, 2)]
@@ -94,8 +104,9 @@ def test_plan_prefill_offsets() -> None:
     assert plan.block_tables.tolist() == [[3, 1, 0], [2, 0, 0], [5, 6, 7]]
 
 
-@pytest.mark.parametrize(("tables", "q", "n"), [([[1]], [1], [5]), ([[1]], [3], [2]),
-                                                ([[1], [2]], [1], [1, 1])])
+@pytest.mark.parametrize(
+    ("tables", "q", "n"), [([[1]], [1], [5]), ([[1]], [3], [2]), ([[1], [2]], [1], [1, 1])]
+)
 def test_plans_reject_bad_lengths(tables: list[list[int]], q: list[int], n: list[int]) -> None:
     with pytest.raises(ValueError):
         plan_prefill(tables, q, n, 4, CPU)

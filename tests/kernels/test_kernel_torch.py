@@ -9,6 +9,10 @@ import sys
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kernel_cases import make_batch, nested_batch
+
 from eclectus.kernels import (
     build_decode_plan,
     cascade_decode_attention,
@@ -23,9 +27,6 @@ from eclectus.kernels import (
     ref_prefill,
     store_kv,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from kernel_cases import make_batch, nested_batch
 
 CPU = torch.device("cpu")
 
@@ -40,14 +41,14 @@ def _queries(batch: int, num_q_heads: int, head_dim: int, seed: int = 1) -> torc
 
 
 @pytest.mark.parametrize(("num_q_heads", "num_kv_heads", "head_dim"), [(4, 2, 64), (8, 8, 16)])
-def test_paged_decode_matches_reference(num_q_heads: int, num_kv_heads: int,
-                                        head_dim: int) -> None:
+def test_paged_decode_matches_reference(num_q_heads: int, num_kv_heads: int, head_dim: int) -> None:
     batch = nested_batch(block_size=4, num_kv_heads=num_kv_heads, head_dim=head_dim)
     q = _queries(len(batch.seq_lens), num_q_heads, head_dim)
     plan = build_decode_plan(batch.block_tables, batch.seq_lens, 4, CPU, cascade=False)
     o, lse = paged_decode_attention(q, batch.k_cache, batch.v_cache, plan, 0.3)
-    o_ref, lse_ref = ref_paged_decode(q, batch.k_cache, batch.v_cache, batch.block_tables,
-                                      batch.seq_lens, 0.3)
+    o_ref, lse_ref = ref_paged_decode(
+        q, batch.k_cache, batch.v_cache, batch.block_tables, batch.seq_lens, 0.3
+    )
     torch.testing.assert_close(o, o_ref, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(lse, lse_ref, atol=1e-5, rtol=1e-5)
 
@@ -57,34 +58,47 @@ def test_cascade_equals_paged_attention_over_concatenated_kv(min_tokens: int) ->
     """Nested levels, several groups, an empty suffix, an ungrouped request."""
     batch = nested_batch(block_size=4, num_kv_heads=2, head_dim=32)
     q = _queries(len(batch.seq_lens), 6, 32)
-    plan = build_decode_plan(batch.block_tables, batch.seq_lens, 4, CPU,
-                             min_shared_tokens=min_tokens)
+    plan = build_decode_plan(
+        batch.block_tables, batch.seq_lens, 4, CPU, min_shared_tokens=min_tokens
+    )
     assert plan.cascade is not None
     o, lse = cascade_decode_attention(q, batch.k_cache, batch.v_cache, plan, 0.2)
-    o_ref, lse_ref = ref_paged_decode(q, batch.k_cache, batch.v_cache, batch.block_tables,
-                                      batch.seq_lens, 0.2)
+    o_ref, lse_ref = ref_paged_decode(
+        q, batch.k_cache, batch.v_cache, batch.block_tables, batch.seq_lens, 0.2
+    )
     torch.testing.assert_close(o, o_ref, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(lse, lse_ref, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(decode_attention(q, batch.k_cache, batch.v_cache, plan, 0.2), o)
 
 
 def test_cascade_with_all_suffixes_empty_and_bf16() -> None:
-    batch = make_batch([("p",)] * 3, {"p": 12}, [0, 0, 0], block_size=4, num_kv_heads=1,
-                       head_dim=16, dtype=torch.bfloat16)
+    batch = make_batch(
+        [("p",)] * 3,
+        {"p": 12},
+        [0, 0, 0],
+        block_size=4,
+        num_kv_heads=1,
+        head_dim=16,
+        dtype=torch.bfloat16,
+    )
     q = _queries(3, 2, 16).bfloat16()
     plan = build_decode_plan(batch.block_tables, batch.seq_lens, 4, CPU, min_shared_tokens=4)
     assert plan.cascade is not None
     o, _ = cascade_decode_attention(q, batch.k_cache, batch.v_cache, plan, 0.25)
-    o_ref, _ = ref_paged_decode(q, batch.k_cache, batch.v_cache, batch.block_tables,
-                                batch.seq_lens, 0.25)
+    o_ref, _ = ref_paged_decode(
+        q, batch.k_cache, batch.v_cache, batch.block_tables, batch.seq_lens, 0.25
+    )
     assert o.dtype == torch.bfloat16
     torch.testing.assert_close(o.float(), o_ref.float(), atol=2e-2, rtol=2e-2)
 
 
 def test_merge_of_two_halves_is_attention_over_the_union() -> None:
     gen = torch.Generator().manual_seed(3)
-    q, k, v = (torch.randn(5, 4, 8, generator=gen), torch.randn(9, 2, 8, generator=gen),
-               torch.randn(9, 2, 8, generator=gen))
+    q, k, v = (
+        torch.randn(5, 4, 8, generator=gen),
+        torch.randn(9, 2, 8, generator=gen),
+        torch.randn(9, 2, 8, generator=gen),
+    )
     o_all, lse_all = ref_attention(q, k, v, 0.5)
     o_a, lse_a = ref_attention(q, k[:4], v[:4], 0.5)
     o_b, lse_b = ref_attention(q, k[4:], v[4:], 0.5)
@@ -108,13 +122,20 @@ def test_merge_handles_empty_sides_and_huge_lse() -> None:
 @pytest.mark.parametrize(("query_lens", "num_q_heads"), [([5, 1, 0, 9], 4), ([11, 2, 7, 3], 2)])
 def test_prefill_matches_reference(query_lens: list[int], num_q_heads: int) -> None:
     """Chunked prefill over cached blocks, a one-token chunk, an empty chunk, a full prompt."""
-    batch = make_batch([("a",), ("a",), ("b",), ()], {"a": 6, "b": 3}, [5, 1, 4, 11],
-                       block_size=4, num_kv_heads=2, head_dim=16)
+    batch = make_batch(
+        [("a",), ("a",), ("b",), ()],
+        {"a": 6, "b": 3},
+        [5, 1, 4, 11],
+        block_size=4,
+        num_kv_heads=2,
+        head_dim=16,
+    )
     plan = plan_prefill(batch.block_tables, query_lens, batch.seq_lens, 4, CPU)
     q = torch.randn(sum(query_lens), num_q_heads, 16, generator=torch.Generator().manual_seed(4))
     o = prefill_attention(q, batch.k_cache, batch.v_cache, plan, 0.25)
-    o_ref, _ = ref_prefill(q, batch.k_cache, batch.v_cache, batch.block_tables, query_lens,
-                           batch.seq_lens, 0.25)
+    o_ref, _ = ref_prefill(
+        q, batch.k_cache, batch.v_cache, batch.block_tables, query_lens, batch.seq_lens, 0.25
+    )
     torch.testing.assert_close(o, o_ref, atol=1e-5, rtol=1e-5)
 
 
@@ -137,29 +158,48 @@ def test_plan_scratch_is_reused_across_layers_without_stale_results() -> None:
         k_cache = torch.randn(batch.k_cache.shape, generator=gen)
         v_cache = torch.randn(batch.v_cache.shape, generator=gen)
         q = _queries(len(batch.seq_lens), 4, 16, seed=layer)
-        o_ref, _ = ref_paged_decode(q, k_cache, v_cache, batch.block_tables, batch.seq_lens,
-                                    0.25)
+        o_ref, _ = ref_paged_decode(q, k_cache, v_cache, batch.block_tables, batch.seq_lens, 0.25)
         for run in (cascade_decode_attention, paged_decode_attention):
             o, _ = run(q, k_cache, v_cache, plan, 0.25)
             torch.testing.assert_close(o, o_ref, atol=1e-5, rtol=1e-5)
 
 
 @settings(max_examples=20, deadline=None)
-@given(num_requests=st.integers(2, 6), block_size=st.sampled_from([1, 3, 4, 16]),
-       shared=st.integers(1, 40), branch=st.integers(0, 12), data=st.data())
-def test_hypothesis_cascade_equals_paged(num_requests: int, block_size: int, shared: int,
-                                         branch: int, data: st.DataObject) -> None:
+@given(
+    num_requests=st.integers(2, 6),
+    block_size=st.sampled_from([1, 3, 4, 16]),
+    shared=st.integers(1, 40),
+    branch=st.integers(0, 12),
+    data=st.data(),
+)
+def test_hypothesis_cascade_equals_paged(
+    num_requests: int, block_size: int, shared: int, branch: int, data: st.DataObject
+) -> None:
     """A common prefix, an optional shared branch for the first half, random tails."""
-    paths = [("s", "b") if i < num_requests // 2 and branch else ("s",)
-             for i in range(num_requests)]
+    paths = [
+        ("s", "b") if i < num_requests // 2 and branch else ("s",) for i in range(num_requests)
+    ]
     tails = [data.draw(st.integers(0, 7)) for _ in paths]
-    batch = make_batch(paths, {"s": shared, "b": max(branch, 1)}, tails, block_size=block_size,
-                       num_kv_heads=2, head_dim=8, seed=data.draw(st.integers(0, 9)))
-    plan = build_decode_plan(batch.block_tables, batch.seq_lens, block_size, CPU,
-                             min_shared_tokens=data.draw(st.sampled_from([1, 4, 16])))
+    batch = make_batch(
+        paths,
+        {"s": shared, "b": max(branch, 1)},
+        tails,
+        block_size=block_size,
+        num_kv_heads=2,
+        head_dim=8,
+        seed=data.draw(st.integers(0, 9)),
+    )
+    plan = build_decode_plan(
+        batch.block_tables,
+        batch.seq_lens,
+        block_size,
+        CPU,
+        min_shared_tokens=data.draw(st.sampled_from([1, 4, 16])),
+    )
     q = _queries(num_requests, 4, 8)
-    o_ref, lse_ref = ref_paged_decode(q, batch.k_cache, batch.v_cache, batch.block_tables,
-                                      batch.seq_lens, 0.4)
+    o_ref, lse_ref = ref_paged_decode(
+        q, batch.k_cache, batch.v_cache, batch.block_tables, batch.seq_lens, 0.4
+    )
     runs = [paged_decode_attention] + ([cascade_decode_attention] if plan.cascade else [])
     for run in runs:
         o, lse = run(q, batch.k_cache, batch.v_cache, plan, 0.4)
@@ -179,6 +219,11 @@ def test_package_imports_and_serves_without_triton() -> None:
         "assert o.shape == (2, 2, 16) and 'triton' not in [m.split('.')[0] for m in"
         " sys.modules if sys.modules[m] is not None]\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=120, env={**os.environ, "ECLECTUS_KERNELS": ""})
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "ECLECTUS_KERNELS": ""},
+    )
     assert result.returncode == 0, result.stderr

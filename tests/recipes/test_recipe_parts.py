@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 import pytest
+
 from eclectus.recipes.cli import add_arguments, build_params, remote_target
 from eclectus.recipes.map_reduce import MapReduceParams, collapse_levels, planned_calls
 from eclectus.recipes.multi_agent import file_names
@@ -66,14 +67,18 @@ def parse(*argv: str) -> argparse.Namespace:
 def test_flags_build_params_and_targets() -> None:
     """Common flags, --output-tokens and --param land on the recipe's params; URLs pick
     the target (none: embedded)."""
-    args = parse("map-reduce", "--num-chunks", "4", "--output-tokens", "9",
-                 "--param", "context_tokens=512")
+    args = parse(
+        "map-reduce", "--num-chunks", "4", "--output-tokens", "9", "--param", "context_tokens=512"
+    )
     assert build_params(args) == MapReduceParams(num_chunks=4, map_tokens=9, context_tokens=512)
     assert remote_target(args) is None
     with pytest.raises(ValueError, match="fields are"):
         build_params(parse("map-reduce", "--param", "nope=1"))
     target = remote_target(parse("chain-summary", "--server", "ws://h:9/"))
     assert target is not None and target.metrics_url == "http://h:9/metrics"
-    foreign = remote_target(parse("chain-summary", "--backend", "openai",
-                                  "--base-url", "http://h:8000/v1", "--model", "m"))
+    foreign = remote_target(
+        parse(
+            "chain-summary", "--backend", "openai", "--base-url", "http://h:8000/v1", "--model", "m"
+        )
+    )
     assert foreign is not None and foreign.metrics_url is None and foreign.model == "m"

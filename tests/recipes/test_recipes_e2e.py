@@ -7,6 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from recipe_support import TEXT
+
 from eclectus.recipes import (
     ChainSummaryParams,
     MapReduceParams,
@@ -18,21 +20,43 @@ from eclectus.recipes import (
 from eclectus.recipes.embedded import Embedded
 from eclectus.recipes.map_reduce import LIST_TAIL, REDUCE_HEAD, group_size
 from eclectus.recipes.text import approx_tokens
-from recipe_support import TEXT
 
 pytestmark = pytest.mark.slow
 
 CASES: dict[str, tuple[Any, int, int]] = {  # name -> (params, calls, depth)
-    "map-reduce": (MapReduceParams(chunk_tokens=64, num_chunks=3, map_tokens=8,
-                                   reduce_tokens=8), 4, 2),
+    "map-reduce": (
+        MapReduceParams(chunk_tokens=64, num_chunks=3, map_tokens=8, reduce_tokens=8),
+        4,
+        2,
+    ),
     "chain-summary": (ChainSummaryParams(chunk_tokens=64, num_chunks=3, summary_tokens=8), 3, 3),
-    "multi-agent": (MultiAgentParams(files=2, rounds=1, requirements_tokens=64,
-                                     design_tokens=8, list_tokens=8, code_tokens=8,
-                                     review_tokens=8), 2 + 2 * 3, 5),
-    "shared-prompt": (SharedPromptParams(users=2, requests=3, rate=50.0, system_tokens=128,
-                                         answer_tokens=8, background=MapReduceParams(
-                                             chunk_tokens=64, num_chunks=2, map_tokens=8,
-                                             reduce_tokens=8)), 3 + 3, 2),
+    "multi-agent": (
+        MultiAgentParams(
+            files=2,
+            rounds=1,
+            requirements_tokens=64,
+            design_tokens=8,
+            list_tokens=8,
+            code_tokens=8,
+            review_tokens=8,
+        ),
+        2 + 2 * 3,
+        5,
+    ),
+    "shared-prompt": (
+        SharedPromptParams(
+            users=2,
+            requests=3,
+            rate=50.0,
+            system_tokens=128,
+            answer_tokens=8,
+            background=MapReduceParams(
+                chunk_tokens=64, num_chunks=2, map_tokens=8, reduce_tokens=8
+            ),
+        ),
+        3 + 3,
+        2,
+    ),
 }
 
 
@@ -61,8 +85,9 @@ def test_both_modes_agree(embedded: Embedded, name: str) -> None:
 def test_collapse_adds_levels(embedded: Embedded) -> None:
     """Summaries that do not fit one combine prompt are collapsed first: more calls, deeper."""
     room_for_two = approx_tokens(REDUCE_HEAD + LIST_TAIL) + 2 * (8 + 2) + 5
-    params = MapReduceParams(chunk_tokens=64, num_chunks=5, map_tokens=8, reduce_tokens=8,
-                             context_tokens=room_for_two)
+    params = MapReduceParams(
+        chunk_tokens=64, num_chunks=5, map_tokens=8, reduce_tokens=8, context_tokens=room_for_two
+    )
     assert group_size(params) == 2
     result = run_recipe("map-reduce", params, embedded.target("eclectus"), text=TEXT)
     assert (result.num_calls, result.depth) == (5 + 3 + 2 + 1, 4)  # 5 -> 3 -> 2 -> reduce
@@ -70,8 +95,9 @@ def test_collapse_adds_levels(embedded: Embedded) -> None:
 
 def test_shared_prefix_hits_the_cache(embedded: Embedded) -> None:
     """Chats sharing a long system prompt are mostly served from the prefix cache."""
-    params = SharedPromptParams(users=4, requests=4, rate=100.0, system_tokens=512,
-                                answer_tokens=4, seed=7, background=None)
+    params = SharedPromptParams(
+        users=4, requests=4, rate=100.0, system_tokens=512, answer_tokens=4, seed=7, background=None
+    )
     result = run_recipe("shared-prompt", params, embedded.target("eclectus"), text=TEXT)
     assert result.cache_hit_ratio is not None and result.cache_hit_ratio > 0.5
     assert result.details["all answers"] == 4
@@ -93,12 +119,29 @@ def test_cli_runs_a_recipe_and_reports(capsys: pytest.CaptureFixture[str]) -> No
     """``eclectus run`` on the embedded server prints the report's numbers and output."""
     from eclectus.cli import main
 
-    code = main(["run", "chain-summary", "--chunk-tokens", "64", "--num-chunks", "2",
-                 "--output-tokens", "4", "--quiet"])
+    code = main(
+        [
+            "run",
+            "chain-summary",
+            "--chunk-tokens",
+            "64",
+            "--num-chunks",
+            "2",
+            "--output-tokens",
+            "4",
+            "--quiet",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0
-    for label in ("wall time:", "model calls:            2", "graph depth:            2",
-                  "prefix-cache hit ratio:", "meaningless", "output:"):
+    for label in (
+        "wall time:",
+        "model calls:            2",
+        "graph depth:            2",
+        "prefix-cache hit ratio:",
+        "meaningless",
+        "output:",
+    ):
         assert label in out
 
 

@@ -6,11 +6,12 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from eclectus.server.app import EclectusServer, start_server
-from eclectus.server.config import ServerConfig
 from scripted_engine import ScriptedEngine
 from websockets.asyncio.client import connect
 from ws_helpers import RawClient, ServerFactory
+
+from eclectus.server.app import EclectusServer, start_server
+from eclectus.server.config import ServerConfig
 
 
 @pytest.fixture

@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from scripted_engine import ScriptedEngine
+
 from eclectus.server.config import ServerConfig
 from eclectus.server.fragment import stage
 from eclectus.server.metrics import Metrics
 from eclectus.server.objectives import objective_for_get
 from eclectus.server.protocol import Submit
 from eclectus.server.scheduler import AppState, Scheduler
-from scripted_engine import ScriptedEngine
 
 
 class FakeClock:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from eclectus.server.app import EclectusServer
 from scripted_engine import ScriptedEngine
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 from ws_helpers import RawClient, ServerFactory, map_reduce
+
+from eclectus.server.app import EclectusServer
 
 
 async def still_works(client: RawClient) -> None:

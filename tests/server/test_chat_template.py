@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
+
 from eclectus.server.chat_template import (
     DEFAULT_CHAT_TEMPLATE,
     ChatTemplateError,
@@ -68,10 +69,13 @@ def test_pieces_splice_into_the_exact_render(template: str) -> None:
 
 def test_llama3_render_starts_with_bos_and_ends_with_the_header() -> None:
     text = render_chat(LLAMA3, [{"role": "user", "content": " hi "}], template_vars=VARS)
-    assert text == ("<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"
-                    "<|start_header_id|>assistant<|end_header_id|>\n\n")
-    assert not render_chat(LLAMA3, [{"role": "user", "content": "hi"}], template_vars=VARS,
-                           add_generation_prompt=False).endswith("\n\n")
+    assert text == (
+        "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\n"
+    )
+    assert not render_chat(
+        LLAMA3, [{"role": "user", "content": "hi"}], template_vars=VARS, add_generation_prompt=False
+    ).endswith("\n\n")
 
 
 def test_default_template_gives_the_role_blocks() -> None:
@@ -113,8 +117,10 @@ def test_unknown_values_need_a_verbatim_template() -> None:
 
 
 def test_tojson_and_raise_exception_behave_like_transformers() -> None:
-    template = ("{% if messages | length > 1 %}{{ raise_exception('one only') }}{% endif %}"
-                "{{ messages[0]['content'] | tojson }}")
+    template = (
+        "{% if messages | length > 1 %}{{ raise_exception('one only') }}{% endif %}"
+        "{{ messages[0]['content'] | tojson }}"
+    )
     assert render_chat(template, [{"role": "user", "content": "<é>"}]) == '"<é>"'
     with pytest.raises(Exception, match="one only"):
         render_chat(template, [{"role": "user", "content": "a"}] * 2)

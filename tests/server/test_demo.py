@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from eclectus.server.demo import demo
 
 pytestmark = pytest.mark.slow

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
-from eclectus.server.graph import NodeState, VarState
-from eclectus.server.scheduler import AppState, Scheduler
 from sched_helpers import FakeClock, call, drain, make_scheduler, order, submit
 from scripted_engine import ScriptedEngine, scripted_text
+
+from eclectus.server.graph import NodeState, VarState
+from eclectus.server.scheduler import AppState, Scheduler
 
 
 async def blocked(engine: ScriptedEngine, clock: FakeClock | None = None, **config: object):

@@ -7,12 +7,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from eclectus.server.app import EclectusServer, serve_in_thread
-from eclectus.server.config import ServerConfig
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scripted_engine import ScriptedEngine
 from websockets.sync.client import ClientConnection, connect
+
+from eclectus.server.app import EclectusServer, serve_in_thread
+from eclectus.server.config import ServerConfig
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),

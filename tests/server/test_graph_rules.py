@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from sched_helpers import call, make_scheduler, submit
+
 from eclectus.server.errors import ServerError
 from eclectus.server.graph import NodeState, VarState
-from sched_helpers import call, make_scheduler, submit
 
 
 def refused(frame: dict[str, Any], **config: Any) -> ServerError:

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import openai
 import pytest
+
 from eclectus.server.backend import EngineRequest
 from eclectus.server.engine.sampling_params import SamplingParams
 from eclectus.server.http_server import start_http_server

@@ -6,11 +6,12 @@ import asyncio
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
+from websockets.asyncio.client import connect
+from ws_helpers import RawClient, map_reduce
+
 from eclectus.server.app import EclectusServer, start_server
 from eclectus.server.config import ServerConfig
 from eclectus.server.metrics import parse_prometheus
-from websockets.asyncio.client import connect
-from ws_helpers import RawClient, map_reduce
 
 pytestmark = pytest.mark.slow
 

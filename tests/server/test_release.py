@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from eclectus.server.release import release
 from sched_helpers import call, drain, make_scheduler, submit
 from scripted_engine import ScriptedEngine
 from websockets.asyncio.client import connect
 from ws_helpers import RawClient, ServerFactory, map_reduce
+
+from eclectus.server.release import release
 
 
 async def test_released_intermediate_waits_for_its_consumer() -> None:

@@ -6,13 +6,14 @@ import asyncio
 import json
 import urllib.request
 
-from eclectus.server.app import EclectusServer, serve_in_thread
-from eclectus.server.config import ServerConfig
-from eclectus.server.metrics import parse_prometheus
 from scripted_engine import ScriptedEngine, scripted_text
 from websockets.asyncio.client import connect
 from websockets.sync.client import connect as sync_connect
 from ws_helpers import RawClient, ServerFactory, map_reduce
+
+from eclectus.server.app import EclectusServer, serve_in_thread
+from eclectus.server.config import ServerConfig
+from eclectus.server.metrics import parse_prometheus
 
 
 def http_get(url: str) -> tuple[int, str, str]:

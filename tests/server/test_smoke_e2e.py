@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from eclectus.server.app import EclectusServer
 from scripted_engine import ScriptedEngine, scripted_text
 from ws_helpers import RawClient, map_reduce
+
+from eclectus.server.app import EclectusServer
 
 
 async def test_map_reduce_resolves_on_server(

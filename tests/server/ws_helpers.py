@@ -7,8 +7,9 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from eclectus.server.app import EclectusServer
 from websockets.asyncio.client import ClientConnection
+
+from eclectus.server.app import EclectusServer
 
 Frame = dict[str, Any]
 

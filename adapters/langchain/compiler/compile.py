@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from langchain_core.runnables import Runnable
+from langchain_core.runnables.base import coerce_to_runnable
+
 from eclectus.adapters.langchain.compiler.leaves import MODEL_TYPES
 from eclectus.adapters.langchain.compiler.plan import children
 from eclectus.adapters.langchain.compiler.runnable import CompiledRunnable
-from langchain_core.runnables import Runnable
-from langchain_core.runnables.base import coerce_to_runnable
 
 
 def find_model(runnable: Any) -> Any | None:

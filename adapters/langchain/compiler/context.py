@@ -8,12 +8,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from langchain_core.runnables import Runnable, RunnableConfig
+
 from eclectus.adapters.client import SyncSession
 from eclectus.adapters.langchain import _client
 from eclectus.adapters.langchain.compiler.graph import GraphTrace
 from eclectus.adapters.langchain.compiler.symbols import collect_refs, rebuild
 from eclectus.adapters.langchain.pieces import Piece, Ref
-from langchain_core.runnables import Runnable, RunnableConfig
 
 
 @dataclass(slots=True)

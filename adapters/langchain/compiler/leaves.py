@@ -11,6 +11,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from langchain_core.messages import (
+    BaseMessage,
+    convert_to_messages,
+)
+from langchain_core.output_parsers import StrOutputParser
+from langchain_core.prompt_values import PromptValue
+from langchain_core.prompts import ChatPromptTemplate, PromptTemplate
+
 from eclectus.adapters.langchain._client import model_info, model_name_of, ws_url
 from eclectus.adapters.langchain.chat_format import (
     ChatTemplate,
@@ -34,13 +42,6 @@ from eclectus.adapters.langchain.pieces import (
 from eclectus.adapters.langchain.prompts import chat_prompt_messages, string_prompt_pieces
 from eclectus.adapters.langchain.tracing import TRACER
 from eclectus.server.chat_template import ChatTemplateError
-from langchain_core.messages import (
-    BaseMessage,
-    convert_to_messages,
-)
-from langchain_core.output_parsers import StrOutputParser
-from langchain_core.prompt_values import PromptValue
-from langchain_core.prompts import ChatPromptTemplate, PromptTemplate
 
 MODEL_TYPES = (ChatEclectus, EclectusLLM)
 

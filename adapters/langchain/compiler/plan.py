@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from eclectus.adapters.langchain.compiler.registry import lowering_for
 from langchain_core.runnables import Runnable
+
+from eclectus.adapters.langchain.compiler.registry import lowering_for
 
 
 def children(runnable: Any) -> list[tuple[str, Any]]:

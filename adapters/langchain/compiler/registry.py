@@ -14,9 +14,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from langchain_core.runnables import Runnable
+
 from eclectus.adapters.langchain.compiler.context import Lowering
 from eclectus.adapters.langchain.errors import NotLowerable
-from langchain_core.runnables import Runnable
 
 LowerFn = Callable[[Any, Any, Lowering], Awaitable[Any]]
 _REGISTRY: dict[type, LowerFn] = {}

@@ -15,6 +15,10 @@ import threading
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from typing import Any, Literal, TypeVar
 
+from langchain_core.messages import AIMessageChunk
+from langchain_core.runnables import Runnable, RunnableConfig
+from langchain_core.runnables.config import ensure_config
+
 from eclectus.adapters.client import SyncSession
 from eclectus.adapters.langchain import _client
 from eclectus.adapters.langchain.compiler.context import Lowering
@@ -23,9 +27,6 @@ from eclectus.adapters.langchain.compiler.plan import plan_text
 from eclectus.adapters.langchain.compiler.registry import lower
 from eclectus.adapters.langchain.compiler.symbols import ai_message, collect_refs, rebuild
 from eclectus.adapters.langchain.pieces import Ref, SymMessage
-from langchain_core.messages import AIMessageChunk
-from langchain_core.runnables import Runnable, RunnableConfig
-from langchain_core.runnables.config import ensure_config
 
 T = TypeVar("T")
 

@@ -10,9 +10,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from eclectus.adapters.langchain.compiler.context import Lowering
-from eclectus.adapters.langchain.compiler.registry import lower, register
-from eclectus.adapters.langchain.errors import NotLowerable
 from langchain_core.language_models import chat_models
 from langchain_core.runnables import (
     RunnableBinding,
@@ -22,6 +19,10 @@ from langchain_core.runnables import (
 )
 from langchain_core.runnables.base import RunnableEach
 from langchain_core.runnables.passthrough import RunnableAssign, RunnablePick
+
+from eclectus.adapters.langchain.compiler.context import Lowering
+from eclectus.adapters.langchain.compiler.registry import lower, register
+from eclectus.adapters.langchain.errors import NotLowerable
 
 
 @register(RunnableSequence)

@@ -14,11 +14,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from eclectus.adapters.langchain.pieces import Piece, Ref, Symbolic, SymMessage, Value
-from eclectus.adapters.langchain.prompts import PromptMessage
 from langchain_core.messages import AIMessage, BaseMessage, ChatMessage
 from langchain_core.messages.ai import InputTokenDetails, UsageMetadata
 from langchain_core.prompt_values import ChatPromptValue, StringPromptValue
+
+from eclectus.adapters.langchain.pieces import Piece, Ref, Symbolic, SymMessage, Value
+from eclectus.adapters.langchain.prompts import PromptMessage
 
 
 @dataclass(frozen=True, slots=True, eq=False)

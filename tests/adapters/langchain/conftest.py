@@ -11,6 +11,7 @@ import os
 from collections.abc import Iterator
 
 import pytest
+
 from eclectus.server.app import EclectusServer, serve_in_thread
 from eclectus.server.config import ServerConfig
 

@@ -10,13 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from langchain_core.messages import HumanMessage, SystemMessage
+
 from eclectus.adapters.client import connect_sync
 from eclectus.adapters.langchain import ChatEclectus
 from eclectus.server.app import EclectusServer, serve_in_thread
 from eclectus.server.config import ServerConfig
 from eclectus.server.engine.byte_tokenizer import BOS_ID
 from eclectus.server.engine.presets import export_model
-from langchain_core.messages import HumanMessage, SystemMessage
 
 TEMPLATE = (
     "{{ bos_token }}{% for m in messages %}"
@@ -68,8 +69,10 @@ def test_chat_renders_the_served_template(chatml_server: EclectusServer) -> None
         del backend.generate
     (segments,) = seen
     tokenizer = backend.engine.tokenizer
-    dicts = [{"role": "system", "content": "Be brief."},
-             {"role": "user", "content": "What is rain?"}]
+    dicts = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "What is rain?"},
+    ]
     expected = tokenizer.apply_chat_template(dicts)
     assert "".join(segments) == expected
     assert expected.startswith("<s><|im_start|>system\n")

@@ -7,13 +7,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from eclectus.adapters.langchain import ChatEclectus, EclectusLLM, compile
-from eclectus.server.app import EclectusServer
 from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder, PromptTemplate
 from langchain_core.runnables import Runnable, RunnableLambda, RunnablePassthrough, RunnablePick
 from lc_helpers import metric
+
+from eclectus.adapters.langchain import ChatEclectus, EclectusLLM, compile
+from eclectus.server.app import EclectusServer
 
 FRAMES = "eclectus_client_frames_total"
 

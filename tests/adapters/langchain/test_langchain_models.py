@@ -4,14 +4,15 @@ the completion model, and the tracing hook's segments and application tag."""
 from __future__ import annotations
 
 import pytest
-from eclectus.adapters.langchain import ChatEclectus, EclectusLLM, _client
-from eclectus.adapters.langchain.pieces import Value
-from eclectus.adapters.langchain.tracing import TRACER
-from eclectus.server.app import EclectusServer
 from langchain_core.messages import HumanMessage
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate, PromptTemplate
 from lc_helpers import metric
+
+from eclectus.adapters.langchain import ChatEclectus, EclectusLLM, _client
+from eclectus.adapters.langchain.pieces import Value
+from eclectus.adapters.langchain.tracing import TRACER
+from eclectus.server.app import EclectusServer
 
 FRAMES = "eclectus_client_frames_total"
 

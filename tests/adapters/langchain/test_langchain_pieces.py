@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder, PromptTemplate
+
 from eclectus.adapters.langchain import ChatEclectus, EclectusLLM
 from eclectus.adapters.langchain._client import ws_url
 from eclectus.adapters.langchain.chat_format import render_chat, render_messages
@@ -10,9 +14,6 @@ from eclectus.adapters.langchain.errors import NotLowerable
 from eclectus.adapters.langchain.pieces import Ref, Value, concrete_text, normalize
 from eclectus.adapters.langchain.prompts import chat_prompt_messages, string_prompt_pieces
 from eclectus.server.engine.byte_tokenizer import DEFAULT_CHAT_TEMPLATE
-from jinja2.sandbox import ImmutableSandboxedEnvironment
-from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
-from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder, PromptTemplate
 
 
 def test_fstring_pieces_split_at_variables_and_match_format() -> None:

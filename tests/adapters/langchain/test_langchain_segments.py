@@ -11,12 +11,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from eclectus.adapters.langchain import ChatEclectus, EclectusLLM, compile
-from eclectus.server.app import EclectusServer
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder, PromptTemplate
 from langchain_core.runnables import Runnable
+
+from eclectus.adapters.langchain import ChatEclectus, EclectusLLM, compile
+from eclectus.server.app import EclectusServer
 
 Segments = tuple[str, ...]
 

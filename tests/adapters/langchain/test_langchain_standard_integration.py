@@ -6,9 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from eclectus.adapters.langchain import ChatEclectus
 from langchain_core.messages import AIMessage, AIMessageChunk
 from langchain_tests.integration_tests import ChatModelIntegrationTests
+
+from eclectus.adapters.langchain import ChatEclectus
 
 # Long enough to span whole KV blocks, so the second call reads it from the prefix cache.
 SHARED_PREAMBLE = "You are a careful assistant. Answer briefly and plainly. " * 6

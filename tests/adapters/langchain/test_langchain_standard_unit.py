@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from eclectus.adapters.langchain import ChatEclectus, EclectusLLM
 from langchain_core.language_models import BaseChatModel
 from langchain_core.load import dumpd, load
 from langchain_tests.unit_tests import ChatModelUnitTests
+
+from eclectus.adapters.langchain import ChatEclectus, EclectusLLM
 
 
 class TestChatEclectusUnit(ChatModelUnitTests):

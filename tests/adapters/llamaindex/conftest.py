@@ -9,10 +9,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from llamaindex_support import TEST_CONTEXT_WINDOW, TEST_MAX_TOKENS
+
 from eclectus.adapters.llamaindex import Eclectus
 from eclectus.server.app import EclectusServer, serve_in_thread
 from eclectus.server.config import ServerConfig
-from llamaindex_support import TEST_CONTEXT_WINDOW, TEST_MAX_TOKENS
 
 
 @pytest.fixture(scope="session")

@@ -7,14 +7,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from llama_index.core.base.llms.types import ChatMessage, MessageRole
+from llama_index.core.prompts import PromptTemplate
+from llamaindex_support import TEST_CONTEXT_WINDOW, TEST_MAX_TOKENS
+
 from eclectus.adapters.client import session as session_module
 from eclectus.adapters.llamaindex import Eclectus
 from eclectus.adapters.llamaindex.prompts import messages_to_prompt
 from eclectus.server.app import EclectusServer
 from eclectus.server.protocol import Submit, TextSegment, VarSegment
-from llama_index.core.base.llms.types import ChatMessage, MessageRole
-from llama_index.core.prompts import PromptTemplate
-from llamaindex_support import TEST_CONTEXT_WINDOW, TEST_MAX_TOKENS
 
 MESSAGES = [
     ChatMessage(role=MessageRole.SYSTEM, content="You answer briefly."),

@@ -4,6 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from llama_index.core.base.llms.types import ChatMessage, MessageRole
+from llama_index.core.llms.mock import MockLLM
+from llama_index.core.prompts import PromptTemplate
+from llama_index.core.prompts.default_prompt_selectors import (
+    DEFAULT_REFINE_PROMPT_SEL,
+    DEFAULT_TREE_SUMMARIZE_PROMPT_SEL,
+)
+
 from eclectus.adapters.llamaindex.prompts import (
     Slot,
     chat_pieces,
@@ -12,13 +20,6 @@ from eclectus.adapters.llamaindex.prompts import (
     messages_to_prompt,
     template_pieces,
     template_values,
-)
-from llama_index.core.base.llms.types import ChatMessage, MessageRole
-from llama_index.core.llms.mock import MockLLM
-from llama_index.core.prompts import PromptTemplate
-from llama_index.core.prompts.default_prompt_selectors import (
-    DEFAULT_REFINE_PROMPT_SEL,
-    DEFAULT_TREE_SUMMARIZE_PROMPT_SEL,
 )
 
 

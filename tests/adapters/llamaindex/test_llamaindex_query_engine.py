@@ -11,8 +11,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from eclectus.adapters.llamaindex import Eclectus, get_response_synthesizer
-from eclectus.server.app import EclectusServer
 from llama_index.core import (
     Settings,
     SimpleDirectoryReader,
@@ -23,6 +21,9 @@ from llama_index.core.base.response.schema import AsyncStreamingResponse, Stream
 from llama_index.core.embeddings import MockEmbedding
 from llama_index.core.node_parser import SentenceSplitter
 from llamaindex_support import client_frames
+
+from eclectus.adapters.llamaindex import Eclectus, get_response_synthesizer
+from eclectus.server.app import EclectusServer
 
 NOTES = {
     "harbor.txt": "The harbor opens at dawn. Fishing boats leave before the fog lifts. " * 8,
@@ -134,6 +135,7 @@ def test_long_document_packs_in_the_servers_tokens(
     model's own tokens, so no leaf overflows the server's window (tiktoken's counts would:
     tiny's tokenizer makes one token per byte)."""
     import llama_index.core
+
     from eclectus.recipes.text import load_sample
 
     # Settings.tokenizer sets a module global: put it back for the tests that follow

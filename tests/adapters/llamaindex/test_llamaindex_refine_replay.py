@@ -7,6 +7,7 @@ from collections import deque
 from collections.abc import Iterator
 
 import pytest
+
 from eclectus.adapters.llamaindex import Eclectus, EclectusRefine
 from eclectus.adapters.llamaindex.refine import ChainState, Step
 from eclectus.server.app import EclectusServer

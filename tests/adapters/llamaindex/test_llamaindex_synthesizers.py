@@ -12,14 +12,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from eclectus.adapters.llamaindex import (
-    Eclectus,
-    EclectusCompactAndRefine,
-    EclectusRefine,
-    EclectusTreeSummarize,
-    get_response_synthesizer,
-)
-from eclectus.server.app import EclectusServer
 from llama_index.core.indices.prompt_helper import PromptHelper
 from llama_index.core.llms.mock import MockLLM
 from llama_index.core.response_synthesizers import (
@@ -29,6 +21,15 @@ from llama_index.core.response_synthesizers import (
     TreeSummarize,
 )
 from llamaindex_support import client_frames, metric
+
+from eclectus.adapters.llamaindex import (
+    Eclectus,
+    EclectusCompactAndRefine,
+    EclectusRefine,
+    EclectusTreeSummarize,
+    get_response_synthesizer,
+)
+from eclectus.server.app import EclectusServer
 
 WORDS = "river stone cloud ember lantern orchard meadow signal harbor quartz willow canyon"
 CHUNKS = [
