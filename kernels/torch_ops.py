@@ -219,6 +219,14 @@ def prefill_torch(
             o = F.scaled_dot_product_attention(
                 qi, k, v, is_causal=True, scale=scale, enable_gqa=True
             )
+        elif 2 * nq > n:  # short cached context: pad the queries to a plain causal square
+            # SDPA's is_causal is top-left aligned and skips the masked half (~n^2 / 2 work);
+            # an explicit mask costs nq * n. Dummy rows in front of ours (each row is
+            # computed on its own) line our queries up at positions n - nq ... n - 1.
+            pad = qi.new_zeros(1, qi.shape[1], n - nq, head_dim)
+            o = F.scaled_dot_product_attention(
+                torch.cat([pad, qi], dim=2), k, v, is_causal=True, scale=scale, enable_gqa=True
+            )[:, :, n - nq :]
         else:  # query j sits at n - nq + j: a bottom-right aligned causal mask
             keep = (
                 torch.arange(n, device=q.device)[None, :]

@@ -119,9 +119,14 @@ def test_merge_handles_empty_sides_and_huge_lse() -> None:
     torch.testing.assert_close(lse, lse_ref)
 
 
-@pytest.mark.parametrize(("query_lens", "num_q_heads"), [([5, 1, 0, 9], 4), ([11, 2, 7, 3], 2)])
+@pytest.mark.parametrize(
+    ("query_lens", "num_q_heads"),
+    [([5, 1, 0, 9], 4), ([11, 2, 7, 3], 2), ([6, 1, 4, 9], 4), ([6, 7, 4, 10], 2)],
+)
 def test_prefill_matches_reference(query_lens: list[int], num_q_heads: int) -> None:
-    """Chunked prefill over cached blocks, a one-token chunk, an empty chunk, a full prompt."""
+    """Chunked prefill over cached blocks, a one-token chunk, an empty chunk, a full prompt;
+    chunks longer than their cached context (2 * query_len > seq_len: the padded causal
+    path) and shorter ones (the explicit-mask path)."""
     batch = make_batch(
         [("a",), ("a",), ("b",), ()],
         {"a": 6, "b": 3},
