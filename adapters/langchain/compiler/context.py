@@ -4,6 +4,7 @@ things lowerings need from it: declare server work, resolve values, and cut."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -29,6 +30,7 @@ class Lowering:
     trace: GraphTrace = field(default_factory=GraphTrace)
     timeout: float | None = None  # seconds to wait for values (the model's ``timeout``)
     objective: _client.Objective = field(default_factory=_client.Objective)  # the model's
+    cuts: asyncio.Semaphore | None = None  # shared by a run's contexts (see cut_gate)
 
     def declare_call(
         self, pieces: Sequence[Piece], sampling: dict[str, Any], model: str | None, label: str
@@ -62,6 +64,14 @@ class Lowering:
         (it travels back to the server as constant text wherever it is used)."""
         self.trace.cut(runnable.get_name(), reason)
         concrete = await self.resolve(value)
-        if self.mode == "async":
-            return await runnable.ainvoke(concrete, self.config)
-        return await asyncio.to_thread(runnable.invoke, concrete, self.config)
+        async with self.cuts or contextlib.nullcontext():
+            if self.mode == "async":
+                return await runnable.ainvoke(concrete, self.config)
+            return await asyncio.to_thread(runnable.invoke, concrete, self.config)
+
+
+def cut_gate(config: RunnableConfig) -> asyncio.Semaphore | None:
+    """The gate that keeps a run's client cuts within the config's ``max_concurrency``, as
+    LangChain's own batch would (None: no limit beyond the default thread pool's)."""
+    limit = config.get("max_concurrency")
+    return asyncio.Semaphore(limit) if limit else None

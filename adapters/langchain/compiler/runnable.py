@@ -21,7 +21,7 @@ from langchain_core.runnables.config import ensure_config
 
 from eclectus.adapters.client import SyncSession
 from eclectus.adapters.langchain import _client
-from eclectus.adapters.langchain.compiler.context import Lowering
+from eclectus.adapters.langchain.compiler.context import Lowering, cut_gate
 from eclectus.adapters.langchain.compiler.graph import GraphTrace
 from eclectus.adapters.langchain.compiler.plan import plan_text
 from eclectus.adapters.langchain.compiler.registry import lower
@@ -158,11 +158,13 @@ class CompiledRunnable(Runnable[Any, Any]):
         mode: Literal["sync", "async"],
         config: RunnableConfig,
         trace: GraphTrace | None = None,
+        cuts: asyncio.Semaphore | None = None,
     ) -> Lowering:
         trace = trace or GraphTrace()
         timeout = self.model.request_timeout
         objective = _client.Objective(self.model.criteria, self.model.deadline_ms)
-        return Lowering(self._session(), self.server, mode, config, trace, timeout, objective)
+        cuts = cuts or cut_gate(config)
+        return Lowering(self._session(), self.server, mode, config, trace, timeout, objective, cuts)
 
     async def _run(
         self,
@@ -171,8 +173,8 @@ class CompiledRunnable(Runnable[Any, Any]):
         mode: Literal["sync", "async"],
         return_exceptions: bool,
     ) -> list[Any]:
-        trace = GraphTrace()
-        contexts = [self._context(mode, config, trace) for config in configs]
+        trace, cuts = GraphTrace(), cut_gate(configs[0])
+        contexts = [self._context(mode, config, trace, cuts) for config in configs]
         outputs = await asyncio.gather(
             *(lower(self.runnable, item, ctx) for item, ctx in zip(inputs, contexts, strict=True)),
             return_exceptions=return_exceptions,

@@ -4,6 +4,8 @@ outputs; a compiled run sends one frame whatever the fan-out; cuts run on the cl
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -295,6 +297,33 @@ def test_batch_with_cuts_and_a_failing_input(chat: ChatEclectus) -> None:
     mixed = compile(chain).batch([{"doc": "one"}, {"nodoc": 1}], return_exceptions=True)
     assert mixed[0] == chain.invoke({"doc": "one"})
     assert isinstance(mixed[1], KeyError)
+
+
+@pytest.mark.parametrize("limit", [1, 2])
+def test_batch_cuts_keep_to_max_concurrency(chat: ChatEclectus, limit: int) -> None:
+    """A sync batch's client cuts run at most ``max_concurrency`` at a time, as LangChain's
+    own batch would run them."""
+    lock, running, peak = threading.Lock(), [0], [0]
+
+    def slow(text: str) -> dict[str, str]:
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        time.sleep(0.05)
+        with lock:
+            running[0] -= 1
+        return {"q": text}
+
+    chain = (
+        summarize_chain(chat)
+        | RunnableLambda(slow)
+        | PromptTemplate.from_template("Again: {q}")
+        | chat
+        | StrOutputParser()
+    )
+    inputs = [{"doc": str(i)} for i in range(5)]
+    outputs = compile(chain).batch(inputs, {"max_concurrency": limit})
+    assert len(outputs) == len(inputs) and peak[0] == limit
 
 
 def test_branches_and_fallbacks_are_cuts(chat: ChatEclectus) -> None:
