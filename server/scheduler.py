@@ -241,7 +241,12 @@ class Scheduler:
                 for var_id in node.inputs:
                     producer = graph.producer(var_id)
                     upstream = producer.arrival if producer is not None else None
-                    if upstream is not None and upstream < (node.arrival or now):
+                    # set above for every node (never ``node.arrival or now``: 0.0 is falsy)
+                    if (
+                        upstream is not None
+                        and node.arrival is not None
+                        and upstream < node.arrival
+                    ):
                         node.arrival = upstream
                         changed = True
 

@@ -56,6 +56,27 @@ async def test_a_new_graph_in_a_long_lived_session_ranks_by_its_own_arrival() ->
     assert order(sched) == ["block", "n1", "l1"]
 
 
+async def test_a_clock_reading_zero_is_an_arrival_like_any_other() -> None:
+    """A graph that arrived at clock 0.0 and is got again later keeps 0.0 as its arrival
+    (0.0 is falsy: treating it as "no arrival" once made activation loop forever)."""
+    engine, clock = ScriptedEngine(hold=True), FakeClock()
+    clock.now = 0.0
+    sched = await blocked(engine, clock, aging_rate=0.0)
+    app = sched.open_app("zero")
+    submit(
+        sched,
+        app,
+        calls=[call("z0", "a"), call("z1", "b", "a")],
+        gets=[{"var": "b", "criteria": "throughput"}],
+    )
+    clock.now = 1.0
+    submit(sched, app, gets=[{"var": "b", "criteria": "throughput"}])
+    assert [app.graph.producer(v).arrival for v in ("a", "b")] == [0.0, 0.0]
+    engine.release()
+    await drain(sched)
+    assert order(sched) == ["block", "z0", "z1"]
+
+
 async def test_aging_lets_a_long_waiting_call_overtake() -> None:
     """A newer graph's call that has waited long enough outranks an older graph's call that
     has just become ready."""
