@@ -56,12 +56,14 @@ class PinTable:
         keys = leading_keys(node.segments)
         if not keys:
             return 0, []
-        bucket = self._bucket(graph, keys[0])
-        bucket.pop(node.node_id, None)
         pin = self.pins.get(keys[0])
-        if pin is not None:
+        if pin is not None:  # a sharer of a live pin: only that pin can empty now
             pin.waiting.discard(node.node_id)
-            return 0, self._release_empty()
+            if pin.waiting:
+                return 0, []
+            del self.pins[keys[0]]
+            return 0, [pin.request_id]
+        bucket = self._bucket(graph, keys[0])  # prunes ``node`` too: it is running
         sharers: dict[str, int] = {}
         for other in bucket.values():
             if other.state in (NodeState.WAITING, NodeState.QUEUED):
