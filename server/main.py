@@ -8,6 +8,7 @@ import contextlib
 import logging
 import signal
 import sys
+from dataclasses import fields
 
 from eclectus.server.config import ServerConfig
 
@@ -60,22 +61,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
-    """The ServerConfig the flags describe (pure apart from reading ECLECTUS_TOKEN)."""
-    return ServerConfig(
-        host=args.host,
-        port=args.port,
-        model=args.model,
-        token=args.token or ServerConfig.token_from_env(),
-        max_frame_bytes=args.max_frame_bytes,
-        max_prompt_tokens=args.max_prompt_tokens,
-        max_vars_per_session=args.max_vars_per_session,
-        max_calls_per_session=args.max_calls_per_session,
-        max_sessions=args.max_sessions,
-        max_inflight=args.max_inflight,
-        max_background_inflight=args.max_background_inflight,
-        aging_rate=args.aging_rate,
-        openai_port=args.openai_port,
-    )
+    """The ServerConfig the flags describe: each flag whose dest names a field (pure apart
+    from reading ECLECTUS_TOKEN)."""
+    given = {f.name: getattr(args, f.name) for f in fields(ServerConfig) if hasattr(args, f.name)}
+    given["token"] = args.token or ServerConfig.token_from_env()
+    return ServerConfig(**given)
 
 
 async def serve_forever(config: ServerConfig) -> None:

@@ -3,6 +3,7 @@ and exits cleanly on SIGTERM."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import signal
@@ -12,6 +13,9 @@ import urllib.request
 
 import pytest
 from websockets.sync.client import connect
+
+from eclectus.server.config import ServerConfig
+from eclectus.server.main import add_arguments, config_from_args
 
 pytestmark = pytest.mark.slow
 
@@ -44,3 +48,31 @@ def test_serve_subcommand_end_to_end() -> None:
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
+
+
+def test_every_serve_flag_reaches_the_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    """config_from_args copies each flag by name: a non-default value for every flag lands
+    in its ServerConfig field; --token falls back to ECLECTUS_TOKEN."""
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    flags = {
+        "host": "0.0.0.0",
+        "port": 0,
+        "model": "other",
+        "max_frame_bytes": 100,
+        "max_prompt_tokens": 11,
+        "max_vars_per_session": 12,
+        "max_calls_per_session": 13,
+        "max_sessions": 7,
+        "max_inflight": 3,
+        "max_background_inflight": 2,
+        "aging_rate": 0.5,
+        "openai_port": 9,
+    }
+    argv = [str(part) for k, v in flags.items() for part in (f"--{k.replace('_', '-')}", v)]
+    config = config_from_args(parser.parse_args([*argv, "--token", "t"]))
+    assert {k: getattr(config, k) for k in flags} == flags
+    assert config.token == "t"
+    assert config.close_timeout_s == ServerConfig().close_timeout_s
+    monkeypatch.setenv("ECLECTUS_TOKEN", "from-env")
+    assert config_from_args(parser.parse_args(argv)).token == "from-env"
