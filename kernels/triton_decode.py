@@ -47,6 +47,60 @@ def attn_dot(a, b, FP32_DOT: tl.constexpr, PRECISION: tl.constexpr):
 
 
 @triton.jit
+def attend_kv_tile(
+    q,
+    m_i,
+    l_i,
+    acc,
+    K,
+    V,
+    table,
+    offs_n,
+    n_ok,
+    visible,
+    offs_d,
+    kv_head,
+    block_size,
+    stride_kb,
+    stride_ks,
+    stride_kh,
+    stride_vb,
+    stride_vs,
+    stride_vh,
+    scale_log2,
+    FP32_DOT: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    """One online-softmax step (log2 domain) of q over the paged K/V tokens ``offs_n``
+    (``n_ok``: inside the range; ``visible`` [M, N]: the scores kept). Returns the new
+    (m_i, l_i, acc). Shared by the decode-item and the prefill kernels."""
+    blocks = tl.load(table + offs_n // block_size, mask=n_ok, other=0).to(tl.int64)
+    slots = offs_n % block_size
+    k = tl.load(
+        K
+        + (blocks * stride_kb + slots * stride_ks + kv_head * stride_kh)[:, None]
+        + offs_d[None, :],
+        mask=n_ok[:, None],
+        other=0.0,
+    )
+    s = attn_dot(q, tl.trans(k), FP32_DOT, PRECISION) * scale_log2
+    s = tl.where(visible, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    p = tl.exp2(s - m_new[:, None])
+    alpha = tl.exp2(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    v = tl.load(
+        V
+        + (blocks * stride_vb + slots * stride_vs + kv_head * stride_vh)[:, None]
+        + offs_d[None, :],
+        mask=n_ok[:, None],
+        other=0.0,
+    )
+    acc = acc * alpha[:, None] + attn_dot(p.to(v.dtype), v, FP32_DOT, PRECISION)
+    return m_new, l_i, acc
+
+
+@triton.jit
 def _paged_items_kernel(
     Q,
     K,
@@ -115,30 +169,30 @@ def _paged_items_kernel(
     for n0 in range(start, end, BLOCK_N):  # every tile holds >= 1 valid key: m_i turns finite
         offs_n = n0 + tl.arange(0, BLOCK_N)
         n_ok = offs_n < end
-        blocks = tl.load(table + offs_n // block_size, mask=n_ok, other=0).to(tl.int64)
-        slots = offs_n % block_size
-        k = tl.load(
-            K
-            + (blocks * stride_kb + slots * stride_ks + kv_head * stride_kh)[:, None]
-            + offs_d[None, :],
-            mask=n_ok[:, None],
-            other=0.0,
+        m_i, l_i, acc = attend_kv_tile(
+            q,
+            m_i,
+            l_i,
+            acc,
+            K,
+            V,
+            table,
+            offs_n,
+            n_ok,
+            n_ok[None, :],
+            offs_d,
+            kv_head,
+            block_size,
+            stride_kb,
+            stride_ks,
+            stride_kh,
+            stride_vb,
+            stride_vs,
+            stride_vh,
+            scale_log2,
+            FP32_DOT,
+            PRECISION,
         )
-        s = attn_dot(q, tl.trans(k), FP32_DOT, PRECISION) * scale_log2
-        s = tl.where(n_ok[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        p = tl.exp2(s - m_new[:, None])
-        alpha = tl.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(
-            V
-            + (blocks * stride_vb + slots * stride_vs + kv_head * stride_vh)[:, None]
-            + offs_d[None, :],
-            mask=n_ok[:, None],
-            other=0.0,
-        )
-        acc = acc * alpha[:, None] + attn_dot(p.to(v.dtype), v, FP32_DOT, PRECISION)
-        m_i = m_new
 
     nonempty = l_i > 0.0
     l_safe = tl.where(nonempty, l_i, 1.0)

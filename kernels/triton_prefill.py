@@ -15,7 +15,7 @@ import triton.language as tl
 from torch import Tensor
 
 from eclectus.kernels.plans import PrefillPlan
-from eclectus.kernels.triton_decode import LOG2E, attn_dot, dot_flags, kv_tile_len
+from eclectus.kernels.triton_decode import LOG2E, attend_kv_tile, dot_flags, kv_tile_len
 
 
 @triton.jit
@@ -77,31 +77,31 @@ def _prefill_kernel(
     for n0 in range(0, kv_end, BLOCK_N):  # position 0 is visible to all: m_i turns finite
         offs_n = n0 + tl.arange(0, BLOCK_N)
         n_ok = offs_n < kv_end
-        blocks = tl.load(table + offs_n // block_size, mask=n_ok, other=0).to(tl.int64)
-        slots = offs_n % block_size
-        k = tl.load(
-            K
-            + (blocks * stride_kb + slots * stride_ks + kv_head * stride_kh)[:, None]
-            + offs_d[None, :],
-            mask=n_ok[:, None],
-            other=0.0,
-        )
-        s = attn_dot(q, tl.trans(k), FP32_DOT, PRECISION) * scale_log2
         visible = n_ok[None, :] & (offs_n[None, :] <= positions[:, None])
-        s = tl.where(visible, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        p = tl.exp2(s - m_new[:, None])
-        alpha = tl.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(
-            V
-            + (blocks * stride_vb + slots * stride_vs + kv_head * stride_vh)[:, None]
-            + offs_d[None, :],
-            mask=n_ok[:, None],
-            other=0.0,
+        m_i, l_i, acc = attend_kv_tile(
+            q,
+            m_i,
+            l_i,
+            acc,
+            K,
+            V,
+            table,
+            offs_n,
+            n_ok,
+            visible,
+            offs_d,
+            kv_head,
+            block_size,
+            stride_kb,
+            stride_ks,
+            stride_kh,
+            stride_vb,
+            stride_vs,
+            stride_vh,
+            scale_log2,
+            FP32_DOT,
+            PRECISION,
         )
-        acc = acc * alpha[:, None] + attn_dot(p.to(v.dtype), v, FP32_DOT, PRECISION)
-        m_i = m_new
 
     o = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
     tl.store(
