@@ -159,9 +159,9 @@ class EclectusParams(BaseModel):
         """The model a call runs on: a call-time ``model`` overrides the field. Pure."""
         return call_kwargs.get("model") or self.model_name
 
-    def ls_params(self, call_kwargs: dict[str, Any]) -> dict[str, Any]:
+    def ls_params(self, stop: list[str] | None, call_kwargs: dict[str, Any]) -> dict[str, Any]:
         """LangSmith's standard parameters for ``_get_ls_params``. Pure."""
-        stop = call_kwargs.get("stop") or self.stop
+        stop = stop or call_kwargs.get("stop") or self.stop
         params: dict[str, Any] = {
             "ls_provider": "eclectus",
             "ls_model_name": self.model_for(call_kwargs) or "default",
@@ -174,7 +174,8 @@ class EclectusParams(BaseModel):
             params["ls_stop"] = [stop] if isinstance(stop, str) else list(stop)
         return params
 
-    def identifying(self) -> dict[str, Any]:
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
         """The parameters that tell two configurations apart (for caching keys). Pure."""
         return {
             "model_name": self.model_name,

@@ -88,12 +88,8 @@ class ChatEclectus(EclectusParams, BaseChatModel):
     def _llm_type(self) -> str:
         return "eclectus-chat"
 
-    @property
-    def _identifying_params(self) -> dict[str, Any]:
-        return self.identifying()
-
     def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
-        params = self.ls_params({**kwargs, **({"stop": stop} if stop else {})})
+        params = self.ls_params(stop, kwargs)
         return LangSmithParams(ls_model_type="chat", **params)  # type: ignore[typeddict-item]
 
     # -- building one request --------------------------------------------------------------

@@ -65,12 +65,8 @@ class EclectusLLM(EclectusParams, BaseLLM):
     def _llm_type(self) -> str:
         return "eclectus"
 
-    @property
-    def _identifying_params(self) -> dict[str, Any]:
-        return self.identifying()
-
     def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
-        params = self.ls_params({**kwargs, **({"stop": stop} if stop else {})})
+        params = self.ls_params(stop, kwargs)
         return LangSmithParams(ls_model_type="llm", **params)  # type: ignore[typeddict-item]
 
     @staticmethod
