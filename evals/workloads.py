@@ -152,68 +152,60 @@ def full_workloads() -> dict[str, Workload]:
 
 
 def quick_workloads() -> dict[str, Workload]:
-    """Sizes for ``--quick``: the same shapes, a few hundred tokens, two sweep points."""
+    """Sizes for ``--quick``: the full workloads' shapes, a few hundred tokens, two sweep points."""
+    full = full_workloads()
+
+    def shrink(name: str, sweep: Sweep, **sizes: Any) -> Workload:
+        w = full[name]
+        return dataclasses.replace(w, base=dataclasses.replace(w.base, **sizes), sweeps=(sweep,))
+
     return {
-        w.name: w
-        for w in (
-            Workload(
-                "chain-summary",
-                "chain-summary",
-                ChainSummaryParams(chunk_tokens=256, num_chunks=3, summary_tokens=16),
-                (Sweep("summary_tokens", (8, 16)),),
-            ),
-            Workload(
-                "map-reduce",
-                "map-reduce",
-                MapReduceParams(
-                    chunk_tokens=256, num_chunks=4, map_tokens=16, reduce_tokens=16, width=4
-                ),
-                (Sweep("map_tokens", (8, 16)),),
-            ),
-            Workload(
-                "multi-agent",
-                "multi-agent",
-                MultiAgentParams(
-                    files=2,
-                    rounds=1,
-                    requirements_tokens=256,
-                    design_tokens=16,
-                    list_tokens=16,
-                    code_tokens=16,
-                    review_tokens=8,
-                    width=4,
-                ),
-                (Sweep("files", (2, 4)),),
-            ),
-            Workload(
-                "shared-prompt",
-                "shared-prompt",
-                SharedPromptParams(
-                    users=4,
-                    requests=4,
-                    rate=8.0,
-                    system_tokens=512,
-                    answer_tokens=8,
-                    background=None,
-                ),
-                (Sweep("rate", (4.0, 16.0)),),
-                metric=CHAT_LATENCY,
-            ),
-            Workload(
-                "mixed",
-                "shared-prompt",
-                SharedPromptParams(
-                    users=4,
-                    requests=4,
-                    rate=8.0,
-                    system_tokens=256,
-                    answer_tokens=8,
-                    background=_bg(256, 3, 8),
-                ),
-                (Sweep("rate", (4.0, 16.0)),),
-                metric=CHAT_LATENCY,
-            ),
-        )
+        "chain-summary": shrink(
+            "chain-summary",
+            Sweep("summary_tokens", (8, 16)),
+            chunk_tokens=256,
+            num_chunks=3,
+            summary_tokens=16,
+        ),
+        "map-reduce": shrink(
+            "map-reduce",
+            Sweep("map_tokens", (8, 16)),
+            chunk_tokens=256,
+            num_chunks=4,
+            map_tokens=16,
+            reduce_tokens=16,
+            width=4,
+        ),
+        "multi-agent": shrink(
+            "multi-agent",
+            Sweep("files", (2, 4)),
+            files=2,
+            requirements_tokens=256,
+            design_tokens=16,
+            list_tokens=16,
+            code_tokens=16,
+            review_tokens=8,
+            width=4,
+        ),
+        "shared-prompt": shrink(
+            "shared-prompt",
+            Sweep("rate", (4.0, 16.0)),
+            users=4,
+            requests=4,
+            rate=8.0,
+            system_tokens=512,
+            answer_tokens=8,
+        ),
+        "mixed": shrink(
+            "mixed",
+            Sweep("rate", (4.0, 16.0)),
+            users=4,
+            requests=4,
+            rate=8.0,
+            system_tokens=256,
+            answer_tokens=8,
+            background=_bg(256, 3, 8),
+        ),
     }
 
 
@@ -225,7 +217,6 @@ def workload(name: str, quick: bool, overrides: dict[str, str], sweeps: dict[str
     if name not in table:
         raise ValueError(f"unknown workload {name!r}; choose from {', '.join(table)}")
     chosen = table[name]
-    description = full_workloads()[name].description
     base = chosen.base
     for path, text in overrides.items():
         base = replace_path(base, path, parse_value(text, get_path(base, path)))
@@ -235,4 +226,4 @@ def workload(name: str, quick: bool, overrides: dict[str, str], sweeps: dict[str
             Sweep(path, tuple(parse_value(v, get_path(base, path)) for v in text.split(",")))
             for path, text in sweeps.items()
         )
-    return dataclasses.replace(chosen, base=base, sweeps=swept, description=description)
+    return dataclasses.replace(chosen, base=base, sweeps=swept)
