@@ -24,7 +24,12 @@ class Embedded:
     """A running embedded server's addresses."""
 
     server: EclectusServer
-    openai_url: str
+
+    @property
+    def openai_url(self) -> str:
+        url = self.server.openai_url
+        assert url is not None  # embedded_server always starts the OpenAI listener
+        return url
 
     @property
     def metrics_url(self) -> str:
@@ -47,5 +52,4 @@ def embedded_server(model: str = "tiny") -> Iterator[Embedded]:
     """Start the server (both listeners) for ``model``; stop it on exit."""
     config = ServerConfig(port=0, model=model, openai_port=0, max_frame_bytes=MAX_BODY_BYTES)
     with serve_in_thread(config) as server:
-        assert server.openai_url is not None
-        yield Embedded(server, server.openai_url)
+        yield Embedded(server)
