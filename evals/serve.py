@@ -78,8 +78,8 @@ async def serve(args: argparse.Namespace) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             asyncio.get_running_loop().add_signal_handler(sig, stop.set)
-    openai_port = server.openai_url.rsplit(":", 1)[1].split("/")[0]  # type: ignore[union-attr]
-    print(f"READY {server.port} {openai_port}", flush=True)
+    assert server.openai_server is not None  # config.openai_port is always set here
+    print(f"READY {server.port} {server.openai_server.port}", flush=True)
     try:
         await stop.wait()
     finally:
