@@ -3,6 +3,8 @@
 eclectus serve --host 127.0.0.1 --port 8765 --model tiny   (server/main.py)
 eclectus model export tiny DIR                              (server/engine/presets.py)
 eclectus demo                                               (server/demo.py)
+eclectus run map-reduce                                     (recipes/cli.py)
+eclectus eval map-reduce --quick                            (evals/cli.py)
 """
 
 from __future__ import annotations
