@@ -130,7 +130,7 @@ class Outbox:
     async def send_text(self, text: str) -> None:
         """Sends encoded text; a closed socket fails everything waiting with
         ConnectionError and raises it (mutates: counts the frame)."""
-        self._raise_if_closed()
+        self._router.raise_if_closed()
         try:
             await self._ws.send(text)
             self.num_frames_sent += 1
@@ -138,8 +138,3 @@ class Outbox:
             error = ConnectionError(f"connection to {self._url} lost: {exc}")
             self._router.fail_all(error)
             raise error from exc
-
-    def _raise_if_closed(self) -> None:
-        closed = self._router.closed
-        if closed is not None:
-            raise ConnectionError(str(closed)) from closed

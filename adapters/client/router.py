@@ -31,7 +31,12 @@ import logging
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
-from eclectus.adapters.client.errors import EclectusClientError, ServerError, VariableFailed
+from eclectus.adapters.client.errors import (
+    ConnectionError,
+    EclectusClientError,
+    ServerError,
+    VariableFailed,
+)
 from eclectus.adapters.client.variables import SemanticVariable
 from eclectus.server.protocol import Ack, Delta, Error, ServerFrame, Tokens, Value, Welcome
 
@@ -157,6 +162,11 @@ class Router:
                 self._reply(frame.id, frame)
         elif isinstance(frame, Welcome):
             log.warning("ignoring a second welcome frame")
+
+    def raise_if_closed(self) -> None:
+        """ConnectionError (from the reason) once :meth:`fail_all` ran (pure)."""
+        if self.closed is not None:
+            raise ConnectionError(str(self.closed)) from self.closed
 
     def fail_all(self, error: EclectusClientError) -> None:
         """Fails everything still waiting and refuses new work (mutates; idempotent)."""

@@ -186,7 +186,7 @@ class Session(Declarations):
     async def _get_here(
         self, vars: list[SemanticVariable], criteria: Criteria, deadline_ms: float | None
     ) -> list[str]:
-        self._raise_if_closed()
+        self._router.raise_if_closed()
         results: list[str | asyncio.Future[str]] = []
         gets: list[GetSpec] = []
         for var in vars:
@@ -207,7 +207,7 @@ class Session(Declarations):
         return [r if isinstance(r, str) else await asyncio.shield(r) for r in results]
 
     async def _stream_here(self, var: SemanticVariable, criteria: Criteria) -> AsyncIterator[str]:
-        self._raise_if_closed()
+        self._router.raise_if_closed()
         self.check_owned(var)
         if var.state is VarState.FAILED:
             assert var.error is not None
@@ -270,11 +270,6 @@ class Session(Declarations):
 
     def _closed_reason(self) -> BaseException | None:
         return self._router.closed
-
-    def _raise_if_closed(self) -> None:
-        closed = self._router.closed
-        if closed is not None:
-            raise ConnectionError(str(closed)) from closed
 
     async def _receive(self) -> None:
         """The receiver task: routes every server frame until the socket ends, then fails
