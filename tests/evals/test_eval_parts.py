@@ -8,7 +8,13 @@ from eclectus.evals.critical_path import critical_chain, stand_in
 from eclectus.evals.fresh import fresh_text
 from eclectus.evals.harness import BoundRecord, RunRecord
 from eclectus.evals.summary import summarize
-from eclectus.evals.workloads import full_workloads, parse_value, replace_path, workload
+from eclectus.evals.workloads import (
+    full_workloads,
+    parse_value,
+    quick_workloads,
+    replace_path,
+    workload,
+)
 from eclectus.recipes import (
     ChainSummaryParams,
     MapReduceParams,
@@ -46,6 +52,21 @@ def test_workload_overrides_and_sweeps() -> None:
     assert chosen.base.background.num_chunks == 2 and chosen.base.requests == 3
     assert chosen.sweeps[0].field == "rate" and chosen.sweeps[0].values == (1.0, 2.5)
     assert chosen.description == full_workloads()["mixed"].description
+
+
+def test_quick_workloads_are_the_full_ones_smaller() -> None:
+    """--quick keeps each workload's recipe, metric and description; only sizes shrink."""
+    full, quick = full_workloads(), quick_workloads()
+    assert list(quick) == list(full)
+    for name, small in quick.items():
+        big = full[name]
+        assert (small.recipe, small.metric, small.description) == (
+            big.recipe,
+            big.metric,
+            big.description,
+        )
+        assert small.base != big.base and len(small.sweeps) == 1
+        assert len(small.sweeps[0].values) == 2
 
 
 def test_workload_rejects_unknown_names() -> None:
