@@ -25,7 +25,7 @@ from typing import IO
 
 from eclectus.evals.budget import Budget
 from eclectus.evals.serve import budget_args
-from eclectus.server.metrics import parse_prometheus
+from eclectus.recipes.observe import scrape
 
 HOST = "127.0.0.1"
 
@@ -138,7 +138,7 @@ class ServerProcess:
 
     def counters(self) -> dict[str, float]:
         """The server's Prometheus page, parsed (blocking I/O)."""
-        return parse_prometheus(http_get(self.metrics_url))
+        return scrape(self.metrics_url)
 
     def token_counts(self, counters: dict[str, float]) -> tuple[float, float]:
         """(prompt tokens, prefix-cache hit tokens) from ``counters`` (pure)."""
