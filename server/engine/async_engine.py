@@ -160,8 +160,9 @@ class AsyncEngine:
             for command in commands:
                 self._apply(command)
             if self.engine.has_unfinished:
-                self._step()
-            self._stats = self.engine.stats()
+                self._step()  # refreshes the stats itself, before delivering
+            else:
+                self._stats = self.engine.stats()
 
     def _apply(self, command: _Command) -> None:
         if command.kind == "add":
@@ -192,7 +193,7 @@ class AsyncEngine:
             for request_id in request_ids:
                 self.engine.abort(request_id)
                 self._fail(request_id, f"engine error: {exc}")
-            return
+            outputs = []
         # counters first: whoever reads stats() after seeing an output must see its tokens
         self._stats = self.engine.stats()
         for output in outputs:
