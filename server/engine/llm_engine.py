@@ -170,7 +170,7 @@ class LLMEngine:
             raise ValueError(f"no running request {parent_id!r} to fork")
         child = self._new_sequence(
             request_id,
-            list(parent.token_ids),
+            parent.token_ids,  # copied by _new_sequence
             sampling,
             priority=parent.priority,
             tenant=parent.tenant,
