@@ -10,7 +10,8 @@ prefix sharing.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+import contextlib
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
@@ -110,7 +111,7 @@ class ChatEclectus(EclectusParams, BaseChatModel):
         stop: list[str] | None,
         kwargs: dict[str, Any],
         core: ModelCore,
-    ) -> tuple[list[Piece], dict[str, Any], str | None]:
+    ) -> Request:
         """Pieces (in the chat template ``core``'s server announces: connects on first
         use), sampling payload and model of one call."""
         model = self.model_for(kwargs)
@@ -194,7 +195,10 @@ class ChatEclectus(EclectusParams, BaseChatModel):
         """Like BaseChatModel.batch, but every prompt reaches the server in one frame."""
         core = ModelCore(self, _batch_app(config))
         requests = self._batch_requests(inputs, kwargs, core)
-        results = self._prefetch(requests, core.run) if requests else {}
+        results: dict[PrefetchKey, list[Generated]] = {}
+        if requests:
+            with contextlib.suppress(Exception):  # each input then runs (and fails) on its own
+                results = _table(requests, core.run(*_group(requests)))
         token = set_prefetched(results)
         try:
             return super().batch(inputs, config, return_exceptions=return_exceptions, **kwargs)
@@ -214,11 +218,8 @@ class ChatEclectus(EclectusParams, BaseChatModel):
         requests = self._batch_requests(inputs, kwargs, core)
         results: dict[PrefetchKey, list[Generated]] = {}
         if requests:
-            try:
-                generated = await core.arun([(p, s) for p, s, _ in requests], requests[0][2])
-                results = _table(requests, generated)
-            except Exception:  # each input then runs (and fails) on its own
-                results = {}
+            with contextlib.suppress(Exception):  # each input then runs (and fails) on its own
+                results = _table(requests, await core.arun(*_group(requests)))
         token = set_prefetched(results)
         try:
             return await super().abatch(
@@ -240,22 +241,10 @@ class ChatEclectus(EclectusParams, BaseChatModel):
         try:
             for item in inputs:
                 messages = self._convert_input(item).to_messages()
-                pieces, sampling, model = self._request(
-                    messages, kwargs.get("stop"), call_kwargs, core
-                )
-                requests.append((pieces, sampling, model))
-        except Exception:  # as in _prefetch: LangChain's per-input path reports it
+                requests.append(self._request(messages, kwargs.get("stop"), call_kwargs, core))
+        except Exception:  # as in batch: LangChain's per-input path reports it
             return []
         return requests
-
-    def _prefetch(
-        self, requests: list[Request], run: Callable[..., list[Generated]]
-    ) -> dict[PrefetchKey, list[Generated]]:
-        try:
-            generated = run([(p, s) for p, s, _ in requests], requests[0][2])
-        except Exception:  # each input then runs (and fails) on its own, as LangChain's would
-            return {}
-        return _table(requests, generated)
 
     # -- tokens ---------------------------------------------------------------------------
 
@@ -277,6 +266,12 @@ def _batch_app(config: RunnableConfig | list[RunnableConfig] | None) -> str | No
     first = config[0] if isinstance(config, list) and config else config
     callbacks = first.get("callbacks") if isinstance(first, dict) else None
     return TRACER.app_of(getattr(callbacks, "parent_run_id", None))
+
+
+def _group(requests: list[Request]) -> tuple[list[tuple[list[Piece], dict[str, Any]]], str | None]:
+    """A batch's requests as ModelCore.run's arguments: (pieces, sampling) pairs and the
+    model (a batch shares its call kwargs, hence its model). Pure."""
+    return [(pieces, sampling) for pieces, sampling, _ in requests], requests[0][2]
 
 
 def _table(
