@@ -28,7 +28,7 @@ from itertools import count
 from eclectus.server.backend import Backend, EngineError, EngineRequest
 from eclectus.server.config import ServerConfig
 from eclectus.server.errors import ServerError
-from eclectus.server.graph import Graph, Node
+from eclectus.server.graph import FINAL_NODE_STATES, Graph, Node
 from eclectus.server.metrics import Metrics
 from eclectus.server.objectives import Objective, RankKey, engine_priority, rank_key
 from eclectus.server.pins import PinTable
@@ -267,7 +267,7 @@ class Scheduler:
         stack = list(var_ids)
         while stack:
             producer = graph.producer(stack.pop())
-            if producer is None or producer.state.value in ("done", "failed"):
+            if producer is None or producer.state in FINAL_NODE_STATES:
                 continue
             if producer.is_call:
                 calls[producer.node_id] = producer
