@@ -67,7 +67,6 @@ class PrefillPlan:
 
     block_tables: Tensor  # int32 [batch, max_blocks_per_seq], padded with 0
     cu_query_lens: Tensor  # int32 [batch + 1]: request i's queries are rows [cu[i], cu[i+1])
-    query_lens: Tensor  # int32 [batch]
     seq_lens: Tensor  # int32 [batch]
     query_lens_list: tuple[int, ...]  # host copies, for loops and shapes
     seq_lens_list: tuple[int, ...]
@@ -104,7 +103,6 @@ def plan_prefill(
     return PrefillPlan(
         block_tables=_table_tensor(block_tables, device),
         cu_query_lens=torch.tensor(cu, dtype=torch.int32, device=device),
-        query_lens=torch.tensor(query_lens, dtype=torch.int32, device=device),
         seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=device),
         query_lens_list=tuple(query_lens),
         seq_lens_list=tuple(seq_lens),
