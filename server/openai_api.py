@@ -16,6 +16,7 @@ tools) is refused with a 400 naming the field, never silently ignored.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import time
@@ -210,8 +211,21 @@ class OpenAIApi:
         ]
         if request.stream:
             return self._stream(requests[0], base, chat, request.include_usage)
-        results = [await _collect(self.backend.generate(r)) for r in requests]
-        return _response(base, self.backend.model.name, chat, results)
+        return _response(base, self.backend.model.name, chat, await self._collect_all(requests))
+
+    async def _collect_all(
+        self, requests: list[EngineRequest]
+    ) -> list[tuple[str, EngineOutput, int]]:
+        """Every request of a list prompt at once, so the engine batches them (mutates:
+        submits them). The first failure cancels the others, which aborts them."""
+        tasks = [asyncio.ensure_future(_collect(self.backend.generate(r))) for r in requests]
+        try:
+            return list(await asyncio.gather(*tasks))
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
 
     async def _stream(
         self, request: EngineRequest, base: str, chat: bool, include_usage: bool

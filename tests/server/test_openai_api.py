@@ -8,11 +8,12 @@ from collections.abc import AsyncIterator, Iterator
 
 import openai
 import pytest
+from scripted_engine import ScriptedEngine
 
 from eclectus.server.backend import EngineRequest
 from eclectus.server.engine.sampling_params import SamplingParams
 from eclectus.server.http_server import start_http_server
-from eclectus.server.openai_api import OpenAIApi
+from eclectus.server.openai_api import ApiError, OpenAIApi
 
 pytestmark = pytest.mark.slow
 
@@ -117,3 +118,30 @@ async def test_malformed_http_does_not_hurt_the_server(base_url: str) -> None:
     assert (await reader.read()).startswith(b"HTTP/1.1 400")
     client = openai.AsyncOpenAI(base_url=base_url, api_key="sk-test")
     assert (await client.models.list()).data[0].id == "tiny"
+
+
+async def test_batch_prompts_reach_the_engine_together() -> None:
+    """A list prompt's requests are all submitted before any finishes (the engine batches
+    them), and one failing cancels the others."""
+    engine = ScriptedEngine(hold=True)
+    api = OpenAIApi(engine, lambda messages: "")  # type: ignore[arg-type]
+    body = json.dumps({"prompt": ["alpha", "beta", "gamma"], "max_tokens": 4}).encode()
+    pending = asyncio.ensure_future(api.completions(body))
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert len(engine.requests) == 3 and not pending.done()
+    engine.release()
+    result = await pending
+    assert [c["text"] for c in result["choices"]] == [  # type: ignore[index]
+        "".join([o.text async for o in ScriptedEngine().generate(r)]) for r in engine.requests
+    ]
+
+    failing = ScriptedEngine(hold=True, fail_if=lambda r: r.request_id.endswith("-0"))
+    api = OpenAIApi(failing, lambda messages: "")  # type: ignore[arg-type]
+    pending = asyncio.ensure_future(api.completions(body))
+    for _ in range(10):
+        await asyncio.sleep(0)
+    failing.release()
+    with pytest.raises(ApiError, match="engine error"):
+        await pending
+    assert failing.running == set()
