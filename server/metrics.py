@@ -59,7 +59,8 @@ class Histogram:
 @dataclass(slots=True)
 class Metrics:
     """Every counter the server exports. Fields are mutated directly by their owners:
-    session.py (frames, values, errors, get latency), scheduler.py (calls), app.py (sessions)."""
+    session.py (sessions, frames, values, errors, get latency), runner.py (calls submitted and
+    finished), scheduler.py (calls failed and cancelled, ops)."""
 
     sessions: int = 0
     sessions_total: int = 0
