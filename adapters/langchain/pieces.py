@@ -83,11 +83,6 @@ def normalize(pieces: Iterable[Piece]) -> list[Piece]:
     return out
 
 
-def is_concrete(pieces: Sequence[Piece]) -> bool:
-    """True when no piece is a server-side variable."""
-    return not any(isinstance(piece, Ref) for piece in pieces)
-
-
 def concrete_text(pieces: Sequence[Piece]) -> str:
     """The text of concrete pieces; raises ValueError if a piece is a :class:`Ref`."""
     parts: list[str] = []
