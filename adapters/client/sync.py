@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
 from eclectus.adapters.client.connect import DEFAULT_TIMEOUT, open_session
 from eclectus.adapters.client.functions import Piece, SamplingLike, SemanticFunction
@@ -185,8 +184,8 @@ def connect_sync(
     """Blocking :func:`connect`: the session runs on a new background loop thread. Use as
     ``with connect_sync(url) as app:`` or call ``app.close()``. Same errors as connect."""
     loop_thread = _LoopThread()
-    options: dict[str, Any] = dict(token=token, app=app, tenant=tenant, timeout=timeout)
-    future = asyncio.run_coroutine_threadsafe(open_session(url, **options), loop_thread.loop)
+    opening = open_session(url, token=token, app=app, tenant=tenant, timeout=timeout)
+    future = asyncio.run_coroutine_threadsafe(opening, loop_thread.loop)
     try:
         session = future.result()  # open_session bounds its own wait by ``timeout``
     except BaseException:
