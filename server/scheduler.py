@@ -115,7 +115,10 @@ class Scheduler:
         for node in nodes:  # a stronger objective or a new group re-ranks queued calls
             queued = self.queue.get(app, node)
             if queued is not None:
-                self.queue.push(self._queued(app, node, queued.enqueued_at))
+                # same submission order (seq); an unchanged key needs no new heap entry
+                ranked = self._queued(app, node, queued.enqueued_at, seq=queued.key[-1])
+                if ranked.key != queued.key:
+                    self.queue.push(ranked)
         self.enqueue(app, app.graph.activate(nodes))
 
     def set_value(self, app: AppState, var_id: str, text: str) -> None:
@@ -142,14 +145,16 @@ class Scheduler:
 
     # -- dispatch -------------------------------------------------------------------------
 
-    def _queued(self, app: AppState, node: Node, enqueued_at: float) -> QueuedCall:
+    def _queued(
+        self, app: AppState, node: Node, enqueued_at: float, seq: int | None = None
+    ) -> QueuedCall:
         key: RankKey = rank_key(
             node.objective or Objective(),
             app_arrival=node.arrival if node.arrival is not None else app.arrival,
             enqueued_at=enqueued_at,
             aging_rate=self.config.aging_rate,
             group=node.group,
-            seq=next(self._seq),
+            seq=next(self._seq) if seq is None else seq,
         )
         return QueuedCall(app, node, enqueued_at, key)
 

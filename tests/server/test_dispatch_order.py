@@ -77,6 +77,25 @@ async def test_a_clock_reading_zero_is_an_arrival_like_any_other() -> None:
     assert order(sched) == ["block", "z0", "z1"]
 
 
+async def test_a_repeated_get_keeps_a_queued_call_in_submission_order() -> None:
+    """Asking again for what is already queued, with no stronger objective, changes no rank:
+    the call keeps its place among equals instead of moving behind them."""
+    engine = ScriptedEngine(hold=True)
+    sched = await blocked(engine, aging_rate=0.0)
+    app = sched.open_app("again")
+    throughput = {"criteria": "throughput"}
+    submit(
+        sched,
+        app,
+        calls=[call("first", "x"), call("second", "y")],
+        gets=[{"var": "x", **throughput}, {"var": "y", **throughput}],
+    )
+    submit(sched, app, gets=[{"var": "x", **throughput}])
+    engine.release()
+    await drain(sched)
+    assert order(sched) == ["block", "first", "second"]
+
+
 async def test_aging_lets_a_long_waiting_call_overtake() -> None:
     """A newer graph's call that has waited long enough outranks an older graph's call that
     has just become ready."""
