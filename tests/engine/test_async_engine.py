@@ -123,6 +123,29 @@ async def test_injected_failure_fails_only_that_step(
     engine.engine.block_manager.check_invariants([])
 
 
+async def test_error_outside_the_forward_fails_all_in_flight(
+    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    llm = engine.engine
+    real = llm.step
+    calls = {"n": 0}
+
+    def broken() -> object:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("bug")  # not StepFailed: every request in flight fails
+        return real()
+
+    monkeypatch.setattr(llm, "step", broken)
+    with pytest.raises(EngineError, match="engine error: bug"):
+        await collect(engine, request("g0"))
+    await wait_until_idle(engine)  # the failed request's blocks are back, stats say so
+    outs = await collect(engine, request("g1"))
+    assert outs[-1].finished and outs[-1].finish_reason in ("stop", "length")
+    await wait_until_idle(engine)
+    llm.block_manager.check_invariants([])
+
+
 async def test_pin_holds_prefix_until_unpin(engine: AsyncEngine) -> None:
     system = "You are a careful assistant who answers briefly. " * 2
     req = EngineRequest("p0", (system, "Q1?"), SamplingParams(max_tokens=4), pin_prefix_segments=1)
