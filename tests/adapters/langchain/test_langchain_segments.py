@@ -7,6 +7,7 @@ engine still runs every request)."""
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,7 +17,7 @@ from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder, PromptTemplate
 from langchain_core.runnables import Runnable
 
-from eclectus.adapters.langchain import ChatEclectus, EclectusLLM, compile
+from eclectus.adapters.langchain import ChatEclectus, EclectusLLM, compile, tracing
 from eclectus.server.app import EclectusServer
 
 Segments = tuple[str, ...]
@@ -91,3 +92,26 @@ def test_completion_model_on_a_chat_prompt(
     llm = EclectusLLM(max_tokens=4, temperature=0, model_kwargs={"ignore_eos": True})
     prompt = ChatPromptTemplate.from_messages([("system", "Be {x}."), ("human", "{q}")])
     run_both(prompt | llm, {"x": "kind", "q": "hello"}, engine_segments)
+
+
+def test_disable_in_context_turns_the_hook_off(
+    eclectus_server: EclectusServer, engine_segments: list[Segments]
+) -> None:
+    """With the hook on, a template's constant text and value are separate segments; after
+    ``disable_in_context`` (in a copied context) a prompt goes as one text. (Each run uses
+    a fresh value: the tracer remembers pieces by the rendered text.)"""
+    llm = EclectusLLM(max_tokens=2, temperature=0, model_kwargs={"ignore_eos": True})
+    chain = PromptTemplate.from_template("Say {x} now") | llm
+    chain.invoke({"x": "hi"})
+    assert engine_segments == [("Say ", "hi", " now")]
+    engine_segments.clear()
+
+    def without_hook() -> None:
+        tracing.disable_in_context()
+        chain.invoke({"x": "yo"})
+
+    contextvars.copy_context().run(without_hook)
+    assert engine_segments == [("Say yo now",)]
+    engine_segments.clear()
+    chain.invoke({"x": "hey"})  # the caller's context keeps the hook
+    assert engine_segments == [("Say ", "hey", " now")]
