@@ -159,7 +159,9 @@ async def _read_request(reader: asyncio.StreamReader, max_body_bytes: int) -> Ht
     try:
         length = int(headers.get("content-length", "0"))
     except ValueError:
-        raise _BadRequest(HTTPStatus.BAD_REQUEST, "Content-Length is not a number") from None
+        length = -1
+    if length < 0:
+        raise _BadRequest(HTTPStatus.BAD_REQUEST, "Content-Length is not a number >= 0")
     if length > max_body_bytes:
         raise _BadRequest(
             HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body of {length} bytes > {max_body_bytes}"

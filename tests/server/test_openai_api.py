@@ -116,6 +116,9 @@ async def test_malformed_http_does_not_hurt_the_server(base_url: str) -> None:
     reader, writer = await asyncio.open_connection(host, int(port))
     writer.write(b"garbage\r\n\r\n")
     assert (await reader.read()).startswith(b"HTTP/1.1 400")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(b"POST /v1/completions HTTP/1.1\r\nContent-Length: -5\r\n\r\n")
+    assert (await reader.read()).startswith(b"HTTP/1.1 400")
     client = openai.AsyncOpenAI(base_url=base_url, api_key="sk-test")
     assert (await client.models.list()).data[0].id == "tiny"
 
