@@ -11,6 +11,11 @@ from eclectus.server.engine.block_manager import BlockManager
 from eclectus.server.engine.sequence import FinishReason, Sequence, SequenceStatus
 
 
+def _rank(seq: Sequence) -> tuple[float, int]:
+    """Scheduling order: lower priority value first, then arrival (pure)."""
+    return seq.priority, seq.arrival
+
+
 @dataclass(slots=True)
 class ScheduledSeq:
     """One request's share of a step."""
@@ -77,7 +82,7 @@ class Scheduler:
             return False
         seq.status = SequenceStatus.RUNNING
         self._prefill_targets[seq.request_id] = seq.num_tokens
-        bisect.insort(self.running, seq, key=lambda s: (s.priority, s.arrival))
+        bisect.insort(self.running, seq, key=_rank)
         return True
 
     def schedule(self) -> SchedulerOutput:
@@ -139,10 +144,7 @@ class Scheduler:
                 waiting = None
             if running is None and waiting is None:
                 break
-            if waiting is not None and (
-                running is None
-                or (waiting.priority, waiting.arrival) < (running.priority, running.arrival)
-            ):
+            if waiting is not None and (running is None or _rank(waiting) < _rank(running)):
                 admitted = self._admit(waiting, out, budget)
                 if admitted is None:
                     admit = False  # rank order among the waiting: stop at the first misfit
@@ -213,7 +215,7 @@ class Scheduler:
         seq.num_computed_tokens = num_hit_tokens
         seq.status = SequenceStatus.RUNNING
         self._prefill_targets[seq.request_id] = seq.num_tokens
-        bisect.insort(self.running, seq, key=lambda s: (s.priority, s.arrival))
+        bisect.insort(self.running, seq, key=_rank)
         out.scheduled.append(self._scheduled(seq, num_new))
         return num_new
 
