@@ -2,8 +2,9 @@
 
 Greedy rows take the argmax. Sampled rows are scaled by temperature, filtered by top-k and
 top-p on one descending sort, and drawn by inverse-CDF with one uniform number per row: seeded
-rows draw theirs from their own ``torch.Generator``, the rest from the engine's. A row's result
-therefore depends only on its logits and its own generator, never on the rest of the batch.
+rows draw theirs from their own ``torch.Generator``, the rest from the engine's. A seeded row's
+result therefore depends only on its logits and its own generator, never on the rest of the
+batch; unseeded rows share the engine's generator, so theirs depend on the batch's order.
 """
 
 from __future__ import annotations
