@@ -13,7 +13,7 @@
 Imports no torch: a client-only install needs pydantic and websockets. See docs/sdk.md.
 """
 
-from eclectus.adapters.client.connect import DEFAULT_TIMEOUT, Connecting, connect
+from eclectus.adapters.client.connect import DEFAULT_TIMEOUT, DEFAULT_URL, Connecting, connect
 from eclectus.adapters.client.errors import (
     AuthError,
     ConnectionError,
@@ -29,6 +29,7 @@ from eclectus.server.protocol import SamplingSpec
 
 __all__ = [
     "DEFAULT_TIMEOUT",
+    "DEFAULT_URL",
     "AuthError",
     "Connecting",
     "ConnectionError",

@@ -21,6 +21,7 @@ from eclectus.adapters.client.session import Session
 from eclectus.adapters.client.wire import decode_frame, encode_frame
 from eclectus.server.protocol import Error, Hello, Welcome
 
+DEFAULT_URL = "ws://127.0.0.1:8765"  # `eclectus serve` with its default host and port
 DEFAULT_TIMEOUT = 10.0  # seconds for the socket to open and the welcome to arrive
 MAX_SERVER_FRAME_BYTES = 64 * 2**20  # a long value or a large tokens reply fits
 TOKEN_ENV = "ECLECTUS_TOKEN"
