@@ -39,13 +39,12 @@ from llama_index.core.base.llms.types import (
 from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
 from pydantic import ConfigDict, Field, PrivateAttr
 
-from eclectus.adapters.client import SemanticVariable, SyncSession
+from eclectus.adapters.client import DEFAULT_URL, SemanticVariable, SyncSession
 from eclectus.adapters.llamaindex.capture import CapturingLLM
 from eclectus.adapters.llamaindex.connection import Connection, Sampling
 from eclectus.adapters.llamaindex.prompts import chat_pieces, messages_to_prompt
 from eclectus.server.protocol import ModelInfo
 
-DEFAULT_URL = "ws://127.0.0.1:8765"
 URL_ENV = "ECLECTUS_URL"
 _SAMPLING_KEYS = ("max_tokens", "temperature", "top_p", "top_k", "seed", "stop")
 
