@@ -14,7 +14,7 @@ from typing import Any, Literal
 from langchain_core.utils import from_env, secret_from_env
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
-DEFAULT_URL = "ws://127.0.0.1:8765"
+from eclectus.adapters.client import DEFAULT_URL
 
 # Sampling keys the server understands (protocol SamplingSpec), beyond the named fields.
 SAMPLING_KEYS = frozenset(
