@@ -3,7 +3,9 @@
 Each sweep varies one field of the recipe's params dataclass (a dotted path reaches nested
 params, e.g. ``background.chunk_tokens``). ``full`` sizes are the documented defaults of
 ``eclectus eval``; ``quick`` sizes finish the whole workload in minutes on a 2-core CPU with
-the ``tiny`` model. ``--set`` and ``--sweep`` override both (CI uses them to shrink further).
+the ``tiny`` model. ``--set`` and ``--sweep`` override both (CI uses them to shrink further);
+their values are parsed by each field's declared type, as ``eclectus run --param`` parses
+them (:mod:`eclectus.recipes.params`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,17 @@ from eclectus.recipes import (
     MultiAgentParams,
     SharedPromptParams,
 )
+from eclectus.recipes.params import parse_field, replace_path, set_from_text
+
+__all__ = [  # replace_path is the recipes' own, re-exported for the harness
+    "CHAT_LATENCY",
+    "Sweep",
+    "Workload",
+    "full_workloads",
+    "quick_workloads",
+    "replace_path",
+    "workload",
+]
 
 CHAT_LATENCY = "chat mean latency s"  # a shared-prompt detail: what its chat users feel
 
@@ -43,36 +56,6 @@ class Workload:
     sweeps: tuple[Sweep, ...]
     metric: str = "wall_s"
     description: str = ""
-
-
-def replace_path(params: Any, path: str, value: Any) -> Any:
-    """``params`` with the field at dotted ``path`` set to ``value`` (pure; validates)."""
-    head, _, rest = path.partition(".")
-    if head not in {f.name for f in dataclasses.fields(params)}:
-        raise ValueError(f"{type(params).__name__} has no field {head!r}")
-    if rest:
-        value = replace_path(getattr(params, head), rest, value)
-    return dataclasses.replace(params, **{head: value})
-
-
-def get_path(params: Any, path: str) -> Any:
-    """The value at dotted ``path`` in ``params`` (pure)."""
-    for part in path.split("."):
-        params = getattr(params, part)
-    return params
-
-
-def parse_value(text: str, current: Any) -> Any:
-    """``text`` as the type of ``current`` ("none" gives None) (pure)."""
-    if text.lower() == "none":
-        return None
-    if isinstance(current, bool):
-        return text.lower() in ("1", "true", "yes", "on")
-    if isinstance(current, float):
-        return float(text)
-    if isinstance(current, int) or current is None:
-        return int(text)
-    return text
 
 
 def _bg(chunk: int, num: int, out: int) -> MapReduceParams:
@@ -209,21 +192,29 @@ def quick_workloads() -> dict[str, Workload]:
     }
 
 
+def _sweep(base: Any, path: str, text: str) -> Sweep:
+    """The sweep ``path`` = "v1,v2", each value parsed by the field's declared type and
+    tried on ``base``, so a bad value fails here rather than mid-run (pure)."""
+    values = tuple(parse_field(type(base), path, v) for v in text.split(","))
+    for value in values:
+        replace_path(base, path, value)  # validates: unknown field, None on the way, bounds
+    return Sweep(path, values)
+
+
 def workload(name: str, quick: bool, overrides: dict[str, str], sweeps: dict[str, str]) -> Workload:
     """Workload ``name`` at quick or full sizes, with ``--set`` ``overrides`` (path -> text)
     applied to its base and ``--sweep`` ``sweeps`` (path -> "v1,v2") replacing its sweeps
-    (pure; ValueError for an unknown name or field)."""
+    (pure; ValueError naming the workload and the field for an unknown name or field or a
+    value of the wrong type)."""
     table = quick_workloads() if quick else full_workloads()
     if name not in table:
         raise ValueError(f"unknown workload {name!r}; choose from {', '.join(table)}")
     chosen = table[name]
-    base = chosen.base
-    for path, text in overrides.items():
-        base = replace_path(base, path, parse_value(text, get_path(base, path)))
-    swept = chosen.sweeps
-    if sweeps:
-        swept = tuple(
-            Sweep(path, tuple(parse_value(v, get_path(base, path)) for v in text.split(",")))
-            for path, text in sweeps.items()
-        )
+    try:
+        base = chosen.base
+        for path, text in overrides.items():
+            base = set_from_text(base, path, text)
+        swept = tuple(_sweep(base, p, t) for p, t in sweeps.items()) or chosen.sweeps
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"workload {name}: {exc}") from exc
     return dataclasses.replace(chosen, base=base, sweeps=swept)

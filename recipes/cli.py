@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from eclectus.recipes.embedded import embedded_server
+from eclectus.recipes.params import set_from_text
 from eclectus.recipes.result import format_report
 from eclectus.recipes.runner import RECIPES, run_recipe
 from eclectus.recipes.target import Target
@@ -85,32 +86,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def build_params(args: argparse.Namespace) -> Any:
-    """The recipe's params dataclass from the flags; ValueError for an unknown field."""
+    """The recipe's params dataclass from the flags, each ``--param`` value parsed by its
+    field's declared type (pure; ValueError naming the field for an unknown field or a
+    value of the wrong type)."""
     params_type = RECIPES[args.name].params_type
-    fields = {f.name: f for f in dataclasses.fields(params_type)}
+    names = {f.name for f in dataclasses.fields(params_type)}
     changes: dict[str, Any] = {
-        n: getattr(args, n) for n in COMMON_FLAGS if getattr(args, n) is not None and n in fields
+        n: getattr(args, n) for n in COMMON_FLAGS if getattr(args, n) is not None and n in names
     }
     if args.output_tokens is not None:
         changes[OUTPUT_FIELD[args.name]] = args.output_tokens
+    params = params_type(**changes)
     for item in args.param:
-        key, sep, value = item.partition("=")
-        if not sep or key not in fields:
-            raise ValueError(f"--param {item!r}: fields are {', '.join(fields)}")
-        changes[key] = _parse_value(value)
-    return params_type(**changes)
-
-
-def _parse_value(value: str) -> Any:
-    """An int, float, None or the string itself (pure)."""
-    if value.lower() == "none":
-        return None
-    for kind in (int, float):
+        path, sep, text = item.partition("=")
+        if not sep:
+            raise ValueError(f"--param takes FIELD=VALUE, got {item!r}")
         try:
-            return kind(value)
-        except ValueError:
-            pass
-    return value
+            params = set_from_text(params, path, text)
+        except ValueError as exc:
+            raise ValueError(f"--param {item!r}: {exc}") from exc
+    return params
 
 
 def remote_target(args: argparse.Namespace) -> Target | None:

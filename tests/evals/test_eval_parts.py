@@ -10,7 +10,6 @@ from eclectus.evals.harness import BoundRecord, RunRecord
 from eclectus.evals.summary import summarize
 from eclectus.evals.workloads import (
     full_workloads,
-    parse_value,
     quick_workloads,
     replace_path,
     workload,
@@ -76,9 +75,17 @@ def test_workload_rejects_unknown_names() -> None:
         replace_path(MapReduceParams(), "chunks", 3)
 
 
-def test_parse_value_follows_the_field_type() -> None:
-    assert parse_value("4", 8) == 4 and parse_value("2", 1.5) == 2.0
-    assert parse_value("none", 8) is None and parse_value("7", None) == 7
+def test_workload_values_follow_the_declared_type() -> None:
+    """--set/--sweep parse by the field's type (as `eclectus run --param` does) and refuse a
+    value of the wrong type, or one the params reject, naming the workload and the field."""
+    chosen = workload("map-reduce", True, {"num_chunks": "none"}, {"map_tokens": "4,8"})
+    assert chosen.base.num_chunks is None and chosen.sweeps[0].values == (4, 8)
+    with pytest.raises(ValueError, match=r"workload map-reduce: .*chunk_tokens expects int"):
+        workload("map-reduce", True, {"chunk_tokens": "1.5"}, {})
+    with pytest.raises(ValueError, match=r"workload shared-prompt: .*background is None"):
+        workload("shared-prompt", True, {}, {"background.width": "2"})
+    with pytest.raises(ValueError, match="map_tokens"):
+        workload("map-reduce", True, {}, {"map_tokens": "4,0"})
 
 
 def test_map_reduce_chain_has_the_recipe_depth() -> None:
