@@ -14,16 +14,31 @@ from eclectus.server.engine.sampling_params import SamplingParams
 
 
 @dataclass(frozen=True, slots=True)
+class TokenizedPrompt:
+    """A prompt's token ids (BOS included where the tokenizer adds one) and the offset where
+    each of its segments ends."""
+
+    token_ids: tuple[int, ...]
+    segment_ends: tuple[int, ...]
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+
+@dataclass(frozen=True, slots=True)
 class EngineRequest:
     """One generation: a prompt given as segments, and how to sample.
 
     The prompt is the concatenation of ``segments``; each segment is tokenized on its own and
     the token ids are concatenated (after a BOS token where the tokenizer adds one), so a
-    segment boundary is an exact KV reuse point. ``priority``: lower runs first (the engine
-    admits waiting requests in (priority, arrival) order). ``group``: requests the scheduler
-    dispatched together (siblings); ``tenant`` salts the prefix cache so tenants never share
-    KV. ``pin_prefix_segments``: how many leading segments the graph still needs later; the
-    engine keeps their KV pinned until :meth:`Backend.unpin` with the same request id.
+    segment boundary is an exact KV reuse point. ``tokens``: those ids, when the caller has
+    already computed them with :meth:`Backend.tokenize_prompt` (the server does, on its
+    event loop, so the engine's step thread does not tokenize); None: the engine tokenizes.
+    ``priority``: lower runs first (the engine admits waiting requests in (priority, arrival)
+    order). ``group``: requests the scheduler dispatched together (siblings); ``tenant``
+    salts the prefix cache so tenants never share KV. ``pin_prefix_segments``: how many
+    leading segments the graph still needs later; the engine keeps their KV pinned until
+    :meth:`Backend.unpin` with the same request id.
     """
 
     request_id: str
@@ -33,6 +48,7 @@ class EngineRequest:
     group: str | None = None
     tenant: str | None = None
     pin_prefix_segments: int = 0
+    tokens: TokenizedPrompt | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,8 +124,13 @@ class Backend(Protocol):
     async def unpin(self, request_id: str) -> None:
         """Release the prefix pinned by ``request_id`` (mutates; no-op if none)."""
 
-    def count_tokens(self, text: str) -> list[int]:
-        """Token ids of ``text`` as the engine would tokenize one segment (pure)."""
+    def tokenize(self, text: str) -> list[int]:
+        """Token ids of ``text`` as the engine tokenizes one segment that is not the first
+        (no BOS; pure)."""
+        ...
+
+    def tokenize_prompt(self, segments: tuple[str, ...]) -> TokenizedPrompt:
+        """The ids the engine would compute for a request with these ``segments`` (pure)."""
         ...
 
     def stats(self) -> EngineStats:

@@ -206,7 +206,12 @@ class OpenAIApi:
             raise ApiError(400, str(exc)) from None
         base = f"{'chatcmpl' if chat else 'cmpl'}-{next(_request_ids)}"
         requests = [
-            EngineRequest(request_id=f"{base}-{i}", segments=(p,), sampling=params)
+            EngineRequest(
+                request_id=f"{base}-{i}",
+                segments=(p,),
+                sampling=params,
+                tokens=self.backend.tokenize_prompt((p,)),  # here, not on the step thread
+            )
             for i, p in enumerate(prompts)
         ]
         if request.stream:

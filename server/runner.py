@@ -61,10 +61,11 @@ async def run_call(scheduler: Scheduler, app: AppState, node: Node, priority: fl
     generated: dict[str, str] = {}
     for index, var_id in enumerate(node.outputs):
         segments, gen = prompt_segments(app.graph, node, index, generated)
-        num_tokens = len(scheduler.backend.count_tokens("".join(segments)))
-        if num_tokens > scheduler.config.max_prompt_tokens:
+        # tokenized once, here on the event loop: the engine takes the ids as they are
+        tokens = scheduler.backend.tokenize_prompt(segments)
+        if len(tokens) > scheduler.config.max_prompt_tokens:
             raise LimitError(
-                f"prompt for {var_id!r} has {num_tokens} tokens, limit "
+                f"prompt for {var_id!r} has {len(tokens)} tokens, limit "
                 f"{scheduler.config.max_prompt_tokens}",
                 var=var_id,
             )
@@ -73,6 +74,7 @@ async def run_call(scheduler: Scheduler, app: AppState, node: Node, priority: fl
             node,
             index,
             segments=segments,
+            tokens=tokens,
             sampling=to_sampling_params(gen.sampling),
             priority=priority,
             group=node.group,

@@ -167,7 +167,7 @@ class Session:
             release(self.app.graph, frame.vars)
             self.send(Ack(id=frame.id))
         elif isinstance(frame, Tokenize):
-            ids = list(self.ctx.backend.count_tokens(frame.text))
+            ids = self.ctx.backend.tokenize(frame.text)
             self.send(Tokens(id=frame.id, count=len(ids), ids=ids))
         elif isinstance(frame, Close):
             self.send(Ack(id=frame.id))
@@ -222,7 +222,7 @@ class Session:
 
     def _submit(self, frame: Submit) -> None:
         assert self.app is not None
-        count = lambda text: len(self.ctx.backend.count_tokens(text))  # noqa: E731
+        count = lambda text: len(self.ctx.backend.tokenize(text))  # noqa: E731
         staged = stage(self.app.graph, frame, self.ctx.config, count)
         self.app.graph.add(staged.variables, staged.nodes)
         self.send(Ack(id=frame.id))

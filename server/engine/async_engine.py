@@ -17,7 +17,14 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from eclectus.server.backend import EngineError, EngineOutput, EngineRequest, EngineStats, ModelCard
+from eclectus.server.backend import (
+    EngineError,
+    EngineOutput,
+    EngineRequest,
+    EngineStats,
+    ModelCard,
+    TokenizedPrompt,
+)
 from eclectus.server.engine.engine_config import EngineConfig
 from eclectus.server.engine.llm_engine import LLMEngine, StepFailed
 
@@ -134,9 +141,14 @@ class AsyncEngine:
         """Release the prefix pinned by ``request_id`` (mutates; no-op if none)."""
         self._submit(_Command("unpin", request_id))
 
-    def count_tokens(self, text: str) -> list[int]:
-        """Token ids of ``text`` as one non-first segment (pure; the tokenizer is immutable)."""
+    def tokenize(self, text: str) -> list[int]:
+        """Token ids of ``text`` as one non-first segment (pure; the tokenizer is immutable,
+        so any thread may call this while the step thread runs)."""
         return self.engine.tokenizer.encode(text, add_bos=False)
+
+    def tokenize_prompt(self, segments: tuple[str, ...]) -> TokenizedPrompt:
+        """The ids :meth:`generate` would compute for ``segments`` (pure, any thread)."""
+        return self.engine.tokenize_prompt(segments)
 
     def stats(self) -> EngineStats:
         """The snapshot taken after the latest step (pure)."""

@@ -81,7 +81,7 @@ class LLM:
         items: list[tuple[Prompt | None, list[int]]] = []
         for prompt in prompts:
             segments = [prompt] if isinstance(prompt, str) else list(prompt)
-            items.append((prompt, self.engine.tokenize_segments(segments)[0]))
+            items.append((prompt, list(self.engine.tokenize_prompt(segments).token_ids)))
         return items
 
     def _run(self, outputs: dict[str, RequestOutput]) -> None:

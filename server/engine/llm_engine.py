@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from eclectus.server.backend import EngineOutput, EngineRequest, EngineStats
+from eclectus.server.backend import EngineOutput, EngineRequest, EngineStats, TokenizedPrompt
 from eclectus.server.engine.block_manager import BlockManager
 from eclectus.server.engine.engine_config import EngineConfig
 from eclectus.server.engine.model import load_model
@@ -86,7 +86,7 @@ class LLMEngine:
 
     # ---- requests -------------------------------------------------------------------------
 
-    def tokenize_segments(self, segments: Iterable[str]) -> tuple[list[int], tuple[int, ...]]:
+    def tokenize_prompt(self, segments: Iterable[str]) -> TokenizedPrompt:
         """Token ids of a prompt given as segments (BOS before the first) and the token
         offset where each segment ends (pure)."""
         token_ids: list[int] = []
@@ -94,18 +94,19 @@ class LLMEngine:
         for i, segment in enumerate(segments):
             token_ids += self.tokenizer.encode(segment, add_bos=i == 0)
             ends.append(len(token_ids))
-        return token_ids, tuple(ends)
+        return TokenizedPrompt(tuple(token_ids), tuple(ends))
 
     def add_request(self, request: EngineRequest) -> None:
-        """Tokenize and queue ``request`` (mutates). Raises ValueError on a bad request."""
-        token_ids, ends = self.tokenize_segments(request.segments)
+        """Queue ``request``, tokenizing it unless it carries its ids (mutates). Raises
+        ValueError on a bad request."""
+        prompt = request.tokens or self.tokenize_prompt(request.segments)
         self.add_tokens(
             request.request_id,
-            token_ids,
+            list(prompt.token_ids),
             request.sampling,
             priority=request.priority,
             tenant=request.tenant,
-            segment_ends=ends,
+            segment_ends=prompt.segment_ends,
             pin_prefix_segments=request.pin_prefix_segments,
         )
 

@@ -152,7 +152,7 @@ async def test_pin_holds_prefix_until_unpin(engine: AsyncEngine) -> None:
     await collect(engine, req)
     await wait_until_idle(engine)
     pinned = engine.engine.block_manager.pins["p0"]
-    assert len(pinned) == len(engine.count_tokens(system)) // 16  # full blocks of segment 1
+    assert len(pinned) == len(engine.tokenize(system)) // 16  # full blocks of segment 1
     outs = await collect(engine, EngineRequest("p1", (system, "Q2?"), SamplingParams(max_tokens=4)))
     assert outs[-1].num_cached_tokens >= len(pinned) * 16
     await engine.unpin("p0")
@@ -173,7 +173,7 @@ async def test_duplicate_and_invalid_requests_raise(engine: AsyncEngine) -> None
         await collect(engine, request("e1"))
     await long.aclose()
     await wait_until_idle(engine)
-    assert engine.count_tokens("abc") == list(b"abc")  # tiny is a byte tokenizer
+    assert engine.tokenize("abc") == list(b"abc")  # tiny is a byte tokenizer
     assert engine.model.context_window == 4096
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from eclectus.server.backend import EngineOutput, EngineRequest
+from eclectus.server.backend import EngineOutput, EngineRequest, TokenizedPrompt
 from eclectus.server.engine import EngineConfig, LLMEngine, SamplingParams
 
 SYSTEM = "You are a helpful assistant. Answer in one short sentence, please. " * 2
@@ -80,3 +80,13 @@ def test_counters_add_up(engine: LLMEngine) -> None:
     assert stats.generated_tokens == 8
     assert stats.extra["kv_usage"] == 0.0  # all finished: every block free (maybe cached)
     assert stats.num_cached_blocks > 0
+
+
+def test_request_with_ids_is_not_tokenized_again(engine: LLMEngine) -> None:
+    """Ids the caller computed are taken as they are (their count is the prompt's)."""
+    tokens = engine.tokenize_prompt(("abc", "def"))
+    assert tokens.token_ids[0] == engine.tokenizer.bos_token_id and tokens.segment_ends[-1] == 7
+    short = TokenizedPrompt(tokens.token_ids[:4], (4,))
+    engine.add_request(req("ids", "abc", "def", tokens=short))
+    last = run(engine)["ids"][-1]
+    assert last.finished and last.num_prompt_tokens == 4

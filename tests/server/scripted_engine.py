@@ -19,6 +19,7 @@ from eclectus.server.backend import (
     EngineRequest,
     EngineStats,
     ModelCard,
+    TokenizedPrompt,
 )
 
 
@@ -117,8 +118,16 @@ class ScriptedEngine:
     async def unpin(self, request_id: str) -> None:
         self.unpinned.append(request_id)
 
-    def count_tokens(self, text: str) -> list[int]:
+    def tokenize(self, text: str) -> list[int]:
         return list(text.encode())
+
+    def tokenize_prompt(self, segments: tuple[str, ...]) -> TokenizedPrompt:
+        ids: list[int] = []
+        ends: list[int] = []
+        for segment in segments:
+            ids += segment.encode()
+            ends.append(len(ids))
+        return TokenizedPrompt(tuple(ids), tuple(ends))
 
     def stats(self) -> EngineStats:
         return EngineStats(

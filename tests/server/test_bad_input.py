@@ -151,7 +151,7 @@ async def test_handler_exception_answers_internal(
     def broken(text: str) -> list[int]:
         raise ZeroDivisionError("boom")
 
-    monkeypatch.setattr(engine, "count_tokens", broken)
+    monkeypatch.setattr(engine, "tokenize", broken)
     reply = await client.ask({"type": "tokenize", "text": "x"})
     assert reply["code"] == "internal"
     monkeypatch.undo()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -131,3 +132,37 @@ async def test_shared_prefix_hits_the_cache(real_server: EclectusServer) -> None
     hits = parse_prometheus(text)["eclectus_prefix_cache_hit_tokens_total"]
     assert hits - before >= 3 * 100  # three of four maps reuse the ~130-token prefix
     await ws.close()  # type: ignore[attr-defined]
+
+
+async def test_server_tokenizes_each_prompt_once_with_the_engines_ids(
+    real_engine: object, real_server: EclectusServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runner ships the ids it counted for the limit; the engine does not tokenize again,
+    and those ids are what the engine would have computed itself (BOS included)."""
+    seen: list[object] = []
+    engine_core = real_engine.engine  # type: ignore[attr-defined]
+    original = engine_core.add_request
+
+    def record(request: object) -> None:
+        seen.append(request)
+        original(request)
+
+    tokenize = engine_core.tokenize_prompt
+    threads: list[threading.Thread] = []
+
+    def tokenize_on(segments: tuple[str, ...]) -> object:
+        threads.append(threading.current_thread())
+        return tokenize(segments)
+
+    monkeypatch.setattr(engine_core, "add_request", record)
+    monkeypatch.setattr(engine_core, "tokenize_prompt", tokenize_on)
+    client, ws = await session(real_server)
+    await client.ask(map_reduce(2))
+    assert "text" in (await client.values(1))["final"]
+    monkeypatch.undo()
+    assert len(seen) == 3 and len(threads) == 3
+    assert set(threads) == {threading.current_thread()}  # the event loop's, never the step's
+    for request in seen:
+        assert request.tokens == tokenize(request.segments)  # type: ignore[attr-defined]
+        assert request.tokens.token_ids[0] == engine_core.tokenizer.bos_token_id  # type: ignore[attr-defined]
+    await ws.close()

@@ -77,5 +77,5 @@ def test_chat_renders_the_served_template(chatml_server: EclectusServer) -> None
     assert "".join(segments) == expected
     assert expected.startswith("<s><|im_start|>system\n")
     assert "Be brief." in segments and "What is rain?" in segments
-    ids, _ = backend.engine.tokenize_segments(segments)
+    ids = backend.engine.tokenize_prompt(segments).token_ids
     assert ids.count(BOS_ID) == 1 and ids[0] == BOS_ID
