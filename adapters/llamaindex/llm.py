@@ -42,7 +42,7 @@ from pydantic import ConfigDict, Field, PrivateAttr
 from eclectus.adapters.client import DEFAULT_URL, SemanticVariable, SyncSession
 from eclectus.adapters.llamaindex.capture import CapturingLLM
 from eclectus.adapters.llamaindex.connection import Connection, Sampling
-from eclectus.adapters.llamaindex.prompts import chat_pieces, messages_to_prompt
+from eclectus.adapters.llamaindex.prompts import ServedChatTemplate, messages_to_prompt
 from eclectus.server.protocol import ModelInfo
 
 URL_ENV = "ECLECTUS_URL"
@@ -82,11 +82,15 @@ class Eclectus(CapturingLLM):
     _conn: Connection = PrivateAttr()
 
     def __init__(self, **data: Any) -> None:
-        # Without this LLM's validator would install LlamaIndex's generic "role: content"
-        # renderer; chat messages should reach the model in its own chat template.
-        data.setdefault("messages_to_prompt", messages_to_prompt)
+        given = data.get("messages_to_prompt")
         super().__init__(**data)
         self._conn = Connection(self.base_url, self.token, self.app_name)
+        if given is None or given is messages_to_prompt:
+            # Not LlamaIndex's generic "role: content" renderer (its validator's default):
+            # every path that renders chat messages through this hook (chat(), and the
+            # chat prompt templates LlamaIndex formats in _get_prompt) gets the served
+            # model's own chat template.
+            self.messages_to_prompt = ServedChatTemplate(self._model_info)
 
     @classmethod
     def class_name(cls) -> str:
@@ -170,9 +174,8 @@ class Eclectus(CapturingLLM):
         the model (the built-in one when it announces none), unless the user installed
         their own ``messages_to_prompt`` (then its string is one segment). Connects on
         first use."""
-        if self.messages_to_prompt is messages_to_prompt:
-            info = self._model_info()
-            return chat_pieces(messages, info.chat_template, info.template_vars)
+        if isinstance(self.messages_to_prompt, ServedChatTemplate):
+            return self.messages_to_prompt.pieces(messages)
         return [self.messages_to_prompt(messages)]
 
     def _prompt_call(self, prompt: str, formatted: bool, kwargs: Any) -> SemanticVariable:

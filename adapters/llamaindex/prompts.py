@@ -25,6 +25,7 @@ from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.prompts import BasePromptTemplate
 
 from eclectus.server.chat_template import DEFAULT_CHAT_TEMPLATE, render_chat_pieces
+from eclectus.server.protocol import ModelInfo
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,9 +39,11 @@ Piece = str | Slot
 
 
 def _sentinels(names: Sequence[str]) -> dict[str, str]:
-    """One sentinel per variable name. A fresh uuid keeps them out of any real text."""
+    """One sentinel per variable name. A fresh uuid keeps them out of any real text; the
+    private-use delimiters are not whitespace, so templates that strip a value (a chat
+    RichPromptTemplate, a Jinja chat template's ``| trim``) leave the sentinel whole."""
     tag = uuid.uuid4().hex[:12]
-    return {name: f"\x1e{tag}:{i}\x1e" for i, name in enumerate(names)}
+    return {name: f"\ue000{tag}:{i}\ue001" for i, name in enumerate(names)}
 
 
 def template_pieces(
@@ -133,6 +136,29 @@ def messages_to_prompt(
     template: str | None = None,
     template_vars: Mapping[str, str] | None = None,
 ) -> str:
-    """The chat template as one string (LlamaIndex's ``messages_to_prompt`` hook; called
-    by LlamaIndex with the messages only, which renders the built-in template)."""
+    """``messages`` in ``template`` as one string (pure). Called with the messages only it
+    renders the built-in template; an ``Eclectus`` LLM's hook is a
+    :class:`ServedChatTemplate` instead, which knows the served model's template."""
     return "".join(chat_pieces(messages, template, template_vars))
+
+
+class ServedChatTemplate:
+    """LlamaIndex's ``messages_to_prompt`` hook bound to a served model: renders messages in
+    the chat template the server announces for it (``ModelInfo.chat_template`` and
+    ``template_vars``), exactly as the server's tokenizer renders them.
+
+    LlamaIndex calls the hook with the messages only (``LLM._get_prompt`` hands it to a chat
+    prompt template's ``format``), so the template cannot be an argument: ``model_info``
+    fetches it when called (it may connect), which also keeps it right after a reconnect."""
+
+    def __init__(self, model_info: Callable[[], ModelInfo]) -> None:
+        self._model_info = model_info
+
+    def pieces(self, messages: Sequence[ChatMessage]) -> list[str]:
+        """The messages as text pieces, as :func:`chat_pieces` cuts them (may connect)."""
+        info = self._model_info()
+        return chat_pieces(messages, info.chat_template, info.template_vars)
+
+    def __call__(self, messages: Sequence[ChatMessage]) -> str:
+        """The messages as one prompt string (may connect)."""
+        return "".join(self.pieces(messages))

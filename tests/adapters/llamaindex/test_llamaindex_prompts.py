@@ -6,7 +6,7 @@ from typing import Any
 
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from llama_index.core.llms.mock import MockLLM
-from llama_index.core.prompts import PromptTemplate
+from llama_index.core.prompts import PromptTemplate, RichPromptTemplate
 from llama_index.core.prompts.default_prompt_selectors import (
     DEFAULT_REFINE_PROMPT_SEL,
     DEFAULT_TREE_SUMMARIZE_PROMPT_SEL,
@@ -80,6 +80,18 @@ def test_function_mapping_that_rewrites_a_value_fails_the_check() -> None:
     llm = MockLLM()
     pieces = template_pieces(llm._get_prompt, prompt, {"x": "low"})
     assert not check_pieces(pieces, {"x": "low"}, llm._get_prompt(prompt, x="low"))
+
+
+def test_a_value_that_a_template_strips_still_splits() -> None:
+    """A chat RichPromptTemplate strips each message's content (so would a chat template's
+    ``| trim``): the sentinels survive it, and the check holds for values without
+    surrounding whitespace."""
+    prompt = RichPromptTemplate("{% chat role='user' %}Q: {{ q }}{% endchat %}")
+    llm = MockLLM()
+    pieces = template_pieces(llm._get_prompt, prompt, {"q": "why"})
+    assert pieces == ["user: Q: ", Slot("q"), "\nassistant: "]
+    assert check_pieces(pieces, {"q": "why"}, llm._get_prompt(prompt, q="why"))
+    assert not check_pieces(pieces, {"q": "why "}, llm._get_prompt(prompt, q="why "))
 
 
 def test_chat_pieces_follow_the_model_chat_template() -> None:
