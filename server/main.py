@@ -1,4 +1,11 @@
-"""``eclectus serve`` (also ``python -m eclectus.server``): run the server until interrupted."""
+"""``eclectus serve`` (also ``python -m eclectus.server``): run the server until interrupted.
+
+The flags are the server's limits (:class:`ServerConfig`) and the built-in engine's budgets
+(:class:`EngineConfig`), the latter under vLLM's names where vLLM has one (``--block-size``,
+``--max-num-batched-tokens``, ``--max-num-seqs``, ``--max-model-len``, ``--dtype``,
+``--enable-prefix-caching``, ``--seed``). :func:`run` is also how the evals start their server
+(:mod:`eclectus.evals.serve` wraps the engine in a tracer and changes nothing else).
+"""
 
 from __future__ import annotations
 
@@ -6,11 +13,50 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import math
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import fields
 
+from eclectus.server.backend import Backend
 from eclectus.server.config import ServerConfig
+from eclectus.server.engine.engine_config import EngineConfig
+
+GiB = 1 << 30
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1 (argparse names the flag in its error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """An argparse type: an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
+    return value
+
+
+def positive_gib(text: str) -> float:
+    """An argparse type: a finite number of GiB > 0 that is at least one byte."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not math.isfinite(value) or round(value * GiB) < 1:
+        raise argparse.ArgumentTypeError(f"must be a number of GiB > 0, got {text!r}")
+    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,6 +104,79 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also serve /v1/completions and /v1/chat/completions on this port",
     )
     parser.add_argument("--log-level", default="INFO")
+    add_engine_arguments(parser)
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    """The built-in engine's flags, one per EngineConfig field but ``model`` (shared with the
+    server) and ``kv_cache_bytes`` (given in GiB) (mutates ``parser``)."""
+    defaults = EngineConfig()
+    engine = parser.add_argument_group("engine budgets (the built-in engine's EngineConfig)")
+    engine.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16", "float16"),
+        default=defaults.dtype,
+        help="model and KV cache dtype",
+    )
+    engine.add_argument("--device", default=defaults.device, help="torch device (cpu, cuda, ...)")
+    engine.add_argument(
+        "--block-size", type=positive_int, default=defaults.block_size, help="tokens per KV block"
+    )
+    engine.add_argument(
+        "--kv-cache-gib",
+        type=positive_gib,
+        default=defaults.kv_cache_bytes / GiB,
+        help="KV pool, all layers, K and V, in GiB (vLLM on CPU: VLLM_CPU_KVCACHE_SPACE)",
+    )
+    engine.add_argument(
+        "--num-kv-blocks",
+        type=positive_int,
+        default=None,
+        help="exact KV pool size in blocks; overrides --kv-cache-gib "
+        "(vLLM: --num-gpu-blocks-override)",
+    )
+    engine.add_argument(
+        "--max-num-batched-tokens",
+        type=positive_int,
+        default=defaults.max_num_batched_tokens,
+        help="tokens per engine step, prefill chunks and decodes together",
+    )
+    engine.add_argument(
+        "--max-num-seqs",
+        type=positive_int,
+        default=defaults.max_num_seqs,
+        help="most requests in one engine step",
+    )
+    engine.add_argument(
+        "--max-model-len",
+        type=positive_int,
+        default=defaults.max_model_len,
+        help="context window cap (default: the model's)",
+    )
+    engine.add_argument(
+        "--enable-prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=defaults.enable_prefix_caching,
+        help="reuse the KV of full blocks a prompt shares with an earlier one",
+    )
+    engine.add_argument(
+        "--cascade-attention",
+        action=argparse.BooleanOptionalAction,
+        default=defaults.cascade_attention,
+        help="shared-prefix decode attention when it pays",
+    )
+    engine.add_argument(
+        "--num-threads",
+        type=positive_int,
+        default=defaults.num_threads,
+        help="torch CPU threads (default: all cores but one)",
+    )
+    engine.add_argument(
+        "--seed",
+        type=non_negative_int,
+        default=defaults.seed,
+        help="the generator of unseeded sampled requests",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
@@ -68,11 +187,31 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     return ServerConfig(**given)
 
 
-async def serve_forever(config: ServerConfig) -> None:
-    """Serve until SIGINT/SIGTERM, then close cleanly."""
+def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
+    """The EngineConfig the flags describe: each flag whose dest names a field, and
+    ``--kv-cache-gib`` as ``kv_cache_bytes`` (pure; ValueError from EngineConfig's checks)."""
+    given = {f.name: getattr(args, f.name) for f in fields(EngineConfig) if hasattr(args, f.name)}
+    given["kv_cache_bytes"] = round(args.kv_cache_gib * GiB)
+    return EngineConfig(**given)
+
+
+def load_engine(
+    engine_config: EngineConfig, wrap: Callable[[Backend], Backend] | None = None
+) -> Backend:
+    """Load the built-in engine (blocking: reads the weights), wrapped by ``wrap`` when given
+    (the evals wrap it in a tracer). ValueError for a model that cannot be found."""
+    from eclectus.server.engine import AsyncEngine
+
+    engine = AsyncEngine.from_config(engine_config)
+    return engine if wrap is None else wrap(engine)
+
+
+async def serve_forever(config: ServerConfig, backend: Backend) -> None:
+    """Serve ``backend`` until SIGINT/SIGTERM, then close cleanly; the server owns the
+    backend and shuts it down."""
     from eclectus.server.app import start_server
 
-    server = await start_server(config)
+    server = await start_server(config, backend, owns_backend=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -92,7 +231,9 @@ async def serve_forever(config: ServerConfig) -> None:
         await server.close()
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, wrap: Callable[[Backend], Backend] | None = None) -> int:
+    """Serve as the flags say until interrupted; 0 on a clean stop, 2 on bad flags or a model
+    that cannot be loaded. ``wrap`` wraps the engine (see :func:`load_engine`)."""
     logging.basicConfig(
         level=args.log_level.upper(),
         stream=sys.stderr,
@@ -100,10 +241,11 @@ def run(args: argparse.Namespace) -> int:
     )
     try:
         config = config_from_args(args)
+        backend = load_engine(engine_config_from_args(args), wrap)
     except ValueError as exc:
         print(f"eclectus serve: {exc}", file=sys.stderr)
         return 2
-    asyncio.run(serve_forever(config))
+    asyncio.run(serve_forever(config, backend))
     return 0
 
 

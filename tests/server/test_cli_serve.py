@@ -1,32 +1,41 @@
 """``python -m eclectus serve`` as a user runs it: listens, answers HTTP, checks the token,
-and exits cleanly on SIGTERM."""
+sizes its engine as the budget flags say, refuses bad flags by name, and exits cleanly on
+SIGTERM."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import signal
 import subprocess
 import sys
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from websockets.sync.client import connect
 
+from eclectus.adapters.client import connect_sync
+from eclectus.cli import main
 from eclectus.server.config import ServerConfig
-from eclectus.server.main import add_arguments, config_from_args
+from eclectus.server.engine.engine_config import EngineConfig
+from eclectus.server.main import GiB, add_arguments, config_from_args, engine_config_from_args
 
 pytestmark = pytest.mark.slow
 
 
-def test_serve_subcommand_end_to_end() -> None:
-    env_token = {"ECLECTUS_TOKEN": "from-env", "PATH": "/usr/bin:/bin"}
+@contextmanager
+def serving(*flags: str, env: dict[str, str] | None = None) -> Iterator[str]:
+    """``eclectus serve --port 0 FLAGS`` in its own process; yields its ws:// URL, then sends
+    SIGTERM and checks that it exits 0."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "eclectus", "serve", "--port", "0", "--model", "tiny"],
+        [sys.executable, "-m", "eclectus", "serve", "--port", "0", *flags],
         stderr=subprocess.PIPE,
         text=True,
-        env=env_token,
+        env=env,
     )
     try:
         assert proc.stderr is not None
@@ -37,6 +46,15 @@ def test_serve_subcommand_end_to_end() -> None:
                 url = match.group(1)
                 break
         assert url is not None, "server never reported its url"
+        yield url
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+
+
+def test_serve_subcommand_end_to_end() -> None:
+    env_token = {"ECLECTUS_TOKEN": "from-env", "PATH": "/usr/bin:/bin"}
+    with serving("--model", "tiny", env=env_token) as url:
         health = urllib.request.urlopen(url.replace("ws://", "http://") + "/healthz", timeout=5)
         assert json.loads(health.read())["model"] == "tiny"
         with connect(url) as ws:
@@ -45,9 +63,82 @@ def test_serve_subcommand_end_to_end() -> None:
         with connect(url) as ws:
             ws.send(json.dumps({"type": "hello", "token": "from-env"}))
             assert json.loads(ws.recv(timeout=5))["type"] == "welcome"
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
+
+
+def test_engine_budget_flags_size_the_running_engine() -> None:
+    """The budget flags reach the engine the process serves: /metrics shows the KV pool
+    --num-kv-blocks asked for, and a request runs under the small step budgets."""
+    flags = ("--num-kv-blocks", "48", "--block-size", "8", "--max-num-seqs", "2")
+    with serving(*flags, "--max-num-batched-tokens", "64", "--num-threads", "1") as url:
+        metrics = urllib.request.urlopen(url.replace("ws://", "http://") + "/metrics", timeout=5)
+        assert "eclectus_engine_total_blocks 48" in metrics.read().decode()
+        with connect_sync(url) as app:  # a 200-token prompt: prefilled in 64-token chunks
+            answer = app.function("{{doc}}{{out}}", out=dict(max_tokens=8, ignore_eos=True))
+            out = answer(doc="budget " * 28)
+            assert isinstance(out.get(timeout=60), str) and out.finish_reason == "length"
+
+
+def test_a_model_that_cannot_load_exits_2_with_the_reason() -> None:
+    """No traceback for a missing checkpoint: one line naming it, exit status 2."""
+    done = subprocess.run(
+        [sys.executable, "-m", "eclectus", "serve", "--port", "0", "--model", "/no/such/dir"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith("eclectus serve: model '/no/such/dir' is neither a preset")
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--block-size", "0"], "argument --block-size: must be an integer >= 1, got '0'"),
+        (["--max-num-seqs", "1.5"], "argument --max-num-seqs: must be an integer >= 1, got '1.5'"),
+        (["--kv-cache-gib", "-1"], "argument --kv-cache-gib: must be a number of GiB > 0"),
+        (["--kv-cache-gib", "inf"], "argument --kv-cache-gib: must be a number of GiB > 0"),
+        (["--seed", "-3"], "argument --seed: must be an integer >= 0, got '-3'"),
+        (["--dtype", "int8"], "argument --dtype: invalid choice: 'int8'"),
+    ],
+)
+def test_bad_engine_flags_are_refused_by_name(
+    flags: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bad budget stops `eclectus serve` before it loads anything, naming the flag."""
+    with pytest.raises(SystemExit) as stopped:
+        main(["serve", *flags])
+    assert stopped.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_every_engine_flag_reaches_the_engine_config() -> None:
+    """Every EngineConfig field has a flag (``kv_cache_bytes`` as --kv-cache-gib), and a
+    non-default value for each lands in engine_config_from_args's EngineConfig."""
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    flags = {
+        "model": "other",
+        "dtype": "bfloat16",
+        "device": "meta",
+        "block_size": 32,
+        "num_kv_blocks": 10,
+        "max_num_batched_tokens": 512,
+        "max_num_seqs": 4,
+        "max_model_len": 1024,
+        "num_threads": 3,
+        "seed": 7,
+    }
+    argv = [str(part) for k, v in flags.items() for part in (f"--{k.replace('_', '-')}", v)]
+    switches = ["--no-enable-prefix-caching", "--no-cascade-attention"]
+    config = engine_config_from_args(parser.parse_args([*argv, *switches, "--kv-cache-gib", "2"]))
+    expected = flags | {
+        "enable_prefix_caching": False,
+        "cascade_attention": False,
+        "kv_cache_bytes": 2 * GiB,
+    }
+    assert {f.name for f in dataclasses.fields(EngineConfig)} == set(expected)
+    assert {k: getattr(config, k) for k in expected} == expected
+    assert engine_config_from_args(parser.parse_args([])) == EngineConfig()
 
 
 def test_every_serve_flag_reaches_the_config(monkeypatch: pytest.MonkeyPatch) -> None:
