@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import argparse
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 GiB = 1 << 30
@@ -10,7 +11,8 @@ GiB = 1 << 30
 
 @dataclass(frozen=True, slots=True)
 class Budget:
-    """One engine's limits, given the same to Eclectus's engine and to vLLM.
+    """One engine's limits, given the same to Eclectus's engine (as the ``eclectus serve``
+    flags of the same names) and to vLLM.
 
     ``block_size``: tokens per KV block (vLLM's CPU backend takes multiples of 32).
     ``kv_cache_gib``: the KV pool (vLLM's ``VLLM_CPU_KVCACHE_SPACE`` takes whole GiB).
@@ -31,6 +33,25 @@ class Budget:
         for name in ("kv_cache_gib", "max_num_batched_tokens", "max_num_seqs", "num_threads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        """One flag per field, named as ``eclectus serve`` names it (mutates ``parser``)."""
+        for f in fields(cls):
+            parser.add_argument("--" + f.name.replace("_", "-"), type=int, default=f.default)
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> Budget:
+        """The budget the flags describe (pure; ValueError from the checks above)."""
+        return cls(**{f.name: getattr(args, f.name) for f in fields(cls)})
+
+    def serve_args(self) -> list[str]:
+        """The ``eclectus serve`` flags that size an Eclectus engine to this budget (pure)."""
+        return [
+            part
+            for name, value in self.as_dict().items()
+            for part in (f"--{name.replace('_', '-')}", str(value))
+        ]
 
     def as_dict(self) -> dict[str, Any]:
         """The budget as plain data, for results.json (pure)."""

@@ -30,7 +30,6 @@ from eclectus.evals.workloads import Workload, full_workloads, workload
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The eval flags (mutates ``parser``)."""
-    b = Budget()
     parser.add_argument(
         "workloads", nargs="+", metavar="WORKLOAD", help=f"{', '.join(full_workloads())}, or all"
     )
@@ -78,11 +77,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="let vLLM compile (slower start) instead of --enforce-eager",
     )
     parser.add_argument("--no-plots", action="store_true")
-    parser.add_argument("--block-size", type=int, default=b.block_size)
-    parser.add_argument("--kv-cache-gib", type=int, default=b.kv_cache_gib)
-    parser.add_argument("--max-num-batched-tokens", type=int, default=b.max_num_batched_tokens)
-    parser.add_argument("--max-num-seqs", type=int, default=b.max_num_seqs)
-    parser.add_argument("--num-threads", type=int, default=b.num_threads)
+    Budget.add_arguments(parser)
 
 
 def _pairs(entries: list[str], flag: str, name: str) -> dict[str, str]:
@@ -147,13 +142,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the comparison and write the results; 0 on success, 2 on bad arguments."""
     try:
         workloads = _workloads(args)
-        budget = Budget(
-            args.block_size,
-            args.kv_cache_gib,
-            args.max_num_batched_tokens,
-            args.max_num_seqs,
-            args.num_threads,
-        )
+        budget = Budget.from_args(args)
         model_dir, model_name = _model(args.model)
         plan = LaunchPlan(
             model_dir,

@@ -1,6 +1,7 @@
-"""The servers under test, each in its own process: Eclectus (through
-:mod:`eclectus.evals.serve`) and stock vLLM (its OpenAI-compatible api_server, from the Python
-environment the user names). Both get the same model directory and the same :class:`Budget`.
+"""The servers under test, each in its own process: Eclectus (``eclectus serve`` with a
+tracer, through :mod:`eclectus.evals.serve`) and stock vLLM (its OpenAI-compatible
+api_server, from the Python environment the user names). Both get the same model directory
+and the same :class:`Budget`.
 
 A :class:`ServerProcess` starts its command, waits until it answers, reads its Prometheus
 counters, empties its prefix cache where the server allows it, and stops the process it
@@ -24,10 +25,12 @@ from pathlib import Path
 from typing import IO
 
 from eclectus.evals.budget import Budget
-from eclectus.evals.serve import budget_args
 from eclectus.recipes.observe import scrape
 
 HOST = "127.0.0.1"
+# A compiled app ships its whole graph, document text included, in one frame; the OpenAI
+# endpoint takes request bodies up to the same size.
+MAX_FRAME_BYTES = 1 << 24
 
 
 class ServerStartError(RuntimeError):
@@ -179,9 +182,16 @@ class EclectusProcess(ServerProcess):
             str(self.ws_port),
             "--openai-port",
             str(self.port),
-            *budget_args(self.budget),
+            "--max-frame-bytes",
+            str(MAX_FRAME_BYTES),
+            *self.budget.serve_args(),
         ]
         return cmd + (["--trace-file", str(self.trace_path)] if self.trace_path else [])
+
+    def environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.pop("ECLECTUS_TOKEN", None)  # the eval's clients connect without a token
+        return env
 
     def token_counts(self, counters: dict[str, float]) -> tuple[float, float]:
         return (

@@ -29,6 +29,8 @@ def test_eval_map_reduce_writes_results_report_and_plots(tmp_path: Path) -> None
     assert {r["system"] for r in runs} == {"eclectus", "self"}
     assert {r["rep"] for r in runs} == {-1, 0}
     assert all(r["num_calls"] == 3 and r["wall_s"] > 0 and r["prompt_tokens"] > 0 for r in runs)
+    # one engine span per call, from the server's tracer (`eclectus serve` + --trace-file)
+    assert all(r["span_source"] == "engine" and len(r["spans"]) == 3 for r in runs)
     assert [b["engine"] for b in results["bounds"]] == ["eclectus"]
     assert {s["system"] for s in results["summary"]} == {"eclectus", "self"}
     report = (tmp_path / "report.md").read_text()

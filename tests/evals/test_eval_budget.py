@@ -1,0 +1,60 @@
+"""The evals' Budget reaches Eclectus through `eclectus serve`'s own flags."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from eclectus.evals.budget import Budget, GiB
+from eclectus.evals.serve import build_parser
+from eclectus.evals.servers import EclectusProcess
+from eclectus.server.engine.engine_config import EngineConfig
+from eclectus.server.main import add_arguments, engine_config_from_args
+
+BUDGET = Budget(block_size=64, kv_cache_gib=2, max_num_batched_tokens=512, max_num_seqs=8)
+
+
+def test_serve_args_size_the_engine_as_the_budget_says() -> None:
+    """Parsed by `eclectus serve`'s parser, a budget's flags give an EngineConfig with the
+    budget's block size, KV bytes, step budgets and threads."""
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    config = engine_config_from_args(parser.parse_args(BUDGET.serve_args()))
+    assert config == EngineConfig(
+        block_size=64,
+        kv_cache_bytes=2 * GiB,
+        max_num_batched_tokens=512,
+        max_num_seqs=8,
+        num_threads=1,
+    )
+
+
+def test_the_eval_launcher_takes_every_serve_flag_and_a_trace_file(tmp_path: Path) -> None:
+    """`python -m eclectus.evals.serve` is `eclectus serve` plus --trace-file."""
+    process = EclectusProcess(
+        "eclectus", tmp_path, BUDGET, tmp_path / "log", trace_path=tmp_path / "t.jsonl"
+    )
+    command = process.command()
+    assert command[1:3] == ["-m", "eclectus.evals.serve"]
+    args = build_parser().parse_args(command[3:])
+    assert args.trace_file == tmp_path / "t.jsonl" and args.openai_port == process.port
+    assert engine_config_from_args(args).block_size == 64
+
+
+def test_budget_flags_round_trip_and_refuse_bad_values() -> None:
+    """`eclectus eval`'s budget flags carry the same names; a bad budget is a ValueError."""
+    parser = argparse.ArgumentParser()
+    Budget.add_arguments(parser)
+    assert Budget.from_args(parser.parse_args(BUDGET.serve_args())) == BUDGET
+    assert Budget.from_args(parser.parse_args([])) == Budget()
+    with pytest.raises(ValueError, match="multiple of 32, got 16"):
+        Budget.from_args(parser.parse_args(["--block-size", "16"]))
+
+
+def test_the_eval_server_needs_no_token(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The eval's clients connect without a token, so its server never reads ECLECTUS_TOKEN."""
+    monkeypatch.setenv("ECLECTUS_TOKEN", "secret")
+    process = EclectusProcess("eclectus", tmp_path, BUDGET, tmp_path / "log")
+    assert "ECLECTUS_TOKEN" not in process.environment()
