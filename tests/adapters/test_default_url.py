@@ -13,7 +13,7 @@ from eclectus.server.config import ServerConfig
 def test_default_url_is_where_eclectus_serve_listens_by_default() -> None:
     """DEFAULT_URL names the host and port a plain `eclectus serve` binds."""
     defaults = ServerConfig()
-    assert DEFAULT_URL == f"ws://{defaults.host}:{defaults.port}"
+    assert f"ws://{defaults.host}:{defaults.port}" == DEFAULT_URL
 
 
 def test_adapters_fall_back_to_the_sdk_default(monkeypatch: pytest.MonkeyPatch) -> None:
