@@ -8,7 +8,8 @@ the baseline in the same process: the same frame models with the pre-discriminat
 union (``TextSegment | VarSegment | GenSegment``, which pydantic tries member by member).
 Runs alternate baseline and current so machine noise hits both. It also times
 ``CLIENT_FRAME.validate_json`` on the same text, the one-step alternative to the session's
-two steps, and checks that every parser yields the same frame.
+two steps, and checks that every parser yields the same frame. A second table times lists of
+one segment kind (text, input, output) with each union.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from eclectus.server.protocol import (
     Get,
     Hello,
     Release,
+    Segment,
     Set,
     Submit,
     TextSegment,
@@ -111,9 +113,10 @@ PARSERS: dict[str, Parser] = {"baseline": baseline, "current": current, "validat
 
 
 def best_seconds(
-    parsers: dict[str, Parser], text: str, repeats: int, loops: int
+    parsers: dict[str, Callable[[Any], object]], value: object, repeats: int, loops: int
 ) -> dict[str, float]:
-    """Best-of-``repeats`` CPU seconds per parse for each parser, the parsers interleaved.
+    """Best-of-``repeats`` CPU seconds per parse of ``value`` for each parser, the parsers
+    interleaved.
 
     CPU time of this thread, not wall time: on a shared machine the wall clock also counts
     the time other processes hold the core, which is noise here, while the CPU time is what
@@ -124,7 +127,7 @@ def best_seconds(
             gc.collect()
             start = time.thread_time()
             for _ in range(loops):
-                parse(text)
+                parse(value)
             best[name] = min(best[name], (time.thread_time() - start) / loops)
     return best
 
@@ -134,6 +137,29 @@ def check_same_frames(text: str) -> None:
     dumps = {name: parse(text).model_dump() for name, parse in PARSERS.items()}
     if len({json.dumps(d, sort_keys=True) for d in dumps.values()}) != 1:
         raise AssertionError("the parsers disagree on the frame")
+
+
+SEGMENT_KINDS: dict[str, dict[str, Any]] = {
+    "text": {"text": "You are step 3 of a pipeline.\n"},
+    "var": {"var": "doc3"},
+    "gen": {"gen": "out3", "sampling": {"max_tokens": 48, "temperature": 0.7, "seed": 3}},
+}
+
+
+def segment_table(repeats: int, num_segments: int = 200) -> None:
+    """Prints µs per segment of each kind, old union against the discriminated Segment."""
+    adapters: dict[str, TypeAdapter[Any]] = {
+        "baseline": TypeAdapter(list[BaselineSegment]),
+        "current": TypeAdapter(list[Segment]),
+    }
+    print(f"\none segment kind, {num_segments} a list: CPU µs per segment")
+    print(f"{'kind':>6} {'baseline':>9} {'current':>9} {'base/cur':>9}")
+    for kind, segment in SEGMENT_KINDS.items():
+        segments = [segment] * num_segments
+        parsers = {name: adapter.validate_python for name, adapter in adapters.items()}
+        best = best_seconds(parsers, segments, repeats, loops=10)
+        old, new = (best[name] * 1e6 / num_segments for name in adapters)
+        print(f"{kind:>6} {old:9.2f} {new:9.2f} {old / new:8.2f}x")
 
 
 def main(args: argparse.Namespace) -> None:
@@ -155,6 +181,7 @@ def main(args: argparse.Namespace) -> None:
             f" {best['baseline'] / best['current']:8.2f}x"
             f" {best['current'] / best['validate_json']:8.2f}x"
         )
+    segment_table(args.repeats)
 
 
 if __name__ == "__main__":
