@@ -65,7 +65,7 @@ class Case:
 @dataclass
 class Inputs:
     q: torch.Tensor  # [B, Hq, D]
-    k_cache: torch.Tensor  # [num_blocks, block_size, Hkv, D]
+    k_cache: torch.Tensor  # [num_blocks, Hkv, block_size, D]
     v_cache: torch.Tensor
     cascade_plan: DecodePlan
     paged_plan: DecodePlan
@@ -79,7 +79,7 @@ def make_inputs(case: Case, device: torch.device) -> Inputs:
     num_prefix_blocks = case.prefix // bs  # prefix is rounded down to whole shared blocks
     suffix_blocks = -(-(case.prefix % bs + case.suffix) // bs)
     num_blocks = num_prefix_blocks + case.batch * suffix_blocks + 1
-    shape = (num_blocks, bs, case.num_kv_heads, case.head_dim)
+    shape = (num_blocks, case.num_kv_heads, bs, case.head_dim)
     k_cache = torch.randn(shape, device=device, dtype=case.dtype)
     v_cache = torch.randn(shape, device=device, dtype=case.dtype)
     prefix_ids = list(range(1, num_prefix_blocks + 1))
@@ -93,8 +93,8 @@ def make_inputs(case: Case, device: torch.device) -> Inputs:
     length = case.prefix + case.suffix
 
     def dense(cache: torch.Tensor) -> torch.Tensor:
-        flat = cache[table_t].flatten(1, 2)[:, :length]  # [B, L, Hkv, D]
-        return flat.transpose(1, 2).contiguous()
+        blocks = cache[table_t]  # [B, nb, Hkv, bs, D]
+        return blocks.transpose(1, 2).flatten(2, 3)[:, :, :length].contiguous()  # [B, Hkv, L, D]
 
     return Inputs(
         q,
@@ -159,7 +159,7 @@ def prefix_pass(inputs: Inputs, scale: float) -> Callable[[], object]:
     from eclectus.kernels.torch_ops import cascade_prefix_torch
 
     return lambda: cascade_prefix_torch(
-        inputs.q, inputs.k_cache, inputs.v_cache, cascade, scale, inputs.cascade_plan.scratch
+        inputs.q, inputs.k_cache, inputs.v_cache, inputs.cascade_plan, scale
     )
 
 

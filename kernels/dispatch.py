@@ -3,8 +3,8 @@
 Triton runs when q is on a CUDA device and triton imports, or when ``ECLECTUS_KERNELS=triton``
 forces it (CPU tensors under ``TRITON_INTERPRET=1``, for tests); ``ECLECTUS_KERNELS=torch``
 forces the torch paths. Read per call, so tests can switch it. Shapes (every function):
-caches [num_blocks, block_size, Hkv, D]; q [tokens, Hq, D] with Hq a multiple of Hkv; LSE
-natural log, [tokens, Hq], fp32; outputs in q's dtype.
+caches [num_blocks, Hkv, block_size, D] (head-major blocks); q [tokens, Hq, D] with Hq a
+multiple of Hkv; LSE natural log, [tokens, Hq], fp32; outputs in q's dtype.
 """
 
 from __future__ import annotations
@@ -36,21 +36,24 @@ def use_triton(q: Tensor) -> bool:
 def _check_attention_args(q: Tensor, k_cache: Tensor, v_cache: Tensor) -> None:
     if q.dim() != 3 or k_cache.dim() != 4 or k_cache.shape != v_cache.shape:
         raise ValueError(
-            f"want q [T, Hq, D] and caches [N, bs, Hkv, D], got q "
+            f"want q [T, Hq, D] and caches [N, Hkv, bs, D], got q "
             f"{tuple(q.shape)}, k {tuple(k_cache.shape)}, v {tuple(v_cache.shape)}"
         )
-    if q.shape[2] != k_cache.shape[3] or q.shape[1] % k_cache.shape[2]:
+    if q.shape[2] != k_cache.shape[3] or q.shape[1] % k_cache.shape[1]:
         raise ValueError(f"head mismatch: q {tuple(q.shape)} vs cache {tuple(k_cache.shape)}")
 
 
 def store_kv(k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, slot_mapping: Tensor) -> None:
     """Write new tokens into the paged cache. MUTATES k_cache and v_cache.
 
-    k, v [T, Hkv, D]; slot_mapping int64 [T], slot = block_id * block_size + offset.
+    k, v [T, Hkv, D]; caches [num_blocks, Hkv, block_size, D]; slot_mapping int64 [T],
+    slot = block_id * block_size + offset.
     """
-    num_kv_heads, head_dim = k_cache.shape[2:]
-    k_cache.view(-1, num_kv_heads, head_dim)[slot_mapping] = k.to(k_cache.dtype)
-    v_cache.view(-1, num_kv_heads, head_dim)[slot_mapping] = v.to(v_cache.dtype)
+    block_size = k_cache.shape[2]
+    blocks, offsets = slot_mapping // block_size, slot_mapping % block_size
+    # advanced indices around a slice: the indexed view is [T, Hkv, D], k's shape
+    k_cache[blocks, :, offsets] = k.to(k_cache.dtype)
+    v_cache[blocks, :, offsets] = v.to(v_cache.dtype)
 
 
 def merge_attention_states(
@@ -79,17 +82,7 @@ def paged_decode_attention(
         from eclectus.kernels.triton_decode import paged_decode_triton
 
         return paged_decode_triton(q, k_cache, v_cache, plan, scale)
-    o, lse = torch_ops.paged_decode_window_torch(
-        q,
-        k_cache,
-        v_cache,
-        plan.block_tables,
-        plan.seq_lens,
-        scale,
-        plan.max_blocks,
-        scratch=plan.scratch,
-        tag="full",
-    )
+    o, lse = torch_ops.paged_decode_window_torch(q, k_cache, v_cache, plan, scale)
     return o.to(q.dtype), lse
 
 

@@ -1,12 +1,17 @@
 """Head-major KV gathers for the torch paths, and the per-step scratch that makes them cheap.
 
-The cache layout [num_blocks, block_size, Hkv, D] puts a token's heads side by side; a
-batched matmul wants each (request, kv head) as one contiguous [L, D] matrix. Gathering rows
-of ``cache.view(-1, D)`` with ``index_select`` produces that layout in one pass, and writing
-into a reused buffer avoids fresh allocations whose page faults otherwise cost more than the
-gather (measured: ~8x on a 2-core CPU at 100 MB per layer). The buffers live in a per-thread
-pool that outlives steps (a step's plan is new, its buffers are not); it holds the largest
-gather seen so far, per key. Per thread, because calls within one thread are sequential.
+The cache layout [num_blocks, Hkv, block_size, D] makes each (block, kv head) one contiguous
+[block_size, D] run, and a batched matmul wants each (request, kv head) as one contiguous
+[L, D] matrix. So a gather is BLOCK-granular: ``index_select`` of whole runs (rows of
+``cache.view(num_blocks * Hkv, block_size * D)``) lays out [..., Hkv, L, D] in one pass, with
+block_size times fewer, block_size times bigger rows than a token-granular gather (measured
+~1.2x faster out of cache on the 2-core CPU; docs/benchmarks.md).
+
+Gathers write into reused buffers: fresh allocations page-fault for longer than the gather
+itself takes (measured: ~8x on a 2-core CPU at 100 MB per layer). The buffers live in a
+per-thread pool that outlives steps (a step's plan is new, its buffers are not); it holds the
+largest gather seen so far, per key. Per thread, because calls within one thread are
+sequential.
 """
 
 from __future__ import annotations
@@ -61,26 +66,27 @@ class Scratch:
         return f"Scratch({len(self._items)} items)"
 
 
-def head_major_rows(blocks: Tensor, block_size: int, num_kv_heads: int) -> Tensor:
-    """Row ids into ``cache.view(-1, D)`` that gather ``blocks`` [..., nb] as
-    [..., Hkv, nb * block_size] (int64): row = (block * block_size + slot) * Hkv + head."""
-    slots = torch.arange(block_size, device=blocks.device)
-    tokens = (blocks.long()[..., None] * block_size + slots).flatten(-2)  # [..., L]
+def head_major_rows(blocks: Tensor, num_kv_heads: int) -> Tensor:
+    """Row ids into ``cache.view(num_blocks * Hkv, block_size * D)`` that gather ``blocks``
+    [..., nb] as [..., Hkv, nb] runs, i.e. [..., Hkv, nb * block_size, D] once viewed
+    (int64): row = block * Hkv + head."""
     heads = torch.arange(num_kv_heads, device=blocks.device)[:, None]
-    return tokens[..., None, :] * num_kv_heads + heads  # [..., Hkv, L]
+    return blocks.long()[..., None, :] * num_kv_heads + heads  # [..., Hkv, nb]
 
 
 def gather_head_major(cache: Tensor, rows: Tensor, key: Hashable = None) -> Tensor:
-    """cache [num_blocks, block_size, Hkv, D], rows [..., Hkv, L] -> [..., Hkv, L, D].
+    """cache [num_blocks, Hkv, block_size, D], rows [..., Hkv, nb] (``head_major_rows``) ->
+    [..., Hkv, nb * block_size, D].
 
     With a ``key`` the result is written into this thread's pooled buffer for it, and is only
     valid until the next gather with the same key; without one it is a fresh tensor.
     """
-    head_dim = cache.shape[-1]
-    flat = cache.reshape(-1, head_dim)  # a view for the engine's contiguous caches
-    shape = (rows.numel(), head_dim)
+    num_blocks, num_kv_heads, block_size, head_dim = cache.shape
+    flat = cache.reshape(num_blocks * num_kv_heads, block_size * head_dim)  # a view if contiguous
+    shape = (*rows.shape[:-1], rows.shape[-1] * block_size, head_dim)
+    index = rows.reshape(-1)
     if key is None:
-        return flat.index_select(0, rows.reshape(-1)).view(*rows.shape, head_dim)
-    out = pooled_buffer(key, shape, cache.dtype, cache.device)
-    torch.index_select(flat, 0, rows.reshape(-1), out=out)
-    return out.view(*rows.shape, head_dim)
+        return flat.index_select(0, index).view(shape)
+    out = pooled_buffer(key, (index.numel(), block_size * head_dim), cache.dtype, cache.device)
+    torch.index_select(flat, 0, index, out=out)
+    return out.view(shape)

@@ -202,6 +202,7 @@ class CascadePlan:
     group_starts: Tensor  # int32 [num_groups], tokens (multiple of block_size)
     group_ends: Tensor  # int32 [num_groups], tokens, exclusive
     suffix_starts: Tensor  # int32 [batch], first token of each request's own suffix
+    suffix_start_list: tuple[int, ...]  # host copy, for the torch path's shapes
     request_member_offsets: Tensor  # int32 [batch + 1]: CSR from request to its rows
     request_member_rows: Tensor  # int32 [num_members]
     max_group_size: int
@@ -273,6 +274,7 @@ def _cascade_plan(
         group_starts=ints([g.start_block * block_size for g in groups]),
         group_ends=ints([g.end_block * block_size for g in groups]),
         suffix_starts=ints(suffix_starts),
+        suffix_start_list=tuple(suffix_starts),
         request_member_offsets=ints(request_offsets),
         request_member_rows=ints([row for rows in rows_of for row in rows]),
         max_group_size=max(len(g.request_ids) for g in groups),

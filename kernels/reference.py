@@ -18,11 +18,11 @@ def gather_kv(
 ) -> Tensor:
     """Tokens [start, end) of one sequence.
 
-    cache [num_blocks, block_size, Hkv, D] -> [end - start, Hkv, D]."""
+    cache [num_blocks, Hkv, block_size, D] -> [end - start, Hkv, D]."""
     positions = torch.arange(start, end, device=cache.device)
     table_t = torch.as_tensor(table, device=cache.device).long()
     blocks = table_t[positions // block_size]
-    return cache[blocks, positions % block_size]
+    return cache[blocks, :, positions % block_size]  # advanced indices first: [n, Hkv, D]
 
 
 def ref_attention(
@@ -57,7 +57,7 @@ def ref_paged_decode(
 
     Returns (o [B, Hq, D], lse [B, Hq] fp32).
     """
-    block_size = k_cache.shape[1]
+    block_size = k_cache.shape[2]
     starts = kv_starts or [0] * len(seq_lens)
     outs, lses = [], []
     for i, (table, n, s) in enumerate(zip(block_tables, seq_lens, starts, strict=True)):
@@ -80,7 +80,7 @@ def ref_prefill(
 ) -> tuple[Tensor, Tensor]:
     """Packed queries q [sum(query_lens), Hq, D]; query j of request i sits at position
     seq_lens[i] - query_lens[i] + j and attends causally. Returns (o like q, lse [T, Hq])."""
-    block_size = k_cache.shape[1]
+    block_size = k_cache.shape[2]
     outs, lses, row = [], [], 0
     for table, nq, n in zip(block_tables, query_lens, seq_lens, strict=True):
         k = gather_kv(k_cache, table, 0, n, block_size)

@@ -1,9 +1,11 @@
 """Fast torch paths: what the dispatchers run on CPU (and anywhere Triton is unavailable).
 
-Decode is vectorised over the batch: a padded, head-major gather of every request's KV window
-into [B, Hkv, L, D] (``gather``), one batched matmul per side, a length mask. The cascade path
-loops over GROUPS, not requests: a group's stacked queries [Hkv, G * group, D] meet its prefix
-keys in one matmul, so the prefix KV is read once per group. Prefill loops over requests (each
+Decode is vectorised over chunks of requests: a padded, head-major, block-granular gather of
+each request's KV window into [c, Hkv, L, D] (``gather``), one batched matmul per side, a
+length mask; chunks are sized so the gathered KV is still in cache when the matmuls read it.
+The cascade path loops over GROUPS, not requests: a group's stacked queries
+[Hkv, G * group, D] meet its prefix keys in one matmul, so the prefix KV is read once per
+group. Prefill loops over requests (each
 one is big) and uses scaled_dot_product_attention. Math in fp32; LSE natural log, fp32.
 Nothing here mutates its inputs; a plan's ``scratch`` caches gather indices, and gathers
 reuse per-thread pooled buffers (``gather``).
@@ -12,13 +14,14 @@ reuse per-thread pooled buffers (``gather``).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from eclectus.kernels.gather import Scratch, gather_head_major, head_major_rows
-from eclectus.kernels.plans import CascadePlan, DecodePlan, PrefillPlan
+from eclectus.kernels.gather import gather_head_major, head_major_rows
+from eclectus.kernels.plans import DecodePlan, PrefillPlan
 
 
 def merge_attention_states_torch(
@@ -59,95 +62,126 @@ def combine_states_by_index(
 
 
 def _softmax_av(scores: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-    """scores [..., M, L] fp32 (masked: -inf), v [..., L, D] -> (o [..., M, D], lse [..., M])."""
-    lse = torch.logsumexp(scores, dim=-1)
+    """scores [..., M, L] fp32 (masked: -inf), v [..., L, D] -> (o [..., M, D], lse [..., M]).
+    Overwrites ``scores``."""
+    o = scores.new_empty((*scores.shape[:-1], v.shape[-1]))
+    lse = scores.new_empty(scores.shape[:-1])
+    _softmax_av_into(scores, v, o, lse)
+    return o, lse
+
+
+def _softmax_av_into(scores: Tensor, v: Tensor, o: Tensor, lse: Tensor) -> None:
+    """:func:`_softmax_av` writing into contiguous ``o`` and ``lse``; overwrites ``scores``
+    with the probabilities (in place: no second score-sized tensor)."""
+    torch.logsumexp(scores, dim=-1, out=lse)
     safe = torch.where(lse == -math.inf, 0.0, lse)  # empty rows: exp(-inf - 0) = 0
-    return torch.exp(scores - safe[..., None]) @ v, lse
+    torch.matmul(scores.sub_(safe[..., None]).exp_(), v, out=o)
+
+
+# Requests are gathered and attended in chunks whose gathered K (and V) stay under this many
+# bytes, so the matmuls read the gather back from cache rather than memory: 1.2-1.4x faster
+# per layer than one gather of the whole batch on the 2-core CPU (docs/benchmarks.md). Much
+# smaller chunks pay more per-call overhead than they save.
+DECODE_CHUNK_BYTES = 2 * 2**20
+
+
+def decode_chunks(num_blocks: Sequence[int], block_bytes: int) -> list[tuple[int, int, int]]:
+    """Split requests (request i's window spans ``num_blocks[i]`` blocks) into runs
+    (start, end, width in blocks) whose padded gather, (end - start) * width * block_bytes, stays
+    within DECODE_CHUNK_BYTES (a run holds at least one request). Pure, host-side."""
+    chunks: list[tuple[int, int, int]] = []
+    start, width = 0, 0
+    for i, n in enumerate(num_blocks):
+        wider = max(width, n, 1)
+        if i > start and (i + 1 - start) * wider * block_bytes > DECODE_CHUNK_BYTES:
+            chunks.append((start, i, width))
+            start, wider = i, max(n, 1)
+        width = wider
+    if num_blocks:
+        chunks.append((start, len(num_blocks), width))
+    return chunks
 
 
 def paged_decode_window_torch(
     q: Tensor,
     k_cache: Tensor,
     v_cache: Tensor,
-    block_tables: Tensor,
-    seq_lens: Tensor,
+    plan: DecodePlan,
     scale: float,
-    max_window_blocks: int,
-    kv_starts: Tensor | None = None,
-    scratch: Scratch | None = None,
-    tag: str = "window",
+    kv_starts: Sequence[int] | None = None,
+    tag: str = "full",
 ) -> tuple[Tensor, Tensor]:
     """Request i's query attends to its tokens [kv_starts[i] (default 0), seq_lens[i]).
 
-    q [B, Hq, D]; caches [num_blocks, block_size, Hkv, D]; block_tables int32 [B, W];
-    seq_lens, kv_starts int32 [B]; max_window_blocks: host bound on the blocks any window spans.
-    ``scratch`` (the plan's) caches the gather indices under ``tag``; gathers go to pooled
-    buffers (``gather``).
-    Returns (o [B, Hq, D] fp32, lse [B, Hq] fp32): fp32 so a cascade merges unrounded states.
+    q [B, Hq, D]; caches [num_blocks, Hkv, block_size, D]; ``kv_starts`` host ints. Requests
+    run in chunks (DECODE_CHUNK_BYTES): gather the chunk's KV head-major into pooled buffers,
+    one batched matmul per side, a length mask. Index tensors are cached in ``plan.scratch``
+    under ``tag``. Returns (o [B, Hq, D] fp32, lse [B, Hq] fp32): fp32 so a cascade merges
+    unrounded states.
     """
     batch, num_q_heads, head_dim = q.shape
-    num_kv_heads = k_cache.shape[2]
-    scratch = scratch or Scratch()
-    rows, masked = scratch.cached(
+    num_kv_heads, block_size = k_cache.shape[1:3]
+    chunks, rows, masked = plan.scratch.cached(
         (tag, num_kv_heads),
-        lambda: _window_index(
-            block_tables, seq_lens, kv_starts, max_window_blocks, k_cache.shape[1], num_kv_heads
-        ),
+        lambda: _window_index(plan, kv_starts, num_kv_heads, k_cache[0].nbytes),
     )
-    k = gather_head_major(k_cache, rows, (tag, "k"))  # [B, Hkv, L, D]
-    v = gather_head_major(v_cache, rows, (tag, "v"))
     qg = q.view(batch, num_kv_heads, -1, head_dim).float() * scale
-    scores = qg @ k.transpose(-1, -2).float()  # [B, Hkv, group, L]
-    scores.masked_fill_(masked, -math.inf)
-    o, lse = _softmax_av(scores, v.float())
-    return o.reshape(batch, num_q_heads, head_dim), lse.reshape(batch, num_q_heads)
+    o = torch.empty_like(qg)
+    lse = torch.empty(qg.shape[:-1], device=q.device)
+    for (start, end, width), chunk_rows in zip(chunks, rows, strict=True):
+        k = gather_head_major(k_cache, chunk_rows, (tag, "k"))  # [c, Hkv, L, D]
+        v = gather_head_major(v_cache, chunk_rows, (tag, "v"))
+        scores = qg[start:end] @ k.transpose(-1, -2).float()  # [c, Hkv, group, L]
+        scores.masked_fill_(masked[start:end, ..., : width * block_size], -math.inf)
+        _softmax_av_into(scores, v.float(), o[start:end], lse[start:end])
+    return o.view(batch, num_q_heads, head_dim), lse.view(batch, num_q_heads)
 
 
 def _window_index(
-    block_tables: Tensor,
-    seq_lens: Tensor,
-    kv_starts: Tensor | None,
-    max_window_blocks: int,
-    block_size: int,
-    num_kv_heads: int,
-) -> tuple[Tensor, Tensor]:
-    """(rows [B, Hkv, L] for gather_head_major, masked-out [B, 1, 1, L] bool) of the windows."""
-    starts = torch.zeros_like(seq_lens) if kv_starts is None else kv_starts
-    first = (starts // block_size).long()  # first block of each window
-    cols = first[:, None] + torch.arange(max_window_blocks, device=seq_lens.device)
-    blocks = block_tables.long().gather(1, cols.clamp_max(block_tables.shape[1] - 1))
-    pos = first[:, None] * block_size + torch.arange(
-        max_window_blocks * block_size, device=seq_lens.device
-    )
-    masked = (pos < starts[:, None]) | (pos >= seq_lens[:, None])
-    return head_major_rows(blocks, block_size, num_kv_heads), masked[:, None, None, :]
+    plan: DecodePlan, kv_starts: Sequence[int] | None, num_kv_heads: int, block_bytes: int
+) -> tuple[list[tuple[int, int, int]], list[Tensor], Tensor]:
+    """(chunks, per-chunk gather rows [c, Hkv, width] for gather_head_major, masked-out
+    [B, 1, 1, L] bool) of the windows [kv_starts[i], seq_lens[i])."""
+    bs, lens = plan.block_size, plan.seq_lens_list
+    starts = list(kv_starts) if kv_starts is not None else [0] * len(lens)
+    first = [s // bs for s in starts]
+    widths = [-(-n // bs) - f for n, f in zip(lens, first, strict=True)]
+    chunks = decode_chunks(widths, block_bytes)
+    device = plan.seq_lens.device
+    first_t = torch.tensor(first, device=device)
+    max_width = max(w for _, _, w in chunks)
+    cols = first_t[:, None] + torch.arange(max_width, device=device)
+    table = plan.block_tables
+    blocks = table.long().gather(1, cols.clamp_max(max(table.shape[1] - 1, 0)))
+    rows = head_major_rows(blocks, num_kv_heads)  # [B, Hkv, max_width]
+    pos = first_t[:, None] * bs + torch.arange(max_width * bs, device=device)
+    starts_t = torch.tensor(starts, device=device)
+    masked = (pos < starts_t[:, None]) | (pos >= plan.seq_lens[:, None])
+    chunk_rows = [rows[a:b, :, :w].contiguous() for a, b, w in chunks]
+    return chunks, chunk_rows, masked[:, None, None, :]
 
 
 def cascade_prefix_torch(
-    q: Tensor,
-    k_cache: Tensor,
-    v_cache: Tensor,
-    cascade: CascadePlan,
-    scale: float,
-    scratch: Scratch | None = None,
+    q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: DecodePlan, scale: float
 ) -> tuple[Tensor, Tensor]:
     """Each group's queries against its shared blocks, one matmul per group and side.
 
     Returns membership-row states (o [num_members, Hq, D] fp32, lse [num_members, Hq] fp32),
-    rows in the plan's membership order.
+    rows in the plan's membership order. Caches index tensors in ``plan.scratch``.
     """
+    cascade = plan.cascade
+    if cascade is None:
+        raise ValueError("plan has no cascade groups")
     _, num_q_heads, head_dim = q.shape
-    block_size, num_kv_heads = k_cache.shape[1:3]
+    num_kv_heads = k_cache.shape[1]
     group = num_q_heads // num_kv_heads
-    scratch = scratch or Scratch()
     outs, lses = [], []
     for g, (request_ids, block_ids) in enumerate(
         zip(cascade.group_request_ids, cascade.group_block_ids, strict=True)
     ):
         size = request_ids.numel()
-        rows = scratch.cached(
-            ("group", g, num_kv_heads),
-            lambda b=block_ids: head_major_rows(b, block_size, num_kv_heads),
+        rows = plan.scratch.cached(
+            ("group", g, num_kv_heads), lambda b=block_ids: head_major_rows(b, num_kv_heads)
         )
         k = gather_head_major(k_cache, rows, "group_k")  # [Hkv, L, D], read once
         v = gather_head_major(v_cache, rows, "group_v")
@@ -174,18 +208,9 @@ def cascade_decode_torch(
     cascade = plan.cascade
     if cascade is None:
         raise ValueError("plan has no cascade groups")
-    o_mem, lse_mem = cascade_prefix_torch(q, k_cache, v_cache, cascade, scale, plan.scratch)
+    o_mem, lse_mem = cascade_prefix_torch(q, k_cache, v_cache, plan, scale)
     o_suf, lse_suf = paged_decode_window_torch(
-        q,
-        k_cache,
-        v_cache,
-        plan.block_tables,
-        plan.seq_lens,
-        scale,
-        cascade.max_suffix_blocks,
-        kv_starts=cascade.suffix_starts,
-        scratch=plan.scratch,
-        tag="suffix",
+        q, k_cache, v_cache, plan, scale, kv_starts=cascade.suffix_start_list, tag="suffix"
     )
     batch = q.shape[0]
     index = plan.scratch.cached(
@@ -205,15 +230,15 @@ def prefill_torch(
 
     q [T, Hq, D] -> o [T, Hq, D] in q's dtype.
     """
-    block_size, num_kv_heads, head_dim = k_cache.shape[1:]
+    num_kv_heads, block_size, head_dim = k_cache.shape[1:]
     out = torch.empty_like(q)
     row = 0
     for i, (nq, n) in enumerate(zip(plan.query_lens_list, plan.seq_lens_list, strict=True)):
         if nq == 0:
             continue
-        blocks = plan.block_tables[i, : -(-n // block_size)].long()
-        k = k_cache[blocks].view(-1, num_kv_heads, head_dim)[:n].transpose(0, 1)[None]
-        v = v_cache[blocks].view(-1, num_kv_heads, head_dim)[:n].transpose(0, 1)[None]
+        rows = head_major_rows(plan.block_tables[i, : -(-n // block_size)], num_kv_heads)
+        k = gather_head_major(k_cache, rows, "prefill_k")[None, :, :n]  # [1, Hkv, n, D]
+        v = gather_head_major(v_cache, rows, "prefill_v")[None, :, :n]
         qi = q[row : row + nq].transpose(0, 1)[None]  # [1, Hq, nq, D]
         if nq == n:  # no cached context: plain causal
             o = F.scaled_dot_product_attention(

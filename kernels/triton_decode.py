@@ -106,7 +106,7 @@ def _paged_items_kernel(
     K,
     V,
     Out,
-    Lse,  # Q [B, Hq, D]; K/V [blocks, block_size, Hkv, D]; fp32 partials
+    Lse,  # Q [B, Hq, D]; K/V [blocks, Hkv, block_size, D]; fp32 partials
     Tables,
     RowRequests,
     ItemTableRows,
@@ -202,6 +202,12 @@ def _paged_items_kernel(
     tl.store(Lse + split * stride_ls + rows.to(tl.int64) * stride_lr + heads, lse, mask=row_ok)
 
 
+def cache_strides(cache: Tensor) -> tuple[int, int, int]:
+    """(stride_block, stride_slot, stride_head) of a [num_blocks, Hkv, block_size, D] cache,
+    in the order the kernels take them (block, slot in block, kv head)."""
+    return cache.stride(0), cache.stride(2), cache.stride(1)
+
+
 def kv_tile_len(k_cache: Tensor) -> int:
     """Tokens per K/V tile: 64 for 16-bit caches; 32 for fp32 so two pipelined K and V tiles
     of D = 128 stay within the shared memory of smaller GPUs."""
@@ -246,13 +252,13 @@ def paged_items_partials(
 ) -> tuple[Tensor, Tensor]:
     """Run the item kernel (module docstring). Host ints size the grid; no device sync.
 
-    q [B, Hq, D]; caches [num_blocks, block_size, Hkv, D] (last dim contiguous); tables int32
+    q [B, Hq, D]; caches [num_blocks, Hkv, block_size, D] (last dim contiguous); tables int32
     [B, W]; row_requests [num_rows]; item_* [num_items] (item_row_offsets [num_items + 1], CSR
     over rows); max_len bounds end - start of every item. Returns the KV-split partials
     (o [S, num_rows, Hq, D] fp32, lse [S, num_rows, Hq] fp32), S = number of splits.
     """
     _, num_q_heads, head_dim = q.shape
-    num_kv_heads, block_size = k_cache.shape[2], k_cache.shape[1]
+    num_kv_heads, block_size = k_cache.shape[1], k_cache.shape[2]
     group = num_q_heads // num_kv_heads
     if head_dim & (head_dim - 1) or head_dim < 16:
         raise ValueError(f"head_dim must be a power of two >= 16, got {head_dim}")
@@ -287,8 +293,8 @@ def paged_items_partials(
         item_row_offsets,
         q.stride(0),
         q.stride(1),
-        *k_cache.stride()[:3],
-        *v_cache.stride()[:3],
+        *cache_strides(k_cache),
+        *cache_strides(v_cache),
         *o.stride()[:3],
         *lse.stride()[:2],
         tables.stride(0),

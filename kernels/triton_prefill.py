@@ -15,7 +15,13 @@ import triton.language as tl
 from torch import Tensor
 
 from eclectus.kernels.plans import PrefillPlan
-from eclectus.kernels.triton_decode import LOG2E, attend_kv_tile, dot_flags, kv_tile_len
+from eclectus.kernels.triton_decode import (
+    LOG2E,
+    attend_kv_tile,
+    cache_strides,
+    dot_flags,
+    kv_tile_len,
+)
 
 
 @triton.jit
@@ -23,7 +29,7 @@ def _prefill_kernel(
     Q,
     K,
     V,
-    Out,  # Q/O [T, Hq, D] packed request after request; K/V [blocks, bs, Hkv, D]
+    Out,  # Q/O [T, Hq, D] packed request after request; K/V [blocks, Hkv, bs, D]
     Tables,
     CuQueryLens,
     SeqLens,
@@ -122,7 +128,7 @@ def prefill_triton(
 ) -> Tensor:
     """Prefill attention: q [sum(query_lens), Hq, D] -> o, same shape and dtype. Pure."""
     num_tokens, num_q_heads, head_dim = q.shape
-    num_kv_heads, block_size = k_cache.shape[2], k_cache.shape[1]
+    num_kv_heads, block_size = k_cache.shape[1], k_cache.shape[2]
     if head_dim & (head_dim - 1) or head_dim < 16:
         raise ValueError(f"head_dim must be a power of two >= 16, got {head_dim}")
     if num_tokens != plan.num_tokens:
@@ -145,8 +151,8 @@ def prefill_triton(
         q.stride(1),
         o.stride(0),
         o.stride(1),
-        *k_cache.stride()[:3],
-        *v_cache.stride()[:3],
+        *cache_strides(k_cache),
+        *cache_strides(v_cache),
         plan.block_tables.stride(0),
         scale * LOG2E,
         block_size,

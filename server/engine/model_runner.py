@@ -58,7 +58,7 @@ class StepAttention:
     Calling it MUTATES the caches (stores this step's K/V before attending).
     """
 
-    k_caches: Tensor  # [layers, num_blocks, block_size, Hkv, D]
+    k_caches: Tensor  # [layers, num_blocks, Hkv, block_size, D]: head-major blocks
     v_caches: Tensor
     slot_mapping: Tensor  # int64 [T]
     num_decodes: int
@@ -94,8 +94,8 @@ class ModelRunner:
         shape = (
             model_config.num_hidden_layers,
             self.num_blocks,
-            config.block_size,
             model_config.num_key_value_heads,
+            config.block_size,
             model_config.head_dim,
         )
         # zeros, not empty: masked-out slots still enter a 0 * v product, and 0 * NaN = NaN

@@ -16,7 +16,7 @@ from torch import Tensor
 
 @dataclass
 class PagedBatch:
-    k_cache: Tensor  # [num_blocks, block_size, Hkv, D]
+    k_cache: Tensor  # [num_blocks, Hkv, block_size, D]
     v_cache: Tensor
     block_tables: list[list[int]]
     seq_lens: list[int]
@@ -67,9 +67,10 @@ def make_batch(
     for table, values in zip(tables, token_kv, strict=True):
         for p in range(values.shape[0]):
             kv[table[p // block_size], p % block_size] = values[p]
+    head_major = kv.permute(2, 0, 3, 1, 4)  # [2, num_blocks, Hkv, block_size, D]
     return PagedBatch(
-        kv[:, :, 0].contiguous().to(dtype),
-        kv[:, :, 1].contiguous().to(dtype),
+        head_major[0].contiguous().to(dtype),
+        head_major[1].contiguous().to(dtype),
         tables,
         [len(ids) for ids in token_ids],
         block_size,

@@ -26,6 +26,7 @@ from eclectus.kernels import (
     ref_paged_decode,
     ref_prefill,
     store_kv,
+    torch_ops,
 )
 
 CPU = torch.device("cpu")
@@ -145,12 +146,13 @@ def test_prefill_matches_reference(query_lens: list[int], num_q_heads: int) -> N
 
 
 def test_store_kv_writes_slots() -> None:
-    k_cache, v_cache = torch.zeros(3, 4, 2, 8), torch.zeros(3, 4, 2, 8)
+    """Slot s lands in block s // block_size at offset s % block_size, every kv head."""
+    k_cache, v_cache = torch.zeros(3, 2, 4, 8), torch.zeros(3, 2, 4, 8)  # [N, Hkv, bs, D]
     k, v = torch.randn(3, 2, 8), torch.randn(3, 2, 8)
     store_kv(k, v, k_cache, v_cache, torch.tensor([9, 2, 4]))
-    expected_k, expected_v = torch.zeros(3, 4, 2, 8), torch.zeros(3, 4, 2, 8)
+    expected_k, expected_v = torch.zeros(3, 2, 4, 8), torch.zeros(3, 2, 4, 8)
     for (block, slot), k_row, v_row in zip([(2, 1), (0, 2), (1, 0)], k, v, strict=True):
-        expected_k[block, slot], expected_v[block, slot] = k_row, v_row
+        expected_k[block, :, slot], expected_v[block, :, slot] = k_row, v_row
     assert torch.equal(k_cache, expected_k) and torch.equal(v_cache, expected_v)
 
 
@@ -167,6 +169,38 @@ def test_plan_scratch_is_reused_across_layers_without_stale_results() -> None:
         for run in (cascade_decode_attention, paged_decode_attention):
             o, _ = run(q, k_cache, v_cache, plan, 0.25)
             torch.testing.assert_close(o, o_ref, atol=1e-5, rtol=1e-5)
+
+
+def test_decode_chunks_cover_the_batch_within_the_byte_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Runs are consecutive, each padded to its widest window, and stay within the budget
+    unless a single request alone exceeds it."""
+    monkeypatch.setattr(torch_ops, "DECODE_CHUNK_BYTES", 10 * 100)
+    widths = [3, 2, 4, 1, 12, 2, 2, 2, 2, 0, 3]
+    chunks = torch_ops.decode_chunks(widths, block_bytes=100)
+    assert chunks == [(0, 2, 3), (2, 4, 4), (4, 5, 12), (5, 10, 2), (10, 11, 3)]
+
+
+@pytest.mark.parametrize("chunk_blocks", [1, 5])
+def test_decode_in_chunks_matches_reference(
+    monkeypatch: pytest.MonkeyPatch, chunk_blocks: int
+) -> None:
+    """Chunked decode (one request per chunk, and chunks of ragged widths) equals the
+    reference for plain and cascade plans, whose suffix windows start mid-table."""
+    batch = nested_batch(block_size=4, num_kv_heads=2, head_dim=16)
+    block_bytes = batch.k_cache[0].nbytes
+    monkeypatch.setattr(torch_ops, "DECODE_CHUNK_BYTES", chunk_blocks * block_bytes)
+    q = _queries(len(batch.seq_lens), 4, 16)
+    o_ref, lse_ref = ref_paged_decode(
+        q, batch.k_cache, batch.v_cache, batch.block_tables, batch.seq_lens, 0.25
+    )
+    plan = build_decode_plan(batch.block_tables, batch.seq_lens, 4, CPU, min_shared_tokens=4)
+    assert plan.cascade is not None
+    for run in (paged_decode_attention, cascade_decode_attention):
+        o, lse = run(q, batch.k_cache, batch.v_cache, plan, 0.25)
+        torch.testing.assert_close(o, o_ref, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(lse, lse_ref, atol=1e-5, rtol=1e-5)
 
 
 @settings(max_examples=20, deadline=None)
