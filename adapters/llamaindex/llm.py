@@ -43,9 +43,12 @@ from eclectus.adapters.client import DEFAULT_URL, SemanticVariable, SyncSession
 from eclectus.adapters.llamaindex.capture import CapturingLLM
 from eclectus.adapters.llamaindex.connection import Connection, Sampling
 from eclectus.adapters.llamaindex.prompts import ServedChatTemplate, messages_to_prompt
+from eclectus.adapters.llamaindex.token_cache import TokenCache
 from eclectus.server.protocol import ModelInfo
 
 URL_ENV = "ECLECTUS_URL"
+# ids, about 2-8 MB: a few long documents and the words LlamaIndex's splitters count
+DEFAULT_TOKENIZER_CACHE_TOKENS = 1 << 18
 _SAMPLING_KEYS = ("max_tokens", "temperature", "top_p", "top_k", "seed", "stop")
 
 
@@ -79,12 +82,19 @@ class Eclectus(CapturingLLM):
     context_window: int | None = Field(
         default=None, description="Override the context window the server reports."
     )
+    tokenizer_cache_tokens: int = Field(
+        default=DEFAULT_TOKENIZER_CACHE_TOKENS,
+        ge=0,
+        description="Token ids `tokenizer` keeps cached (LRU, exact); 0: a round trip per call.",
+    )
     _conn: Connection = PrivateAttr()
+    _token_cache: TokenCache = PrivateAttr()
 
     def __init__(self, **data: Any) -> None:
         given = data.get("messages_to_prompt")
         super().__init__(**data)
         self._conn = Connection(self.base_url, self.token, self.app_name)
+        self._token_cache = TokenCache(self.tokenizer_cache_tokens)
         if given is None or given is messages_to_prompt:
             # Not LlamaIndex's generic "role: content" renderer (its validator's default):
             # every path that renders chat messages through this hook (chat(), and the
@@ -128,8 +138,12 @@ class Eclectus(CapturingLLM):
         """The server model's token ids of ``text``: assign ``Settings.tokenizer =
         llm.tokenizer`` so that LlamaIndex packs chunks in this model's tokens (its default
         counts in tiktoken's, which can overfill a byte-level or other model's window).
-        One ``tokenize`` round trip per call (pure on the server)."""
-        return self.client.tokenize(text)
+        One ``tokenize`` round trip per distinct text: answers are cached (see
+        :mod:`.token_cache`; mutates the cache, connects on first use)."""
+        if not isinstance(text, str):
+            raise TypeError(f"tokenizer takes a str, got {type(text).__name__}")
+        session = self.client
+        return self._token_cache.ids(session, text, lambda t: session.tokenize(t, model=self.model))
 
     def close(self) -> None:
         """Close the session (mutates; idempotent). A later call reconnects."""
