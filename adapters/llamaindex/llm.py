@@ -47,7 +47,7 @@ from eclectus.adapters.llamaindex.token_cache import TokenCache
 from eclectus.server.protocol import ModelInfo
 
 URL_ENV = "ECLECTUS_URL"
-# ids, about 2-8 MB: a few long documents and the words LlamaIndex's splitters count
+# ids in all: room for a few long documents and the words LlamaIndex's splitters count
 DEFAULT_TOKENIZER_CACHE_TOKENS = 1 << 18
 _SAMPLING_KEYS = ("max_tokens", "temperature", "top_p", "top_k", "seed", "stop")
 
@@ -142,8 +142,10 @@ class Eclectus(CapturingLLM):
         :mod:`.token_cache`; mutates the cache, connects on first use)."""
         if not isinstance(text, str):
             raise TypeError(f"tokenizer takes a str, got {type(text).__name__}")
-        session = self.client
-        return self._token_cache.ids(session, text, lambda t: session.tokenize(t, model=self.model))
+        session, model = self.client, self.model
+        return self._token_cache.ids(
+            (session, model), text, lambda t: session.tokenize(t, model=model)
+        )
 
     def close(self) -> None:
         """Close the session (mutates; idempotent). A later call reconnects."""

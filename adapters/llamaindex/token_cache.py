@@ -9,7 +9,8 @@ counted. Without a cache each count is a ``tokenize`` frame and a round trip.
 
 Exact by construction: the server's ``tokenize`` is a pure function of the model and the
 text, so a cached answer is the answer the server would give. The cache belongs to one SDK
-session and empties when the LLM reconnects (the server behind the URL may have changed).
+session and model: it empties when the LLM reconnects (the server behind the URL may have
+changed) or its ``model`` changes.
 """
 
 from __future__ import annotations
@@ -35,10 +36,11 @@ class TokenCache:
 
     def ids(self, owner: object, text: str, tokenize: Callable[[str], list[int]]) -> list[int]:
         """The ids of ``text``: cached, else ``tokenize(text)`` (then cached when it fits).
-        ``owner`` is the session the ids come from: a different one empties the cache first.
-        Mutates the cache; returns a fresh list the caller may modify."""
+        ``owner`` says where the ids come from (the session and the model): an owner not
+        equal to the last one empties the cache first. Mutates the cache; returns a fresh
+        list the caller may modify."""
         with self._lock:
-            if owner is not self._owner:
+            if owner != self._owner:
                 self._entries.clear()
                 self._num_tokens = 0
                 self._owner = owner
@@ -58,7 +60,7 @@ class TokenCache:
         # one entry costs its ids plus one, so that empty texts count too
         cost = len(ids) + 1
         with self._lock:
-            if owner is not self._owner or cost > self.max_tokens or text in self._entries:
+            if owner != self._owner or cost > self.max_tokens or text in self._entries:
                 return
             self._entries[text] = ids
             self._num_tokens += cost

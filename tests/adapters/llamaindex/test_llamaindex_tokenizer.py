@@ -107,6 +107,15 @@ def test_a_reconnect_starts_a_fresh_cache(llm: Eclectus) -> None:
     assert llm.client.num_frames_sent == before + 1
 
 
+def test_another_model_starts_a_fresh_cache(llm: Eclectus) -> None:
+    """The ids are the model's: naming another model asks the server again."""
+    llm.tokenizer("abc")
+    before = llm.client.num_frames_sent
+    llm.model = "tiny"  # was None (the server's first)
+    assert llm.tokenizer("abc") == [97, 98, 99]
+    assert llm.client.num_frames_sent == before + 1
+
+
 def test_cache_off_is_a_round_trip_per_call(server: EclectusServer) -> None:
     uncached = Eclectus(url=server.url, tokenizer_cache_tokens=0)
     try:
