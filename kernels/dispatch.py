@@ -93,9 +93,7 @@ def cascade_decode_attention(
     suffix on its own, all merged by LSE. Needs ``plan.cascade``. q [B, Hq, D] ->
     (o [B, Hq, D], lse [B, Hq] fp32); equal to paged attention over the whole sequences."""
     _check_attention_args(q, k_cache, v_cache)
-    cascade = plan.cascade
-    if cascade is None:
-        raise ValueError("plan has no cascade groups; use paged_decode_attention")
+    plan.require_cascade()
     if use_triton(q):
         from eclectus.kernels.triton_cascade import cascade_decode_triton
 

@@ -21,6 +21,7 @@ compress single-path chains (a radix tree), and walk it from the root:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -184,27 +185,19 @@ def find_cascade_groups(
     return groups, suffix_starts
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class CascadePlan:
-    """The shared-prefix work of a decode step. Immutable once built.
+    """The shared-prefix work of a decode step, host-side only (each backend builds the
+    device tensors it reads, once per step, in the plan's scratch). Immutable.
 
     Membership rows: group after group (pre-order), each group's requests ascending; row m
     is request ``member_request_ids[m]`` attending to its group's blocks.
     """
 
     groups: tuple[CascadeGroup, ...]
+    suffix_starts: tuple[int, ...]  # per request: first token of its own suffix
+    block_size: int
     num_levels: int
-    group_request_ids: tuple[Tensor, ...]  # per group: int64 [group size]
-    group_block_ids: tuple[Tensor, ...]  # per group: int64 [num_blocks], physical ids
-    member_request_ids: Tensor  # int64 [num_members]
-    group_member_offsets: Tensor  # int32 [num_groups + 1]: CSR into membership rows
-    group_table_rows: Tensor  # int32 [num_groups]
-    group_starts: Tensor  # int32 [num_groups], tokens (multiple of block_size)
-    group_ends: Tensor  # int32 [num_groups], tokens, exclusive
-    suffix_starts: Tensor  # int32 [batch], first token of each request's own suffix
-    suffix_start_list: tuple[int, ...]  # host copy, for the torch path's shapes
-    request_member_offsets: Tensor  # int32 [batch + 1]: CSR from request to its rows
-    request_member_rows: Tensor  # int32 [num_members]
     max_group_size: int
     max_group_tokens: int
     max_suffix_blocks: int  # blocks spanned by the widest suffix window
@@ -212,6 +205,54 @@ class CascadePlan:
     @property
     def num_groups(self) -> int:
         return len(self.groups)
+
+    @property
+    def member_request_ids(self) -> tuple[int, ...]:
+        return tuple(i for g in self.groups for i in g.request_ids)
+
+
+@dataclass(frozen=True, slots=True)
+class CascadeTables:
+    """The cascade as the Triton kernels read it: int32 device tensors, CSR in both
+    directions between groups, membership rows and requests. Immutable."""
+
+    member_request_ids: Tensor  # [num_members]
+    group_member_offsets: Tensor  # [num_groups + 1]: CSR into membership rows
+    group_table_rows: Tensor  # [num_groups]: a member whose table row holds the group's blocks
+    group_starts: Tensor  # [num_groups], tokens (multiple of block_size)
+    group_ends: Tensor  # [num_groups], tokens, exclusive
+    suffix_starts: Tensor  # [batch]
+    request_member_offsets: Tensor  # [batch + 1]: CSR from request to its rows
+    request_member_rows: Tensor  # [num_members]
+
+
+def cascade_tables(cascade: CascadePlan, device: torch.device) -> CascadeTables:
+    """Build the Triton path's tensors from the host-side plan (pure)."""
+    members = cascade.member_request_ids
+    offsets = [0]
+    for g in cascade.groups:
+        offsets.append(offsets[-1] + len(g.request_ids))
+    rows_of: list[list[int]] = [[] for _ in cascade.suffix_starts]
+    for row, i in enumerate(members):
+        rows_of[i].append(row)
+    request_offsets = [0]
+    for rows in rows_of:
+        request_offsets.append(request_offsets[-1] + len(rows))
+
+    def ints(values: Sequence[int]) -> Tensor:
+        return torch.tensor(values, dtype=torch.int32, device=device)
+
+    bs = cascade.block_size
+    return CascadeTables(
+        member_request_ids=ints(members),
+        group_member_offsets=ints(offsets),
+        group_table_rows=ints([g.table_row for g in cascade.groups]),
+        group_starts=ints([g.start_block * bs for g in cascade.groups]),
+        group_ends=ints([g.end_block * bs for g in cascade.groups]),
+        suffix_starts=ints(cascade.suffix_starts),
+        request_member_offsets=ints(request_offsets),
+        request_member_rows=ints([row for rows in rows_of for row in rows]),
+    )
 
 
 @dataclass(slots=True)
@@ -225,62 +266,45 @@ class DecodePlan:
     block_size: int
     max_seq_len: int
     max_blocks: int  # ceil(max_seq_len / block_size)
-    cascade: CascadePlan | None  # None: plain paged attention pays best
-    # gather indices and buffers of the torch paths, filled by the first layer (the only
-    # mutable part of a plan; never read by the Triton paths)
+    cascade: CascadePlan | None  # None: plain paged attention pays best (the one place
+    # that decides it: build_decode_plan)
+    # the index tensors each backend derives from the plan, built by the first layer that
+    # needs them (the only mutable part of a plan)
     scratch: Scratch = field(default_factory=Scratch, repr=False, compare=False)
 
     @property
     def num_requests(self) -> int:
         return len(self.seq_lens_list)
 
+    def require_cascade(self) -> CascadePlan:
+        """The cascade part, for the shared-prefix paths; ValueError when the plan has none."""
+        if self.cascade is None:
+            raise ValueError("plan has no cascade groups; use paged decode")
+        return self.cascade
+
 
 def _cascade_plan(
-    block_tables: list[list[int]],
-    seq_lens: list[int],
-    block_size: int,
-    groups: list[CascadeGroup],
-    suffix_starts: list[int],
-    device: torch.device,
+    seq_lens: list[int], block_size: int, groups: list[CascadeGroup], suffix_starts: list[int]
 ) -> CascadePlan:
-    members = [i for g in groups for i in g.request_ids]
-    offsets = [0]
-    for g in groups:
-        offsets.append(offsets[-1] + len(g.request_ids))
-
-    def ints(values: list[int], dtype: torch.dtype = torch.int32) -> Tensor:
-        return torch.tensor(values, dtype=dtype, device=device)
-
-    rows_of: list[list[int]] = [[] for _ in seq_lens]
-    for row, i in enumerate(members):
-        rows_of[i].append(row)
-    request_offsets = [0]
-    for rows in rows_of:
-        request_offsets.append(request_offsets[-1] + len(rows))
     suffix_blocks = [
         _cdiv(n, block_size) - s // block_size for n, s in zip(seq_lens, suffix_starts, strict=True)
     ]
     return CascadePlan(
         groups=tuple(groups),
+        suffix_starts=tuple(suffix_starts),
+        block_size=block_size,
         num_levels=1 + max(g.level for g in groups),
-        group_request_ids=tuple(ints(list(g.request_ids), torch.int64) for g in groups),
-        group_block_ids=tuple(
-            ints(block_tables[g.table_row][g.start_block : g.end_block], torch.int64)
-            for g in groups
-        ),
-        member_request_ids=ints(members, torch.int64),
-        group_member_offsets=ints(offsets),
-        group_table_rows=ints([g.table_row for g in groups]),
-        group_starts=ints([g.start_block * block_size for g in groups]),
-        group_ends=ints([g.end_block * block_size for g in groups]),
-        suffix_starts=ints(suffix_starts),
-        suffix_start_list=tuple(suffix_starts),
-        request_member_offsets=ints(request_offsets),
-        request_member_rows=ints([row for rows in rows_of for row in rows]),
         max_group_size=max(len(g.request_ids) for g in groups),
         max_group_tokens=max(g.num_blocks for g in groups) * block_size,
         max_suffix_blocks=max(1, *suffix_blocks),
     )
+
+
+def _may_share(block_tables: list[list[int]], seq_lens: list[int], block_size: int) -> bool:
+    """Whether two requests share their first full block: without that no group can form,
+    and the trie (~20 us per request) is skipped."""
+    firsts = [t[0] for t, n in zip(block_tables, seq_lens, strict=True) if n >= block_size]
+    return len(set(firsts)) < len(firsts)
 
 
 def build_decode_plan(
@@ -296,7 +320,7 @@ def build_decode_plan(
     """:func:`plan_decode` with the grouping thresholds exposed (tests, benchmarks). Pure."""
     _check_lengths(block_tables, seq_lens, block_size)
     cascade_plan = None
-    if cascade:
+    if cascade and (min_group_size < 2 or _may_share(block_tables, seq_lens, block_size)):
         groups, suffix_starts = find_cascade_groups(
             block_tables,
             seq_lens,
@@ -305,9 +329,7 @@ def build_decode_plan(
             min_group_size=min_group_size,
         )
         if groups:
-            cascade_plan = _cascade_plan(
-                block_tables, seq_lens, block_size, groups, suffix_starts, device
-            )
+            cascade_plan = _cascade_plan(seq_lens, block_size, groups, suffix_starts)
     max_seq_len = max(seq_lens, default=0)
     return DecodePlan(
         block_tables=_table_tensor(block_tables, device),

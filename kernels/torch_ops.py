@@ -169,20 +169,13 @@ def cascade_prefix_torch(
     Returns membership-row states (o [num_members, Hq, D] fp32, lse [num_members, Hq] fp32),
     rows in the plan's membership order. Caches index tensors in ``plan.scratch``.
     """
-    cascade = plan.cascade
-    if cascade is None:
-        raise ValueError("plan has no cascade groups")
     _, num_q_heads, head_dim = q.shape
     num_kv_heads = k_cache.shape[1]
     group = num_q_heads // num_kv_heads
     outs, lses = [], []
-    for g, (request_ids, block_ids) in enumerate(
-        zip(cascade.group_request_ids, cascade.group_block_ids, strict=True)
+    for size, request_ids, rows in plan.scratch.cached(
+        ("groups", num_kv_heads), lambda: _group_index(plan, num_kv_heads)
     ):
-        size = request_ids.numel()
-        rows = plan.scratch.cached(
-            ("group", g, num_kv_heads), lambda b=block_ids: head_major_rows(b, num_kv_heads)
-        )
         k = gather_head_major(k_cache, rows, "group_k")  # [Hkv, L, D], read once
         v = gather_head_major(v_cache, rows, "group_v")
         # stack the group's queries into one tile per kv head: [Hkv, size * group, D]
@@ -198,6 +191,18 @@ def cascade_prefix_torch(
     return torch.cat(outs), torch.cat(lses)
 
 
+def _group_index(plan: DecodePlan, num_kv_heads: int) -> list[tuple[int, Tensor, Tensor]]:
+    """Per cascade group: (size, request ids int64 [size], gather rows [Hkv, num_blocks]);
+    the group's physical blocks are read from a member's block table row."""
+    device = plan.block_tables.device
+    out = []
+    for g in plan.require_cascade().groups:
+        blocks = plan.block_tables[g.table_row, g.start_block : g.end_block]
+        request_ids = torch.tensor(g.request_ids, dtype=torch.int64, device=device)
+        out.append((len(g.request_ids), request_ids, head_major_rows(blocks, num_kv_heads)))
+    return out
+
+
 def cascade_decode_torch(
     q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: DecodePlan, scale: float
 ) -> tuple[Tensor, Tensor]:
@@ -205,17 +210,17 @@ def cascade_decode_torch(
 
     q [B, Hq, D] -> (o [B, Hq, D] in q's dtype, lse [B, Hq] fp32). Fills ``plan.scratch``.
     """
-    cascade = plan.cascade
-    if cascade is None:
-        raise ValueError("plan has no cascade groups")
+    cascade = plan.require_cascade()
     o_mem, lse_mem = cascade_prefix_torch(q, k_cache, v_cache, plan, scale)
     o_suf, lse_suf = paged_decode_window_torch(
-        q, k_cache, v_cache, plan, scale, kv_starts=cascade.suffix_start_list, tag="suffix"
+        q, k_cache, v_cache, plan, scale, kv_starts=cascade.suffix_starts, tag="suffix"
     )
     batch = q.shape[0]
     index = plan.scratch.cached(
         "merge_index",
-        lambda: torch.cat([cascade.member_request_ids, torch.arange(batch, device=q.device)]),
+        lambda: torch.tensor(
+            [*cascade.member_request_ids, *range(batch)], dtype=torch.int64, device=q.device
+        ),
     )
     o, lse = combine_states_by_index(
         torch.cat([o_mem, o_suf]), torch.cat([lse_mem, lse_suf]), index, batch

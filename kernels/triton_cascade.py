@@ -12,15 +12,17 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from eclectus.kernels.plans import CascadePlan, DecodePlan
+from eclectus.kernels.plans import CascadeTables, DecodePlan, cascade_tables
 from eclectus.kernels.triton_decode import paged_items_partials, request_partials
 from eclectus.kernels.triton_merge import combine_partials
 
 
-def _cascade_of(plan: DecodePlan) -> CascadePlan:
-    if plan.cascade is None:
-        raise ValueError("plan has no cascade groups; use paged decode")
-    return plan.cascade
+def _tables(plan: DecodePlan, q: Tensor) -> CascadeTables:
+    """The plan's cascade as kernel tensors, built by the first layer and kept in scratch."""
+    cascade = plan.require_cascade()
+    return plan.scratch.cached(
+        ("cascade_tables", q.device), lambda: cascade_tables(cascade, q.device)
+    )
 
 
 def cascade_prefix_partials(
@@ -32,18 +34,18 @@ def cascade_prefix_partials(
     num_splits: int | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Step 1 alone: membership-row partials (o [S, M, Hq, D], lse [S, M, Hq]) fp32."""
-    cascade = _cascade_of(plan)
+    cascade, tables = plan.require_cascade(), _tables(plan, q)
     return paged_items_partials(
         q,
         k_cache,
         v_cache,
         plan.block_tables,
-        cascade.member_request_ids,
-        cascade.group_table_rows,
-        cascade.group_starts,
-        cascade.group_ends,
-        cascade.group_member_offsets,
-        num_rows=cascade.member_request_ids.numel(),
+        tables.member_request_ids,
+        tables.group_table_rows,
+        tables.group_starts,
+        tables.group_ends,
+        tables.group_member_offsets,
+        num_rows=tables.member_request_ids.numel(),
         max_rows_per_item=cascade.max_group_size,
         max_len=cascade.max_group_tokens,
         scale=scale,
@@ -63,7 +65,7 @@ def cascade_decode_triton(
 
     ``num_splits`` forces the KV split count of both passes (tests); None picks it.
     """
-    cascade = _cascade_of(plan)
+    cascade, tables = plan.require_cascade(), _tables(plan, q)
     o_mem, lse_mem = cascade_prefix_partials(q, k_cache, v_cache, plan, scale, num_splits)
     o_suf, lse_suf = request_partials(
         q,
@@ -71,9 +73,9 @@ def cascade_decode_triton(
         v_cache,
         plan,
         scale,
-        kv_starts=cascade.suffix_starts,
+        kv_starts=tables.suffix_starts,
         max_len=cascade.max_suffix_blocks * plan.block_size,
         num_splits=num_splits,
     )
-    members = (o_mem, lse_mem, cascade.request_member_offsets, cascade.request_member_rows)
+    members = (o_mem, lse_mem, tables.request_member_offsets, tables.request_member_rows)
     return combine_partials(o_suf, lse_suf, q.dtype, members)

@@ -150,16 +150,12 @@ class ModelRunner:
         bs, dev = self.block_size, self.device
         decode_plan = prefill_plan = None
         if decodes:
-            tables = [s.seq.block_table for s in decodes]
-            # grouping only pays where tables share physical blocks; when no two share even
-            # their first block, skip the planner's trie (measured ~20 us per request)
-            shared = len({t[0] for t in tables}) < len(tables)
             decode_plan = kernels.plan_decode(
-                tables,
+                [s.seq.block_table for s in decodes],
                 [s.seq.num_computed_tokens + 1 for s in decodes],
                 bs,
                 dev,
-                cascade=self.config.cascade_attention and shared,
+                cascade=self.config.cascade_attention,
             )
         if prefills:
             prefill_plan = kernels.plan_prefill(

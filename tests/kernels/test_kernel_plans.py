@@ -6,7 +6,13 @@ import pytest
 import torch
 from kernel_cases import PagedBatch, make_batch, nested_batch
 
-from eclectus.kernels import build_decode_plan, find_cascade_groups, plan_decode, plan_prefill
+from eclectus.kernels import (
+    build_decode_plan,
+    cascade_tables,
+    find_cascade_groups,
+    plan_decode,
+    plan_prefill,
+)
 
 CPU = torch.device("cpu")
 
@@ -55,7 +61,7 @@ def test_identical_full_sequences_have_empty_suffixes() -> None:
     batch = make_batch([("p",), ("p",)], {"p": 8}, [0, 0], block_size=4, num_kv_heads=1, head_dim=4)
     plan = build_decode_plan(batch.block_tables, batch.seq_lens, 4, CPU, min_shared_tokens=4)
     assert plan.cascade is not None
-    assert plan.cascade.suffix_starts.tolist() == [8, 8]
+    assert plan.cascade.suffix_starts == (8, 8)
 
 
 def test_plan_decode_tensors_and_host_sizes() -> None:
@@ -66,26 +72,51 @@ def test_plan_decode_tensors_and_host_sizes() -> None:
     assert plan.max_seq_len == 46 and plan.max_blocks == 12
     cascade = plan.cascade
     assert cascade is not None and cascade.num_levels == 3 and cascade.num_groups == 4
-    assert cascade.member_request_ids.tolist() == [0, 1, 2, 3, 4, 5, 0, 1, 2, 0, 1, 3, 4]
-    assert cascade.group_member_offsets.tolist() == [0, 6, 9, 11, 13]
-    # request -> its membership rows (CSR): request 0 is in rows 0, 6, 9; request 6 in none
-    assert cascade.request_member_offsets.tolist() == [0, 3, 6, 8, 10, 12, 13, 13]
-    assert cascade.request_member_rows.tolist() == [0, 6, 9, 1, 7, 10, 2, 8, 3, 11, 4, 12, 5]
-    assert cascade.group_starts.tolist() == [0, 20, 32, 20]
-    assert cascade.group_ends.tolist() == [20, 32, 40, 28]
-    assert cascade.group_block_ids[1].tolist() == batch.block_tables[0][5:8]
+    assert cascade.member_request_ids == (0, 1, 2, 3, 4, 5, 0, 1, 2, 0, 1, 3, 4)
+    assert cascade.suffix_starts == (40, 40, 32, 28, 28, 20, 0)
     assert cascade.max_group_size == 6 and cascade.max_group_tokens == 20
     # widest suffix windows span 2 blocks: request 0 [40, 46), request 2 [32, 40), request 6
     assert cascade.max_suffix_blocks == 2
 
 
+def test_cascade_tables_for_the_triton_kernels() -> None:
+    """The int32 CSR tensors the Triton path builds from a host-side cascade plan."""
+    batch = nested_batch(block_size=4, num_kv_heads=1, head_dim=4)
+    plan = build_decode_plan(batch.block_tables, batch.seq_lens, 4, CPU, min_shared_tokens=4)
+    assert plan.cascade is not None
+    tables = cascade_tables(plan.cascade, CPU)
+    assert tables.member_request_ids.dtype == torch.int32
+    assert tables.member_request_ids.tolist() == [0, 1, 2, 3, 4, 5, 0, 1, 2, 0, 1, 3, 4]
+    assert tables.group_member_offsets.tolist() == [0, 6, 9, 11, 13]
+    # request -> its membership rows (CSR): request 0 is in rows 0, 6, 9; request 6 in none
+    assert tables.request_member_offsets.tolist() == [0, 3, 6, 8, 10, 12, 13, 13]
+    assert tables.request_member_rows.tolist() == [0, 6, 9, 1, 7, 10, 2, 8, 3, 11, 4, 12, 5]
+    assert tables.group_starts.tolist() == [0, 20, 32, 20]
+    assert tables.group_ends.tolist() == [20, 32, 40, 28]
+    assert tables.group_table_rows.tolist() == [0, 0, 0, 3]
+    assert tables.suffix_starts.tolist() == [40, 40, 32, 28, 28, 20, 0]
+
+
 def test_no_sharing_or_cascade_off_gives_plain_plan() -> None:
     batch = nested_batch(block_size=4, num_kv_heads=1, head_dim=4)
-    assert plan_decode(batch.block_tables, batch.seq_lens, 4, CPU, cascade=False).cascade is None
+    plan = plan_decode(batch.block_tables, batch.seq_lens, 4, CPU, cascade=False)
+    assert plan.cascade is None
+    with pytest.raises(ValueError, match="no cascade groups"):
+        plan.require_cascade()
     lonely = make_batch(
         [("a",), ("b",)], {"a": 300, "b": 300}, [1, 1], block_size=4, num_kv_heads=1, head_dim=4
     )
     assert plan_decode(lonely.block_tables, lonely.seq_lens, 4, CPU).cascade is None
+
+
+def test_plan_groups_exactly_when_a_first_full_block_is_shared() -> None:
+    """The planner's shortcut (no shared first full block: no trie) agrees with the trie."""
+    tables = [[7, 1, 2], [7, 3], [5, 4], [7]]
+    for lens in ([12, 8, 8, 3], [12, 3, 8, 3], [2, 8, 8, 4]):
+        groups, _ = find_cascade_groups(tables, lens, 4, min_shared_tokens=1)
+        plan = build_decode_plan(tables, lens, 4, CPU, min_shared_tokens=1)
+        assert (plan.cascade is not None) == bool(groups)
+        assert plan.cascade is None or list(plan.cascade.groups) == groups
 
 
 def test_default_thresholds_group_a_long_system_prompt() -> None:

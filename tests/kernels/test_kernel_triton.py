@@ -134,7 +134,7 @@ def test_cascade_with_every_suffix_empty() -> None:
         make_batch([("p",)] * 3, {"p": 16}, [0, 0, 0], block_size=8, num_kv_heads=1, head_dim=16)
     )
     plan = build_decode_plan(batch.block_tables, batch.seq_lens, 8, DEVICE, min_shared_tokens=8)
-    assert plan.cascade is not None and plan.cascade.suffix_starts.tolist() == [16, 16, 16]
+    assert plan.cascade is not None and plan.cascade.suffix_starts == (16, 16, 16)
     _assert_matches_reference(
         _queries(3, 4, 16, torch.float32), batch, plan, 0.25, torch.float32, cascade=True
     )
