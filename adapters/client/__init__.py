@@ -17,6 +17,7 @@ from eclectus.adapters.client.connect import DEFAULT_TIMEOUT, DEFAULT_URL, Conne
 from eclectus.adapters.client.errors import (
     AuthError,
     ConnectionError,
+    ConnectionLost,
     EclectusClientError,
     ServerError,
     VariableFailed,
@@ -33,6 +34,7 @@ __all__ = [
     "AuthError",
     "Connecting",
     "ConnectionError",
+    "ConnectionLost",
     "EclectusClientError",
     "Gen",
     "SamplingArgs",

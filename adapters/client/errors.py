@@ -4,7 +4,9 @@
 
     EclectusClientError
     ├── ConnectionError      the socket failed, closed, or the handshake timed out
-    │                        (also a builtins.ConnectionError, so ``except OSError`` sees it)
+    │   │                    (also a builtins.ConnectionError, so ``except OSError`` sees it)
+    │   └── ConnectionLost   ... under an open session: the server went away or died, or
+    │                        the network dropped (.url, .close_code, .close_reason)
     ├── AuthError            the server answered ``hello`` with ``unauthorized``
     └── ServerError          an ``error`` frame: .code, .message, .field, .var
         └── VariableFailed   ... that failed one variable (aget/get/astream raise it)
@@ -27,6 +29,40 @@ class EclectusClientError(Exception):
 
 class ConnectionError(EclectusClientError, builtins.ConnectionError):
     """The connection is gone (or never came up); everything still pending failed with it."""
+
+
+class ConnectionLost(ConnectionError):
+    """The connection of an open session dropped: the server shut down or died, or the
+    network failed. Everything the session had pending failed with it, and its graph on the
+    server is gone: a new session must declare the work again (see docs/sdk.md, "Connection
+    loss"). ``close_code`` is the server's close code, None when no close frame arrived."""
+
+    def __init__(self, url: str, close_code: int | None, close_reason: str = "") -> None:
+        super().__init__(f"connection to {url} lost: {_cause(close_code, close_reason)}; {_GONE}")
+        self.url = url
+        self.close_code = close_code
+        self.close_reason = close_reason
+
+    def renewed(self) -> ConnectionLost:
+        """The same error as a new instance, for each later use of the dead session (pure)."""
+        return ConnectionLost(self.url, self.close_code, self.close_reason)
+
+
+_GONE = "the session's graph on the server is gone with it (open a new session)"
+_CLOSE_CAUSES = {
+    1000: "the server closed the session",
+    1001: "the server is shutting down (close code 1001)",
+    1008: "the server refused the session (close code 1008: policy violation)",
+    1011: "the server failed (close code 1011: internal error)",
+}
+
+
+def _cause(close_code: int | None, close_reason: str) -> str:
+    """A reader's words for a close code (pure)."""
+    if close_code is None or close_code == 1006:  # 1006: no close frame arrived
+        return "no close frame (the server process died or the network dropped)"
+    cause = _CLOSE_CAUSES.get(close_code, f"the server closed it (close code {close_code})")
+    return f"{cause}: {close_reason}" if close_reason else cause
 
 
 class AuthError(EclectusClientError):

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
-from eclectus.adapters.client.errors import ConnectionError
+from eclectus.adapters.client.errors import ConnectionLost
 from eclectus.adapters.client.fragment import PendingFragment, created_ids, plan_submits
 from eclectus.adapters.client.router import Router
 from eclectus.adapters.client.wire import encode_frame
@@ -129,12 +129,18 @@ class Outbox:
 
     async def send_text(self, text: str) -> None:
         """Sends encoded text; a closed socket fails everything waiting with
-        ConnectionError and raises it (mutates: counts the frame)."""
+        ConnectionLost and raises it (mutates: counts the frame)."""
         self._router.raise_if_closed()
         try:
             await self._ws.send(text)
             self.num_frames_sent += 1
         except ConnectionClosed as exc:
-            error = ConnectionError(f"connection to {self._url} lost: {exc}")
+            error = lost_connection(self._url, exc)
             self._router.fail_all(error)
             raise error from exc
+
+
+def lost_connection(url: str, exc: ConnectionClosed) -> ConnectionLost:
+    """The SDK's error for a socket that websockets reports closed under a session (pure)."""
+    rcvd = exc.rcvd  # the server's close frame; None when none arrived
+    return ConnectionLost(url, rcvd.code if rcvd else None, rcvd.reason if rcvd else "")

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from eclectus.adapters.client.errors import (
     ConnectionError,
+    ConnectionLost,
     EclectusClientError,
     ServerError,
     VariableFailed,
@@ -164,7 +165,10 @@ class Router:
             log.warning("ignoring a second welcome frame")
 
     def raise_if_closed(self) -> None:
-        """ConnectionError (from the reason) once :meth:`fail_all` ran (pure)."""
+        """ConnectionError (ConnectionLost after a loss) from the reason once
+        :meth:`fail_all` ran (pure)."""
+        if isinstance(self.closed, ConnectionLost):
+            raise self.closed.renewed() from self.closed
         if self.closed is not None:
             raise ConnectionError(str(self.closed)) from self.closed
 

@@ -23,8 +23,8 @@ from websockets.exceptions import ConnectionClosed
 
 from eclectus.adapters.client.bridge import LoopBridge
 from eclectus.adapters.client.declarations import Declarations
-from eclectus.adapters.client.errors import ConnectionError
-from eclectus.adapters.client.outbox import Outbox
+from eclectus.adapters.client.errors import ConnectionError, ConnectionLost
+from eclectus.adapters.client.outbox import Outbox, lost_connection
 from eclectus.adapters.client.router import Router, StreamEnd
 from eclectus.adapters.client.variables import SemanticVariable, VarState
 from eclectus.adapters.client.wire import decode_frame, encode_frame
@@ -273,7 +273,9 @@ class Session(Declarations):
 
     async def _receive(self) -> None:
         """The receiver task: routes every server frame until the socket ends, then fails
-        whatever still waits."""
+        whatever still waits: ConnectionLost when the server or the network ended it,
+        ConnectionError("session closed") when this client closed it."""
+        error: ConnectionError
         try:
             async for raw in self._ws:
                 try:
@@ -282,14 +284,14 @@ class Session(Declarations):
                     log.warning("ignoring a frame this client does not understand: %s", exc)
                     continue
                 self._router.dispatch(frame)
-            reason = f"server closed the connection to {self._url}"
-            reason += f" (code {self._ws.close_code}: {self._ws.close_reason or 'no reason'})"
+            code, reason = self._ws.close_code, self._ws.close_reason or ""
+            error = ConnectionLost(self._url, code, reason)
         except ConnectionClosed as exc:
-            reason = f"connection to {self._url} lost: {exc}"
+            error = lost_connection(self._url, exc)
         except Exception as exc:  # a routing bug must not leave callers hanging
             log.exception("session receiver failed")
-            reason = f"session receiver failed: {exc!r}"
-        self._router.fail_all(ConnectionError("session closed" if self._closing else reason))
+            error = ConnectionError(f"session receiver failed: {exc!r}")
+        self._router.fail_all(ConnectionError("session closed") if self._closing else error)
 
     async def _close_here(self) -> None:
         if self._closing:

@@ -1,7 +1,14 @@
-"""The real server for the SDK's integration tests: built-in engine, tiny model, auth on."""
+"""The real server for the SDK's integration tests: built-in engine, tiny model, auth on;
+in this process (``serve_live``) or as a process of its own that a test may kill
+(``serve_process``)."""
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -38,3 +45,31 @@ def serve_live(**limits: int) -> Iterator[LiveServer]:
     )
     with serve_in_thread(config) as server:
         yield LiveServer(server, LIVE_TOKEN)
+
+
+@contextmanager
+def serve_process() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """``python -m eclectus.server --model tiny`` on a free loopback port (no auth): its URL
+    and process, once /healthz answers. The process is killed when the block ends."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [sys.executable, "-m", "eclectus.server", "--port", str(port), "--model", "tiny"]
+    process = subprocess.Popen([*command, "--log-level", "WARNING"], stdout=subprocess.DEVNULL)
+    try:
+        _wait_healthy(f"http://127.0.0.1:{port}/healthz", process, timeout=120)
+        yield f"ws://127.0.0.1:{port}", process
+    finally:
+        process.kill()
+        process.wait(30)
+
+
+def _wait_healthy(url: str, process: subprocess.Popen[bytes], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            with urllib.request.urlopen(url, timeout=1):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"the server process did not come up (exit code {process.poll()})")
