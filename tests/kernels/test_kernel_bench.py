@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from eclectus.kernels import bench
+from eclectus.kernels import bench, bench_decode
 
 
 def test_parse_sizes() -> None:
@@ -22,3 +22,14 @@ def test_bench_prints_one_row_per_size(
     assert row[:3] == ["4", "128", "8"] and row[6].endswith("x") and row[7].endswith("x")
     assert float(row[-1]) < 1e-4  # cascade output equals plain paged output
     assert lines[-1].split()[:3] == ["3", "32", "5"] and "too short" in lines[-1]
+
+
+def test_decode_bench_prints_one_row_per_shape(capsys: pytest.CaptureFixture[str]) -> None:
+    """The CPU decode benchmark times the paged path against its two in-run baselines."""
+    args = ["--batches", "3", "--lens", "40:90", "--block-sizes", "4,16", "--layers", "2"]
+    assert bench_decode.main([*args, "--repeats", "1", "--rounds", "1"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[2:]]
+    assert [row[:3] for row in rows] == [["3", "40-90", "4"], ["3", "40-90", "16"]]
+    for row in rows:
+        assert row[6].endswith("x") and row[7].endswith("x")
+        assert float(row[-1]) < 1e-4  # the paged path equals the token-row baseline
