@@ -5,6 +5,7 @@ a whole LlamaIndex app on a real server."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import llama_index.core
@@ -96,6 +97,21 @@ def test_a_repeated_text_sends_no_frame(llm: Eclectus) -> None:
     for text in TEXTS:
         llm.tokenizer(text)
     assert llm.client.num_frames_sent - before == len(set(TEXTS))
+
+
+def test_threads_share_the_cache(llm: Eclectus) -> None:
+    """LlamaIndex counts from worker threads too: every answer stays exact, and a text is
+    fetched at most once per thread that missed it at the same moment."""
+    texts = [f"word {i % 7}" for i in range(56)]
+    llm.tokenizer("warm up the session")
+    before = llm.client.num_frames_sent
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        answers = list(pool.map(llm.tokenizer, texts))
+    assert answers == [byte_ids(t) for t in texts]
+    assert len(set(texts)) <= llm.client.num_frames_sent - before <= 8 * len(set(texts))
+    after = llm.client.num_frames_sent
+    assert [llm.tokenizer(t) for t in set(texts)] == [byte_ids(t) for t in set(texts)]
+    assert llm.client.num_frames_sent == after
 
 
 def test_a_reconnect_starts_a_fresh_cache(llm: Eclectus) -> None:
