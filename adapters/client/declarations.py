@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Literal, cast
 
+from eclectus.adapters.client.abandon import Wiring
 from eclectus.adapters.client.errors import ConnectionError
 from eclectus.adapters.client.fragment import PendingFragment
 from eclectus.adapters.client.functions import Piece, SamplingLike, SemanticFunction, declare_call
@@ -36,6 +37,7 @@ class Declarations:
         # ids of variables nobody holds any more, for the server's ``release`` frame (a
         # deque: finalizers append from whatever thread drops the last reference)
         self._released: deque[str] = deque()
+        self._wiring = Wiring()  # who reads what, for the abandoned-stream rule
 
     @property
     def _session(self) -> Session:
@@ -136,16 +138,18 @@ class Declarations:
         taken: list[str] = []
         while self._released and len(taken) < limit:
             taken.append(self._released.popleft())
+        self._wiring.forget(taken)
         return taken
 
     def declare(
         self, vars: Sequence[VarSpec], call: CallSpec | None = None, op: OpSpec | None = None
     ) -> None:
-        """Appends declarations to the pending fragment atomically (mutates). Raises
-        ConnectionError once the session is closed."""
+        """Appends declarations to the pending fragment atomically and records who reads
+        what (mutates). Raises ConnectionError once the session is closed."""
         closed = self._closed_reason()
         if closed is not None:
             raise ConnectionError(f"session is closed: {closed}")
+        self._wiring.note(call, op)  # first: a reader is known before it can be shipped
         self._pending.add(vars, call, op)
 
     def check_owned(self, var: SemanticVariable) -> None:

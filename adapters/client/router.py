@@ -122,6 +122,15 @@ class Router:
         if stream is not None and queue in stream.queues:
             stream.queues.remove(queue)
 
+    def is_waited(self, var_id: str) -> bool:
+        """Whether a get of ``var_id`` is in flight or its stream still has a consumer
+        (pure)."""
+        waiter = self._waiters.get(var_id)
+        stream = self._streams.get(var_id)
+        return (waiter is not None and not waiter.done()) or (
+            stream is not None and bool(stream.queues)
+        )
+
     def abandon_stream(self, var_id: str) -> None:
         """Ends ``var_id``'s stream whose get was never sent: its remaining consumers get an
         error (mutates)."""

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ValidationError
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
+from eclectus.adapters.client.abandon import Abandonment
 from eclectus.adapters.client.bridge import LoopBridge
 from eclectus.adapters.client.declarations import Declarations
 from eclectus.adapters.client.errors import ConnectionError, ConnectionLost
@@ -64,6 +65,9 @@ class Session(Declarations):
         self._router = Router(self._lookup)
         self._outbox = Outbox(
             ws, url, self._router, self._pending, self, welcome.limits, encode=_encode
+        )
+        self._abandonment = Abandonment(
+            self._wiring, self._router, self._outbox, self._lookup, self.new_id
         )
         self._closing = False
         self._receiver = loop.create_task(self._receive())
@@ -216,7 +220,7 @@ class Session(Declarations):
             yield var.value or ""
             return
         queue, is_new = self._router.open_stream(var.id)
-        shipped = not is_new
+        shipped, ended = not is_new, False
         try:
             if is_new:
                 await self._outbox.ship([GetSpec(var=var.id, criteria=criteria, stream=True)])
@@ -224,6 +228,7 @@ class Session(Declarations):
             received: list[str] = []
             while True:
                 item = await queue.get()
+                ended = isinstance(item, BaseException | StreamEnd)
                 if isinstance(item, BaseException):
                     raise item
                 if isinstance(item, StreamEnd):
@@ -238,6 +243,8 @@ class Session(Declarations):
             self._router.close_stream(var.id, queue)
             if not shipped:  # cancelled before its get left: consumers that joined must not hang
                 self._router.abandon_stream(var.id)
+            elif not ended:  # closed early (break, aclose, close) or its task cancelled
+                self._abandonment.on_abandoned(var)
 
     async def _set_here(self, var: SemanticVariable, text: str) -> None:
         self.check_owned(var)

@@ -3,7 +3,9 @@ records every client frame and answers with canned protocol frames.
 
 It runs no graph and no model: a get is answered with ``texts[var]`` (default
 ``"text of <var>"``), streamed as 3-character deltas when asked. Tests script failures with
-``fail_vars`` (error on that variable's get) and ``reject_submits`` (error on the submit).
+``fail_vars`` (error on that variable's get) and ``reject_submits`` (error on the submit),
+and generations that never end with ``hold_gets`` (no answer) or ``hold_values`` (deltas,
+never the value).
 It runs on its own loop thread so that async and blocking tests can share it.
 """
 
@@ -53,6 +55,7 @@ class FakePeer:
         self.fail_vars: dict[str, str] = {}  # var id -> error code
         self.reject_submits: str | None = None  # error code for every submit
         self.hold_gets = False  # never answer gets (pending-forever tests)
+        self.hold_values = False  # streamed gets get their deltas, no get its value
         self.url = ""
         self._loop = asyncio.new_event_loop()
         self._connections: set[ServerConnection] = set()
@@ -122,9 +125,10 @@ class FakePeer:
         text = self.texts.get(var, f"text of {var}")
         deltas = [text[i : i + 3] for i in range(0, len(text), 3)] if stream else []
         usage = Usage(prompt_tokens=5, completion_tokens=len(text))
+        value = Value(id=frame_id, var=var, text=text, usage=usage, finish_reason="stop")
         return [
             *(Delta(id=frame_id, var=var, text=d) for d in deltas),
-            Value(id=frame_id, var=var, text=text, usage=usage, finish_reason="stop"),
+            *([] if self.hold_values else [value]),
         ]
 
     def _welcome(self, frame_id: str | None) -> Welcome:

@@ -111,8 +111,11 @@ def test_connect_sync_auth_error() -> None:
 
 
 def test_breaking_out_of_a_stream_early_leaves_the_session_usable(peer: FakePeer) -> None:
-    """Abandoning stream()/astream() after one delta closes it cleanly on the session loop."""
+    """Abandoning stream()/astream() after one delta closes it cleanly on the session loop:
+    an abandoned variable fails with ``cancelled`` (test_client_abandon.py), the rest of
+    the session works on."""
     with connect_sync(peer.url) as app:
+        peer.hold_values = True  # each generation outlives its stream
         (out,) = app.call(["x", Gen()])
         peer.texts[out.id] = "abcdefghijkl"
         for first in out.stream(timeout=5):
@@ -126,5 +129,8 @@ def test_breaking_out_of_a_stream_early_leaves_the_session_usable(peer: FakePeer
             raise AssertionError("no delta")
 
         assert asyncio.run(first_async_delta()).startswith("tex")
-        assert out.get(timeout=5) == "abcdefghijkl"
-        assert app.get_many([out], timeout=5) == ["abcdefghijkl"]
+        with pytest.raises(VariableFailed, match="cancelled"):
+            out.get(timeout=5)
+        peer.hold_values = False
+        (fresh,) = app.call(["z", Gen()])
+        assert app.get_many([fresh], timeout=5) == [f"text of {fresh.id}"]
