@@ -25,6 +25,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from eclectus.cache import cache_dir
+
 FORMAT_VERSION = 1  # bump when the files written for a preset change
 MODEL_FILES = (
     "config.json",
@@ -112,15 +114,6 @@ PRESETS: dict[str, PresetSpec] = {
         num_key_value_heads=4,
     ),
 }
-
-
-def cache_dir() -> Path:
-    """The root of Eclectus' cache (pure: reads the environment)."""
-    if root := os.environ.get("ECLECTUS_CACHE"):
-        return Path(root)
-    if xdg := os.environ.get("XDG_CACHE_HOME"):
-        return Path(xdg) / "eclectus"
-    return Path.home() / ".cache" / "eclectus"
 
 
 def preset_dir(name: str) -> Path:

@@ -1,0 +1,166 @@
+"""The compiled CPU decode kernel (kernels/native.py) against the looped references."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kernel_cases import make_batch, nested_batch
+
+from eclectus.kernels import native, ref_paged_decode
+
+pytestmark = pytest.mark.skipif(not native.available(), reason="no working C compiler")
+
+
+def _queries(batch: int, num_q_heads: int, head_dim: int, seed: int = 1) -> torch.Tensor:
+    return torch.randn(batch, num_q_heads, head_dim, generator=torch.Generator().manual_seed(seed))
+
+
+def _tables(block_tables: list[list[int]]) -> torch.Tensor:
+    width = max(len(t) for t in block_tables)
+    rows = [t + [0] * (width - len(t)) for t in block_tables]
+    return torch.tensor(rows, dtype=torch.int32)
+
+
+def _run(batch: object, q: torch.Tensor, scale: float, kv_starts: list[int] | None = None):
+    starts = torch.tensor(kv_starts, dtype=torch.int32) if kv_starts is not None else None
+    return native.paged_decode_native(
+        q,
+        batch.k_cache,  # type: ignore[attr-defined]
+        batch.v_cache,  # type: ignore[attr-defined]
+        _tables(batch.block_tables),  # type: ignore[attr-defined]
+        torch.tensor(batch.seq_lens, dtype=torch.int32),  # type: ignore[attr-defined]
+        scale,
+        starts,
+    )
+
+
+@pytest.mark.parametrize(
+    ("num_q_heads", "num_kv_heads", "head_dim", "block_size"),
+    [(4, 2, 64, 4), (8, 8, 16, 16), (12, 4, 128, 3), (2, 1, 8, 1)],
+)
+def test_matches_reference(num_q_heads: int, num_kv_heads: int, head_dim: int, block_size: int):
+    """Ragged lengths, prefixes off block boundaries, GQA, an empty suffix, shuffled blocks."""
+    batch = nested_batch(block_size=block_size, num_kv_heads=num_kv_heads, head_dim=head_dim)
+    q = _queries(len(batch.seq_lens), num_q_heads, head_dim)
+    o, lse = _run(batch, q, 0.3)
+    o_ref, lse_ref = ref_paged_decode(
+        q, batch.k_cache, batch.v_cache, batch.block_tables, batch.seq_lens, 0.3
+    )
+    torch.testing.assert_close(o, o_ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(lse, lse_ref, atol=1e-5, rtol=1e-5)
+
+
+def test_windows_and_empty_windows() -> None:
+    """kv_starts cut a window (the cascade's suffix pass); an empty one is (0, -inf)."""
+    batch = nested_batch(block_size=4, num_kv_heads=2, head_dim=32)
+    q = _queries(len(batch.seq_lens), 4, 32)
+    starts = [min(n, s) for n, s in zip(batch.seq_lens, [5, 0, 34, 29, 3, 21, 7], strict=True)]
+    o, lse = _run(batch, q, 0.25, starts)
+    o_ref, lse_ref = ref_paged_decode(
+        q, batch.k_cache, batch.v_cache, batch.block_tables, batch.seq_lens, 0.25, starts
+    )
+    torch.testing.assert_close(o, o_ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(lse, lse_ref, atol=1e-5, rtol=1e-5)
+    empty = [i for i, (s, n) in enumerate(zip(starts, batch.seq_lens, strict=True)) if s >= n]
+    assert empty, "the case must hold an empty window"
+    assert torch.all(lse[empty] == -torch.inf) and torch.all(o[empty] == 0)
+
+
+def test_large_scores_stay_finite() -> None:
+    """Scores far from zero: the max is subtracted before exp, LSE carries it back."""
+    batch = nested_batch(block_size=4, num_kv_heads=2, head_dim=16)
+    q = _queries(len(batch.seq_lens), 4, 16) * 300
+    o, lse = _run(batch, q, 1.0)
+    o_ref, lse_ref = ref_paged_decode(
+        q, batch.k_cache, batch.v_cache, batch.block_tables, batch.seq_lens, 1.0
+    )
+    assert torch.isfinite(o).all()
+    torch.testing.assert_close(o, o_ref, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(lse, lse_ref, atol=1e-3, rtol=1e-5)
+
+
+def test_strided_cache_views() -> None:
+    """Any (block, head, slot) strides: a cache that is a slice of a bigger pool."""
+    batch = nested_batch(block_size=4, num_kv_heads=2, head_dim=16)
+    pool_k = torch.stack([torch.zeros_like(batch.k_cache), batch.k_cache])  # layer 1 of 2
+    pool_v = torch.stack([torch.zeros_like(batch.v_cache), batch.v_cache])
+    q = _queries(len(batch.seq_lens), 4, 16)
+    tables = _tables(batch.block_tables)
+    lens = torch.tensor(batch.seq_lens, dtype=torch.int32)
+    o, lse = native.paged_decode_native(q, pool_k[1], pool_v[1], tables, lens, 0.5)
+    o_ref, lse_ref = ref_paged_decode(
+        q, batch.k_cache, batch.v_cache, batch.block_tables, batch.seq_lens, 0.5
+    )
+    torch.testing.assert_close(o, o_ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(lse, lse_ref, atol=1e-5, rtol=1e-5)
+
+
+def test_bad_arguments_are_named() -> None:
+    batch = nested_batch(block_size=4, num_kv_heads=2, head_dim=16)
+    q = _queries(len(batch.seq_lens), 4, 16)
+    tables = _tables(batch.block_tables)
+    lens = torch.tensor(batch.seq_lens, dtype=torch.int32)
+    with pytest.raises(ValueError, match="fp32"):
+        native.paged_decode_native(
+            q.bfloat16(), batch.k_cache.bfloat16(), batch.v_cache.bfloat16(), tables, lens, 1.0
+        )
+    with pytest.raises(ValueError, match="int32"):
+        native.paged_decode_native(q, batch.k_cache, batch.v_cache, tables.long(), lens, 1.0)
+    with pytest.raises(ValueError, match="head_dim stride"):
+        k_t = batch.k_cache.transpose(2, 3)
+        native.paged_decode_native(q, k_t, k_t, tables, lens, 1.0)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    tails=st.lists(st.integers(0, 40), min_size=1, max_size=6),
+    prefix=st.integers(1, 50),
+    block_size=st.sampled_from([1, 2, 5, 16]),
+    heads=st.sampled_from([(1, 1), (4, 2), (6, 3), (8, 1)]),
+    head_dim=st.sampled_from([4, 16, 64, 80]),
+)
+def test_hypothesis_shapes(
+    tails: list[int], prefix: int, block_size: int, heads: tuple[int, int], head_dim: int
+) -> None:
+    num_q_heads, num_kv_heads = heads
+    batch = make_batch(
+        [("p",)] * len(tails),
+        {"p": prefix},
+        tails,
+        block_size=block_size,
+        num_kv_heads=num_kv_heads,
+        head_dim=head_dim,
+    )
+    q = _queries(len(tails), num_q_heads, head_dim, seed=len(tails))
+    o, lse = _run(batch, q, head_dim**-0.5)
+    o_ref, lse_ref = ref_paged_decode(
+        q, batch.k_cache, batch.v_cache, batch.block_tables, batch.seq_lens, head_dim**-0.5
+    )
+    torch.testing.assert_close(o, o_ref, atol=2e-5, rtol=2e-5)
+    torch.testing.assert_close(lse, lse_ref, atol=2e-5, rtol=2e-5)
+
+
+def test_builds_into_a_fresh_cache_and_reports_a_missing_compiler(tmp_path: Path) -> None:
+    """A new cache directory gets the library; with no compiler, it is unavailable and the
+    caller is told why, not crashed."""
+    code = (
+        "import logging; logging.basicConfig(level=logging.INFO)\n"
+        "from eclectus.kernels import native\n"
+        "print('available', native.available())\n"
+    )
+    env = os.environ | {"ECLECTUS_CACHE": str(tmp_path)}
+    env.pop("ECLECTUS_KERNELS", None)
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert "available True" in done.stdout, done.stderr
+    assert list((tmp_path / "kernels").glob("paged_decode-*.so"))
+    env |= {"CC": str(tmp_path / "no-such-cc"), "ECLECTUS_CACHE": str(tmp_path / "other")}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert "available False" in done.stdout
+    assert "decode attention stays on the torch path" in done.stderr
