@@ -72,8 +72,8 @@ def _softmax_av(scores: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
 def _softmax_av_into(scores: Tensor, v: Tensor, o: Tensor, lse: Tensor) -> None:
     """:func:`_softmax_av` writing into contiguous ``o`` and ``lse``.
 
-    One fused ``softmax`` pass (about 3x faster on CPU than logsumexp plus exp, which do not
-    vectorise exp over masked rows as well); the LSE comes from its largest probability,
+    One fused ``softmax`` pass (about 3x faster on CPU than ``logsumexp`` plus a separate
+    ``exp``, measured on a masked decode score tile); the LSE comes from its largest probability,
     exp(max - lse) = 1 / sum, so lse = max - log(p_max). Empty rows (all -inf) give NaN
     probabilities; their o and lse are set to (0, -inf) afterwards, on the small outputs only
     (matmul rows are independent, so the NaNs stay in those rows).
@@ -158,7 +158,7 @@ def _window_index(
     chunks = decode_chunks(widths, block_bytes)
     device = plan.seq_lens.device
     first_t = torch.tensor(first, device=device)
-    max_width = max(w for _, _, w in chunks)
+    max_width = max((w for _, _, w in chunks), default=1)
     cols = first_t[:, None] + torch.arange(max_width, device=device)
     table = plan.block_tables
     blocks = table.long().gather(1, cols.clamp_max(max(table.shape[1] - 1, 0)))
