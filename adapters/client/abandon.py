@@ -15,9 +15,13 @@ abandoned stream's variable is cancelled when all of these hold:
   op, not waited for, and no longer held by the application (a dropped variable can never be
   asked for again; one still held may be).
 
+Cancelling goes on upstream, since the server's ``cancel`` only reaches downstream: a call or
+op feeding the cancelled work is cancelled too when the application dropped all its outputs
+and only cancelled work reads them (the work only this stream was waiting for).
+
 :class:`Wiring` is the client's copy of the graph's edges (declaring happens on any thread,
 so one lock guards it; released variables are forgotten, so a long-lived session does not
-grow it). :class:`Abandonment` applies the rule and sends the cancel. See docs/sdk.md,
+grow it). :class:`Abandonment` applies the rule and sends the cancels. See docs/sdk.md,
 "Abandoned streams".
 """
 
@@ -27,8 +31,10 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Literal
 
-from eclectus.adapters.client.errors import EclectusClientError, VariableFailed
+from eclectus.adapters.client.errors import ConnectionError, EclectusClientError, VariableFailed
 from eclectus.adapters.client.outbox import Outbox
 from eclectus.adapters.client.router import Router
 from eclectus.adapters.client.variables import SemanticVariable, VarState
@@ -37,58 +43,106 @@ from eclectus.server.protocol import CallSpec, Cancel, GenSegment, OpSpec, VarSe
 log = logging.getLogger(__name__)
 
 
+Use = Literal["wanted", "finished", "dropped"]
+"""What the application does with a variable: waits for it or holds it unfinished, holds it
+finished, or dropped it (it can never be asked for again)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Node:
+    """A declared call or op, as edges."""
+
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    is_call: bool
+
+
 class Wiring:
-    """Readers and call siblings of this session's variables (thread-safe)."""
+    """Producers and readers of this session's variables (thread-safe)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._read: set[str] = set()  # ids of variables some declared call or op reads
-        self._outputs_of: dict[str, tuple[str, ...]] = {}  # call output -> all its outputs
+        self._nodes: dict[str, _Node] = {}  # call or op id -> its edges
+        self._producer: dict[str, str] = {}  # output var id -> call or op id
+        self._readers: dict[str, set[str]] = {}  # var id -> ids of calls and ops reading it
 
     def note(self, call: CallSpec | None = None, op: OpSpec | None = None) -> None:
-        """Records a declared call's or op's inputs and a call's outputs (mutates)."""
-        inputs: list[str] = list(op.inputs) if op is not None else []
-        outputs: tuple[str, ...] = ()
+        """Records a declared call's or op's edges (mutates)."""
+        nodes: list[tuple[str, _Node]] = []
         if call is not None:
-            call_inputs, outputs = _edges(call)
-            inputs += call_inputs
+            nodes.append((call.id, _Node(*_edges(call), is_call=True)))
+        if op is not None:
+            nodes.append((op.id, _Node(tuple(op.inputs), (op.output,), is_call=False)))
         with self._lock:
-            self._read.update(inputs)
-            for var_id in outputs:
-                self._outputs_of[var_id] = outputs
+            for node_id, node in nodes:
+                self._nodes[node_id] = node
+                for var_id in node.outputs:
+                    self._producer[var_id] = node_id
+                for var_id in node.inputs:
+                    self._readers.setdefault(var_id, set()).add(node_id)
 
     def forget(self, var_ids: Iterable[str]) -> None:
-        """Drops released variables (mutates). A call's output stays marked as read until
-        every output of the call is released: a live sibling's rule still asks about it."""
+        """Drops released variables (mutates). The outputs of a call or op are kept until
+        all of them are released: the rule still asks who reads a released output while a
+        sibling of it lives."""
         with self._lock:
             for var_id in var_ids:
-                outputs = self._outputs_of.pop(var_id, None)
-                if outputs is None:
-                    self._read.discard(var_id)
-                elif not any(v in self._outputs_of for v in outputs):
-                    self._read.difference_update(outputs)
+                node_id = self._producer.pop(var_id, None)
+                if node_id is None:
+                    self._readers.pop(var_id, None)
+                    continue
+                outputs = self._nodes[node_id].outputs
+                if not any(v in self._producer for v in outputs):
+                    del self._nodes[node_id]
+                    for output in outputs:
+                        self._readers.pop(output, None)
 
-    def may_cancel_producer(self, var_id: str, is_wanted: Callable[[str], bool]) -> bool:
-        """The declaration half of the rule: ``var_id`` is a call's output, no declared call
-        or op reads it, and every other output of its call is unread and not
-        ``is_wanted``. Pure."""
+    def producers_to_cancel(self, var_id: str, use: Callable[[str], Use]) -> list[str]:
+        """The variables to name in ``cancel`` frames, one per producer, ``var_id`` first;
+        empty when its producer must not be cancelled. The producer: a call, whose outputs
+        nobody reads and whose other outputs are not ``wanted``. Then, to a fixed point,
+        every call or op upstream whose outputs were all ``dropped`` and are read only by
+        producers already in the list: the work only this stream waited for. Pure; calls
+        ``use`` under the lock."""
         with self._lock:
-            outputs = self._outputs_of.get(var_id)
-            if outputs is None or var_id in self._read:
-                return False  # not a call's output (a constant, placeholder, op), or read
-            siblings = [v for v in outputs if v != var_id]
-            if any(v in self._read for v in siblings):
-                return False
-        return not any(is_wanted(v) for v in siblings)
+            first = self._producer.get(var_id)
+            if first is None or not self._nodes[first].is_call:
+                return []  # a constant, a placeholder or an op's output
+            outputs = self._nodes[first].outputs
+            if any(self._readers.get(v) for v in outputs):
+                return []
+            if any(use(v) == "wanted" for v in outputs if v != var_id):
+                return []
+            doomed = [first]
+            while (more := self._upstream_unwanted(doomed, use)) is not None:
+                doomed.append(more)
+            return [var_id, *(self._nodes[n].outputs[0] for n in doomed[1:])]
+
+    def _upstream_unwanted(self, doomed: list[str], use: Callable[[str], Use]) -> str | None:
+        """One call or op feeding ``doomed`` whose outputs were all dropped and are read
+        only by ``doomed``, or None (pure; under the lock)."""
+        for node_id in doomed:
+            for input_id in self._nodes[node_id].inputs:
+                upstream = self._producer.get(input_id)
+                if upstream is None or upstream in doomed:
+                    continue
+                outputs = self._nodes[upstream].outputs
+                if all(
+                    self._readers.get(v, set()) <= set(doomed) and use(v) == "dropped"
+                    for v in outputs
+                ):
+                    return upstream
+        return None
 
 
-def _edges(call: CallSpec) -> tuple[list[str], tuple[str, ...]]:
+def _edges(call: CallSpec) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """A call's input and output variable ids, in either of its forms (pure)."""
     if call.segments is not None:
-        inputs = [s.var for s in call.segments if isinstance(s, VarSegment)]
+        inputs = tuple(s.var for s in call.segments if isinstance(s, VarSegment))
         return inputs, tuple(s.gen for s in call.segments if isinstance(s, GenSegment))
-    inputs = [var_id for name, var_id in call.bind.items() if name not in call.sampling]
-    return inputs, tuple(var_id for name, var_id in call.bind.items() if name in call.sampling)
+    bind, sampling = call.bind, call.sampling
+    inputs = tuple(var_id for name, var_id in bind.items() if name not in sampling)
+    return inputs, tuple(var_id for name, var_id in bind.items() if name in sampling)
 
 
 class Abandonment:
@@ -112,34 +166,41 @@ class Abandonment:
     def on_abandoned(self, var: SemanticVariable) -> None:
         """The last consumer of ``var``'s stream left before its end (``break``,
         ``aclose``, a cancelled task, a closed sync iterator), after its get was sent. When
-        the rule allows, ``var`` fails with ``cancelled`` now and a ``cancel`` frame leaves
-        from a task of its own: this runs in the stream's ``finally``, maybe inside a
-        cancelled task, so it awaits nothing. Mutates ``var``."""
+        the rule allows, ``var`` fails with ``cancelled`` now and the ``cancel`` frames
+        leave from a task of their own: this runs in the stream's ``finally``, maybe inside
+        a cancelled task, so it awaits nothing. Mutates ``var``."""
         if var.state is not VarState.PENDING or self._router.closed is not None:
             return
         if self._router.is_waited(var.id):
             return
-        if not self._wiring.may_cancel_producer(var.id, self._is_wanted):
+        var_ids = self._wiring.producers_to_cancel(var.id, self._use)
+        if not var_ids:
             return
         message = "its stream was abandoned, so the client cancelled its producer"
         var._fail(VariableFailed("cancelled", message, var=var.id))
-        task = asyncio.get_running_loop().create_task(self._send_cancel(var.id))
+        task = asyncio.get_running_loop().create_task(self._send_cancels(var_ids))
         self._sending.add(task)
         task.add_done_callback(self._sending.discard)
 
-    def _is_wanted(self, var_id: str) -> bool:
-        """Whether the application may still want ``var_id``: a get or stream of it is in
-        flight, or it is unfinished and still held (pure)."""
+    def _use(self, var_id: str) -> Use:
+        """What the application does with ``var_id`` (pure): waits for it (a get or stream
+        in flight) or holds it unfinished, holds it finished, or dropped it."""
         var = self._lookup(var_id)
-        return self._router.is_waited(var_id) or (var is not None and not var.done())
+        if self._router.is_waited(var_id) or (var is not None and not var.done()):
+            return "wanted"
+        return "dropped" if var is None else "finished"
 
-    async def _send_cancel(self, var_id: str) -> None:
-        """Sends ``cancel``. Nobody awaits the answer, so a refusal or a lost connection is
-        only logged (a closing session cancels its work anyway)."""
-        frame_id = self._new_id("k")
-        reply = self._router.expect_reply(frame_id)
-        try:
-            await self._outbox.send(Cancel(id=frame_id, var=var_id))
-            await reply
-        except EclectusClientError as exc:
-            log.debug("cancel of abandoned stream %s not acknowledged: %s", var_id, exc)
+    async def _send_cancels(self, var_ids: list[str]) -> None:
+        """Sends one ``cancel`` per variable, in order. Nobody awaits the answers, so a
+        refusal or a lost connection is only logged (a closing session cancels its work
+        anyway)."""
+        for var_id in var_ids:
+            frame_id = self._new_id("k")
+            reply = self._router.expect_reply(frame_id)
+            try:
+                await self._outbox.send(Cancel(id=frame_id, var=var_id))
+                await reply
+            except ConnectionError:
+                return  # the session is gone, and its work with it
+            except EclectusClientError as exc:  # e.g. unknown_var: released meanwhile
+                log.debug("cancel of %s for an abandoned stream refused: %s", var_id, exc)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -21,7 +22,7 @@ from eclectus.adapters.client import (
     VarState,
     connect_sync,
 )
-from eclectus.adapters.client.abandon import Wiring
+from eclectus.adapters.client.abandon import Use, Wiring
 from eclectus.server.protocol import CallSpec, GenSegment, OpSpec, SamplingSpec, VarSegment
 
 
@@ -174,6 +175,17 @@ def test_a_timed_out_blocking_stream_cancels_the_producer(peer: FakePeer) -> Non
         assert [c["var"] for c in peer.of_type("cancel")] == [out.id]
 
 
+def dropped_but(*used: str) -> Callable[[str], Use]:
+    """A ``use`` that says ``wanted`` for ``used`` and ``dropped`` for every other id."""
+    return lambda var_id: "wanted" if var_id in used else "dropped"
+
+
+def call(call_id: str, inputs: list[str], outputs: list[str]) -> CallSpec:
+    """A segment-form call reading ``inputs`` and generating ``outputs``."""
+    segments = [VarSegment(var=v) for v in inputs] + [GenSegment(gen=v) for v in outputs]
+    return CallSpec(id=call_id, segments=segments)
+
+
 def test_wiring_reads_both_call_forms_and_forgets_released_ids() -> None:
     """Segment and template calls give the same edges; a released id is forgotten."""
     wiring = Wiring()
@@ -185,27 +197,71 @@ def test_wiring_reads_both_call_forms_and_forgets_released_ids() -> None:
     )
     wiring.note(call=template)
     wiring.note(op=OpSpec(id="o1", op="join", inputs=["v4"], output="v5"))
-    assert not wiring.may_cancel_producer("v1", lambda _: False)  # an input, not an output
-    assert wiring.may_cancel_producer("v2", lambda _: False)
-    assert not wiring.may_cancel_producer("v2", lambda var_id: var_id == "v3")  # wanted
-    assert not wiring.may_cancel_producer("v5", lambda _: False)  # an op's output
-    wiring.forget(["v2"])
-    assert not wiring.may_cancel_producer("v2", lambda _: False)  # unknown now
+    assert wiring.producers_to_cancel("v1", dropped_but()) == []  # an input, not an output
+    assert wiring.producers_to_cancel("v2", dropped_but("v2")) == ["v2"]
+    assert wiring.producers_to_cancel("v2", dropped_but("v2", "v3")) == []  # v3 wanted
+    assert wiring.producers_to_cancel("v5", dropped_but()) == []  # an op's output
+    wiring.forget(["v2", "v3"])
+    assert wiring.producers_to_cancel("v2", dropped_but()) == []  # unknown now
 
 
 def test_a_released_output_read_by_a_call_still_guards_its_sibling() -> None:
     """Released, v3 may still feed its reader on the server; cancelling the call would
     fail it, so v2's rule must still see the read until every output is released."""
     wiring = Wiring()
-    two = CallSpec(id="c1", segments=[GenSegment(gen="v2"), GenSegment(gen="v3")])
-    wiring.note(call=two)
-    wiring.note(call=CallSpec(id="c2", segments=[VarSegment(var="v3"), GenSegment(gen="v4")]))
+    wiring.note(call=call("c1", [], ["v2", "v3"]))
+    wiring.note(call=call("c2", ["v3"], ["v4"]))
     wiring.forget(["v3"])
-    assert not wiring.may_cancel_producer("v2", lambda _: False)
+    assert wiring.producers_to_cancel("v2", dropped_but("v2")) == []
     wiring.forget(["v2", "v4"])
     # the SDK never reuses an id: declaring v2 again is the only way to look
-    wiring.note(call=CallSpec(id="c5", segments=[GenSegment(gen="v2")]))
-    assert wiring.may_cancel_producer("v2", lambda _: False)
+    wiring.note(call=call("c5", [], ["v2"]))
+    assert wiring.producers_to_cancel("v2", dropped_but("v2")) == ["v2"]
+
+
+def test_cancelling_goes_upstream_through_work_only_this_stream_waited_for() -> None:
+    """Map calls feeding a join feeding the streamed call are cancelled with it, unless
+    the application holds a map output or something else reads it."""
+    wiring = Wiring()
+    wiring.note(call=call("c1", [], ["u1"]))
+    wiring.note(call=call("c2", [], ["u2"]))
+    wiring.note(op=OpSpec(id="o1", op="join", inputs=["u1", "u2"], output="j"))
+    wiring.note(call=call("c3", ["j"], ["p"]))
+    assert wiring.producers_to_cancel("p", dropped_but("p")) == ["p", "j", "u1", "u2"]
+    assert wiring.producers_to_cancel("p", dropped_but("p", "u2")) == ["p", "j", "u1"]
+    finished = wiring.producers_to_cancel("p", lambda v: "finished" if v == "u1" else "dropped")
+    assert finished == ["p", "j", "u2"]  # a held, finished output: its call is done
+    wiring.note(call=call("c4", ["u1"], ["x"]))  # another reader of u1
+    assert wiring.producers_to_cancel("p", dropped_but("p")) == ["p", "j", "u2"]
+
+
+def test_cancelling_upstream_reaches_a_shared_input_once_all_its_readers_go() -> None:
+    """A diamond: u0 feeds both u1 and u2, which feed p; u0 goes once both are doomed."""
+    wiring = Wiring()
+    wiring.note(call=call("c0", [], ["u0"]))
+    wiring.note(call=call("c1", ["u0"], ["u1"]))
+    wiring.note(call=call("c2", ["u0"], ["u2"]))
+    wiring.note(call=call("c3", ["u1", "u2"], ["p"]))
+    assert wiring.producers_to_cancel("p", dropped_but("p")) == ["p", "u1", "u2", "u0"]
+
+
+async def test_a_stream_left_before_its_first_delta_cancels_the_work_upstream(
+    peer: FakePeer, peer_app: Session
+) -> None:
+    """A reduce whose stream is abandoned while its map calls run: one cancel for the
+    reduce's output, then one per map whose output the application dropped; a map output
+    it still holds keeps its call."""
+    peer.hold_gets = True
+    held = peer_app.call(["keep", Gen()])[0]
+    (final,) = peer_app.call(
+        ["R:", held, peer_app.call(["m0", Gen()])[0], peer_app.call(["m1", Gen()])[0], Gen()]
+    )  # the two map outputs are dropped once declared
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(anext(final.astream()), 0.2)
+    (submit,) = peer.of_type("submit")
+    dropped = [c["segments"][-1]["gen"] for c in submit["calls"][1:3]]
+    cancelled = [c["var"] for c in await cancels_sent(peer, peer_app, 3)]
+    assert cancelled == [final.id, *dropped] and held.id not in cancelled
 
 
 def test_declaring_from_threads_while_streams_close(peer: FakePeer) -> None:

@@ -101,3 +101,29 @@ async def test_a_streamed_variable_another_call_reads_runs_to_completion(
         assert server_var_state(live_server, app.session_id, fed.id) == ("ready", None)
     after = await asyncio.to_thread(wait_for_idle_engine, live_server)
     assert after["eclectus_calls_cancelled_total"] == before["eclectus_calls_cancelled_total"]
+
+
+async def test_leaving_a_reduce_stream_while_its_maps_run_aborts_the_maps(
+    live_server: LiveServer,
+) -> None:
+    """The consumer of a reduce's stream is cancelled while the two map calls it waits for
+    generate: the maps (outputs dropped, read only by the reduce) are aborted too."""
+    before = wait_for_idle_engine(live_server)
+    backend = live_server.server.backend
+    async with connect(live_server.url, token=live_server.token) as app:
+        spec = Gen(max_tokens=LONG, ignore_eos=True)
+        maps = [app.call([f"Part {i}:", spec])[0] for i in range(2)]
+        (final,) = app.call(["Combine:", *maps, Gen(max_tokens=8)])
+        del maps  # the application keeps only the final answer
+        consumer = asyncio.create_task(anext(final.astream()))
+        deadline = time.monotonic() + 30
+        while backend.stats().num_running < 2 and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)  # until both maps generate
+        assert backend.stats().num_running == 2
+        consumer.cancel()
+        after = await asyncio.to_thread(wait_for_idle_engine, live_server)
+    cancelled = after["eclectus_calls_cancelled_total"] - before["eclectus_calls_cancelled_total"]
+    assert cancelled == 2  # the two running maps; the reduce had not started
+    assert after["eclectus_engine_free_blocks"] == after["eclectus_engine_total_blocks"]
+    made = after["eclectus_generated_tokens_total"] - before["eclectus_generated_tokens_total"]
+    assert made < LONG
