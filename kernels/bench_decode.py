@@ -6,14 +6,17 @@ shuffled over a pool three times the batch's blocks, each layer its own cache, s
 from memory the way it does in the engine, not from a warm cache. Compared in the same run
 (alternating, best of ``--repeats`` per round, best round):
 
-* paged      -- ``paged_decode_attention`` (head-major cache, block-run gathers in chunks);
-* token-rows -- the path it replaced: a token-major cache [blocks, block_size, Hkv, D] and one
-                gather of the whole batch with one row per token and head, then the same math;
+* native     -- the compiled kernel (``kernels/native.py``): what the engine runs on a CPU
+                with a C compiler; one pass over the blocks, no gather;
+* torch      -- the torch path (head-major cache, block-run gathers in chunks, two bmm);
+* token-rows -- the torch path before that: a token-major cache [blocks, block_size, Hkv, D]
+                and one gather of the whole batch with one row per token and head;
 * sdpa       -- ``scaled_dot_product_attention`` on KV already dense per request (gather not
                 timed): what attention costs without any gather.
 
-Ratios are baseline time / paged time (> 1: paged is faster). GB/s: the KV bytes read
-(sum of contexts * Hkv * D * 2 * element size) over the time.
+Ratios are baseline time / native time (> 1: native is faster; without a compiler the torch
+path is the reference). GB/s: the KV bytes read (sum of contexts * Hkv * D * 2 * element
+size) over the reference's time.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from eclectus.kernels import dispatch
+from eclectus.kernels import native, torch_ops
 from eclectus.kernels.gather import pooled_buffer
 from eclectus.kernels.plans import DecodePlan, plan_decode
 
@@ -140,9 +143,13 @@ def run_shape(shape: Shape, repeats: int, rounds: int) -> str:
     q, plan = step.q, step.plan
     q_dense = q[:, :, None, :]
 
-    def paged() -> None:
+    def native_path() -> None:
         for i in layers:
-            dispatch.paged_decode_attention(q, step.k_layers[i], step.v_layers[i], plan, scale)
+            native.decode_window(q, step.k_layers[i], step.v_layers[i], plan, scale)
+
+    def torch_path() -> None:
+        for i in layers:
+            torch_ops.decode_window(q, step.k_layers[i], step.v_layers[i], plan, scale)
 
     def token_rows() -> None:
         for i in layers:
@@ -154,20 +161,30 @@ def run_shape(shape: Shape, repeats: int, rounds: int) -> str:
                 q_dense, step.k_dense[i], step.v_dense[i], scale=scale, enable_gqa=True
             )
 
-    o_paged = dispatch.paged_decode_attention(q, step.k_layers[0], step.v_layers[0], plan, scale)
+    paths = {"torch": torch_path, "token_rows": token_rows, "sdpa": sdpa}
+    if native.available():
+        paths = {"native": native_path, **paths}
+    reference = next(iter(paths))
+    o_ref = torch_ops.decode_window(q, step.k_layers[0], step.v_layers[0], plan, scale)[0]
     o_rows = token_rows_decode(q, step.k_token_major[0], step.v_token_major[0], plan, scale)
-    err = (o_paged[0].float() - o_rows).abs().max().item()
+    err = (o_ref - o_rows).abs().max().item()
+    if reference == "native":
+        o_native = native.decode_window(q, step.k_layers[0], step.v_layers[0], plan, scale)[0]
+        err = max(err, (o_native - o_ref).abs().max().item())
     times: dict[str, float] = {}
     for _ in range(rounds):
-        for name, fn in (("paged", paged), ("token_rows", token_rows), ("sdpa", sdpa)):
+        for name, fn in paths.items():
             times[name] = min(times.get(name, math.inf), time_best(fn, repeats))
     per_layer = {k: v / shape.num_layers for k, v in times.items()}
-    t = per_layer["paged"]
+    t = per_layer[reference]
+    cells = [
+        f"{per_layer[name] * 1e3:>10.3f}" if name in per_layer else f"{'n/a':>10}"
+        for name in ("native", "torch", "token_rows", "sdpa")
+    ]
+    ratios = [f"{per_layer[name] / t:>9.2f}x" for name in ("torch", "token_rows", "sdpa")]
     return (
         f"{shape.batch:>5} {shape.min_len:>5}-{shape.max_len:<5} {shape.block_size:>5} "
-        f"{t * 1e3:>8.3f} {per_layer['token_rows'] * 1e3:>10.3f} {per_layer['sdpa'] * 1e3:>8.3f} "
-        f"{per_layer['token_rows'] / t:>9.2f}x {per_layer['sdpa'] / t:>7.2f}x "
-        f"{step.kv_bytes / t / 1e9:>7.1f} {err:>8.1e}"
+        f"{' '.join(cells)} {' '.join(ratios)} {step.kv_bytes / t / 1e9:>7.1f} {err:>8.1e}"
     )
 
 
@@ -188,8 +205,9 @@ def main(argv: list[str] | None = None) -> int:
         f"head_dim 64; ms per layer (best of {args.repeats} x {args.rounds} alternating rounds)"
     )
     print(
-        f"{'batch':>5} {'context':^11} {'block':>5} {'paged':>8} {'token-rows':>10} {'sdpa':>8} "
-        f"{'rows/paged':>10} {'sdpa/paged':>8} {'GB/s':>7} {'max|err|':>8}"
+        f"{'batch':>5} {'context':^11} {'block':>5} {'native':>10} {'torch':>10} "
+        f"{'token-rows':>10} {'sdpa':>10} {'torch/ref':>10} {'rows/ref':>10} {'sdpa/ref':>10} "
+        f"{'GB/s':>7} {'max|err|':>8}"
     )
     for bs in (int(x) for x in args.block_sizes.split(",")):
         for batch in (int(x) for x in args.batches.split(",")):

@@ -1,10 +1,14 @@
-"""The functions the engine calls: each picks the Triton kernel or the torch path.
+"""The functions the engine calls: each picks the Triton kernel, the native CPU kernel or the
+torch path.
 
 Triton runs when q is on a CUDA device and triton imports, or when ``ECLECTUS_KERNELS=triton``
-forces it (CPU tensors under ``TRITON_INTERPRET=1``, for tests); ``ECLECTUS_KERNELS=torch``
-forces the torch paths. Read per call, so tests can switch it. Shapes (every function):
-caches [num_blocks, Hkv, block_size, D] (head-major blocks); q [tokens, Hq, D] with Hq a
-multiple of Hkv; LSE natural log, [tokens, Hq], fp32; outputs in q's dtype.
+forces it (CPU tensors under ``TRITON_INTERPRET=1``, for tests). On the CPU, fp32 decode
+attention runs the compiled kernel of :mod:`eclectus.kernels.native` when it built, the rest
+the torch paths; ``ECLECTUS_KERNELS=native`` insists on that kernel (an error where it cannot
+run), ``ECLECTUS_KERNELS=torch`` forces the torch paths. Read per call, so tests can switch
+it. Shapes (every function): caches [num_blocks, Hkv, block_size, D] (head-major blocks);
+q [tokens, Hq, D] with Hq a multiple of Hkv; LSE natural log, [tokens, Hq], fp32; outputs in
+q's dtype.
 """
 
 from __future__ import annotations
@@ -12,13 +16,14 @@ from __future__ import annotations
 import importlib.util
 import os
 
+import torch
 from torch import Tensor
 
-from eclectus.kernels import torch_ops
+from eclectus.kernels import native, torch_ops
 from eclectus.kernels.plans import DecodePlan, PrefillPlan
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
-ENV_BACKEND = "ECLECTUS_KERNELS"  # "triton" | "torch" | unset (auto)
+ENV_BACKEND = "ECLECTUS_KERNELS"  # "triton" | "native" | "torch" | unset (auto)
 
 
 def use_triton(q: Tensor) -> bool:
@@ -31,6 +36,22 @@ def use_triton(q: Tensor) -> bool:
             raise RuntimeError(f"{ENV_BACKEND}=triton but triton is not importable")
         return True
     return q.is_cuda and HAS_TRITON
+
+
+def use_native(q: Tensor, k_cache: Tensor) -> bool:
+    """Whether the compiled CPU kernel serves this decode call (see the module docstring)."""
+    forced = os.environ.get(ENV_BACKEND, "").lower()
+    if forced in ("torch", "triton"):
+        return False
+    fits = q.device.type == "cpu" and q.dtype == k_cache.dtype == torch.float32
+    if forced == "native":
+        if not fits or not native.available():
+            raise RuntimeError(
+                f"{ENV_BACKEND}=native, but the native kernel cannot serve "
+                f"{q.dtype} on {q.device} (fp32 CPU tensors and a C compiler are needed)"
+            )
+        return True
+    return fits and native.available()
 
 
 def _check_attention_args(q: Tensor, k_cache: Tensor, v_cache: Tensor) -> None:
@@ -82,7 +103,8 @@ def paged_decode_attention(
         from eclectus.kernels.triton_decode import paged_decode_triton
 
         return paged_decode_triton(q, k_cache, v_cache, plan, scale)
-    o, lse = torch_ops.paged_decode_window_torch(q, k_cache, v_cache, plan, scale)
+    window = native.decode_window if use_native(q, k_cache) else torch_ops.decode_window
+    o, lse = window(q, k_cache, v_cache, plan, scale)
     return o.to(q.dtype), lse
 
 
@@ -98,7 +120,8 @@ def cascade_decode_attention(
         from eclectus.kernels.triton_cascade import cascade_decode_triton
 
         return cascade_decode_triton(q, k_cache, v_cache, plan, scale)
-    return torch_ops.cascade_decode_torch(q, k_cache, v_cache, plan, scale)
+    window = native.decode_window if use_native(q, k_cache) else torch_ops.decode_window
+    return torch_ops.cascade_decode_torch(q, k_cache, v_cache, plan, scale, window)
 
 
 def decode_attention(

@@ -10,8 +10,8 @@ system's C compiler (``$CC``, else ``cc``) at ``-O3 -march=native`` with OpenMP,
 with ctypes, which releases the GIL for the call. The library is cached under
 ``<eclectus cache>/kernels/`` keyed by the source, the flags, the compiler and the CPU, and
 written atomically, so concurrent processes may build it at once. Where no compiler works,
-:func:`available` is False and the dispatchers keep the torch path (logged once).
-``ECLECTUS_NATIVE=0`` switches it off.
+:func:`available` is False and the dispatchers keep the torch path (logged once);
+``ECLECTUS_KERNELS=torch`` switches it off (see ``dispatch``).
 """
 
 from __future__ import annotations
@@ -25,17 +25,18 @@ import platform
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
 from eclectus.cache import cache_dir
+from eclectus.kernels.plans import DecodePlan
 
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("csrc") / "paged_decode.c"
-ENV_SWITCH = "ECLECTUS_NATIVE"  # "0": never use the compiled kernel
 # -fassociative-math (with the two flags it needs) lets the reductions vectorize; unlike
 # -ffast-math it keeps inf semantics (an empty window's LSE is -inf). Measured on the 2-core
 # AVX-512 VM, batch 8 x 1,100 tokens: 0.37 ms against 0.64 ms at plain -O3.
@@ -48,9 +49,27 @@ FLAG_SETS = (  # tried in order: without OpenMP the pragmas are ignored (one thr
 
 def available() -> bool:
     """Whether the compiled kernel can serve calls here (builds it on first call)."""
-    if os.environ.get(ENV_SWITCH, "1") == "0":
-        return False
     return _library() is not None
+
+
+def decode_window(
+    q: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+    plan: DecodePlan,
+    scale: float,
+    kv_starts: Sequence[int] | None = None,
+    tag: str = "full",
+) -> tuple[Tensor, Tensor]:
+    """The torch path's ``decode_window`` (torch_ops.DecodeWindow), on this kernel: the plan's
+    tables and lengths as they are, the window starts cached in ``plan.scratch`` as int32."""
+    plan.scratch.cached(("native_checked", k_cache.shape), lambda: _check_plan(plan, k_cache))
+    starts = None
+    if kv_starts is not None:
+        starts = plan.scratch.cached(
+            (tag, "native_starts"), lambda: torch.tensor(kv_starts, dtype=torch.int32)
+        )
+    return paged_decode_native(q, k_cache, v_cache, plan.block_tables, plan.seq_lens, scale, starts)
 
 
 def paged_decode_native(
@@ -104,6 +123,20 @@ def paged_decode_native(
     if status != 0:
         raise MemoryError("native decode kernel: scratch allocation failed")
     return o, lse
+
+
+def _check_plan(plan: DecodePlan, k_cache: Tensor) -> bool:
+    """The kernel reads wherever the tables point: refuse a plan that points outside the
+    cache (once per plan and cache shape; the torch path would raise an IndexError)."""
+    num_blocks, _, block_size, _ = k_cache.shape
+    if plan.block_size != block_size:
+        raise ValueError(f"plan block_size {plan.block_size} != cache block size {block_size}")
+    tables = plan.block_tables
+    if tables.numel() and not 0 <= int(tables.min()) <= int(tables.max()) < num_blocks:
+        raise ValueError(f"block table entries outside [0, {num_blocks})")
+    if any(n > tables.shape[1] * block_size for n in plan.seq_lens_list):
+        raise ValueError("a sequence is longer than its block table")
+    return True
 
 
 def _check(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -212,16 +213,42 @@ def _group_index(plan: DecodePlan, num_kv_heads: int) -> list[tuple[int, Tensor,
     return out
 
 
+class DecodeWindow(Protocol):
+    """Attention of each request's query over its tokens [kv_starts[i], seq_lens[i]) (all of
+    them when kv_starts is None): (o [B, Hq, D] fp32, lse [B, Hq] fp32). ``tag`` names the
+    window's cached indices in ``plan.scratch``."""
+
+    def __call__(
+        self,
+        q: Tensor,
+        k_cache: Tensor,
+        v_cache: Tensor,
+        plan: DecodePlan,
+        scale: float,
+        kv_starts: Sequence[int] | None = None,
+        tag: str = "full",
+    ) -> tuple[Tensor, Tensor]: ...
+
+
+decode_window: DecodeWindow = paged_decode_window_torch  # the torch path's window
+
+
 def cascade_decode_torch(
-    q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: DecodePlan, scale: float
+    q: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+    plan: DecodePlan,
+    scale: float,
+    window: DecodeWindow = decode_window,
 ) -> tuple[Tensor, Tensor]:
-    """Shared-prefix decode: group passes, suffix pass, one scatter-logsumexp merge.
+    """Shared-prefix decode: group passes, suffix pass (``window``: this module's, or the
+    native kernel's), one scatter-logsumexp merge.
 
     q [B, Hq, D] -> (o [B, Hq, D] in q's dtype, lse [B, Hq] fp32). Fills ``plan.scratch``.
     """
     cascade = plan.require_cascade()
     o_mem, lse_mem = cascade_prefix_torch(q, k_cache, v_cache, plan, scale)
-    o_suf, lse_suf = paged_decode_window_torch(
+    o_suf, lse_suf = window(
         q, k_cache, v_cache, plan, scale, kv_starts=cascade.suffix_starts, tag="suffix"
     )
     batch = q.shape[0]

@@ -1,5 +1,6 @@
 """Engine benchmark: prefill and decode tokens/s beside transformers, prefix sharing on/off,
-and the vLLM CPU anchor workload. A benchmark, not a test: it prints a markdown table.
+and the native CPU decode kernel against the torch path, and the vLLM CPU anchor workload. A
+benchmark, not a test: it prints a markdown table.
 
     python -m eclectus.server.engine.bench [--model tiny] [--quick] [--threads N]
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import random
 import time
 from collections.abc import Callable
@@ -141,6 +143,35 @@ def shared_prefix(b: Bench, prefix: int, runs: int) -> None:
     )
 
 
+def cpu_decode_kernels(b: Bench, runs: int) -> None:
+    """The evals' map shape with decode attention on the native CPU kernel vs the torch path
+    (ECLECTUS_KERNELS=torch), same engine, fresh prompts each run. Skipped without the
+    kernel (no compiler, or not a CPU engine)."""
+    from eclectus.kernels import dispatch, native
+
+    if b.llm.engine.config.device != "cpu" or not native.available():
+        return
+
+    def run(backend: str) -> float:
+        saved = os.environ.get(dispatch.ENV_BACKEND)
+        os.environ[dispatch.ENV_BACKEND] = backend
+        try:
+            return b.run_engine(b.llm, b.prompts(8, 1024), 100)
+        finally:
+            if saved is None:
+                del os.environ[dispatch.ENV_BACKEND]
+            else:
+                os.environ[dispatch.ENV_BACKEND] = saved
+
+    nat, tor = best_pair(runs, lambda: run("native"), lambda: run("torch"))
+    b.add(
+        "8 x 1024 -> 100, native vs torch decode attention",
+        f"{nat:.2f} s",
+        f"{tor:.2f} s",
+        tor / nat,
+    )
+
+
 def vllm_anchor(b: Bench, runs: int) -> None:
     """The workload measured on stock vLLM CPU: 16 x 501-token prompts x 64 tokens."""
     for shared in (0, 450):
@@ -191,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     batches = [1, 32] if args.quick else [1, 8, 32]
     prefill_and_decode(bench, batches, 128 if args.quick else 256, 32 if args.quick else 64, runs)
     shared_prefix(bench, 1024, runs)
+    cpu_decode_kernels(bench, runs)
     vllm_anchor(bench, runs)
     return 0
 

@@ -13,7 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kernel_cases import make_batch, nested_batch
 
-from eclectus.kernels import native, ref_paged_decode
+from eclectus.kernels import (
+    build_decode_plan,
+    decode_attention,
+    native,
+    paged_decode_attention,
+    ref_paged_decode,
+)
+from eclectus.kernels.dispatch import use_native
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="no working C compiler")
 
@@ -164,3 +171,57 @@ def test_builds_into_a_fresh_cache_and_reports_a_missing_compiler(tmp_path: Path
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert "available False" in done.stdout
     assert "decode attention stays on the torch path" in done.stderr
+
+
+def test_dispatch_serves_plain_and_cascade_decode_natively(monkeypatch: pytest.MonkeyPatch):
+    """Through the engine's entry points, forced to the native kernel: plain paged decode, and
+    the cascade whose suffix pass it serves, both equal attention over the whole sequences."""
+    monkeypatch.setenv("ECLECTUS_KERNELS", "native")
+    batch = nested_batch(block_size=4, num_kv_heads=2, head_dim=32)
+    q = _queries(len(batch.seq_lens), 4, 32)
+    o_ref, lse_ref = ref_paged_decode(
+        q, batch.k_cache, batch.v_cache, batch.block_tables, batch.seq_lens, 0.3
+    )
+    for cascade in (False, True):
+        plan = build_decode_plan(
+            batch.block_tables,
+            batch.seq_lens,
+            4,
+            torch.device("cpu"),
+            cascade=cascade,
+            min_shared_tokens=4,
+        )
+        assert (plan.cascade is not None) == cascade
+        o = decode_attention(q, batch.k_cache, batch.v_cache, plan, 0.3)
+        torch.testing.assert_close(o, o_ref, atol=1e-5, rtol=1e-5)
+    o, lse = paged_decode_attention(q, batch.k_cache, batch.v_cache, plan, 0.3)
+    torch.testing.assert_close(lse, lse_ref, atol=1e-5, rtol=1e-5)
+
+
+def test_dispatch_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Auto: fp32 CPU decode is native, bf16 is not; torch switches it off; native insists."""
+    k32 = torch.zeros(2, 1, 4, 8)
+    q32 = torch.zeros(1, 1, 8)
+    monkeypatch.delenv("ECLECTUS_KERNELS", raising=False)
+    assert use_native(q32, k32) and not use_native(q32.bfloat16(), k32.bfloat16())
+    monkeypatch.setenv("ECLECTUS_KERNELS", "torch")
+    assert not use_native(q32, k32)
+    monkeypatch.setenv("ECLECTUS_KERNELS", "native")
+    with pytest.raises(RuntimeError, match="native kernel cannot serve"):
+        use_native(q32.bfloat16(), k32.bfloat16())
+
+
+def test_a_plan_pointing_outside_the_cache_is_refused() -> None:
+    batch = nested_batch(block_size=4, num_kv_heads=2, head_dim=16)
+    q = _queries(len(batch.seq_lens), 4, 16)
+    tables = [[*t, len(batch.k_cache)] for t in batch.block_tables]  # one block too far
+    plan = build_decode_plan(
+        tables, [n + 4 for n in batch.seq_lens], 4, torch.device("cpu"), cascade=False
+    )
+    with pytest.raises(ValueError, match="outside"):
+        native.decode_window(q, batch.k_cache, batch.v_cache, plan, 1.0)
+    wrong_size = build_decode_plan(
+        batch.block_tables, batch.seq_lens, 8, torch.device("cpu"), cascade=False
+    )
+    with pytest.raises(ValueError, match="block_size"):
+        native.decode_window(q, batch.k_cache, batch.v_cache, wrong_size, 1.0)

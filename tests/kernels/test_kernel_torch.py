@@ -252,7 +252,7 @@ def test_package_imports_and_serves_without_triton() -> None:
         "import sys; sys.modules['triton'] = None\n"
         "import torch, eclectus.kernels as k\n"
         "assert not k.HAS_TRITON\n"
-        "kc = torch.randn(4, 2, 1, 16); plan = k.plan_decode([[1, 2], [1, 3]], [4, 3], 2,"
+        "kc = torch.randn(4, 1, 2, 16); plan = k.plan_decode([[1, 2], [1, 3]], [4, 3], 2,"
         " torch.device('cpu'))\n"
         "o = k.decode_attention(torch.randn(2, 2, 16), kc, kc, plan, 0.25)\n"
         "assert o.shape == (2, 2, 16) and 'triton' not in [m.split('.')[0] for m in"
