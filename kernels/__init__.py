@@ -9,6 +9,7 @@ log throughout. Importing this package never needs triton.
 from eclectus.kernels.dispatch import (
     HAS_TRITON,
     cascade_decode_attention,
+    cascade_thresholds,
     decode_attention,
     merge_attention_states,
     paged_decode_attention,
@@ -49,6 +50,7 @@ __all__ = [
     "build_decode_plan",
     "cascade_decode_attention",
     "cascade_tables",
+    "cascade_thresholds",
     "decode_attention",
     "find_cascade_groups",
     "merge_attention_states",

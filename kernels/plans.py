@@ -349,11 +349,23 @@ def plan_decode(
     device: torch.device,
     *,
     cascade: bool = True,
+    thresholds: tuple[int, int] = (CASCADE_MIN_SHARED_TOKENS, CASCADE_MIN_GROUP_SIZE),
 ) -> DecodePlan:
     """Build the decode plan for one step (pure: reads lists, allocates small device tensors).
 
     One query per request at position ``seq_lens[i] - 1`` (already stored in the cache). With
     ``cascade=True`` requests sharing leading physical blocks are grouped (module docstring)
-    when the sharing pays; ``cascade=False`` or no paying group gives plain paged attention.
+    when the sharing pays: at least ``thresholds`` = (shared tokens, requests), which depend on
+    the backend (``dispatch.cascade_thresholds``); ``cascade=False`` or no paying group gives
+    plain paged attention.
     """
-    return build_decode_plan(block_tables, seq_lens, block_size, device, cascade=cascade)
+    min_shared_tokens, min_group_size = thresholds
+    return build_decode_plan(
+        block_tables,
+        seq_lens,
+        block_size,
+        device,
+        cascade=cascade,
+        min_shared_tokens=min_shared_tokens,
+        min_group_size=min_group_size,
+    )

@@ -156,6 +156,8 @@ class ModelRunner:
                 bs,
                 dev,
                 cascade=self.config.cascade_attention,
+                # when a shared prefix pays as a group depends on the decode backend
+                thresholds=kernels.cascade_thresholds(self.k_caches[0]),
             )
         if prefills:
             prefill_plan = kernels.plan_prefill(

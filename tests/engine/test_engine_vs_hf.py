@@ -72,9 +72,15 @@ def test_single_and_mixed_batch(hf_greedy: object) -> None:
     check(llm, hf_greedy, prompts)
 
 
-def test_shared_prefixes_hit_cache_and_match(hf_greedy: object) -> None:
+@pytest.mark.parametrize("backend", ["torch", ""])
+def test_shared_prefixes_hit_cache_and_match(
+    hf_greedy: object, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch: > 64 shared tokens, so decode goes through the cascade path; auto: the native
+    CPU kernel where it builds (whose thresholds leave 4 requests ungrouped)."""
+    monkeypatch.setenv("ECLECTUS_KERNELS", backend)
     rng = random.Random(1)
-    shared = random_prompt(rng, 90)  # > 64 tokens: decode goes through the cascade path
+    shared = random_prompt(rng, 90)
     prompts = [random_prompt(rng, 90 + n, shared) for n in (1, 7, 20, 33)]
     llm = engine()
     check(llm, hf_greedy, prompts[:1])

@@ -14,13 +14,16 @@ from hypothesis import strategies as st
 from kernel_cases import make_batch, nested_batch
 
 from eclectus.kernels import (
+    CASCADE_MIN_GROUP_SIZE,
+    CASCADE_MIN_SHARED_TOKENS,
     build_decode_plan,
+    cascade_thresholds,
     decode_attention,
     native,
     paged_decode_attention,
     ref_paged_decode,
 )
-from eclectus.kernels.dispatch import use_native
+from eclectus.kernels.dispatch import NATIVE_CASCADE_THRESHOLDS, use_native
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="no working C compiler")
 
@@ -225,3 +228,16 @@ def test_a_plan_pointing_outside_the_cache_is_refused() -> None:
     )
     with pytest.raises(ValueError, match="block_size"):
         native.decode_window(q, batch.k_cache, batch.v_cache, wrong_size, 1.0)
+
+
+def test_cascade_thresholds_follow_the_decode_backend(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Native decode reads a shared prefix from cache cheaply: only big groups pay."""
+    cache = torch.zeros(2, 1, 4, 8)
+    monkeypatch.delenv("ECLECTUS_KERNELS", raising=False)
+    assert cascade_thresholds(cache) == NATIVE_CASCADE_THRESHOLDS
+    assert cascade_thresholds(cache.bfloat16()) == (
+        CASCADE_MIN_SHARED_TOKENS,
+        CASCADE_MIN_GROUP_SIZE,
+    )
+    monkeypatch.setenv("ECLECTUS_KERNELS", "torch")
+    assert cascade_thresholds(cache) == (CASCADE_MIN_SHARED_TOKENS, CASCADE_MIN_GROUP_SIZE)
