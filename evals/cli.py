@@ -177,11 +177,17 @@ def run(args: argparse.Namespace) -> int:
             ]
             timeline = timeline_plot(args.out, chosen, harness.runs)
             plots[chosen.name] = names + ([timeline] if timeline else [])
-    write_results(args.out / "results.json", config, harness.runs, harness.bounds, summary)
+    failures = harness.failures
+    write_results(
+        args.out / "results.json", config, harness.runs, harness.bounds, summary, failures
+    )
     (args.out / "report.md").write_text(
-        render_report(config, workloads, summary, plots), encoding="utf-8"
+        render_report(config, workloads, summary, plots, failures), encoding="utf-8"
     )
     print(f"wrote {args.out / 'report.md'} and results.json", file=sys.stderr)
+    if failures:  # the report is written, but incomplete: say so in the exit status
+        print(f"eclectus eval: {len(failures)} run(s) failed (see report.md)", file=sys.stderr)
+        return 1
     return 0
 
 

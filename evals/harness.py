@@ -68,6 +68,21 @@ class BoundRecord:
     num_calls: int
 
 
+BOUND_REP = -2  # FailedRun.rep of a failed lower-bound measurement
+
+
+@dataclass(frozen=True, slots=True)
+class FailedRun:
+    """A run that raised: kept out of the medians, listed in the report."""
+
+    workload: str
+    field: str
+    value: Any
+    system: str
+    rep: int  # -1: the warm-up; BOUND_REP: the lower-bound measurement
+    error: str  # "Type: message"
+
+
 @dataclass
 class Harness:
     """Runs workloads on ``systems``; ``log`` receives progress lines."""
@@ -79,6 +94,7 @@ class Harness:
     log: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr))
     runs: list[RunRecord] = field(default_factory=list)
     bounds: list[BoundRecord] = field(default_factory=list)
+    failures: list[FailedRun] = field(default_factory=list)
     _seeds: itertools.count[int] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -96,16 +112,36 @@ class Harness:
         for rep in range(-1, self.reps):
             shift = max(rep, 0) % len(self.systems)
             for system in self.systems[shift:] + self.systems[:shift]:
-                record = self.run_once(workload, params, sweep.field, value, system, rep)
+                try:
+                    record = self.run_once(workload, params, sweep.field, value, system, rep)
+                except Exception as exc:  # one failed run must not lose the whole eval
+                    self._record_failure(workload, sweep.field, value, system, rep, exc)
+                    continue
                 self.runs.append(record)
                 self.log(
                     f"{workload.name} {sweep.field}={value} {system.name} rep {rep}: "
                     f"{workload.metric} {record.metric:.3f}"
                 )
         for engine, system in {s.engine: s for s in self.systems}.items():
-            self.bounds.append(
-                self.measure_bound(workload, params, sweep.field, value, engine, system)
-            )
+            try:
+                bound = self.measure_bound(workload, params, sweep.field, value, engine, system)
+            except Exception as exc:
+                self._record_failure(workload, sweep.field, value, system, BOUND_REP, exc)
+                continue
+            self.bounds.append(bound)
+
+    def _record_failure(
+        self,
+        workload: Workload,
+        field_name: str,
+        value: Any,
+        system: System,
+        rep: int,
+        exc: Exception,
+    ) -> None:
+        error = f"{type(exc).__name__}: {exc}"
+        self.failures.append(FailedRun(workload.name, field_name, value, system.name, rep, error))
+        self.log(f"{workload.name} {field_name}={value} {system.name} rep {rep}: FAILED {error}")
 
     def run_once(
         self, workload: Workload, params: Any, field_name: str, value: Any, system: System, rep: int

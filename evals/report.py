@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from eclectus.evals.harness import BoundRecord, RunRecord
+from eclectus.evals.harness import BOUND_REP, BoundRecord, FailedRun, RunRecord
 from eclectus.evals.summary import PointSummary
 from eclectus.evals.workloads import Workload
 
@@ -25,13 +26,16 @@ def write_results(
     runs: list[RunRecord],
     bounds: list[BoundRecord],
     summary: list[PointSummary],
+    failures: Sequence[FailedRun] = (),
 ) -> None:
-    """results.json: the configuration, every run, every bound, the summary (mutates disk)."""
+    """results.json: the configuration, every run, every bound, the summary, the runs that
+    failed (mutates disk)."""
     body = {
         "config": config,
         "summary": [asdict(s) for s in summary],
         "bounds": [asdict(b) for b in bounds],
         "runs": [asdict(r) for r in runs],
+        "failures": [asdict(f) for f in failures],
     }
     path.write_text(json.dumps(body, indent=1, default=str) + "\n", encoding="utf-8")
 
@@ -56,8 +60,10 @@ def render_report(
     workloads: list[Workload],
     summary: list[PointSummary],
     plots: dict[str, list[str]],
+    failures: Sequence[FailedRun] = (),
 ) -> str:
-    """report.md's text (pure). ``plots`` maps a workload to its PNG file names."""
+    """report.md's text (pure). ``plots`` maps a workload to its PNG file names; ``failures``
+    are listed at the end (their runs are in no median)."""
     lines = [
         "# Eclectus evals",
         "",
@@ -100,5 +106,13 @@ def render_report(
             "",
         ]
         lines += [f"![{name}]({name})" for name in plots.get(workload.name, [])]
+        lines.append("")
+    if failures:
+        lines += ["## Failed runs", "", "Not in any median above.", ""]
+        lines += [
+            f"- {f.workload} {f.field}={f.value}, {f.system}, "
+            f"{'lower bound' if f.rep == BOUND_REP else f'rep {f.rep}'}: {f.error}"
+            for f in failures
+        ]
         lines.append("")
     return "\n".join(lines)

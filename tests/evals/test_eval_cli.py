@@ -57,3 +57,19 @@ def test_eval_shared_prompt_runs_an_async_app_repeatedly(tmp_path: Path) -> None
     assert len(measured) == 2 and all(r["metric"] >= 0.02 for r in measured)
     assert results["config"]["rtt_ms"] == 20
     assert "chat mean latency" in (tmp_path / "report.md").read_text()
+
+
+def test_a_failing_system_is_reported_and_the_rest_still_measured(tmp_path: Path) -> None:
+    """A baseline that cannot be reached fails each of its runs; the eval goes on, writes the
+    report with those failures listed, and exits 1."""
+    flags = ["map-reduce", "--set", "num_chunks=2", "--sweep", "map_tokens=4", "--no-plots"]
+    dead = "openai=http://127.0.0.1:9/v1"  # the discard port: nothing listens
+    args = [*flags, "--baseline", "self", "--baseline", dead, "--quick", "--reps", "1"]
+    assert main(["eval", *args, "--bound-reps", "1", "--out", str(tmp_path)]) == 1
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert {r["system"] for r in results["runs"]} == {"eclectus", "self"}
+    failed = results["failures"]
+    assert {f["rep"] for f in failed if f["system"] != "eclectus"} >= {-1, 0}
+    assert all("Error" in f["error"] for f in failed)
+    report = (tmp_path / "report.md").read_text()
+    assert "## Failed runs" in report and "| map_tokens=4 | self |" in report
