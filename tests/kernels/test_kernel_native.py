@@ -51,6 +51,28 @@ def _run(batch: object, q: torch.Tensor, scale: float, kv_starts: list[int] | No
     )
 
 
+def _assert_reference(
+    batch: object,
+    q: torch.Tensor,
+    scale: float,
+    got: tuple[torch.Tensor, torch.Tensor],
+    kv_starts: list[int] | None = None,
+    tol: tuple[float, float] = (1e-5, 1e-5),  # (o, lse) absolute tolerances
+) -> None:
+    """``got`` (o, lse) equals the looped reference over the same windows."""
+    o_ref, lse_ref = ref_paged_decode(
+        q,
+        batch.k_cache,  # type: ignore[attr-defined]
+        batch.v_cache,  # type: ignore[attr-defined]
+        batch.block_tables,  # type: ignore[attr-defined]
+        batch.seq_lens,  # type: ignore[attr-defined]
+        scale,
+        kv_starts,
+    )
+    torch.testing.assert_close(got[0], o_ref, atol=tol[0], rtol=tol[0])
+    torch.testing.assert_close(got[1], lse_ref, atol=tol[1], rtol=1e-5)
+
+
 @pytest.mark.parametrize(
     ("num_q_heads", "num_kv_heads", "head_dim", "block_size"),
     [(4, 2, 64, 4), (8, 8, 16, 16), (12, 4, 128, 3), (2, 1, 8, 1)],
@@ -59,12 +81,7 @@ def test_matches_reference(num_q_heads: int, num_kv_heads: int, head_dim: int, b
     """Ragged lengths, prefixes off block boundaries, GQA, an empty suffix, shuffled blocks."""
     batch = nested_batch(block_size=block_size, num_kv_heads=num_kv_heads, head_dim=head_dim)
     q = _queries(len(batch.seq_lens), num_q_heads, head_dim)
-    o, lse = _run(batch, q, 0.3)
-    o_ref, lse_ref = ref_paged_decode(
-        q, batch.k_cache, batch.v_cache, batch.block_tables, batch.seq_lens, 0.3
-    )
-    torch.testing.assert_close(o, o_ref, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(lse, lse_ref, atol=1e-5, rtol=1e-5)
+    _assert_reference(batch, q, 0.3, _run(batch, q, 0.3))
 
 
 def test_windows_and_empty_windows() -> None:
@@ -73,11 +90,7 @@ def test_windows_and_empty_windows() -> None:
     q = _queries(len(batch.seq_lens), 4, 32)
     starts = [min(n, s) for n, s in zip(batch.seq_lens, [5, 0, 34, 29, 3, 21, 7], strict=True)]
     o, lse = _run(batch, q, 0.25, starts)
-    o_ref, lse_ref = ref_paged_decode(
-        q, batch.k_cache, batch.v_cache, batch.block_tables, batch.seq_lens, 0.25, starts
-    )
-    torch.testing.assert_close(o, o_ref, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(lse, lse_ref, atol=1e-5, rtol=1e-5)
+    _assert_reference(batch, q, 0.25, (o, lse), starts)
     empty = [i for i, (s, n) in enumerate(zip(starts, batch.seq_lens, strict=True)) if s >= n]
     assert empty, "the case must hold an empty window"
     assert torch.all(lse[empty] == -torch.inf) and torch.all(o[empty] == 0)
@@ -88,12 +101,8 @@ def test_large_scores_stay_finite() -> None:
     batch = nested_batch(block_size=4, num_kv_heads=2, head_dim=16)
     q = _queries(len(batch.seq_lens), 4, 16) * 300
     o, lse = _run(batch, q, 1.0)
-    o_ref, lse_ref = ref_paged_decode(
-        q, batch.k_cache, batch.v_cache, batch.block_tables, batch.seq_lens, 1.0
-    )
     assert torch.isfinite(o).all()
-    torch.testing.assert_close(o, o_ref, atol=1e-4, rtol=1e-4)
-    torch.testing.assert_close(lse, lse_ref, atol=1e-3, rtol=1e-5)
+    _assert_reference(batch, q, 1.0, (o, lse), tol=(1e-4, 1e-3))
 
 
 def test_strided_cache_views() -> None:
@@ -104,12 +113,8 @@ def test_strided_cache_views() -> None:
     q = _queries(len(batch.seq_lens), 4, 16)
     tables = _tables(batch.block_tables)
     lens = torch.tensor(batch.seq_lens, dtype=torch.int32)
-    o, lse = native.paged_decode_native(q, pool_k[1], pool_v[1], tables, lens, 0.5)
-    o_ref, lse_ref = ref_paged_decode(
-        q, batch.k_cache, batch.v_cache, batch.block_tables, batch.seq_lens, 0.5
-    )
-    torch.testing.assert_close(o, o_ref, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(lse, lse_ref, atol=1e-5, rtol=1e-5)
+    got = native.paged_decode_native(q, pool_k[1], pool_v[1], tables, lens, 0.5)
+    _assert_reference(batch, q, 0.5, got)
 
 
 def test_bad_arguments_are_named() -> None:
@@ -149,12 +154,8 @@ def test_hypothesis_shapes(
         head_dim=head_dim,
     )
     q = _queries(len(tails), num_q_heads, head_dim, seed=len(tails))
-    o, lse = _run(batch, q, head_dim**-0.5)
-    o_ref, lse_ref = ref_paged_decode(
-        q, batch.k_cache, batch.v_cache, batch.block_tables, batch.seq_lens, head_dim**-0.5
-    )
-    torch.testing.assert_close(o, o_ref, atol=2e-5, rtol=2e-5)
-    torch.testing.assert_close(lse, lse_ref, atol=2e-5, rtol=2e-5)
+    scale = head_dim**-0.5
+    _assert_reference(batch, q, scale, _run(batch, q, scale), tol=(2e-5, 2e-5))
 
 
 def test_builds_into_a_fresh_cache_and_reports_a_missing_compiler(tmp_path: Path) -> None:
