@@ -9,6 +9,7 @@ critical-path lower bound is measured on each engine (median of ``bound_reps`` c
 
 from __future__ import annotations
 
+import gc
 import itertools
 import statistics
 import sys
@@ -234,6 +235,10 @@ def _drop_cached_async_clients() -> None:
     cached = getattr(_client_utils, "_cached_async_httpx_client", None)
     if cached is not None and hasattr(cached, "cache_clear"):
         cached.cache_clear()
+        # Collect the dropped clients now, while no event loop runs: their __del__ then finds
+        # no loop and does nothing. Collected later, inside the next run's loop, each schedules
+        # an aclose() on its own closed loop, and asyncio logs "Event loop is closed" for it.
+        gc.collect()
 
 
 def _counters(system: System) -> dict[str, float] | None:
