@@ -3,6 +3,9 @@ the completion model, and the tracing hook's segments and application tag."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 import pytest
 from langchain_core.messages import HumanMessage
 from langchain_core.output_parsers import StrOutputParser
@@ -172,3 +175,37 @@ def test_deadline_criteria_needs_its_deadline() -> None:
         ChatEclectus(criteria="deadline")
     with pytest.raises(ValueError, match="deadline_ms"):
         ChatEclectus(deadline_ms=100)
+
+
+@pytest.mark.parametrize("model_class", [ChatEclectus, EclectusLLM])
+def test_leaving_a_stream_early_aborts_the_generation(
+    eclectus_server: EclectusServer, model_class: type
+) -> None:
+    """Breaking out of LangChain's ``stream`` closes the SDK stream under it: the server
+    cancels the call and the engine stops (docs/sdk.md, "Abandoned streams")."""
+    model = model_class(max_tokens=4000, model_kwargs={"ignore_eos": True})
+    cancelled = metric(eclectus_server, "eclectus_calls_cancelled_total")
+    generated = metric(eclectus_server, "eclectus_generated_tokens_total")
+    for _chunk in model.stream("Go on:"):
+        break
+    deadline = time.monotonic() + 10
+    while metric(eclectus_server, "eclectus_engine_running") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert metric(eclectus_server, "eclectus_calls_cancelled_total") == cancelled + 1
+    assert metric(eclectus_server, "eclectus_engine_running") == 0
+    assert metric(eclectus_server, "eclectus_generated_tokens_total") - generated < 2000
+
+
+async def test_leaving_an_async_stream_early_aborts_the_generation(
+    eclectus_server: EclectusServer,
+) -> None:
+    """The async twin: ``break`` out of ``astream``; the loop finalizes the generators."""
+    model = ChatEclectus(max_tokens=4000, model_kwargs={"ignore_eos": True})
+    cancelled = metric(eclectus_server, "eclectus_calls_cancelled_total")
+    async for _chunk in model.astream("Go on:"):
+        break
+    deadline = time.monotonic() + 10
+    while metric(eclectus_server, "eclectus_calls_cancelled_total") == cancelled:
+        assert time.monotonic() < deadline, "the abandoned stream was not cancelled"
+        await asyncio.sleep(0.05)
+    assert metric(eclectus_server, "eclectus_calls_cancelled_total") == cancelled + 1
