@@ -35,9 +35,11 @@ class EngineRequest:
     already computed them with :meth:`Backend.tokenize_prompt` (the server does, on its
     event loop, so the engine's step thread does not tokenize); None: the engine tokenizes.
     ``priority``: lower runs first (the engine admits waiting requests in (priority, arrival)
-    order). ``group``: requests the scheduler dispatched together (siblings); ``tenant``
-    salts the prefix cache so tenants never share KV. ``pin_prefix_segments``: how many
-    leading segments the graph still needs later; the engine keeps their KV pinned until
+    order). ``background``: throughput work nobody waits on; while foreground requests are in
+    the engine, it computes at most ``EngineConfig.max_background_seqs`` of these per step.
+    ``group``: requests the scheduler dispatched together (siblings); ``tenant`` salts the
+    prefix cache so tenants never share KV. ``pin_prefix_segments``: how many leading
+    segments the graph still needs later; the engine keeps their KV pinned until
     :meth:`Backend.unpin` with the same request id.
     """
 
@@ -49,6 +51,7 @@ class EngineRequest:
     tenant: str | None = None
     pin_prefix_segments: int = 0
     tokens: TokenizedPrompt | None = None
+    background: bool = False
 
 
 @dataclass(frozen=True, slots=True)

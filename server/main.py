@@ -37,6 +37,11 @@ def positive_int(text: str) -> int:
     return value
 
 
+def positive_int_or_none(text: str) -> int | None:
+    """An argparse type: an integer >= 1, or "none" (no limit)."""
+    return None if text.strip().lower() == "none" else positive_int(text)
+
+
 def non_negative_int(text: str) -> int:
     """An argparse type: an integer >= 0."""
     try:
@@ -146,6 +151,13 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         type=positive_int,
         default=defaults.max_num_seqs,
         help="most requests in one engine step",
+    )
+    engine.add_argument(
+        "--max-background-seqs",
+        type=positive_int_or_none,
+        default=defaults.max_background_seqs,
+        help="most throughput requests in one step while a latency-critical request is in "
+        "the engine ('none': no limit)",
     )
     engine.add_argument(
         "--max-model-len",

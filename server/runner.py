@@ -55,9 +55,12 @@ def prompt_segments(
     raise AssertionError(f"call {node.node_id!r} has no output {index}")
 
 
-async def run_call(scheduler: Scheduler, app: AppState, node: Node, priority: float) -> None:
+async def run_call(
+    scheduler: Scheduler, app: AppState, node: Node, priority: float, *, background: bool = False
+) -> None:
     """Generate every output of ``node`` (mutates the graph as outputs complete). Raises
-    EngineError or LimitError on failure; the scheduler fails the call and its downstream."""
+    EngineError or LimitError on failure; the scheduler fails the call and its downstream.
+    ``background``: throughput work (the engine holds it back while latency work runs)."""
     generated: dict[str, str] = {}
     for index, var_id in enumerate(node.outputs):
         segments, gen = prompt_segments(app.graph, node, index, generated)
@@ -77,6 +80,7 @@ async def run_call(scheduler: Scheduler, app: AppState, node: Node, priority: fl
             tokens=tokens,
             sampling=to_sampling_params(gen.sampling),
             priority=priority,
+            background=background,
             group=node.group,
         )
         text, usage, finish_reason = await _generate(scheduler, app, request, var_id)

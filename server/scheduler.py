@@ -195,7 +195,7 @@ class Scheduler:
 
     async def _run(self, app: AppState, node: Node, priority: float, urgent: bool) -> None:
         try:
-            await run_call(self, app, node, priority)
+            await run_call(self, app, node, priority, background=not urgent)
         except asyncio.CancelledError:
             self.metrics.calls_cancelled += 1
             raise

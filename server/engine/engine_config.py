@@ -26,6 +26,10 @@ class EngineConfig:
     num_kv_blocks: int | None = None  # overrides kv_cache_bytes when set
     max_num_batched_tokens: int = 2048  # per-step token budget (prefill chunks + decodes)
     max_num_seqs: int = 128  # most requests in one step
+    # most background (throughput) requests computed in one step while a foreground request
+    # is running or waiting, so a latency-critical stream is not slowed by batch work that
+    # was already running when it arrived; None: no limit
+    max_background_seqs: int | None = 1
     max_model_len: int | None = None  # None: the model's context window
     enable_prefix_caching: bool = True
     cascade_attention: bool = True  # shared-prefix decode attention when it pays
@@ -43,6 +47,8 @@ class EngineConfig:
             raise ValueError("max_num_batched_tokens must be >= 1")
         if self.max_num_seqs < 1:
             raise ValueError("max_num_seqs must be >= 1")
+        if self.max_background_seqs is not None and self.max_background_seqs < 1:
+            raise ValueError("max_background_seqs must be >= 1 (None: no limit)")
         if self.dtype not in ("float32", "bfloat16", "float16"):
             raise ValueError(f"unknown dtype {self.dtype!r}")
         if self.num_threads is not None and self.num_threads < 1:

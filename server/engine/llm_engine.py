@@ -75,6 +75,7 @@ class LLMEngine:
             self.block_manager,
             max_num_batched_tokens=config.max_num_batched_tokens,
             max_num_seqs=config.max_num_seqs,
+            max_background_seqs=config.max_background_seqs,
         )
         self.sampler = Sampler(config.seed, config.device)
         limit = self.model_config.max_model_len
@@ -105,6 +106,7 @@ class LLMEngine:
             list(prompt.token_ids),
             request.sampling,
             priority=request.priority,
+            background=request.background,
             tenant=request.tenant,
             segment_ends=prompt.segment_ends,
             pin_prefix_segments=request.pin_prefix_segments,
@@ -117,6 +119,7 @@ class LLMEngine:
         sampling: SamplingParams,
         *,
         priority: float = 0.0,
+        background: bool = False,
         tenant: str | None = None,
         segment_ends: tuple[int, ...] = (),
         pin_prefix_segments: int = 0,
@@ -127,6 +130,7 @@ class LLMEngine:
             token_ids,
             sampling,
             priority=priority,
+            background=background,
             tenant=tenant,
             segment_ends=segment_ends,
             pin_prefix_segments=pin_prefix_segments,
@@ -174,6 +178,7 @@ class LLMEngine:
             parent.token_ids,  # copied by _new_sequence
             sampling,
             priority=parent.priority,
+            background=parent.background,
             tenant=parent.tenant,
         )
         if parent.block_table and parent.status is SequenceStatus.RUNNING:

@@ -53,15 +53,22 @@ class Scheduler:
     """Holds the waiting queue and the running list. Every method mutates unless it says so."""
 
     def __init__(
-        self, block_manager: BlockManager, *, max_num_batched_tokens: int, max_num_seqs: int
+        self,
+        block_manager: BlockManager,
+        *,
+        max_num_batched_tokens: int,
+        max_num_seqs: int,
+        max_background_seqs: int | None = None,
     ) -> None:
         self.block_manager = block_manager
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_num_seqs = max_num_seqs
+        self.max_background_seqs = max_background_seqs
         self.waiting: list[tuple[float, int, Sequence]] = []  # heap by (priority, arrival)
         self.running: list[Sequence] = []  # sorted by (priority, arrival)
         self.num_preemptions = 0
         self._prefill_targets: dict[str, int] = {}  # request -> tokens known at admission
+        self._background_slots: int | None = None  # this step's seats left for background
 
     @property
     def num_waiting(self) -> int:
@@ -109,9 +116,15 @@ class Scheduler:
         newly filled blocks are already hashed. Waiting requests are admitted only while
         nobody was preempted this step, and admission stops at the first waiting request
         that does not fit or when the seats run out (rank order holds among them).
+
+        While a foreground request is running or waiting, at most ``max_background_seqs``
+        background requests (the best-ranked ones) take part in a step, in both passes; the
+        others keep their blocks and wait. Background work that was already running when a
+        latency-critical request arrived would otherwise share every one of its steps.
         """
         out = SchedulerOutput()
         scheduled: set[int] = set()  # id() of sequences scheduled this step
+        self._background_slots = self._background_limit()
         budget = self._schedule_decodes(out, self.max_num_batched_tokens, scheduled)
         self._schedule_chunks(out, budget, scheduled)
         out.block_copies = self.block_manager.pending_copies
@@ -120,11 +133,34 @@ class Scheduler:
         assert len(self.running) <= self.max_num_seqs
         return out
 
+    def _background_limit(self) -> int | None:
+        """This step's seats for background requests: ``max_background_seqs`` while any
+        foreground request is running or waiting, else None (no limit). Pure, except that it
+        drops aborted requests from the head of the waiting heap."""
+        if self.max_background_seqs is None:
+            return None
+        head = self._next_waiting()  # foreground ranks first, so the head tells
+        if any(not s.background for s in self.running) or (head and not head.background):
+            return self.max_background_seqs
+        return None
+
+    def _takes_seat(self, seq: Sequence) -> bool:
+        """Whether ``seq`` may compute this step; a background one uses up one of the step's
+        background seats (mutates the count)."""
+        if not seq.background or self._background_slots is None:
+            return True
+        if self._background_slots == 0:
+            return False
+        self._background_slots -= 1
+        return True
+
     def _schedule_decodes(self, out: SchedulerOutput, budget: int, scheduled: set[int]) -> int:
         for seq in [s for s in self.running if s.num_uncomputed_tokens == 1]:
             if budget <= 0:
                 break
             if seq.status is not SequenceStatus.RUNNING:  # preempted by a decode above it
+                continue
+            if not self._takes_seat(seq):
                 continue
             if self._make_room(seq, 1, out, scheduled):
                 out.scheduled.append(self._scheduled(seq, 1))
@@ -145,14 +181,21 @@ class Scheduler:
             if running is None and waiting is None:
                 break
             if waiting is not None and (running is None or _rank(waiting) < _rank(running)):
+                if not self._takes_seat(waiting):
+                    admit = False  # background, no seat left: nor for those ranked below
+                    continue
                 admitted = self._admit(waiting, out, budget)
                 if admitted is None:
                     admit = False  # rank order among the waiting: stop at the first misfit
+                    if waiting.background and self._background_slots is not None:
+                        self._background_slots += 1  # the seat it took stays free
                 else:
                     scheduled.add(id(waiting))
                     budget -= admitted
                 continue
             index += 1
+            if not self._takes_seat(running):
+                continue
             num_new = min(running.num_uncomputed_tokens, budget)
             if self._make_room(running, num_new, out, scheduled):
                 out.scheduled.append(self._scheduled(running, num_new))

@@ -39,6 +39,7 @@ class Sequence:
     sampling: SamplingParams
     arrival: int  # admission order among equal priorities
     priority: float = 0.0
+    background: bool = False  # throughput work: held back while foreground work runs
     tenant: str | None = None
     segment_ends: tuple[int, ...] = ()  # token offset where each prompt segment ends
     pin_prefix_segments: int = 0

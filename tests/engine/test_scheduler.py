@@ -141,11 +141,15 @@ def test_random_workloads_finish_every_request_without_leaks(
     arrive_every: int,
 ) -> None:
     sched = Scheduler(
-        BlockManager(num_blocks, BS), max_num_batched_tokens=budget, max_num_seqs=seats
+        BlockManager(num_blocks, BS),
+        max_num_batched_tokens=budget,
+        max_num_seqs=seats,
+        max_background_seqs=1,
     )
     seqs = []
     for i, (length, prefix_kind, max_out) in enumerate(prompts):
         s = seq(i, length, priority=float(i % 2), start=100 * prefix_kind)
+        s.background = i % 3 == 2  # some throughput work, held back while others run
         s.sampling = SamplingParams(max_tokens=max_out)
         seqs.append(s)
     pending = list(seqs)
@@ -221,3 +225,58 @@ def test_running_prefill_chunks_are_budgeted_by_priority_after_all_decodes() -> 
     out = step(sched)
     assert out.scheduled[0].seq is high and out.scheduled[0].num_new_tokens == 1
     assert [(s.seq.request_id, s.num_new_tokens) for s in out.scheduled[1:]] == [("r0", 15)]
+
+
+def bg(i: int, prompt_len: int, start: int) -> Sequence:
+    """A background (throughput) request, ranked below foreground ones as the server does."""
+    s = seq(i, prompt_len, priority=1e9 + i, start=start)
+    s.background = True
+    return s
+
+
+def test_background_work_yields_to_a_foreground_request_while_it_runs() -> None:
+    """Three background requests decode together; a chat arrives: while it is in the engine
+    only one background request (the best-ranked) shares its steps; when it ends, all three
+    run again."""
+    sched = Scheduler(
+        BlockManager(256, BS), max_num_batched_tokens=64, max_num_seqs=8, max_background_seqs=1
+    )
+    jobs = [bg(i, 6, start=100 * i) for i in range(3)]
+    for job in jobs:
+        job.sampling = SamplingParams(max_tokens=50)
+        sched.add(job)
+    assert {s.seq.request_id for s in step(sched, 50).scheduled} == {"r0", "r1", "r2"}
+    chat = seq(9, 5, priority=0.0, start=900)
+    sched.add(chat)
+    while chat.num_output_tokens < 3:
+        out = step(sched, 50)
+        assert sorted(s.seq.request_id for s in out.scheduled) == ["r0", "r9"]
+    sched.finish(chat, FinishReason.LENGTH)
+    assert {s.seq.request_id for s in step(sched, 50).scheduled} == {"r0", "r1", "r2"}
+    assert all(job.status is SequenceStatus.RUNNING for job in jobs)  # held, not preempted
+
+
+def test_without_a_limit_or_a_foreground_request_background_runs_freely() -> None:
+    unlimited = make(256)
+    limited = Scheduler(
+        BlockManager(256, BS), max_num_batched_tokens=64, max_num_seqs=8, max_background_seqs=1
+    )
+    for sched in (unlimited, limited):
+        for i in range(3):
+            sched.add(bg(i, 6, start=100 * i))
+    assert len(step(limited).scheduled) == 3  # only background: nothing to yield to
+    unlimited.add(seq(9, 5, start=900))
+    assert len(step(unlimited).scheduled) == 4
+
+
+def test_a_waiting_foreground_request_also_holds_background_back() -> None:
+    """A chat that cannot be admitted yet (no seat) still limits background work."""
+    sched = Scheduler(
+        BlockManager(256, BS), max_num_batched_tokens=64, max_num_seqs=2, max_background_seqs=1
+    )
+    for i in range(2):
+        sched.add(bg(i, 6, start=100 * i))
+    step(sched, 50)
+    sched.add(seq(9, 5, start=900))  # both seats are taken by background work
+    out = step(sched, 50)
+    assert [s.seq.request_id for s in out.scheduled] == ["r0"]

@@ -124,6 +124,7 @@ def test_every_engine_flag_reaches_the_engine_config() -> None:
         "num_kv_blocks": 10,
         "max_num_batched_tokens": 512,
         "max_num_seqs": 4,
+        "max_background_seqs": 2,
         "max_model_len": 1024,
         "num_threads": 3,
         "seed": 7,
@@ -139,6 +140,8 @@ def test_every_engine_flag_reaches_the_engine_config() -> None:
     assert {f.name for f in dataclasses.fields(EngineConfig)} == set(expected)
     assert {k: getattr(config, k) for k in expected} == expected
     assert engine_config_from_args(parser.parse_args([])) == EngineConfig()
+    unlimited = parser.parse_args(["--max-background-seqs", "none"])
+    assert engine_config_from_args(unlimited).max_background_seqs is None
 
 
 def test_every_serve_flag_reaches_the_config(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -303,6 +303,10 @@ async def test_background_trickles_while_a_latency_call_is_in_flight() -> None:
     assert len(sched.ready) == 3 and sched.num_urgent_inflight == 1
     submit(sched, chats, calls=[call("chat2", "z")], gets=[{"var": "z", "criteria": "latency"}])
     assert order(sched) == ["chat", "m0", "chat2"]  # urgent work is never held back
+    # the engine is told which requests are throughput work, to hold them back per step too
+    await asyncio.sleep(0)
+    background = {r.request_id.split("/")[1]: r.background for r in engine.requests}
+    assert background == {"chat": False, "m0": True, "chat2": False}
     engine.release()
     await drain(sched)
     assert sorted(order(sched)[3:]) == ["m1", "m2", "m3"]
