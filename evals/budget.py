@@ -6,8 +6,6 @@ import argparse
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-GiB = 1 << 30
-
 
 @dataclass(frozen=True, slots=True)
 class Budget:

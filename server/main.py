@@ -21,9 +21,7 @@ from dataclasses import fields
 
 from eclectus.server.backend import Backend
 from eclectus.server.config import ServerConfig
-from eclectus.server.engine.engine_config import EngineConfig
-
-GiB = 1 << 30
+from eclectus.server.engine.engine_config import EngineConfig, GiB
 
 
 def positive_int(text: str) -> int:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 MiB = 1 << 20
+GiB = 1 << 30
 
 
 @dataclass(frozen=True, slots=True)
