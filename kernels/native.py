@@ -62,14 +62,18 @@ def decode_window(
     tag: str = "full",
 ) -> tuple[Tensor, Tensor]:
     """The torch path's ``decode_window`` (torch_ops.DecodeWindow), on this kernel: the plan's
-    tables and lengths as they are, the window starts cached in ``plan.scratch`` as int32."""
-    plan.scratch.cached(("native_checked", k_cache.shape), lambda: _check_plan(plan, k_cache))
+    tables and lengths as they are, the window starts cached in ``plan.scratch`` as int32; the
+    bounds are checked once per plan."""
     starts = None
     if kv_starts is not None:
         starts = plan.scratch.cached(
             (tag, "native_starts"), lambda: torch.tensor(kv_starts, dtype=torch.int32)
         )
-    return paged_decode_native(q, k_cache, v_cache, plan.block_tables, plan.seq_lens, scale, starts)
+    plan.scratch.cached(
+        ("native_checked", tag, k_cache.shape),
+        lambda: _check_bounds(k_cache, plan.block_tables, plan.seq_lens, starts, plan.block_size),
+    )
+    return _launch(q, k_cache, v_cache, plan.block_tables, plan.seq_lens, scale, starts)
 
 
 def paged_decode_native(
@@ -86,8 +90,23 @@ def paged_decode_native(
     q [B, Hq, D] fp32; caches [num_blocks, Hkv, block_size, D] fp32 (any strides but a unit
     head_dim stride); block_tables int32 [B, W]; seq_lens, kv_starts int32 [B]; all on the
     CPU. Returns (o [B, Hq, D] fp32, lse [B, Hq] fp32, natural log; an empty window gives
-    o = 0, lse = -inf). Pure. Raises RuntimeError if the kernel is unavailable.
+    o = 0, lse = -inf). Pure. Raises ValueError for arguments the kernel would read outside
+    of, RuntimeError if the kernel is unavailable.
     """
+    _check_bounds(k_cache, block_tables, seq_lens, kv_starts, k_cache.shape[2])
+    return _launch(q, k_cache, v_cache, block_tables, seq_lens, scale, kv_starts)
+
+
+def _launch(
+    q: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+    block_tables: Tensor,
+    seq_lens: Tensor,
+    scale: float,
+    kv_starts: Tensor | None,
+) -> tuple[Tensor, Tensor]:
+    """Call the kernel on checked bounds (types, shapes and strides are checked here)."""
     lib = _library()
     if lib is None:
         raise RuntimeError("the native decode kernel is unavailable (see the log for why)")
@@ -125,17 +144,30 @@ def paged_decode_native(
     return o, lse
 
 
-def _check_plan(plan: DecodePlan, k_cache: Tensor) -> bool:
-    """The kernel reads wherever the tables point: refuse a plan that points outside the
-    cache (once per plan and cache shape; the torch path would raise an IndexError)."""
-    num_blocks, _, block_size, _ = k_cache.shape
-    if plan.block_size != block_size:
-        raise ValueError(f"plan block_size {plan.block_size} != cache block size {block_size}")
-    tables = plan.block_tables
-    if tables.numel() and not 0 <= int(tables.min()) <= int(tables.max()) < num_blocks:
+def _check_bounds(
+    k_cache: Tensor,
+    block_tables: Tensor,
+    seq_lens: Tensor,
+    kv_starts: Tensor | None,
+    block_size: int,
+) -> bool:
+    """The kernel reads wherever the tables point: refuse tables, lengths or starts that
+    would take it outside the cache (the torch path would raise an IndexError)."""
+    num_blocks, _, cache_block_size, _ = k_cache.shape
+    if block_size != cache_block_size:
+        raise ValueError(f"plan block_size {block_size} != cache block size {cache_block_size}")
+    if block_tables.dim() != 2 or seq_lens.shape != (block_tables.shape[0],):
+        raise ValueError("want block_tables [B, W] and seq_lens [B]")
+    if kv_starts is not None and kv_starts.shape != seq_lens.shape:
+        raise ValueError("want kv_starts [B] like seq_lens")
+    if block_tables.numel() and not (
+        int(block_tables.min()) >= 0 and int(block_tables.max()) < num_blocks
+    ):
         raise ValueError(f"block table entries outside [0, {num_blocks})")
-    if any(n > tables.shape[1] * block_size for n in plan.seq_lens_list):
+    if seq_lens.numel() and int(seq_lens.max()) > block_tables.shape[1] * block_size:
         raise ValueError("a sequence is longer than its block table")
+    if kv_starts is not None and kv_starts.numel() and int(kv_starts.min()) < 0:
+        raise ValueError("negative kv_starts")
     return True
 
 
@@ -159,6 +191,8 @@ def _check(
     int_tensors = [block_tables, seq_lens] + ([kv_starts] if kv_starts is not None else [])
     if any(t.dtype != torch.int32 for t in int_tensors):
         raise ValueError("block_tables, seq_lens and kv_starts must be int32")
+    if q.dim() != 3 or q.shape[2] != k_cache.shape[3] or q.shape[1] % k_cache.shape[1]:
+        raise ValueError(f"head mismatch: q {tuple(q.shape)} vs cache {tuple(k_cache.shape)}")
 
 
 @functools.cache

@@ -128,6 +128,15 @@ def test_bad_arguments_are_named() -> None:
         )
     with pytest.raises(ValueError, match="int32"):
         native.paged_decode_native(q, batch.k_cache, batch.v_cache, tables.long(), lens, 1.0)
+    # what would make the kernel read outside the cache is refused before it runs
+    with pytest.raises(ValueError, match="outside"):
+        native.paged_decode_native(q, batch.k_cache, batch.v_cache, tables - 1, lens, 1.0)
+    with pytest.raises(ValueError, match="longer than its block table"):
+        native.paged_decode_native(q, batch.k_cache, batch.v_cache, tables[:, :1], lens, 1.0)
+    with pytest.raises(ValueError, match="negative kv_starts"):
+        native.paged_decode_native(q, batch.k_cache, batch.v_cache, tables, lens, 1.0, -lens)
+    with pytest.raises(ValueError, match="head mismatch"):
+        native.paged_decode_native(q[:, :3], batch.k_cache, batch.v_cache, tables, lens, 1.0)
     with pytest.raises(ValueError, match="head_dim stride"):
         k_t = batch.k_cache.transpose(2, 3)
         native.paged_decode_native(q, k_t, k_t, tables, lens, 1.0)
