@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from engine_probe import engine_prompts
 from langchain_core.messages import HumanMessage, SystemMessage
 
 from eclectus.adapters.client import connect_sync
@@ -52,22 +53,11 @@ def test_welcome_carries_the_template(chatml_server: EclectusServer) -> None:
 
 
 def test_chat_renders_the_served_template(chatml_server: EclectusServer) -> None:
-    backend: Any = chatml_server.backend
-    seen: list[tuple[str, ...]] = []
-    original = backend.generate
-
-    def recording(request: Any) -> Any:
-        seen.append(tuple(request.segments))
-        return original(request)
-
-    backend.generate = recording
-    try:
+    with engine_prompts(chatml_server) as seen:
         model = ChatEclectus(base_url=chatml_server.url, max_tokens=2, temperature=0)
-        messages = [SystemMessage("Be brief."), HumanMessage("What is rain?")]
-        model.invoke(messages)
-    finally:
-        del backend.generate
+        model.invoke([SystemMessage("Be brief."), HumanMessage("What is rain?")])
     (segments,) = seen
+    backend: Any = chatml_server.backend
     tokenizer = backend.engine.tokenizer
     dicts = [
         {"role": "system", "content": "Be brief."},

@@ -3,10 +3,6 @@ that importing it never collides with another suite's conftest)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
-
 from eclectus.server.app import EclectusServer
 from eclectus.server.metrics import parse_prometheus
 
@@ -24,22 +20,3 @@ def metric(server: EclectusServer, name: str) -> float:
 def client_frames(server: EclectusServer) -> float:
     """Frames the server has received from all clients so far."""
     return metric(server, "eclectus_client_frames_total")
-
-
-@contextmanager
-def engine_prompts(server: EclectusServer) -> Iterator[list[tuple[str, ...]]]:
-    """The segments of every engine request the server makes while inside, as the engine
-    receives them (variables resolved): what the model reads, cut where the client cut it."""
-    backend: Any = server.backend
-    seen: list[tuple[str, ...]] = []
-    original = backend.generate
-
-    def recording(request: Any) -> Any:
-        seen.append(tuple(request.segments))
-        return original(request)
-
-    backend.generate = recording
-    try:
-        yield seen
-    finally:
-        del backend.generate

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from engine_probe import engine_prompts
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from llama_index.core.prompts import (
     BasePromptTemplate,
@@ -21,7 +22,7 @@ from llama_index.core.prompts import (
     RichPromptTemplate,
     SelectorPromptTemplate,
 )
-from llamaindex_support import TEST_MAX_TOKENS, engine_prompts
+from llamaindex_support import TEST_MAX_TOKENS
 
 from eclectus.adapters.llamaindex import Eclectus
 from eclectus.adapters.llamaindex.prompts import ServedChatTemplate
