@@ -15,7 +15,9 @@ bandwidth: the GPU's data-sheet figure when known, else a measured device copy (
 GPU timings use triton.testing.do_bench (median, L2 flushed between runs); CPU timings, the
 best of ``--repeats`` wall-clock runs (a shared CPU only ever adds noise on top).
 Defaults: the issue's GPU grid in bf16, head_dim 128, Hq 32, Hkv 8; a small fp32 grid on CPU
-that starts with the engine's target case (16 x 1024 x 64, head_dim 64, Hq 4, Hkv 2).
+that starts with the engine's target case (16 x 1024 x 64, head_dim 64, Hq 4, Hkv 2) and
+brackets the native kernel's cascade thresholds (dispatch.NATIVE_CASCADE_THRESHOLDS). The
+plans group any shared prefix (the torch path's thresholds), so every row times a cascade.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ from eclectus.kernels import dispatch
 from eclectus.kernels.plans import DecodePlan, plan_decode
 
 GPU_SIZES = [(b, p, s) for b, p, s in itertools.product((16, 64), (2048, 8192), (16, 256))]
-CPU_SIZES = [(16, 1024, 64), (32, 1024, 64), (16, 2048, 256), (64, 512, 16)]
+# the engine's target case, then sizes on both sides of the native kernel's cascade thresholds
+CPU_SIZES = [(16, 1024, 64), (8, 2048, 64), (32, 2048, 64), (64, 2048, 64), (32, 4000, 32)]
 PEAK_BYTES_PER_S = {
     "H200": 4.8e12,
     "H100 SXM": 3.35e12,
@@ -218,6 +221,16 @@ def report_targets(results: dict[tuple[int, int, int], Result]) -> None:
         )
 
 
+def decode_path(device: torch.device, dtype: torch.dtype) -> str:
+    """Which kernels serve the two decode columns here, in words (reads the environment)."""
+    probe = torch.empty(1, 1, 1, device=device, dtype=dtype)
+    if dispatch.use_triton(probe):
+        return "triton kernels"
+    if dispatch.use_native(probe, probe[None]):
+        return "native C paged decode (cascade: torch group pass + native suffix)"
+    return "torch paths"
+
+
 def parse_sizes(text: str) -> list[tuple[int, int, int]]:
     """ "16:1024:64,64:8192:16" -> [(16, 1024, 64), (64, 8192, 16)]."""
     sizes = []
@@ -258,11 +271,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     measure = timer(device, args.repeats, args.cuda_graph)
     peak, peak_source = peak_bandwidth(device, measure)
-    path = "triton" if dispatch.use_triton(torch.empty(0, device=device)) else "torch"
+    path = decode_path(device, dtype)
     print(
         f"device {device} ({torch.cuda.get_device_name(device) if gpu else 'CPU'}, "
         f"{torch.get_num_threads()} threads), "
-        f"{path} path, {dtype}, head_dim {head_dim}, Hq {num_q_heads}, Hkv {num_kv_heads}, "
+        f"{path}, {dtype}, head_dim {head_dim}, Hq {num_q_heads}, Hkv {num_kv_heads}, "
         f"block {args.block_size}; peak {peak / 1e9:.0f} GB/s ({peak_source})"
         + ("; CUDA-graph replays" if args.cuda_graph else "")
     )

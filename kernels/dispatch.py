@@ -45,37 +45,35 @@ def use_triton(q: Tensor) -> bool:
 
 def use_native(q: Tensor, k_cache: Tensor) -> bool:
     """Whether the compiled CPU kernel serves this decode call (see the module docstring)."""
-    forced = os.environ.get(ENV_BACKEND, "").lower()
-    if forced in ("torch", "triton"):
+    serves = q.dtype == torch.float32 and _native_allowed(k_cache)
+    if os.environ.get(ENV_BACKEND, "").lower() == "native" and not serves:
+        raise RuntimeError(
+            f"{ENV_BACKEND}=native, but the native kernel cannot serve "
+            f"{q.dtype} on {q.device} (fp32 CPU tensors and a C compiler are needed)"
+        )
+    return serves
+
+
+def _native_allowed(k_cache: Tensor) -> bool:
+    """Not switched off, an fp32 CPU cache, and the kernel built (reads the environment)."""
+    if os.environ.get(ENV_BACKEND, "").lower() in ("torch", "triton"):
         return False
-    fits = q.dtype == torch.float32 and _native_fits(k_cache)
-    if forced == "native":
-        if not fits or not native.available():
-            raise RuntimeError(
-                f"{ENV_BACKEND}=native, but the native kernel cannot serve "
-                f"{q.dtype} on {q.device} (fp32 CPU tensors and a C compiler are needed)"
-            )
-        return True
-    return fits and native.available()
-
-
-def _native_fits(k_cache: Tensor) -> bool:
-    return k_cache.device.type == "cpu" and k_cache.dtype == torch.float32
+    return k_cache.device.type == "cpu" and k_cache.dtype == torch.float32 and native.available()
 
 
 # The native kernel reads a shared prefix from cache for every request at little cost, so a
-# cascade group pays only when it is large. Measured on the 2-core VM (engine, tiny, decode of
-# 100 tokens, docs/benchmarks.md): as a cascade, 8 x 2,048 and 16 x 1,024 shared tokens ran
-# 0.90x and 0.84x of plain native decode; 32 x 2,048, 64 x 2,048 and 32 x 4,000 ran 1.10x,
-# 1.19x and 1.17x.
+# cascade group pays only when it is large. `python -m eclectus.kernels.bench --threads 1
+# --sizes 8:2048:64,16:1024:64,32:2048:64,64:2048:64,32:4000:32` (one layer, cascade over
+# native paged decode): 0.78x, 0.88x, 1.29x, 1.41x, 1.49x; the engine end to end (decode of
+# 100 tokens, docs/benchmarks.md): 8 x 2,048 and 16 x 1,024 shared 0.90x and 0.84x, 32-64 x
+# 2,048 and 32 x 4,000 1.10-1.19x.
 NATIVE_CASCADE_THRESHOLDS = (1024, 24)  # (min shared tokens, min group size)
 
 
 def cascade_thresholds(k_cache: Tensor) -> tuple[int, int]:
     """(min shared tokens, min requests) for a shared prefix to pay as a cascade group on the
     backend that serves decode over this cache (pure; reads the environment)."""
-    forced = os.environ.get(ENV_BACKEND, "").lower()
-    if forced not in ("torch", "triton") and _native_fits(k_cache) and native.available():
+    if _native_allowed(k_cache):
         return NATIVE_CASCADE_THRESHOLDS
     return CASCADE_MIN_SHARED_TOKENS, CASCADE_MIN_GROUP_SIZE
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from eclectus.kernels import bench, bench_decode
 
@@ -34,3 +35,17 @@ def test_decode_bench_prints_one_row_per_shape(capsys: pytest.CaptureFixture[str
     for row in rows:
         assert all(cell.endswith("x") for cell in row[7:10])  # torch, token-rows, sdpa ratios
         assert float(row[-1]) < 1e-4  # native, torch and token-row outputs agree
+
+
+def test_bench_names_the_decode_path_that_serves(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The header says what the two decode columns run: on a CPU with the native kernel, native
+    paged decode (the cascade's suffix too); forced to torch, the torch paths."""
+    from eclectus.kernels import native
+
+    cpu = torch.device("cpu")
+    monkeypatch.setenv("ECLECTUS_KERNELS", "torch")
+    assert bench.decode_path(cpu, torch.float32) == "torch paths"
+    monkeypatch.delenv("ECLECTUS_KERNELS")
+    assert bench.decode_path(cpu, torch.bfloat16) == "torch paths"
+    if native.available():
+        assert bench.decode_path(cpu, torch.float32).startswith("native C paged decode")
