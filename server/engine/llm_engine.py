@@ -103,7 +103,7 @@ class LLMEngine:
         prompt = request.tokens or self.tokenize_prompt(request.segments)
         self.add_tokens(
             request.request_id,
-            list(prompt.token_ids),
+            prompt.token_ids,  # copied into the sequence once, by _new_sequence
             request.sampling,
             priority=request.priority,
             background=request.background,
@@ -115,7 +115,7 @@ class LLMEngine:
     def add_tokens(
         self,
         request_id: str,
-        token_ids: list[int],
+        token_ids: list[int] | tuple[int, ...],
         sampling: SamplingParams,
         *,
         priority: float = 0.0,
@@ -138,7 +138,11 @@ class LLMEngine:
         self.scheduler.add(seq)
 
     def _new_sequence(
-        self, request_id: str, token_ids: list[int], sampling: SamplingParams, **fields: Any
+        self,
+        request_id: str,
+        token_ids: list[int] | tuple[int, ...],
+        sampling: SamplingParams,
+        **fields: Any,
     ) -> Sequence:
         """Validate and register a request's sequence and output state (mutates)."""
         if request_id in self._seqs:
