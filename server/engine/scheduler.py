@@ -144,15 +144,16 @@ class Scheduler:
             return self.max_background_seqs
         return None
 
-    def _takes_seat(self, seq: Sequence) -> bool:
-        """Whether ``seq`` may compute this step; a background one uses up one of the step's
-        background seats (mutates the count)."""
-        if not seq.background or self._background_slots is None:
-            return True
-        if self._background_slots == 0:
-            return False
-        self._background_slots -= 1
-        return True
+    def _seat_free(self, seq: Sequence) -> bool:
+        """Whether ``seq`` may compute this step: foreground always, background while the
+        step has a background seat left (pure)."""
+        return not seq.background or self._background_slots is None or self._background_slots > 0
+
+    def _mark_scheduled(self, seq: Sequence, scheduled: set[int]) -> None:
+        """Note ``seq`` as scheduled this step; a background one takes a seat (mutates)."""
+        scheduled.add(id(seq))
+        if seq.background and self._background_slots is not None:
+            self._background_slots -= 1
 
     def _schedule_decodes(self, out: SchedulerOutput, budget: int, scheduled: set[int]) -> int:
         for seq in [s for s in self.running if s.num_uncomputed_tokens == 1]:
@@ -160,11 +161,11 @@ class Scheduler:
                 break
             if seq.status is not SequenceStatus.RUNNING:  # preempted by a decode above it
                 continue
-            if not self._takes_seat(seq):
+            if not self._seat_free(seq):
                 continue
             if self._make_room(seq, 1, out, scheduled):
                 out.scheduled.append(self._scheduled(seq, 1))
-                scheduled.add(id(seq))
+                self._mark_scheduled(seq, scheduled)
                 budget -= 1
         return budget
 
@@ -181,25 +182,23 @@ class Scheduler:
             if running is None and waiting is None:
                 break
             if waiting is not None and (running is None or _rank(waiting) < _rank(running)):
-                if not self._takes_seat(waiting):
+                if not self._seat_free(waiting):
                     admit = False  # background, no seat left: nor for those ranked below
                     continue
                 admitted = self._admit(waiting, out, budget)
                 if admitted is None:
                     admit = False  # rank order among the waiting: stop at the first misfit
-                    if waiting.background and self._background_slots is not None:
-                        self._background_slots += 1  # the seat it took stays free
                 else:
-                    scheduled.add(id(waiting))
+                    self._mark_scheduled(waiting, scheduled)
                     budget -= admitted
                 continue
             index += 1
-            if not self._takes_seat(running):
+            if not self._seat_free(running):
                 continue
             num_new = min(running.num_uncomputed_tokens, budget)
             if self._make_room(running, num_new, out, scheduled):
                 out.scheduled.append(self._scheduled(running, num_new))
-                scheduled.add(id(running))
+                self._mark_scheduled(running, scheduled)
                 budget -= num_new
 
     def _next_waiting(self) -> Sequence | None:
