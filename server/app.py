@@ -174,6 +174,8 @@ async def start_server(
     window = backend.model.context_window
     if config.max_prompt_tokens > window:
         config = dataclasses.replace(config, max_prompt_tokens=window)
+    if not config.served_model_names:
+        config = dataclasses.replace(config, served_model_names=(backend.model.name,))
     metrics = Metrics()
     ctx = ServerContext(config, backend, Scheduler(backend, config, metrics), metrics)
     server = EclectusServer(ctx, owns)

@@ -1,7 +1,9 @@
 """The one small async interface through which the scheduler reaches an engine.
 
 The built-in engine (``eclectus.server.engine.AsyncEngine``) implements it; scheduler unit
-tests use a scripted engine. Nothing here imports torch.
+tests use a scripted engine. Nothing here imports torch or the engine: the types a request
+and a model are described with (``SamplingParams``, ``ModelCard``) come from the neutral
+contract package :mod:`eclectus.protocol`.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from eclectus.server.engine.sampling_params import SamplingParams
+from eclectus.protocol import ModelCard, SamplingParams
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,19 +87,6 @@ class EngineStats:
     generated_tokens: int = 0
     num_preemptions: int = 0
     extra: dict[str, float] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class ModelCard:
-    """What the server announces about a model. ``chat_template``: the model's effective
-    Jinja chat template source (None: unknown, clients use the default); ``template_vars``:
-    the special-token strings templates use (``bos_token``, ``eos_token``...)."""
-
-    name: str
-    context_window: int
-    eos_token_id: int | None = None
-    chat_template: str | None = None
-    template_vars: dict[str, str] = field(default_factory=dict)
 
 
 class EngineError(RuntimeError):

@@ -18,6 +18,9 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 8765
     model: str = "tiny"
+    # the names clients may ask for (vLLM's --served-model-name); empty: the model's own name
+    # (the preset name, or the directory path as given). A call naming another is refused.
+    served_model_names: tuple[str, ...] = ()
     token: str | None = None
     max_frame_bytes: int = 1 << 20  # larger frames get a limit_exceeded error frame
     max_prompt_tokens: int = 8192  # one engine request's prompt, variables resolved
@@ -51,8 +54,23 @@ class ServerConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.aging_rate < 0:
             raise ValueError(f"aging_rate must be >= 0, got {self.aging_rate}")
+        if any(not name for name in self.served_model_names):
+            raise ValueError("served_model_names must not contain an empty name")
         if self.token == "":
             raise ValueError("token must be non-empty (use None to turn auth off)")
+
+    def check_model(self, name: str | None, field: str) -> None:
+        """Raise ServerError ``unknown_model`` unless ``name`` is None (the default model) or
+        one of the served names (pure)."""
+        if name is not None and name not in self.served_model_names:
+            from eclectus.server.errors import ServerError
+
+            served = ", ".join(repr(n) for n in self.served_model_names)
+            raise ServerError(
+                "unknown_model",
+                f"model {name!r} is not served here (served: {served})",
+                field=field,
+            )
 
     @property
     def auth_required(self) -> bool:

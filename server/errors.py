@@ -8,7 +8,7 @@ turns any of them into an ``error`` frame in one place (session.py ``_error_fram
 
 from __future__ import annotations
 
-from eclectus.server.protocol import ErrorCode
+from eclectus.protocol import ErrorCode
 
 
 class ServerError(Exception):

@@ -10,10 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from eclectus.server.config import ServerConfig
-from eclectus.server.errors import GraphError, LimitError
-from eclectus.server.graph import Graph, Node, Variable, VarState
-from eclectus.server.protocol import (
+from eclectus.protocol import (
     CallSpec,
     GenSegment,
     Segment,
@@ -23,6 +20,9 @@ from eclectus.server.protocol import (
     VarSegment,
     parse_template,
 )
+from eclectus.server.config import ServerConfig
+from eclectus.server.errors import GraphError, LimitError
+from eclectus.server.graph import Graph, Node, Variable, VarState
 
 
 @dataclass(slots=True)
@@ -79,6 +79,7 @@ def stage(
         new_vars[spec.id] = Variable(spec.id, spec.name, spec.value, state)
     nodes: list[tuple[str, Node]] = []
     for i, call in enumerate(frame.calls):
+        config.check_model(call.model, f"calls[{i}].model")
         nodes.append((f"calls[{i}]", _call_node(call, f"calls[{i}]")))
     for i, op in enumerate(frame.ops):
         nodes.append(

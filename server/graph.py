@@ -16,9 +16,9 @@ import enum
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from eclectus.protocol import ErrorCode, OpSpec, Segment, Usage
 from eclectus.server.errors import GraphError
 from eclectus.server.objectives import Objective
-from eclectus.server.protocol import ErrorCode, OpSpec, Segment, Usage
 from eclectus.server.release import sweep
 
 

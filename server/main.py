@@ -21,7 +21,7 @@ from dataclasses import fields
 
 from eclectus.server.backend import Backend
 from eclectus.server.config import ServerConfig
-from eclectus.server.engine.engine_config import EngineConfig, GiB
+from eclectus.server.engine.engine_config import SUPPORTED_DTYPES, EngineConfig, GiB
 
 
 def positive_int(text: str) -> int:
@@ -73,6 +73,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="'tiny' or a local Hugging Face checkpoint directory",
     )
     parser.add_argument(
+        "--served-model-name",
+        dest="served_model_names",
+        nargs="+",
+        default=[],
+        metavar="NAME",
+        help="the model names clients may use (default: the --model value, as vLLM does)",
+    )
+    parser.add_argument(
         "--token",
         default=None,
         help="require this token in hello (default: $ECLECTUS_TOKEN; unset: off)",
@@ -117,7 +125,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     engine = parser.add_argument_group("engine budgets (the built-in engine's EngineConfig)")
     engine.add_argument(
         "--dtype",
-        choices=("float32", "bfloat16", "float16"),
+        choices=SUPPORTED_DTYPES,
         default=defaults.dtype,
         help="model and KV cache dtype",
     )
@@ -194,6 +202,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     from reading ECLECTUS_TOKEN)."""
     given = {f.name: getattr(args, f.name) for f in fields(ServerConfig) if hasattr(args, f.name)}
     given["token"] = args.token or ServerConfig.token_from_env()
+    given["served_model_names"] = tuple(args.served_model_names)
     return ServerConfig(**given)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from eclectus.server.protocol import Criteria
+from eclectus.protocol import Criteria
 
 # Lower is stronger. latency and deadline share the urgent class; rank_key orders them.
 _STRENGTH: dict[Criteria, int] = {"latency": 0, "deadline": 1, "throughput": 2}

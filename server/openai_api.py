@@ -25,8 +25,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from eclectus.protocol.sampling import SamplingParams
 from eclectus.server.backend import Backend, EngineError, EngineOutput, EngineRequest
-from eclectus.server.engine.sampling_params import SamplingParams
 from eclectus.server.http_server import HttpRequest, HttpResponse
 
 ChatRenderer = Callable[[list[dict[str, str]]], str]

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from eclectus.protocol import GenSegment, Segment, TextSegment
 from eclectus.server.graph import FINAL_NODE_STATES, Graph, Node, NodeState
-from eclectus.server.protocol import GenSegment, Segment, TextSegment
 
 SegmentKey = tuple[str, str]  # ("t", text) or ("v", var id): equal keys give equal text
 

@@ -24,7 +24,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, Field, TypeAdapter
 
-from eclectus.server.protocol import (
+from eclectus.protocol import (
     CLIENT_FRAME,
     CallSpec,
     Cancel,

@@ -11,27 +11,13 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING
 
+from eclectus.protocol import GenSegment, TextSegment, Usage
 from eclectus.server.backend import EngineError, EngineRequest
-from eclectus.server.engine.sampling_params import SamplingParams
 from eclectus.server.errors import LimitError
 from eclectus.server.graph import Graph, Node
-from eclectus.server.protocol import GenSegment, SamplingSpec, TextSegment, Usage
 
 if TYPE_CHECKING:
     from eclectus.server.scheduler import AppState, Scheduler
-
-
-def to_sampling_params(spec: SamplingSpec) -> SamplingParams:
-    """The engine's parameters for a wire sampling spec (pure)."""
-    return SamplingParams(
-        max_tokens=spec.max_tokens,
-        temperature=spec.temperature,
-        top_p=spec.top_p,
-        top_k=spec.top_k,
-        seed=spec.seed,
-        stop=tuple(spec.stop),
-        ignore_eos=spec.ignore_eos,
-    )
 
 
 def prompt_segments(
@@ -78,7 +64,7 @@ async def run_call(
             index,
             segments=segments,
             tokens=tokens,
-            sampling=to_sampling_params(gen.sampling),
+            sampling=gen.sampling,
             priority=priority,
             background=background,
             group=node.group,

@@ -19,14 +19,8 @@ from pydantic import BaseModel, ValidationError
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
-from eclectus.server.backend import Backend
-from eclectus.server.config import ServerConfig
-from eclectus.server.errors import LimitError, ServerError
-from eclectus.server.fragment import stage
-from eclectus.server.graph import Variable, VarState
-from eclectus.server.metrics import Metrics
-from eclectus.server.objectives import objective_for_get
-from eclectus.server.protocol import (
+from eclectus import __version__
+from eclectus.protocol import (
     CLIENT_FRAME,
     PROTOCOL_VERSION,
     Ack,
@@ -39,7 +33,6 @@ from eclectus.server.protocol import (
     GetSpec,
     Hello,
     Limits,
-    ModelInfo,
     Release,
     Set,
     Submit,
@@ -48,11 +41,17 @@ from eclectus.server.protocol import (
     Value,
     Welcome,
 )
+from eclectus.server.backend import Backend
+from eclectus.server.config import ServerConfig
+from eclectus.server.errors import LimitError, ServerError
+from eclectus.server.fragment import stage
+from eclectus.server.graph import Variable, VarState
+from eclectus.server.metrics import Metrics
+from eclectus.server.objectives import objective_for_get
 from eclectus.server.release import release
 from eclectus.server.scheduler import AppState, Scheduler
 
 log = logging.getLogger(__name__)
-SERVER_VERSION = "0.1.0"
 _POLICY_VIOLATION = 1008  # WebSocket close code for a failed authentication
 
 
@@ -167,6 +166,7 @@ class Session:
             release(self.app.graph, frame.vars)
             self.send(Ack(id=frame.id))
         elif isinstance(frame, Tokenize):
+            self.ctx.config.check_model(frame.model, "model")
             ids = self.ctx.backend.tokenize(frame.text)
             self.send(Tokens(id=frame.id, count=len(ids), ids=ids))
         elif isinstance(frame, Close):
@@ -202,15 +202,8 @@ class Session:
             Welcome(
                 id=frame.id,
                 session=session_id,
-                server_version=SERVER_VERSION,
-                models=[
-                    ModelInfo(
-                        name=card.name,
-                        context_window=card.context_window,
-                        chat_template=card.chat_template,
-                        template_vars=dict(card.template_vars),
-                    )
-                ],
+                server_version=__version__,
+                models=[card.named(name) for name in config.served_model_names],
                 limits=Limits(
                     max_frame_bytes=config.max_frame_bytes,
                     max_prompt_tokens=config.max_prompt_tokens,

@@ -26,7 +26,7 @@ from eclectus.adapters.client.functions import Gen, SamplingArgs, SemanticFuncti
 from eclectus.adapters.client.session import Session
 from eclectus.adapters.client.sync import SyncSession, connect_sync
 from eclectus.adapters.client.variables import SemanticVariable, VarState
-from eclectus.server.protocol import SamplingSpec
+from eclectus.protocol import SamplingParams
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -38,7 +38,7 @@ __all__ = [
     "EclectusClientError",
     "Gen",
     "SamplingArgs",
-    "SamplingSpec",
+    "SamplingParams",
     "SemanticFunction",
     "SemanticVariable",
     "ServerError",

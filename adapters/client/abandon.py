@@ -38,7 +38,7 @@ from eclectus.adapters.client.errors import ConnectionError, EclectusClientError
 from eclectus.adapters.client.outbox import Outbox
 from eclectus.adapters.client.router import Router
 from eclectus.adapters.client.variables import SemanticVariable, VarState
-from eclectus.server.protocol import CallSpec, Cancel, GenSegment, OpSpec, VarSegment
+from eclectus.protocol import CallSpec, Cancel, GenSegment, OpSpec, VarSegment
 
 log = logging.getLogger(__name__)
 

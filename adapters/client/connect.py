@@ -19,7 +19,7 @@ from websockets.exceptions import ConnectionClosed, WebSocketException
 from eclectus.adapters.client.errors import AuthError, ConnectionError, ServerError
 from eclectus.adapters.client.session import Session
 from eclectus.adapters.client.wire import decode_frame, encode_frame
-from eclectus.server.protocol import Error, Hello, Welcome
+from eclectus.protocol import Error, Hello, Welcome
 
 DEFAULT_URL = "ws://127.0.0.1:8765"  # `eclectus serve` with its default host and port
 DEFAULT_TIMEOUT = 10.0  # seconds for the socket to open and the welcome to arrive

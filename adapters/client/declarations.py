@@ -18,7 +18,7 @@ from eclectus.adapters.client.errors import ConnectionError
 from eclectus.adapters.client.fragment import PendingFragment
 from eclectus.adapters.client.functions import Piece, SamplingLike, SemanticFunction, declare_call
 from eclectus.adapters.client.variables import SemanticVariable
-from eclectus.server.protocol import CallSpec, OpSpec, VarSpec
+from eclectus.protocol import CallSpec, OpSpec, VarSpec
 
 if TYPE_CHECKING:
     from eclectus.adapters.client.session import Session

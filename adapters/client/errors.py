@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import builtins
 
-from eclectus.server.protocol import Error
+from eclectus.protocol import Error
 
 
 class EclectusClientError(Exception):

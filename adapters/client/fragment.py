@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from eclectus.adapters.client.wire import encode_frame
-from eclectus.server.protocol import CallSpec, GenSegment, GetSpec, OpSpec, Submit, VarSpec
+from eclectus.protocol import CallSpec, GenSegment, GetSpec, OpSpec, Submit, VarSpec
 
 SUBMIT_OVERHEAD_BYTES = 256  # the frame's own keys and id around the packed items
 

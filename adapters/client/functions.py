@@ -1,7 +1,7 @@
 """Semantic functions: a ``{{name}}`` template whose outputs the model generates.
 
 ``app.function(template, **outputs)`` parses the template once, with the protocol's own
-:func:`~eclectus.server.protocol.parse_template`, so a template the server would reject is a
+:func:`~eclectus.protocol.parse_template`, so a template the server would reject is a
 ``ValueError`` here, before anything is sent. Calling the function turns the parsed skeleton
 into one ``CallSpec`` in segment form and appends it to the session's pending fragment:
 
@@ -20,10 +20,10 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from eclectus.adapters.client.variables import SemanticVariable
-from eclectus.server.protocol import (
+from eclectus.protocol import (
     CallSpec,
     GenSegment,
-    SamplingSpec,
+    SamplingParams,
     Segment,
     TextSegment,
     VarSegment,
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 
 class SamplingArgs(TypedDict, total=False):
-    """The fields of :class:`~eclectus.server.protocol.SamplingSpec`, as keyword arguments."""
+    """The fields of :class:`~eclectus.protocol.SamplingParams`, as keyword arguments."""
 
     max_tokens: int
     temperature: float
@@ -48,24 +48,24 @@ class SamplingArgs(TypedDict, total=False):
     ignore_eos: bool
 
 
-SamplingLike = SamplingSpec | Mapping[str, Any] | bool
+SamplingLike = SamplingParams | Mapping[str, Any] | bool
 
 
-def to_sampling(spec: SamplingLike, where: str) -> SamplingSpec:
-    """Normalises a sampling spec given as a SamplingSpec, a dict, or ``True`` (defaults).
+def to_sampling(spec: SamplingLike, where: str) -> SamplingParams:
+    """Normalises a sampling spec given as a SamplingParams, a dict, or ``True`` (defaults).
     A lone ``stop`` string becomes a one-element list. Raises ValueError naming ``where``
     for invalid values and TypeError for other types (pure)."""
-    if isinstance(spec, SamplingSpec):
+    if isinstance(spec, SamplingParams):
         return spec
     if spec is True:
-        return SamplingSpec()
+        return SamplingParams()
     if not isinstance(spec, Mapping):
-        raise TypeError(f"{where}: a sampling spec must be a dict or SamplingSpec, not {spec!r}")
+        raise TypeError(f"{where}: a sampling spec must be a dict or SamplingParams, not {spec!r}")
     fields = dict(spec)
     if isinstance(fields.get("stop"), str):
         fields["stop"] = [fields["stop"]]
     try:
-        return SamplingSpec.model_validate(fields)
+        return SamplingParams.model_validate(fields)
     except ValueError as exc:  # pydantic's ValidationError is a ValueError
         raise ValueError(f"{where}: invalid sampling spec: {exc}") from exc
 
@@ -74,7 +74,7 @@ class Gen:
     """Marks an output in :meth:`Session.call`: the model generates a new variable here.
 
     ``Gen(max_tokens=32, stop="\\n", name="answer")``; ``sampling=`` takes a ready
-    SamplingSpec instead of keywords. Immutable.
+    SamplingParams instead of keywords. Immutable.
     """
 
     __slots__ = ("_name", "_sampling")
@@ -83,7 +83,7 @@ class Gen:
         self,
         *,
         name: str | None = None,
-        sampling: SamplingSpec | None = None,
+        sampling: SamplingParams | None = None,
         **kwargs: Unpack[SamplingArgs],
     ) -> None:
         if sampling is not None and kwargs:
@@ -96,7 +96,7 @@ class Gen:
         return self._name
 
     @property
-    def sampling(self) -> SamplingSpec:
+    def sampling(self) -> SamplingParams:
         return self._sampling
 
     def __repr__(self) -> str:

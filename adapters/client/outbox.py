@@ -9,10 +9,9 @@ declares its inputs.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import logging
 from typing import Protocol
 
-from pydantic import BaseModel
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
@@ -20,7 +19,8 @@ from eclectus.adapters.client.errors import ConnectionLost
 from eclectus.adapters.client.fragment import PendingFragment, created_ids, plan_submits
 from eclectus.adapters.client.router import Router
 from eclectus.adapters.client.wire import encode_frame
-from eclectus.server.protocol import (
+from eclectus.protocol import (
+    MAX_RELEASE_IDS,
     Cancel,
     Close,
     Error,
@@ -32,7 +32,7 @@ from eclectus.server.protocol import (
     Tokenize,
 )
 
-RELEASE_MAX_IDS = 10_000  # the protocol's cap on one release frame
+log = logging.getLogger("eclectus.adapters.client.wire")
 
 
 class IdSource(Protocol):
@@ -54,7 +54,6 @@ class Outbox:
         pending: PendingFragment,
         source: IdSource,
         limits: Limits,
-        encode: Callable[[BaseModel], str] = encode_frame,
     ) -> None:
         self._ws = ws
         self._url = url
@@ -62,7 +61,6 @@ class Outbox:
         self._pending = pending
         self._source = source
         self._limits = limits
-        self._encode = encode
         self._lock = asyncio.Lock()
         self.num_frames_sent = 0  # after hello: the frame economy, client side
         # declarations shipped since the last release frame (see _maybe_release)
@@ -89,7 +87,7 @@ class Outbox:
                 self._router.track_submit(frame.id, created_ids(frame), gets_ids)
                 if expect_ack:
                     replies.append(self._router.expect_reply(frame.id))
-                text = self._encode(frame)
+                text = encode_frame(frame)
                 if refusal is None and len(text.encode()) > max_bytes:
                     refusal = f"a submit item of {len(text.encode())} bytes exceeds "
                     refusal += f"max_frame_bytes {max_bytes}"
@@ -120,17 +118,19 @@ class Outbox:
         ):
             return
         self._num_vars_unreleased = self._num_nodes_unreleased = 0
-        while ids := self._source.take_released(RELEASE_MAX_IDS):
+        while ids := self._source.take_released(MAX_RELEASE_IDS):
             await self.send(Release(id=self._source.new_id("r"), vars=ids))
 
     async def send(self, frame: Set | Cancel | Release | Tokenize | Close) -> None:
         """Sends one frame that carries no declarations (mutates: counts it)."""
-        await self.send_text(self._encode(frame))
+        await self.send_text(encode_frame(frame))
 
     async def send_text(self, text: str) -> None:
         """Sends encoded text; a closed socket fails everything waiting with
         ConnectionLost and raises it (mutates: counts the frame)."""
         self._router.raise_if_closed()
+        if log.isEnabledFor(logging.DEBUG):  # the wire, frame by frame, for debugging
+            log.debug("sent %s", text)
         try:
             await self._ws.send(text)
             self.num_frames_sent += 1

@@ -39,7 +39,7 @@ from eclectus.adapters.client.errors import (
     VariableFailed,
 )
 from eclectus.adapters.client.variables import SemanticVariable
-from eclectus.server.protocol import Ack, Delta, Error, ServerFrame, Tokens, Value, Welcome
+from eclectus.protocol import Ack, Delta, Error, ServerFrame, Tokens, Value, Welcome
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ import logging
 import threading
 from collections.abc import AsyncIterator, Iterable, Iterator
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
@@ -29,13 +29,13 @@ from eclectus.adapters.client.outbox import Outbox, lost_connection
 from eclectus.adapters.client.router import Router, StreamEnd
 from eclectus.adapters.client.variables import SemanticVariable, VarState
 from eclectus.adapters.client.wire import decode_frame, encode_frame
-from eclectus.server.protocol import (
+from eclectus.protocol import (
     Cancel,
     Close,
     Criteria,
     GetSpec,
     Limits,
-    ModelInfo,
+    ModelCard,
     Set,
     Tokenize,
     Tokens,
@@ -43,12 +43,6 @@ from eclectus.server.protocol import (
 )
 
 log = logging.getLogger(__name__)
-
-
-def _encode(frame: BaseModel) -> str:
-    # Looks ``encode_frame`` up in this module at each call: the LlamaIndex adapter's tests
-    # record the frames the SDK sends by patching ``session.encode_frame``.
-    return encode_frame(frame)
 
 
 class Session(Declarations):
@@ -63,9 +57,7 @@ class Session(Declarations):
         self._welcome = welcome
         self._url = url
         self._router = Router(self._lookup)
-        self._outbox = Outbox(
-            ws, url, self._router, self._pending, self, welcome.limits, encode=_encode
-        )
+        self._outbox = Outbox(ws, url, self._router, self._pending, self, welcome.limits)
         self._abandonment = Abandonment(
             self._wiring, self._router, self._outbox, self._lookup, self.new_id
         )
@@ -79,7 +71,7 @@ class Session(Declarations):
         return self._welcome.session
 
     @property
-    def models(self) -> list[ModelInfo]:
+    def models(self) -> list[ModelCard]:
         """The models the server serves (from ``welcome``)."""
         return list(self._welcome.models)
 
@@ -307,7 +299,7 @@ class Session(Declarations):
         self._closing = True
         if self._router.closed is None:
             with contextlib.suppress(ConnectionClosed):
-                await self._ws.send(_encode(Close(id=self.new_id("x"))))
+                await self._ws.send(encode_frame(Close(id=self.new_id("x"))))
         await self._ws.close()
         await asyncio.shield(self._receiver)
         self._router.fail_all(ConnectionError("session closed"))

@@ -18,7 +18,7 @@ from eclectus.adapters.client.connect import DEFAULT_TIMEOUT, open_session
 from eclectus.adapters.client.functions import Piece, SamplingLike, SemanticFunction
 from eclectus.adapters.client.session import Session
 from eclectus.adapters.client.variables import SemanticVariable
-from eclectus.server.protocol import Criteria, Limits, ModelInfo
+from eclectus.protocol import Criteria, Limits, ModelCard
 
 
 class _LoopThread:
@@ -58,7 +58,7 @@ class SyncSession:
         return self._session
 
     @property
-    def models(self) -> list[ModelInfo]:
+    def models(self) -> list[ModelCard]:
         return self._session.models
 
     @property

@@ -16,7 +16,7 @@ import enum
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING
 
-from eclectus.server.protocol import Criteria, Usage
+from eclectus.protocol import Criteria, Usage
 
 if TYPE_CHECKING:
     from eclectus.adapters.client.session import Session

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from eclectus.server.protocol import SERVER_FRAME, Hello, ServerFrame
+from eclectus.protocol import SERVER_FRAME, Hello, ServerFrame
 
 
 def encode_frame(frame: BaseModel) -> str:

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from eclectus.adapters.client import Gen, SemanticVariable, SyncSession, connect_sync
 from eclectus.adapters.client.errors import ConnectionError as ClientConnectionError
 from eclectus.adapters.langchain.pieces import Piece, Ref, Value
-from eclectus.server.protocol import Criteria, ModelInfo
+from eclectus.protocol import Criteria, ModelCard
 
 T = TypeVar("T")
 SessionKey = tuple[str, str | None, str | None]
@@ -106,7 +106,7 @@ def model_name_of(session: SyncSession, model: str | None) -> str:
     return session.models[0].name if session.models else "default"
 
 
-def model_info(session: SyncSession, model: str | None) -> ModelInfo | None:
+def model_info(session: SyncSession, model: str | None) -> ModelCard | None:
     """The welcome's entry for ``model``; the server's first model when the name is not
     announced (a server runs every call on its model), None when it announces none."""
     for info in session.models:

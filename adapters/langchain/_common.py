@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from eclectus.adapters.client import DEFAULT_URL
 
-# Sampling keys the server understands (protocol SamplingSpec), beyond the named fields.
+# Sampling keys the server understands (protocol SamplingParams), beyond the named fields.
 SAMPLING_KEYS = frozenset(
     {"max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "ignore_eos"}
 )

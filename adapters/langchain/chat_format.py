@@ -1,7 +1,7 @@
 """Chat messages to one prompt, in the served model's own chat template.
 
 The client renders chat messages itself, with the Jinja chat template the server announces
-for the model in its welcome (``ModelInfo.chat_template`` and ``template_vars``), or, when
+for the model in its welcome (``ModelCard.chat_template`` and ``template_vars``), or, when
 it announces none, the default template of the embedded ``tiny`` model::
 
     <|system|>\\n{content}\\n<|user|>\\n{content}\\n<|assistant|>\\n
@@ -9,7 +9,7 @@ it announces none, the default template of the embedded ``tiny`` model::
 Rendering on the client keeps template boundaries visible as segments (the constant role
 markers and template text are shared prefixes; variable values are their own segments),
 which a server-side ``apply_chat_template`` over flat strings would hide. The splice rule
-(and when a message falls back to plain text) is eclectus.server.chat_template's.
+(and when a message falls back to plain text) is eclectus.protocol.chat_template's.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from langchain_core.messages import BaseMessage, ChatMessage, get_buffer_string
 
 from eclectus.adapters.langchain.pieces import Piece, Ref, Value, normalize
-from eclectus.server.chat_template import render_chat_pieces
-from eclectus.server.protocol import ModelInfo
+from eclectus.protocol import ModelCard
+from eclectus.protocol.chat_template import render_chat_pieces
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +32,7 @@ class ChatTemplate:
     template_vars: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, info: ModelInfo | None) -> ChatTemplate:
+    def of(cls, info: ModelCard | None) -> ChatTemplate:
         """The template of a welcome's model entry (None: the default template)."""
         if info is None:
             return cls()

@@ -15,7 +15,7 @@ from llama_index.core.response_synthesizers.base import BaseSynthesizer
 
 from eclectus.adapters.client import SemanticVariable
 from eclectus.adapters.llamaindex.llm import Eclectus
-from eclectus.server.protocol import Criteria
+from eclectus.protocol import Criteria
 
 # The outcome of planning: the answer's text, or the variable whose value is the answer.
 Outcome = str | SemanticVariable

@@ -44,7 +44,7 @@ from eclectus.adapters.llamaindex.capture import CapturingLLM
 from eclectus.adapters.llamaindex.connection import Connection, Sampling
 from eclectus.adapters.llamaindex.prompts import ServedChatTemplate, messages_to_prompt
 from eclectus.adapters.llamaindex.token_cache import TokenCache
-from eclectus.server.protocol import ModelInfo
+from eclectus.protocol import ModelCard
 
 URL_ENV = "ECLECTUS_URL"
 # ids in all: room for a few long documents and the words LlamaIndex's splitters count
@@ -113,7 +113,7 @@ class Eclectus(CapturingLLM):
         """The SDK session (mutates: connects on first use)."""
         return self._conn.session
 
-    def _model_info(self) -> ModelInfo:
+    def _model_info(self) -> ModelCard:
         models = self.client.models
         for info in models:
             if self.model is None or info.name == self.model:

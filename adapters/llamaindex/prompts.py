@@ -24,8 +24,8 @@ from typing import Any
 from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.prompts import BasePromptTemplate
 
-from eclectus.server.chat_template import DEFAULT_CHAT_TEMPLATE, render_chat_pieces
-from eclectus.server.protocol import ModelInfo
+from eclectus.protocol import ModelCard
+from eclectus.protocol.chat_template import DEFAULT_CHAT_TEMPLATE, render_chat_pieces
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +114,7 @@ def chat_pieces(
     piece per message, ``<|role|>\\ncontent\\n`` for each, then ``<|assistant|>\\n`` to
     open the reply. With another Jinja template (the one the server announces): the
     template's text between messages as pieces and each message's content as its own piece
-    (eclectus.server.chat_template.render_chat_pieces; a message whose content the template
+    (eclectus.protocol.chat_template.render_chat_pieces; a message whose content the template
     transforms is merged into the text around it). Either way every message boundary is a
     prefix-reuse point, so a conversation that grows by a turn reuses the KV of all earlier
     turns."""
@@ -144,14 +144,14 @@ def messages_to_prompt(
 
 class ServedChatTemplate:
     """LlamaIndex's ``messages_to_prompt`` hook bound to a served model: renders messages in
-    the chat template the server announces for it (``ModelInfo.chat_template`` and
+    the chat template the server announces for it (``ModelCard.chat_template`` and
     ``template_vars``), exactly as the server's tokenizer renders them.
 
     LlamaIndex calls the hook with the messages only (``LLM._get_prompt`` hands it to a chat
     prompt template's ``format``), so the template cannot be an argument: ``model_info``
     fetches it when called (it may connect), which also keeps it right after a reconnect."""
 
-    def __init__(self, model_info: Callable[[], ModelInfo]) -> None:
+    def __init__(self, model_info: Callable[[], ModelCard]) -> None:
         self._model_info = model_info
 
     def pieces(self, messages: Sequence[ChatMessage]) -> list[str]:

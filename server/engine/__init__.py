@@ -10,8 +10,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from eclectus.protocol.sampling import SamplingParams
 from eclectus.server.engine.engine_config import EngineConfig
-from eclectus.server.engine.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
     from eclectus.server.engine.async_engine import AsyncEngine

@@ -61,9 +61,9 @@ class AsyncEngine:
         tokenizer = self.engine.tokenizer
         eos = tokenizer.eos_token_ids
         self._card = ModelCard(
-            self.config.model,
-            self.engine.max_model_len,
-            eos[0] if eos else None,
+            name=self.config.model,
+            context_window=self.engine.max_model_len,
+            eos_token_id=eos[0] if eos else None,
             chat_template=tokenizer.effective_chat_template,
             template_vars=tokenizer.template_vars,
         )

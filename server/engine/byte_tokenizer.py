@@ -18,13 +18,13 @@ from typing import Any
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
 
-from eclectus.server.chat_template import DEFAULT_CHAT_TEMPLATE
+from eclectus.protocol.chat_template import DEFAULT_CHAT_TEMPLATE
 
 NUM_BYTES = 256
 BOS, EOS, PAD, UNK = "<s>", "</s>", "<pad>", "<unk>"
 BOS_ID, EOS_ID, PAD_ID, UNK_ID = 256, 257, 258, 259
 
-# The default chat template lives in server/chat_template.py (re-exported here).
+# The default chat template lives in eclectus/protocol/chat_template.py (re-exported here).
 
 
 def bytes_to_unicode() -> dict[int, str]:

@@ -8,6 +8,9 @@ from typing import Any
 
 MiB = 1 << 20
 GiB = 1 << 30
+# the model and KV-cache dtypes the engine runs, with the bytes one element takes
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+SUPPORTED_DTYPES = tuple(DTYPE_BYTES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +53,7 @@ class EngineConfig:
             raise ValueError("max_num_seqs must be >= 1")
         if self.max_background_seqs is not None and self.max_background_seqs < 1:
             raise ValueError("max_background_seqs must be >= 1 (None: no limit)")
-        if self.dtype not in ("float32", "bfloat16", "float16"):
+        if self.dtype not in SUPPORTED_DTYPES:
             raise ValueError(f"unknown dtype {self.dtype!r}")
         if self.num_threads is not None and self.num_threads < 1:
             raise ValueError("num_threads must be >= 1")

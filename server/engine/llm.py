@@ -7,9 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from eclectus.protocol.sampling import SamplingParams
 from eclectus.server.engine.engine_config import EngineConfig
 from eclectus.server.engine.llm_engine import LLMEngine
-from eclectus.server.engine.sampling_params import SamplingParams
 
 Prompt = str | Sequence[str]  # a string, or segments concatenated after separate tokenization
 

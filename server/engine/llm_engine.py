@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from eclectus.protocol.sampling import SamplingParams
 from eclectus.server.backend import EngineOutput, EngineRequest, EngineStats, TokenizedPrompt
 from eclectus.server.engine.block_manager import BlockManager
 from eclectus.server.engine.engine_config import EngineConfig
@@ -18,7 +19,6 @@ from eclectus.server.engine.model import load_model
 from eclectus.server.engine.model_runner import ModelRunner
 from eclectus.server.engine.output_processor import OutputState
 from eclectus.server.engine.sampler import Sampler
-from eclectus.server.engine.sampling_params import SamplingParams
 from eclectus.server.engine.scheduler import ScheduledSeq, Scheduler, SchedulerOutput
 from eclectus.server.engine.sequence import FinishReason, Sequence, SequenceStatus
 from eclectus.server.engine.tokenizer import Tokenizer
@@ -293,7 +293,8 @@ class LLMEngine:
     def _check_finish(self, seq: Sequence, token: int) -> FinishReason | None:
         state = self._states[seq.request_id]
         reason = state.append_token(token)
-        if reason is None and seq.num_output_tokens >= seq.sampling.max_tokens:
+        max_tokens = seq.sampling.max_tokens  # None: until EOS or the context window
+        if reason is None and max_tokens is not None and seq.num_output_tokens >= max_tokens:
             reason = FinishReason.LENGTH
         if reason is None and seq.num_tokens >= seq.max_total_tokens:
             reason = FinishReason.LENGTH

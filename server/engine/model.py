@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from eclectus.server.engine.config import ModelConfig
+from eclectus.server.engine.engine_config import SUPPORTED_DTYPES
 from eclectus.server.engine.rope import RotaryEmbedding, apply_rope
 
 
@@ -230,18 +231,12 @@ def load_model(
 
 
 def _to_dtype(dtype: torch.dtype | str) -> torch.dtype:
+    names = {name: getattr(torch, name) for name in SUPPORTED_DTYPES}
     if isinstance(dtype, torch.dtype):
-        if dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        if dtype not in names.values():
             raise ValueError(f"unsupported dtype {dtype}")
         return dtype
-    names = {
-        "float32": torch.float32,
-        "bfloat16": torch.bfloat16,
-        "float16": torch.float16,
-        "fp32": torch.float32,
-        "bf16": torch.bfloat16,
-        "fp16": torch.float16,
-    }
+    names |= {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
     if dtype not in names:
         raise ValueError(f"unsupported dtype {dtype!r}; use one of {sorted(names)}")
     return names[dtype]

@@ -15,11 +15,9 @@ from torch import Tensor
 
 from eclectus import kernels
 from eclectus.server.engine.config import ModelConfig
-from eclectus.server.engine.engine_config import EngineConfig
+from eclectus.server.engine.engine_config import DTYPE_BYTES, EngineConfig
 from eclectus.server.engine.model import LlamaForCausalLM
 from eclectus.server.engine.scheduler import ScheduledSeq, SchedulerOutput
-
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
 def num_kv_blocks(model_config: ModelConfig, config: EngineConfig) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from eclectus.server.engine.sampling_params import SamplingParams
+from eclectus.protocol.sampling import SamplingParams
 from eclectus.server.engine.sequence import FinishReason
 from eclectus.server.engine.tokenizer import IncrementalDetokenizer, Tokenizer
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence as Seq
 import torch
 from torch import Tensor
 
-from eclectus.server.engine.sampling_params import SamplingParams
+from eclectus.protocol.sampling import SamplingParams
 
 
 class Sampler:

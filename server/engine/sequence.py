@@ -6,8 +6,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+from eclectus.protocol.sampling import SamplingParams
 from eclectus.server.engine.prefix_cache import BlockHash
-from eclectus.server.engine.sampling_params import SamplingParams
 
 
 class SequenceStatus(enum.Enum):

@@ -15,7 +15,7 @@ from typing import Any
 
 import tokenizers
 
-from eclectus.server.chat_template import DEFAULT_CHAT_TEMPLATE, render_chat
+from eclectus.protocol.chat_template import DEFAULT_CHAT_TEMPLATE, render_chat
 
 REPLACEMENT_CHAR = "\ufffd"  # what a decoder emits for incomplete or invalid UTF-8
 

@@ -21,13 +21,13 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from websockets.asyncio.server import Server, ServerConnection, serve
 
-from eclectus.server.protocol import (
+from eclectus.protocol import (
     CLIENT_FRAME,
     Ack,
     Delta,
     Error,
     Limits,
-    ModelInfo,
+    ModelCard,
     Tokens,
     Usage,
     Value,
@@ -142,7 +142,7 @@ class FakePeer:
             id=frame_id,
             session="peer-session",
             server_version="peer",
-            models=[ModelInfo(name="tiny", context_window=2048)],
+            models=[ModelCard(name="tiny", context_window=2048)],
             limits=limits,
         )
 

@@ -23,7 +23,7 @@ from eclectus.adapters.client import (
     connect_sync,
 )
 from eclectus.adapters.client.abandon import Use, Wiring
-from eclectus.server.protocol import CallSpec, GenSegment, OpSpec, SamplingSpec, VarSegment
+from eclectus.protocol import CallSpec, GenSegment, OpSpec, SamplingParams, VarSegment
 
 
 async def cancels_sent(peer: FakePeer, app: Session, count: int) -> list[dict[str, Any]]:
@@ -193,7 +193,7 @@ def test_wiring_reads_both_call_forms_and_forgets_released_ids() -> None:
         id="c1",
         template="{{doc}}:{{a}}{{b}}",
         bind={"doc": "v1", "a": "v2", "b": "v3"},
-        sampling={"a": SamplingSpec(), "b": SamplingSpec()},
+        sampling={"a": SamplingParams(), "b": SamplingParams()},
     )
     wiring.note(call=template)
     wiring.note(op=OpSpec(id="o1", op="join", inputs=["v4"], output="v5"))

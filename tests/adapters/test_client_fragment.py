@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from eclectus.adapters.client.fragment import Fragment, PendingFragment, created_ids, plan_submits
 from eclectus.adapters.client.wire import encode_frame
-from eclectus.server.protocol import (
+from eclectus.protocol import (
     CLIENT_FRAME,
     CallSpec,
     GenSegment,

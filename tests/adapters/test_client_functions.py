@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from client_peer import FakePeer
 
-from eclectus.adapters.client import Gen, SamplingSpec, SemanticVariable, Session
+from eclectus.adapters.client import Gen, SamplingParams, SemanticVariable, Session
 from eclectus.adapters.client.functions import to_sampling
 
 
@@ -159,10 +159,10 @@ async def test_ids_are_unique_across_threads(peer_app: Session) -> None:
 
 
 def test_to_sampling_accepts_dicts_specs_and_true() -> None:
-    """Sampling specs come as dicts, SamplingSpec or True; bad types are TypeErrors."""
-    assert to_sampling(True, "x") == SamplingSpec()
+    """Sampling specs come as dicts, SamplingParams or True; bad types are TypeErrors."""
+    assert to_sampling(True, "x") == SamplingParams()
     assert to_sampling({"stop": "END"}, "x").stop == ["END"]
-    spec = SamplingSpec(max_tokens=3)
+    spec = SamplingParams(max_tokens=3)
     assert to_sampling(spec, "x") is spec
     with pytest.raises(TypeError):
         to_sampling(3, "x")  # type: ignore[arg-type]

@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from eclectus.protocol.sampling import SamplingParams
 from eclectus.server.engine.block_manager import BlockManager
 from eclectus.server.engine.prefix_cache import FreeBlockQueue
-from eclectus.server.engine.sampling_params import SamplingParams
 from eclectus.server.engine.sequence import Sequence
 
 BS = 4

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from eclectus.protocol.sampling import SamplingParams
 from eclectus.server.engine import LLM, EngineConfig
 from eclectus.server.engine.sampler import Sampler
-from eclectus.server.engine.sampling_params import SamplingParams
 
 VOCAB = 50
 
@@ -132,12 +132,12 @@ def test_stop_string_cut_from_text(llm: LLM) -> None:
 def test_ignore_eos_generates_past_eos(llm: LLM) -> None:
     eos = llm.tokenizer.eos_token_ids[0]
     # near-uniform sampling over 320 ids hits EOS within a few hundred tokens
-    hot = SamplingParams(max_tokens=3000, temperature=50.0, seed=5)
+    hot = SamplingParams(max_tokens=3000, temperature=10.0, seed=5)
     (stopped,) = llm.generate(["x"], hot)
     assert stopped.finish_reason == "stop" and stopped.token_ids[-1] == eos
     k = len(stopped.token_ids)
     (going,) = llm.generate(
-        ["x"], SamplingParams(max_tokens=k + 5, temperature=50.0, seed=5, ignore_eos=True)
+        ["x"], SamplingParams(max_tokens=k + 5, temperature=10.0, seed=5, ignore_eos=True)
     )
     assert going.finish_reason == "length" and len(going.token_ids) == k + 5
     assert going.token_ids[:k] == stopped.token_ids

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from eclectus.protocol.sampling import SamplingParams
 from eclectus.server.engine.block_manager import BlockManager
-from eclectus.server.engine.sampling_params import SamplingParams
 from eclectus.server.engine.scheduler import Scheduler, SchedulerOutput
 from eclectus.server.engine.sequence import FinishReason, Sequence, SequenceStatus
 

@@ -7,11 +7,11 @@ from typing import Any
 
 from scripted_engine import ScriptedEngine
 
+from eclectus.protocol import Submit
 from eclectus.server.config import ServerConfig
 from eclectus.server.fragment import stage
 from eclectus.server.metrics import Metrics
 from eclectus.server.objectives import objective_for_get
-from eclectus.server.protocol import Submit
 from eclectus.server.scheduler import AppState, Scheduler
 
 

@@ -10,8 +10,8 @@ import openai
 import pytest
 from scripted_engine import ScriptedEngine
 
+from eclectus.protocol.sampling import SamplingParams
 from eclectus.server.backend import EngineRequest
-from eclectus.server.engine.sampling_params import SamplingParams
 from eclectus.server.http_server import start_http_server
 from eclectus.server.openai_api import ApiError, OpenAIApi
 

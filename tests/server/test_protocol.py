@@ -15,12 +15,12 @@ from hypothesis import strategies as st
 from pydantic import TypeAdapter, ValidationError
 from ws_helpers import RawClient
 
-from eclectus.server.protocol import (
+from eclectus.protocol import (
     CLIENT_FRAME,
     CallSpec,
     GenSegment,
     GetSpec,
-    SamplingSpec,
+    SamplingParams,
     Segment,
     Submit,
     TextSegment,
@@ -48,7 +48,7 @@ WELL_FORMED: list[tuple[dict[str, Any], Any]] = [
     ({"gen": "out"}, GenSegment(gen="out")),
     (
         {"gen": "out", "sampling": {"max_tokens": 8, "stop": ["\n"], "top_k": 3}},
-        GenSegment(gen="out", sampling=SamplingSpec(max_tokens=8, stop=["\n"], top_k=3)),
+        GenSegment(gen="out", sampling=SamplingParams(max_tokens=8, stop=["\n"], top_k=3)),
     ),
 ]
 
@@ -77,8 +77,20 @@ MALFORMED: list[tuple[object, str, tuple[str, ...], str]] = [
     (
         {"gen": "y", "sampling": {"top_k": 0}},
         "value_error",
-        ("GenSegment", "sampling"),
+        ("GenSegment", "sampling", "top_k"),
         "top_k must be -1 (off) or >= 1",
+    ),
+    (
+        {"gen": "y", "sampling": {"top_k": 2**70}},
+        "less_than_equal",
+        ("GenSegment", "sampling", "top_k"),
+        "less than or equal to",
+    ),
+    (
+        {"gen": "y", "sampling": {"seed": 2**80}},
+        "less_than_equal",
+        ("GenSegment", "sampling", "seed"),
+        "less than or equal to",
     ),
     (
         {"gen": "y", "sampling": {"temperature": "hot"}},
@@ -90,7 +102,7 @@ MALFORMED: list[tuple[object, str, tuple[str, ...], str]] = [
         {"gen": "y", "sampling": "greedy"},
         "model_type",
         ("GenSegment", "sampling"),
-        "Input should be",  # "a valid dictionary or instance of SamplingSpec" / "an object"
+        "Input should be",  # "a valid dictionary or instance of SamplingParams" / "an object"
     ),
 ]
 
@@ -171,12 +183,12 @@ def test_random_segments_parse_or_fail_as_with_the_old_union(segment: object) ->
 
 ids = st.text(st.characters(codec="utf-8"), min_size=1, max_size=12)
 samplings = st.builds(
-    SamplingSpec,
+    SamplingParams,
     max_tokens=st.integers(1, 4096),
     temperature=st.floats(0, 10),
     top_k=st.sampled_from([-1, 1, 50]),
     seed=st.none() | st.integers(0, 2**31),
-    stop=st.lists(st.text(max_size=4), max_size=3),
+    stop=st.lists(st.text(min_size=1, max_size=4), max_size=3),
 )
 segments = st.one_of(
     st.builds(TextSegment, text=st.text(max_size=20)),

@@ -41,7 +41,7 @@ from eclectus.adapters.langchain.pieces import (
 )
 from eclectus.adapters.langchain.prompts import chat_prompt_messages, string_prompt_pieces
 from eclectus.adapters.langchain.tracing import TRACER
-from eclectus.server.chat_template import ChatTemplateError
+from eclectus.protocol.chat_template import ChatTemplateError
 
 MODEL_TYPES = (ChatEclectus, EclectusLLM)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -11,11 +12,10 @@ from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from llama_index.core.prompts import PromptTemplate
 from llamaindex_support import TEST_CONTEXT_WINDOW, TEST_MAX_TOKENS
 
-from eclectus.adapters.client import session as session_module
 from eclectus.adapters.llamaindex import Eclectus
 from eclectus.adapters.llamaindex.prompts import messages_to_prompt
+from eclectus.protocol import CLIENT_FRAME, Submit, TextSegment, VarSegment
 from eclectus.server.app import EclectusServer
-from eclectus.server.protocol import Submit, TextSegment, VarSegment
 
 MESSAGES = [
     ChatMessage(role=MessageRole.SYSTEM, content="You answer briefly."),
@@ -25,18 +25,30 @@ TEMPLATE = PromptTemplate("Context:\n{context_str}\nQuestion: {query_str}\nAnswe
 ARGS = {"context_str": "The sky is blue.", "query_str": "What colour is the sky?"}
 
 
+class _FrameRecorder(logging.Handler):
+    """Parses each frame the SDK's wire log (DEBUG) reports sent."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.frames: list[Any] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        assert isinstance(record.args, tuple)
+        self.frames.append(CLIENT_FRAME.validate_json(record.args[0]))
+
+
 @pytest.fixture
-def sent_frames(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
-    """Every frame the SDK encodes, recorded on its way to the real socket."""
-    frames: list[Any] = []
-    encode = session_module.encode_frame
-
-    def recording_encode(frame: Any) -> str:
-        frames.append(frame)
-        return encode(frame)
-
-    monkeypatch.setattr(session_module, "encode_frame", recording_encode)
-    yield frames
+def sent_frames() -> Iterator[list[Any]]:
+    """Every frame the SDK sends, as it sends it."""
+    logger = logging.getLogger("eclectus.adapters.client.wire")
+    recorder, level = _FrameRecorder(), logger.level
+    logger.addHandler(recorder)
+    logger.setLevel(logging.DEBUG)
+    try:
+        yield recorder.frames
+    finally:
+        logger.removeHandler(recorder)
+        logger.setLevel(level)
 
 
 def test_metadata_comes_from_the_server(server: EclectusServer, llm: Eclectus) -> None:

@@ -1,7 +1,7 @@
 """Jinja chat templates, rendered as transformers does, with or without segment boundaries.
 
 Torch-free (jinja2 only), so the client adapters use it too: a server announces its model's
-template source and the special-token strings it uses (``ModelInfo.chat_template`` and
+template source and the special-token strings it uses (``ModelCard.chat_template`` and
 ``template_vars`` in the welcome), and an adapter renders chat messages with them.
 
 :func:`render_chat` gives the flat prompt string (what ``Tokenizer.apply_chat_template`` and

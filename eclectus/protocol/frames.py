@@ -1,7 +1,8 @@
 """The Eclectus wire protocol, version 1: every frame as a pydantic v2 model.
 
-Client and server both import this module; it imports neither torch nor the engine, so a
-client-only install can use it. docs/protocol.md explains each frame; keep the two in step.
+Client and server both import this module (through :mod:`eclectus.protocol`); it imports
+neither torch nor the engine, so a client-only install can use it. docs/protocol.md explains
+each frame; keep the two in step.
 
 A frame is one JSON object with a ``type`` discriminator and an optional client-chosen ``id``
 that the server echoes in every reply to that frame.
@@ -9,7 +10,6 @@ that the server echoes in every reply to that frame.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Annotated, Literal
 
@@ -23,6 +23,10 @@ from pydantic import (
     model_validator,
 )
 
+from eclectus.protocol.limits import MAX_RELEASE_IDS, Limits
+from eclectus.protocol.model_card import ModelCard
+from eclectus.protocol.sampling import SamplingParams
+
 PROTOCOL_VERSION = 1
 
 Criteria = Literal["latency", "throughput", "deadline"]
@@ -34,25 +38,6 @@ class _Frame(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     id: str | None = Field(default=None, max_length=256)
-
-
-class SamplingSpec(BaseModel):
-    """How one output placeholder is generated (the engine's SamplingParams on the wire)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    max_tokens: int = Field(default=64, ge=1)
-    temperature: float = Field(default=0.0, ge=0.0, le=10.0)
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    top_k: int = Field(default=-1, ge=-1)  # -1: off
-    seed: int | None = None
-    stop: list[str] = Field(default_factory=list, max_length=16)
-    ignore_eos: bool = False
-
-    @model_validator(mode="after")
-    def _top_k_on_or_off(self) -> SamplingSpec:
-        if self.top_k == 0:
-            raise ValueError("top_k must be -1 (off) or >= 1")
-        return self
 
 
 # -- segments: the pieces of one call's prompt, in order ------------------------------------
@@ -77,7 +62,7 @@ class GenSegment(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     gen: VarId
-    sampling: SamplingSpec = Field(default_factory=SamplingSpec)
+    sampling: SamplingParams = Field(default_factory=SamplingParams)
 
 
 def _segment_kind(segment: object) -> str | None:
@@ -132,7 +117,8 @@ class CallSpec(BaseModel):
     Either ``segments`` directly, or a ``template`` with ``{{name}}`` placeholders plus
     ``bind`` (placeholder name -> var id, for every placeholder) and ``sampling``
     (placeholder name -> spec, for the outputs). The server turns the template form into
-    segments with :func:`parse_template`, so a malformed template is reported there.
+    segments with :func:`~eclectus.protocol.templates.parse_template`, so a malformed template
+    is reported there.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -141,7 +127,7 @@ class CallSpec(BaseModel):
     segments: list[Segment] | None = None
     template: str | None = None
     bind: dict[str, VarId] = Field(default_factory=dict)
-    sampling: dict[str, SamplingSpec] = Field(default_factory=dict)
+    sampling: dict[str, SamplingParams] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _one_form(self) -> CallSpec:
@@ -228,7 +214,7 @@ class Release(_Frame):
     nothing in the graph needs it (unknown ids are ignored). Keeps long sessions bounded."""
 
     type: Literal["release"] = "release"
-    vars: list[VarId] = Field(max_length=10_000)
+    vars: list[VarId] = Field(max_length=MAX_RELEASE_IDS)
 
 
 class Tokenize(_Frame):
@@ -255,31 +241,12 @@ CLIENT_FRAME = TypeAdapter(ClientFrame)
 # -- server -> client -----------------------------------------------------------------------
 
 
-class ModelInfo(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    name: str
-    context_window: int
-    max_output_tokens: int | None = None
-    # the model's effective Jinja chat template source and the special-token strings it uses
-    # (bos_token...): clients render chat messages with them (None: the default template)
-    chat_template: str | None = None
-    template_vars: dict[str, str] = Field(default_factory=dict)
-
-
-class Limits(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    max_frame_bytes: int
-    max_prompt_tokens: int
-    max_vars_per_session: int
-    max_calls_per_session: int
-
-
 class Welcome(_Frame):
     type: Literal["welcome"] = "welcome"
     session: str
     protocol: int = PROTOCOL_VERSION
     server_version: str
-    models: list[ModelInfo]
+    models: list[ModelCard]
     limits: Limits
 
 
@@ -328,6 +295,7 @@ ErrorCode = Literal[
     "duplicate_producer",
     "cycle",
     "bad_template",
+    "unknown_model",
     "limit_exceeded",
     "unauthorized",
     "engine_error",
@@ -350,56 +318,3 @@ class Error(_Frame):
 
 ServerFrame = Annotated[Welcome | Ack | Delta | Value | Tokens | Error, Field(discriminator="type")]
 SERVER_FRAME = TypeAdapter(ServerFrame)
-
-
-# -- templates ------------------------------------------------------------------------------
-
-_PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
-
-
-class TemplateError(ValueError):
-    """A template's placeholders are malformed; the message names the problem."""
-
-
-def template_placeholders(template: str) -> list[str]:
-    """The placeholder names of ``template`` in order; raises TemplateError when braces are
-    unbalanced, a placeholder is not an identifier, or a name appears twice."""
-    names: list[str] = []
-    rest = _PLACEHOLDER.sub("", template)
-    if "{{" in rest or "}}" in rest:
-        bad = rest[max(0, rest.find("{{" if "{{" in rest else "}}") - 10) :][:40]
-        raise TemplateError(f"unbalanced or malformed placeholder near {bad!r}")
-    for match in _PLACEHOLDER.finditer(template):
-        name = match.group(1)
-        if name in names:
-            raise TemplateError(f"placeholder {{{{{name}}}}} appears twice")
-        names.append(name)
-    return names
-
-
-def parse_template(
-    template: str, bind: dict[str, str], sampling: dict[str, SamplingSpec]
-) -> list[Segment]:
-    """Turn a ``{{name}}`` template into segments. Every placeholder must be bound to a
-    variable id; those with a sampling spec are outputs (GenSegment), the rest inputs."""
-    names = template_placeholders(template)
-    for name in names:
-        if name not in bind:
-            raise TemplateError(f"placeholder {{{{{name}}}}} is not bound to a variable")
-    for name in [*bind, *sampling]:
-        if name not in names:
-            raise TemplateError(f"{name!r} is not a placeholder of the template")
-    segments: list[Segment] = []
-    pos = 0
-    for match in _PLACEHOLDER.finditer(template):
-        if match.start() > pos:
-            segments.append(TextSegment(text=template[pos : match.start()]))
-        name = match.group(1)
-        if name in sampling:
-            segments.append(GenSegment(gen=bind[name], sampling=sampling[name]))
-        else:
-            segments.append(VarSegment(var=bind[name]))
-        pos = match.end()
-    if pos < len(template):
-        segments.append(TextSegment(text=template[pos:]))
-    return segments

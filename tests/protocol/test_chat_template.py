@@ -1,4 +1,4 @@
-"""server/chat_template.py: transformers-equal rendering, and pieces spliced at markers."""
+"""eclectus.protocol.chat_template: transformers-equal rendering, pieces spliced at markers."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from eclectus.server.chat_template import (
+from eclectus.protocol.chat_template import (
     DEFAULT_CHAT_TEMPLATE,
     ChatTemplateError,
     render_chat,

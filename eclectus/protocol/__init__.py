@@ -1,0 +1,88 @@
+"""The contracts the layers share, owned by none of them.
+
+The wire frames (:mod:`.frames`), the one sampling type (:mod:`.sampling`), the model card
+(:mod:`.model_card`), the limits (:mod:`.limits`), ``{{name}}`` templates (:mod:`.templates`)
+and the chat-template renderer (:mod:`.chat_template`). The SDK, the adapters, the server, the
+OpenAI endpoint and the engine import them from here; this package imports nothing of theirs
+(and no torch), so a client-only install has all of it.
+"""
+
+from eclectus.protocol.frames import (
+    CLIENT_FRAME,
+    PROTOCOL_VERSION,
+    SERVER_FRAME,
+    Ack,
+    CallSpec,
+    Cancel,
+    ClientFrame,
+    Close,
+    Criteria,
+    Delta,
+    Error,
+    ErrorCode,
+    GenSegment,
+    Get,
+    GetSpec,
+    Hello,
+    OpSpec,
+    Release,
+    Segment,
+    ServerFrame,
+    Set,
+    Submit,
+    TextSegment,
+    Tokenize,
+    Tokens,
+    Usage,
+    Value,
+    VarId,
+    VarSegment,
+    VarSpec,
+    Welcome,
+)
+from eclectus.protocol.limits import MAX_RELEASE_IDS, Limits
+from eclectus.protocol.model_card import ModelCard
+from eclectus.protocol.sampling import COMPLETIONS_DEFAULT_MAX_TOKENS, SamplingParams
+from eclectus.protocol.templates import TemplateError, parse_template, template_placeholders
+
+__all__ = [
+    "CLIENT_FRAME",
+    "COMPLETIONS_DEFAULT_MAX_TOKENS",
+    "MAX_RELEASE_IDS",
+    "PROTOCOL_VERSION",
+    "SERVER_FRAME",
+    "Ack",
+    "CallSpec",
+    "Cancel",
+    "ClientFrame",
+    "Close",
+    "Criteria",
+    "Delta",
+    "Error",
+    "ErrorCode",
+    "GenSegment",
+    "Get",
+    "GetSpec",
+    "Hello",
+    "Limits",
+    "ModelCard",
+    "OpSpec",
+    "Release",
+    "SamplingParams",
+    "Segment",
+    "ServerFrame",
+    "Set",
+    "Submit",
+    "TemplateError",
+    "TextSegment",
+    "Tokenize",
+    "Tokens",
+    "Usage",
+    "Value",
+    "VarId",
+    "VarSegment",
+    "VarSpec",
+    "Welcome",
+    "parse_template",
+    "template_placeholders",
+]

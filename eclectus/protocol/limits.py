@@ -1,0 +1,19 @@
+"""The limits a server announces in its welcome, and the caps the protocol itself fixes."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+MAX_RELEASE_IDS = 10_000  # variable ids in one ``release`` frame
+
+
+class Limits(BaseModel):
+    """What one session may send. ``max_prompt_tokens``: the largest prompt one call may
+    resolve to (variables included), leaving room for at least one output token in the
+    model's context window and the engine's KV pool."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    max_frame_bytes: int
+    max_prompt_tokens: int
+    max_vars_per_session: int
+    max_calls_per_session: int
