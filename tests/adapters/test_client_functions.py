@@ -161,7 +161,7 @@ async def test_ids_are_unique_across_threads(peer_app: Session) -> None:
 def test_to_sampling_accepts_dicts_specs_and_true() -> None:
     """Sampling specs come as dicts, SamplingParams or True; bad types are TypeErrors."""
     assert to_sampling(True, "x") == SamplingParams()
-    assert to_sampling({"stop": "END"}, "x").stop == ["END"]
+    assert to_sampling({"stop": "END"}, "x").stop == ("END",)
     spec = SamplingParams(max_tokens=3)
     assert to_sampling(spec, "x") is spec
     with pytest.raises(TypeError):
