@@ -5,16 +5,19 @@ Triton runs when q is on a CUDA device and triton imports, or when ``ECLECTUS_KE
 forces it (CPU tensors under ``TRITON_INTERPRET=1``, for tests). On the CPU, fp32 decode
 attention runs the compiled kernel of :mod:`eclectus.kernels.native` when it built, the rest
 the torch paths; ``ECLECTUS_KERNELS=native`` insists on that kernel (an error where it cannot
-run), ``ECLECTUS_KERNELS=torch`` forces the torch paths. Read per call, so tests can switch
-it. Shapes (every function): caches [num_blocks, Hkv, block_size, D] (head-major blocks);
+run), ``ECLECTUS_KERNELS=torch`` forces the torch paths. The variable is read once, at import;
+:func:`force_backend` switches the choice for a block of code (the benchmarks' A/B, tests).
+Shapes (every function): caches [num_blocks, Hkv, block_size, D] (head-major blocks);
 q [tokens, Hq, D] with Hq a multiple of Hkv; LSE natural log, [tokens, Hq], fp32; outputs in
 q's dtype.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+from collections.abc import Iterator
 
 import torch
 from torch import Tensor
@@ -29,14 +32,38 @@ from eclectus.kernels.plans import (
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 ENV_BACKEND = "ECLECTUS_KERNELS"  # "triton" | "native" | "torch" | unset (auto)
+BACKENDS = ("", "triton", "native", "torch")  # "": auto
+
+
+def _checked_backend(name: str) -> str:
+    name = name.lower()
+    if name not in BACKENDS:
+        raise ValueError(
+            f"{ENV_BACKEND} must be one of triton, native, torch or empty, not {name!r}"
+        )
+    return name
+
+
+_forced = _checked_backend(os.environ.get(ENV_BACKEND, ""))  # the process-wide choice
+
+
+@contextlib.contextmanager
+def force_backend(name: str) -> Iterator[None]:
+    """Serve every kernel call inside the block with ``name`` ("" = auto), then restore the
+    previous choice (mutates the process-wide choice; not thread-scoped)."""
+    global _forced
+    previous, _forced = _forced, _checked_backend(name)
+    try:
+        yield
+    finally:
+        _forced = previous
 
 
 def use_triton(q: Tensor) -> bool:
     """Whether the Triton kernels serve this call (see the module docstring)."""
-    forced = os.environ.get(ENV_BACKEND, "").lower()
-    if forced == "torch":
+    if _forced == "torch":
         return False
-    if forced == "triton":
+    if _forced == "triton":
         if not HAS_TRITON:
             raise RuntimeError(f"{ENV_BACKEND}=triton but triton is not importable")
         return True
@@ -46,7 +73,7 @@ def use_triton(q: Tensor) -> bool:
 def use_native(q: Tensor, k_cache: Tensor) -> bool:
     """Whether the compiled CPU kernel serves this decode call (see the module docstring)."""
     serves = q.dtype == torch.float32 and _native_allowed(k_cache)
-    if os.environ.get(ENV_BACKEND, "").lower() == "native" and not serves:
+    if _forced == "native" and not serves:
         raise RuntimeError(
             f"{ENV_BACKEND}=native, but the native kernel cannot serve "
             f"{q.dtype} on {q.device} (fp32 CPU tensors and a C compiler are needed)"
@@ -55,8 +82,8 @@ def use_native(q: Tensor, k_cache: Tensor) -> bool:
 
 
 def _native_allowed(k_cache: Tensor) -> bool:
-    """Not switched off, an fp32 CPU cache, and the kernel built (reads the environment)."""
-    if os.environ.get(ENV_BACKEND, "").lower() in ("torch", "triton"):
+    """Not switched off, an fp32 CPU cache, and the kernel built (pure)."""
+    if _forced in ("torch", "triton"):
         return False
     return k_cache.device.type == "cpu" and k_cache.dtype == torch.float32 and native.available()
 
@@ -72,7 +99,7 @@ NATIVE_CASCADE_THRESHOLDS = (1024, 24)  # (min shared tokens, min group size)
 
 def cascade_thresholds(k_cache: Tensor) -> tuple[int, int]:
     """(min shared tokens, min requests) for a shared prefix to pay as a cascade group on the
-    backend that serves decode over this cache (pure; reads the environment)."""
+    backend that serves decode over this cache (pure)."""
     if _native_allowed(k_cache):
         return NATIVE_CASCADE_THRESHOLDS
     return CASCADE_MIN_SHARED_TOKENS, CASCADE_MIN_GROUP_SIZE

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import random
 import time
 from collections.abc import Callable
@@ -153,15 +152,8 @@ def cpu_decode_kernels(b: Bench, runs: int) -> None:
         return
 
     def run(backend: str) -> float:
-        saved = os.environ.get(dispatch.ENV_BACKEND)
-        os.environ[dispatch.ENV_BACKEND] = backend
-        try:
+        with dispatch.force_backend(backend):
             return b.run_engine(b.llm, b.prompts(8, 1024), 100)
-        finally:
-            if saved is None:
-                del os.environ[dispatch.ENV_BACKEND]
-            else:
-                os.environ[dispatch.ENV_BACKEND] = saved
 
     nat, tor = best_pair(runs, lambda: run("native"), lambda: run("torch"))
     b.add(

@@ -1,11 +1,11 @@
 """Paged KV bookkeeping: a fixed pool of blocks, per-sequence block tables, ref counts,
-prefix-cache hits, copy-on-write for forks, and pins.
+prefix-cache hits, and pins.
 
 Life of a block: free (ref 0, in the LRU free queue, maybe still cached) -> referenced by one or
 more block tables or pins -> free again when the last reference drops. A cached free block
 keeps its hash until it is reused for other tokens (LRU eviction), so a later request with the
-same prefix revives it. Nothing here touches tensors: copy-on-write produces (src, dst) block
-pairs that the model runner copies before the step's forward.
+same prefix revives it. Nothing here touches tensors. A block, once hashed, is never written
+again, so sharing needs no copy-on-write: requests share full blocks only.
 """
 
 from __future__ import annotations
@@ -42,7 +42,6 @@ class BlockManager:
         self.free_queue = FreeBlockQueue(range(num_blocks))
         self.cache = PrefixCache()
         self.pins: dict[str, list[int]] = {}  # request id -> pinned block ids
-        self.pending_copies: list[tuple[int, int]] = []  # copy-on-write (src, dst) to run
 
     @property
     def num_blocks(self) -> int:
@@ -109,15 +108,12 @@ class BlockManager:
         start = seq.num_computed_tokens + len(hits) * bs  # first token written this step
         end = start + num_new_tokens
         num_new_blocks = max(0, cdiv(end, bs) - len(table) - len(hits))
-        cow = start % bs != 0 and self.blocks[table[start // bs]].ref_count > 1
         revived = sum(1 for b in hits if b.ref_count == 0)  # hits leaving the free queue
-        if num_new_blocks + int(cow) + revived > len(self.free_queue):
+        if num_new_blocks + revived > len(self.free_queue):
             return False
         for block in hits:
             self._take(block)
             table.append(block.block_id)
-        if cow:
-            self._copy_on_write(seq, start // bs)
         for _ in range(num_new_blocks):
             table.append(self._pop_free().block_id)
         self._cache_full_blocks(seq, start, end)
@@ -133,13 +129,6 @@ class BlockManager:
         self.cache.evict(block)  # LRU eviction: its old content is gone now
         block.ref_count = 1
         return block
-
-    def _copy_on_write(self, seq: Sequence, index: int) -> None:
-        old = self.blocks[seq.block_table[index]]
-        new = self._pop_free()
-        old.ref_count -= 1  # was > 1: someone else still holds it
-        self.pending_copies.append((old.block_id, new.block_id))
-        seq.block_table[index] = new.block_id
 
     def _cache_full_blocks(self, seq: Sequence, start: int, end: int) -> None:
         """Cache the blocks that tokens [start, end) complete. Caching at allocation is safe:
@@ -180,20 +169,6 @@ class BlockManager:
         garbage, so nobody may hit them again."""
         for block_id in seq.block_table:
             self.cache.evict(self.blocks[block_id])
-
-    def fork(self, parent: Sequence, child: Sequence) -> None:
-        """Let ``child`` share all of ``parent``'s blocks physically (mutates both ref counts
-        and the child). The partial last block is copied when either side writes to it."""
-        assert not child.block_table
-        assert (
-            child.token_ids[: parent.num_computed_tokens]
-            == parent.token_ids[: parent.num_computed_tokens]
-        )
-        num_blocks = cdiv(parent.num_computed_tokens, self.block_size)
-        for block_id in parent.block_table[:num_blocks]:
-            self.blocks[block_id].ref_count += 1
-            child.block_table.append(block_id)
-        child.num_computed_tokens = parent.num_computed_tokens
 
     # ---- pins -----------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from eclectus.server.engine.model_runner import ModelRunner
 from eclectus.server.engine.output_processor import OutputState
 from eclectus.server.engine.sampler import Sampler
 from eclectus.server.engine.scheduler import ScheduledSeq, Scheduler, SchedulerOutput
-from eclectus.server.engine.sequence import FinishReason, Sequence, SequenceStatus
+from eclectus.server.engine.sequence import FinishReason, Sequence
 from eclectus.server.engine.tokenizer import Tokenizer
 
 
@@ -168,32 +168,6 @@ class LLMEngine:
         self._states[request_id] = OutputState(sampling, self.tokenizer)
         self.counters.prompt_tokens += seq.num_prompt_tokens
         return seq
-
-    def fork(self, parent_id: str, request_id: str, sampling: SamplingParams) -> None:
-        """Start ``request_id`` from everything ``parent_id`` holds so far (its prompt and
-        output become the child's prompt). A running parent's blocks are shared physically
-        (the partial last block is copied on write); otherwise the prefix cache finds them.
-        Mutates; raises ValueError for an unknown parent or a taken id."""
-        parent = self._seqs.get(parent_id)
-        if parent is None:
-            raise ValueError(f"no running request {parent_id!r} to fork")
-        child = self._new_sequence(
-            request_id,
-            parent.token_ids,  # copied by _new_sequence
-            sampling,
-            priority=parent.priority,
-            background=parent.background,
-            tenant=parent.tenant,
-        )
-        if parent.block_table and parent.status is SequenceStatus.RUNNING:
-            self.block_manager.fork(parent, child)
-            child.num_cached_tokens = child.num_computed_tokens
-            self.counters.cache_hit_tokens += child.num_computed_tokens
-            if self.scheduler.add_running(child):
-                return
-            self.block_manager.free(child)  # no seat: queue it; the cache keeps the blocks
-            child.num_computed_tokens = 0
-        self.scheduler.add(child)
 
     def abort(self, request_id: str) -> EngineOutput | None:
         """Stop ``request_id`` and free its blocks (mutates). Returns its final output, or

@@ -1,6 +1,6 @@
 """Runs one scheduled step through the model over the paged KV cache.
 
-Per step: copy-on-write block copies, then one flat batch of tokens (decodes first, then
+Per step: one flat batch of tokens (decodes first, then
 prefill chunks) built from lists once, the attention plans built once, and one forward whose
 every layer stores its K/V and attends through ``eclectus.kernels``. Only the rows that sample
 get logits.
@@ -101,20 +101,10 @@ class ModelRunner:
         self.v_caches = torch.zeros(shape, dtype=model.dtype, device=self.device)
         self.scale = model_config.head_dim**-0.5
 
-    def copy_blocks(self, copies: list[tuple[int, int]]) -> None:
-        """Copy-on-write: block src's KV into block dst in every layer (mutates the cache)."""
-        if not copies:
-            return
-        src = torch.tensor([s for s, _ in copies], device=self.device)
-        dst = torch.tensor([d for _, d in copies], device=self.device)
-        self.k_caches[:, dst] = self.k_caches[:, src]
-        self.v_caches[:, dst] = self.v_caches[:, src]
-
     @torch.inference_mode()
     def execute(self, out: SchedulerOutput) -> tuple[list[ScheduledSeq], Tensor]:
         """Run the step. Returns the items that sample, in ``out.scheduled`` order, and their
         logits [num_sampling, vocab] fp32. Mutates the KV cache."""
-        self.copy_blocks(out.block_copies)
         decodes = [s for s in out.scheduled if s.num_new_tokens == 1]
         prefills = [s for s in out.scheduled if s.num_new_tokens > 1]
         items = decodes + prefills

@@ -35,7 +35,6 @@ class SchedulerOutput:
     """What one step runs. Built by :meth:`Scheduler.schedule`, read by runner and engine."""
 
     scheduled: list[ScheduledSeq] = field(default_factory=list)  # running order
-    block_copies: list[tuple[int, int]] = field(default_factory=list)  # (src, dst), before run
     preempted: list[Sequence] = field(default_factory=list)  # went back to waiting this step
     failed: list[Sequence] = field(default_factory=list)  # can never fit; finished "length"
     num_cache_hit_tokens: int = 0  # prompt tokens admitted from the prefix cache this step
@@ -82,16 +81,6 @@ class Scheduler:
         """Queue a new (or preempted) sequence for admission."""
         heapq.heappush(self.waiting, (seq.priority, seq.arrival, seq))
 
-    def add_running(self, seq: Sequence) -> bool:
-        """Seat a sequence that already holds its blocks (a fork) directly among the running
-        ones. Returns False, changing nothing, when every seat is taken."""
-        if len(self.running) >= self.max_num_seqs:
-            return False
-        seq.status = SequenceStatus.RUNNING
-        self._prefill_targets[seq.request_id] = seq.num_tokens
-        bisect.insort(self.running, seq, key=_rank)
-        return True
-
     def schedule(self) -> SchedulerOutput:
         """Choose this step's work.
 
@@ -127,8 +116,6 @@ class Scheduler:
         self._background_slots = self._background_limit()
         budget = self._schedule_decodes(out, self.max_num_batched_tokens, scheduled)
         self._schedule_chunks(out, budget, scheduled)
-        out.block_copies = self.block_manager.pending_copies
-        self.block_manager.pending_copies = []
         assert out.num_batched_tokens <= self.max_num_batched_tokens
         assert len(self.running) <= self.max_num_seqs
         return out

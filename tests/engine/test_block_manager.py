@@ -80,20 +80,6 @@ def test_tenant_salt_separates_caches() -> None:
     assert admit(bm, make_seq(list(range(9)), 2, tenant="a")) == 8
 
 
-def test_fork_shares_blocks_and_copies_partial_block_on_write() -> None:
-    bm = BlockManager(16, BS)
-    parent = make_seq(list(range(6)), 0)
-    admit(bm, parent)
-    child = make_seq(list(range(6)), 1)
-    bm.fork(parent, child)
-    assert child.block_table == parent.block_table
-    child.token_ids.append(42)
-    assert bm.allocate_slots(child, 1)
-    assert bm.pending_copies == [(parent.block_table[1], child.block_table[1])]
-    assert child.block_table[0] == parent.block_table[0]
-    bm.check_invariants([parent, child])
-
-
 def test_pin_keeps_blocks_until_unpin() -> None:
     bm = BlockManager(4, BS)
     a = make_seq(list(range(10)), 0)
@@ -109,9 +95,7 @@ def test_pin_keeps_blocks_until_unpin() -> None:
 
 
 ops = st.lists(
-    st.tuples(
-        st.sampled_from(["add", "grow", "free", "fork", "pin", "unpin"]), st.integers(0, 1000)
-    ),
+    st.tuples(st.sampled_from(["add", "grow", "free", "pin", "unpin"]), st.integers(0, 1000)),
     max_size=60,
 )
 
@@ -138,16 +122,10 @@ def test_random_workloads_leak_nothing(script: list[tuple[str, int]]) -> None:
                 seq.token_ids.pop()
         elif op == "free" and live:
             bm.free(live.pop(x % len(live)))
-        elif op == "fork" and live:
-            parent = live[x % len(live)]
-            child = make_seq(list(parent.token_ids), step)
-            bm.fork(parent, child)
-            live.append(child)
         elif op == "pin" and live:
             bm.pin(f"p{x % 3}", live[x % len(live)], x % 16)
         elif op == "unpin":
             bm.unpin(f"p{x % 3}")
-        bm.pending_copies.clear()
         bm.check_invariants(live)
     for seq in live:
         bm.free(seq)

@@ -3,12 +3,14 @@ path: batching, prefix hits, cascade decode, chunked prefill, preemption by reco
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 
 import pytest
 import torch
 
+from eclectus.kernels.dispatch import force_backend
 from eclectus.server.engine import LLM, EngineConfig, SamplingParams
 from eclectus.server.engine.presets import resolve_model_dir
 
@@ -74,11 +76,11 @@ def test_single_and_mixed_batch(hf_greedy: object) -> None:
 
 @pytest.mark.parametrize("backend", ["torch", ""])
 def test_shared_prefixes_hit_cache_and_match(
-    hf_greedy: object, backend: str, monkeypatch: pytest.MonkeyPatch
+    hf_greedy: object, backend: str, backend_choice: contextlib.ExitStack
 ) -> None:
     """torch: > 64 shared tokens, so decode goes through the cascade path; auto: the native
     CPU kernel where it builds (whose thresholds leave 4 requests ungrouped)."""
-    monkeypatch.setenv("ECLECTUS_KERNELS", backend)
+    backend_choice.enter_context(force_backend(backend))
     rng = random.Random(1)
     shared = random_prompt(rng, 90)
     prompts = [random_prompt(rng, 90 + n, shared) for n in (1, 7, 20, 33)]
@@ -140,35 +142,13 @@ def test_common_1k_prefix_is_prefilled_once(hf_greedy: object) -> None:
         assert out.token_ids == hf_greedy(prompt)
 
 
-def test_fork_shares_blocks_and_continues_like_parent(hf_greedy: object) -> None:
-    rng = random.Random(5)
-    prompt = random_prompt(rng, 37)  # 2 full blocks + a partial one
-    llm = engine()
-    eng = llm.engine
-    eng.add_tokens("parent", prompt, SamplingParams(max_tokens=MAX_TOKENS))
-    for _ in range(3):
-        eng.step()
-    parent = eng._seqs["parent"]
-    eng.fork("parent", "child", SamplingParams(max_tokens=MAX_TOKENS - 3))
-    child = eng._seqs["child"]
-    assert child.block_table == parent.block_table  # physically shared, partial block too
-    tokens: dict[str, list[int]] = {"parent": list(parent.output_token_ids), "child": []}
-    while eng.has_unfinished:
-        for out in eng.step():
-            tokens[out.request_id] += out.token_ids
-    expected = hf_greedy(prompt)
-    assert tokens["parent"] == expected
-    assert tokens["child"] == expected[3:]
-    eng.block_manager.check_invariants([])
-
-
 @pytest.mark.skipif(
     os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available(),
     reason="the Triton kernels need CUDA or TRITON_INTERPRET=1 (set by `make test`)",
 )
-def test_triton_kernels_match(hf_greedy: object, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_triton_kernels_match(hf_greedy: object, backend_choice: contextlib.ExitStack) -> None:
     pytest.importorskip("triton")
-    monkeypatch.setenv("ECLECTUS_KERNELS", "triton")
+    backend_choice.enter_context(force_backend("triton"))
     rng = random.Random(6)
     shared = random_prompt(rng, 80)  # two decodes share 5 blocks: the cascade kernel runs
     prompts = [random_prompt(rng, 83, shared), random_prompt(rng, 89, shared), [BOS, 70, 71]]

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
 from eclectus.kernels import bench, bench_decode
+from eclectus.kernels.dispatch import force_backend
 
 
 def test_parse_sizes() -> None:
@@ -13,9 +16,9 @@ def test_parse_sizes() -> None:
 
 
 def test_bench_prints_one_row_per_size(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    backend_choice: contextlib.ExitStack, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("ECLECTUS_KERNELS", "torch")
+    backend_choice.enter_context(force_backend("torch"))
     assert bench.main(["--device", "cpu", "--sizes", "4:128:8,3:32:5", "--repeats", "1"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert "torch path" in lines[0] and "peak" in lines[0]
@@ -37,15 +40,15 @@ def test_decode_bench_prints_one_row_per_shape(capsys: pytest.CaptureFixture[str
         assert float(row[-1]) < 1e-4  # native, torch and token-row outputs agree
 
 
-def test_bench_names_the_decode_path_that_serves(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bench_names_the_decode_path_that_serves(backend_choice: contextlib.ExitStack) -> None:
     """The header says what the two decode columns run: on a CPU with the native kernel, native
     paged decode (the cascade's suffix too); forced to torch, the torch paths."""
     from eclectus.kernels import native
 
     cpu = torch.device("cpu")
-    monkeypatch.setenv("ECLECTUS_KERNELS", "torch")
+    backend_choice.enter_context(force_backend("torch"))
     assert bench.decode_path(cpu, torch.float32) == "torch paths"
-    monkeypatch.delenv("ECLECTUS_KERNELS")
+    backend_choice.enter_context(force_backend(""))
     assert bench.decode_path(cpu, torch.bfloat16) == "torch paths"
     if native.available():
         assert bench.decode_path(cpu, torch.float32).startswith("native C paged decode")

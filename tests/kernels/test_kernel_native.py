@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -23,7 +24,7 @@ from eclectus.kernels import (
     paged_decode_attention,
     ref_paged_decode,
 )
-from eclectus.kernels.dispatch import NATIVE_CASCADE_THRESHOLDS, use_native
+from eclectus.kernels.dispatch import NATIVE_CASCADE_THRESHOLDS, force_backend, use_native
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="no working C compiler")
 
@@ -186,10 +187,10 @@ def test_builds_into_a_fresh_cache_and_reports_a_missing_compiler(tmp_path: Path
     assert "decode attention stays on the torch path" in done.stderr
 
 
-def test_dispatch_serves_plain_and_cascade_decode_natively(monkeypatch: pytest.MonkeyPatch):
+def test_dispatch_serves_plain_and_cascade_decode_natively(backend_choice: contextlib.ExitStack):
     """Through the engine's entry points, forced to the native kernel: plain paged decode, and
     the cascade whose suffix pass it serves, both equal attention over the whole sequences."""
-    monkeypatch.setenv("ECLECTUS_KERNELS", "native")
+    backend_choice.enter_context(force_backend("native"))
     batch = nested_batch(block_size=4, num_kv_heads=2, head_dim=32)
     q = _queries(len(batch.seq_lens), 4, 32)
     o_ref, lse_ref = ref_paged_decode(
@@ -211,15 +212,15 @@ def test_dispatch_serves_plain_and_cascade_decode_natively(monkeypatch: pytest.M
     torch.testing.assert_close(lse, lse_ref, atol=1e-5, rtol=1e-5)
 
 
-def test_dispatch_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dispatch_choice(backend_choice: contextlib.ExitStack) -> None:
     """Auto: fp32 CPU decode is native, bf16 is not; torch switches it off; native insists."""
     k32 = torch.zeros(2, 1, 4, 8)
     q32 = torch.zeros(1, 1, 8)
-    monkeypatch.delenv("ECLECTUS_KERNELS", raising=False)
+    backend_choice.enter_context(force_backend(""))
     assert use_native(q32, k32) and not use_native(q32.bfloat16(), k32.bfloat16())
-    monkeypatch.setenv("ECLECTUS_KERNELS", "torch")
+    backend_choice.enter_context(force_backend("torch"))
     assert not use_native(q32, k32)
-    monkeypatch.setenv("ECLECTUS_KERNELS", "native")
+    backend_choice.enter_context(force_backend("native"))
     with pytest.raises(RuntimeError, match="native kernel cannot serve"):
         use_native(q32.bfloat16(), k32.bfloat16())
 
@@ -240,14 +241,14 @@ def test_a_plan_pointing_outside_the_cache_is_refused() -> None:
         native.decode_window(q, batch.k_cache, batch.v_cache, wrong_size, 1.0)
 
 
-def test_cascade_thresholds_follow_the_decode_backend(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cascade_thresholds_follow_the_decode_backend(backend_choice: contextlib.ExitStack) -> None:
     """Native decode reads a shared prefix from cache cheaply: only big groups pay."""
     cache = torch.zeros(2, 1, 4, 8)
-    monkeypatch.delenv("ECLECTUS_KERNELS", raising=False)
+    backend_choice.enter_context(force_backend(""))
     assert cascade_thresholds(cache) == NATIVE_CASCADE_THRESHOLDS
     assert cascade_thresholds(cache.bfloat16()) == (
         CASCADE_MIN_SHARED_TOKENS,
         CASCADE_MIN_GROUP_SIZE,
     )
-    monkeypatch.setenv("ECLECTUS_KERNELS", "torch")
+    backend_choice.enter_context(force_backend("torch"))
     assert cascade_thresholds(cache) == (CASCADE_MIN_SHARED_TOKENS, CASCADE_MIN_GROUP_SIZE)

@@ -6,6 +6,7 @@ import math
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -28,13 +29,15 @@ from eclectus.kernels import (
     store_kv,
     torch_ops,
 )
+from eclectus.kernels.dispatch import force_backend
 
 CPU = torch.device("cpu")
 
 
 @pytest.fixture(autouse=True)
-def _torch_backend(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ECLECTUS_KERNELS", "torch")
+def _torch_backend() -> Iterator[None]:
+    with force_backend("torch"):
+        yield
 
 
 def _queries(batch: int, num_q_heads: int, head_dim: int, seed: int = 1) -> torch.Tensor:

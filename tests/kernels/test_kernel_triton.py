@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -28,6 +29,7 @@ from eclectus.kernels import (
     ref_paged_decode,
     ref_prefill,
 )
+from eclectus.kernels.dispatch import force_backend
 
 RUNNABLE = HAS_TRITON and (os.environ.get("TRITON_INTERPRET") == "1" or torch.cuda.is_available())
 pytestmark = pytest.mark.skipif(not RUNNABLE, reason="needs triton and TRITON_INTERPRET=1 or CUDA")
@@ -37,8 +39,9 @@ TOL = {torch.float32: {"atol": 2e-5, "rtol": 2e-5}, torch.bfloat16: {"atol": 2e-
 
 
 @pytest.fixture(autouse=True)
-def _triton_backend(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ECLECTUS_KERNELS", "triton")
+def _triton_backend() -> Iterator[None]:
+    with force_backend("triton"):
+        yield
 
 
 def _on_device(batch: PagedBatch) -> PagedBatch:
