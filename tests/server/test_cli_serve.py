@@ -170,3 +170,12 @@ def test_every_serve_flag_reaches_the_config(monkeypatch: pytest.MonkeyPatch) ->
     assert config.close_timeout_s == ServerConfig().close_timeout_s
     monkeypatch.setenv("ECLECTUS_TOKEN", "from-env")
     assert config_from_args(parser.parse_args(argv)).token == "from-env"
+
+
+def test_served_model_names_flag() -> None:
+    """--served-model-name takes one or more names, as vLLM's does; none: the model's own."""
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    given = parser.parse_args(["--served-model-name", "a", "b"])
+    assert config_from_args(given).served_model_names == ("a", "b")
+    assert config_from_args(parser.parse_args([])).served_model_names == ()
