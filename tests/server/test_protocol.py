@@ -27,7 +27,7 @@ from eclectus.protocol import (
     VarSegment,
     VarSpec,
 )
-from eclectus.server.protocol_bench import (
+from eclectus.protocol.bench import (
     BASELINE_CLIENT_FRAME,
     SEGMENT_KINDS,
     BaselineSegment,
