@@ -37,14 +37,17 @@ if TYPE_CHECKING:
 
 
 class SamplingArgs(TypedDict, total=False):
-    """The fields of :class:`~eclectus.protocol.SamplingParams`, as keyword arguments."""
+    """The fields of :class:`~eclectus.protocol.SamplingParams`, as keyword arguments (for
+    type checkers; a test keeps the keys equal to the contract's fields). Unset fields take
+    the contract's defaults: ``max_tokens`` None generates until EOS or the context window."""
 
-    max_tokens: int
+    max_tokens: int | None
     temperature: float
     top_p: float
     top_k: int
     seed: int | None
     stop: list[str] | str
+    stop_token_ids: list[int]
     ignore_eos: bool
 
 

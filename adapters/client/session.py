@@ -129,15 +129,27 @@ class Session(Declarations):
         targets = list(vars)
         return self.bridge.block(lambda: self._get_here(targets, criteria, deadline_ms), timeout)
 
-    def astream(self, var: SemanticVariable, criteria: Criteria = "latency") -> AsyncIterator[str]:
-        """Deltas of ``var``'s text from any loop; they concatenate to the final value."""
-        return self.bridge.aiter(self._stream_here(var, criteria))
+    def astream(
+        self,
+        var: SemanticVariable,
+        criteria: Criteria = "latency",
+        *,
+        deadline_ms: float | None = None,
+    ) -> AsyncIterator[str]:
+        """Deltas of ``var``'s text from any loop; they concatenate to the final value. The
+        get carries ``criteria`` and ``deadline_ms`` as :meth:`aget_many`'s do."""
+        return self.bridge.aiter(self._stream_here(var, criteria, deadline_ms))
 
     def stream(
-        self, var: SemanticVariable, criteria: Criteria = "latency", *, timeout: float | None = None
+        self,
+        var: SemanticVariable,
+        criteria: Criteria = "latency",
+        *,
+        deadline_ms: float | None = None,
+        timeout: float | None = None,
     ) -> Iterator[str]:
-        """Blocking twin of :meth:`astream`."""
-        return self.bridge.iter_blocking(self._stream_here(var, criteria), timeout)
+        """Blocking twin of :meth:`astream`; ``timeout`` bounds the wait for each delta."""
+        return self.bridge.iter_blocking(self._stream_here(var, criteria, deadline_ms), timeout)
 
     async def aset(self, var: SemanticVariable, text: str) -> None:
         """Sends ``set`` for a client-supplied variable after flushing; see
@@ -202,7 +214,9 @@ class Session(Declarations):
         # shield: one caller giving up must not cancel a waiter other callers share
         return [r if isinstance(r, str) else await asyncio.shield(r) for r in results]
 
-    async def _stream_here(self, var: SemanticVariable, criteria: Criteria) -> AsyncIterator[str]:
+    async def _stream_here(
+        self, var: SemanticVariable, criteria: Criteria, deadline_ms: float | None
+    ) -> AsyncIterator[str]:
         self._router.raise_if_closed()
         self.check_owned(var)
         if var.state is VarState.FAILED:
@@ -215,7 +229,8 @@ class Session(Declarations):
         shipped, ended = not is_new, False
         try:
             if is_new:
-                await self._outbox.ship([GetSpec(var=var.id, criteria=criteria, stream=True)])
+                get = GetSpec(var=var.id, criteria=criteria, deadline_ms=deadline_ms, stream=True)
+                await self._outbox.ship([get])
                 shipped = True
             received: list[str] = []
             while True:

@@ -126,16 +126,23 @@ class SemanticVariable:
         (text,) = self._session.get_many([self], criteria, deadline_ms=deadline_ms, timeout=timeout)
         return text
 
-    def astream(self, criteria: Criteria = "latency") -> AsyncIterator[str]:
+    def astream(
+        self, criteria: Criteria = "latency", *, deadline_ms: float | None = None
+    ) -> AsyncIterator[str]:
         """Async iterator of text deltas; they concatenate to the final value. A variable
-        that is already READY yields its whole text once."""
-        return self._session.astream(self, criteria)
+        that is already READY yields its whole text once. The get carries ``criteria`` and
+        ``deadline_ms`` as :meth:`aget`'s does."""
+        return self._session.astream(self, criteria, deadline_ms=deadline_ms)
 
     def stream(
-        self, criteria: Criteria = "latency", *, timeout: float | None = None
+        self,
+        criteria: Criteria = "latency",
+        *,
+        deadline_ms: float | None = None,
+        timeout: float | None = None,
     ) -> Iterator[str]:
         """Blocking twin of :meth:`astream`; ``timeout`` bounds the wait for each delta."""
-        return self._session.stream(self, criteria, timeout=timeout)
+        return self._session.stream(self, criteria, deadline_ms=deadline_ms, timeout=timeout)
 
     async def aset(self, text: str) -> None:
         """Supplies the value of a placeholder declared with ``app.variable()`` (a ``set``
