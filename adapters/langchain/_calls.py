@@ -1,8 +1,10 @@
 """Running prompts on the server for the drop-in models: single, batched, prefetched.
 
 ``ModelCore`` is the logic both model classes share once a prompt is pieces: declare the
-call on the right session, fetch, retry, stream. A batch's prompts are declared together and
-fetched with one ``get_many`` (one submit frame: the server sees them as one group).
+call and ask for it through the shared client layer (:mod:`eclectus.adapters.calls`: the
+session, retries, request timeout, criteria and deadline of every path). A batch's prompts
+are declared together and fetched with one ``get_many`` (one submit frame: the server sees
+them as one group).
 
 ``prefetched``: ``ChatEclectus.batch`` resolves every prompt of a batch at once and then
 lets LangChain's own batch run its per-input path (callbacks, caching, tracing); each
@@ -12,16 +14,21 @@ sampling payload, so nothing is computed twice and nothing differs from a single
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextvars import ContextVar
 from typing import Any
 
+from eclectus.adapters.calls import Caller
+from eclectus.adapters.client import SemanticVariable, SyncSession
+from eclectus.adapters.connection import connection_for
 from eclectus.adapters.langchain import _client
 from eclectus.adapters.langchain._client import Generated
 from eclectus.adapters.langchain._common import EclectusParams
 from eclectus.adapters.langchain.chat_format import ChatTemplate
 from eclectus.adapters.langchain.pieces import Piece, concrete_text
+from eclectus.protocol import SamplingParams
+
+Request = tuple[Sequence[Piece], SamplingParams]  # one call's prompt pieces and sampling
 
 PrefetchKey = tuple[str, str, str | None]
 _PREFETCH: ContextVar[dict[PrefetchKey, list[Generated]] | None] = ContextVar(
@@ -30,10 +37,10 @@ _PREFETCH: ContextVar[dict[PrefetchKey, list[Generated]] | None] = ContextVar(
 
 
 def prefetch_key(
-    pieces: Sequence[Piece], sampling: dict[str, Any], model: str | None
+    pieces: Sequence[Piece], sampling: SamplingParams, model: str | None
 ) -> PrefetchKey:
-    """The identity of a request: its exact text, sampling payload and model (pure)."""
-    return (concrete_text(pieces), json.dumps(sampling, sort_keys=True), model)
+    """The identity of a request: its exact text, sampling and model (pure)."""
+    return (concrete_text(pieces), sampling.model_dump_json(), model)
 
 
 def take_prefetched(key: PrefetchKey) -> Generated | None:
@@ -54,80 +61,71 @@ def reset_prefetched(token: Any) -> None:
 
 
 class ModelCore:
-    """Declare, fetch and stream calls for one model configuration. Stateless."""
+    """Declare, fetch and stream calls for one model configuration, in the application
+    ``app`` (the model's ``app_name`` wins). Stateless apart from the shared session."""
 
     def __init__(self, params: EclectusParams, app: str | None) -> None:
         self.params = params
         self.app = params.app_name or app
-        self.objective = _client.Objective(params.criteria, params.deadline_ms)
+        connection = connection_for(params.eclectus_url, params.token, self.app)
+        self.caller = Caller(connection, params.call_options())
 
-    def session(self) -> _client.SyncSession:
-        return _client.session_for(self.params.eclectus_url, self.params.token, self.app)
+    def session(self) -> SyncSession:
+        """The application's session (mutates: connects on first use)."""
+        return self.caller.session
 
     def chat_template(self, model: str | None) -> ChatTemplate:
         """The chat template the server announced for ``model`` (blocking: connects on
         first use, with the model's retries)."""
-        return _client.with_retries(
-            self.params.max_retries,
-            lambda: ChatTemplate.of(_client.model_info(self.session(), model)),
-        )
+        return self.caller.retrying(lambda s: ChatTemplate.of(_client.model_info(s, model)))
 
-    def _declare_all(
-        self, requests: Sequence[tuple[Sequence[Piece], dict[str, Any]]], model: str | None
-    ) -> tuple[_client.SyncSession, list[_client.SemanticVariable], str]:
-        session = self.session()
-        outputs = [_client.declare(session, p, s, model) for p, s in requests]
-        return session, outputs, _client.model_name_of(session, model)
-
-    def run(
-        self, requests: Sequence[tuple[Sequence[Piece], dict[str, Any]]], model: str | None
-    ) -> list[Generated]:
+    def run(self, requests: Sequence[Request], model: str | None) -> list[Generated]:
         """Runs the requests as one group and waits for all (blocking)."""
+        pairs = self.caller.run(self._declarer(requests, model))
+        return [_client.result_of(var, text, model) for var, text in pairs]
 
-        def attempt() -> list[Generated]:
-            session, outputs, name = self._declare_all(requests, model)
-            return _client.fetch(
-                session, outputs, name, self.params.request_timeout, self.objective
-            )
-
-        return _client.with_retries(self.params.max_retries, attempt)
-
-    async def arun(
-        self, requests: Sequence[tuple[Sequence[Piece], dict[str, Any]]], model: str | None
-    ) -> list[Generated]:
+    async def arun(self, requests: Sequence[Request], model: str | None) -> list[Generated]:
         """Async twin of :meth:`run`."""
-
-        async def attempt() -> list[Generated]:
-            session, outputs, name = self._declare_all(requests, model)
-            return await _client.afetch(
-                session, outputs, name, self.params.request_timeout, self.objective
-            )
-
-        return await _client.awith_retries(self.params.max_retries, attempt)
+        pairs = await self.caller.arun(self._declarer(requests, model))
+        return [_client.result_of(var, text, model) for var, text in pairs]
 
     def stream(
-        self, pieces: Sequence[Piece], sampling: dict[str, Any], model: str | None
+        self, pieces: Sequence[Piece], sampling: SamplingParams, model: str | None
     ) -> Iterator[str | Generated]:
         """Text deltas, then the finished call's Generated record (blocking)."""
-        session, (var,), name = self._declare_all([(pieces, sampling)], model)
         parts: list[str] = []
-        timeout, criteria = self.params.request_timeout, self.params.criteria
-        for delta in _client.stream(session, var, timeout, criteria):
-            parts.append(delta)
-            yield delta
-        yield _client.result_of(var, "".join(parts), name)
+        for item in self.caller.stream(self._declarer_one(pieces, sampling, model)):
+            if isinstance(item, str):
+                parts.append(item)
+                yield item
+            else:
+                yield _client.result_of(item, "".join(parts), model)
 
     async def astream(
-        self, pieces: Sequence[Piece], sampling: dict[str, Any], model: str | None
+        self, pieces: Sequence[Piece], sampling: SamplingParams, model: str | None
     ) -> AsyncIterator[str | Generated]:
         """Async twin of :meth:`stream`."""
-        session, (var,), name = self._declare_all([(pieces, sampling)], model)
         parts: list[str] = []
-        async for delta in _client.astream(session, var, self.params.criteria):
-            parts.append(delta)
-            yield delta
-        yield _client.result_of(var, "".join(parts), name)
+        async for item in self.caller.astream(self._declarer_one(pieces, sampling, model)):
+            if isinstance(item, str):
+                parts.append(item)
+                yield item
+            else:
+                yield _client.result_of(item, "".join(parts), model)
 
     def count_tokens(self, text: str, model: str | None) -> int:
         """The server tokenizer's count for ``text`` (blocking)."""
-        return self.session().count_tokens(text, model=model, timeout=self.params.request_timeout)
+        timeout = self.params.request_timeout
+        return self.caller.retrying(lambda s: s.count_tokens(text, model=model, timeout=timeout))
+
+    @staticmethod
+    def _declarer(
+        requests: Sequence[Request], model: str | None
+    ) -> Callable[[SyncSession], list[SemanticVariable]]:
+        return lambda session: [_client.declare(session, p, s, model) for p, s in requests]
+
+    @staticmethod
+    def _declarer_one(
+        pieces: Sequence[Piece], sampling: SamplingParams, model: str | None
+    ) -> Callable[[SyncSession], SemanticVariable]:
+        return lambda session: _client.declare(session, pieces, sampling, model)

@@ -11,15 +11,18 @@ from __future__ import annotations
 import warnings
 from typing import Any, Literal
 
-from langchain_core.utils import from_env, secret_from_env
+from langchain_core.utils import secret_from_env
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
-from eclectus.adapters.client import DEFAULT_URL
+from eclectus.adapters.calls import DEFAULT_MAX_RETRIES, CallOptions
+from eclectus.adapters.client.connect import TOKEN_ENV
+from eclectus.adapters.connection import default_url
+from eclectus.adapters.sampling import SAMPLING_KEYS, build_sampling, explicit
+from eclectus.protocol import SamplingParams
 
-# Sampling keys the server understands (protocol SamplingParams), beyond the named fields.
-SAMPLING_KEYS = frozenset(
-    {"max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "ignore_eos"}
-)
+# The named sampling fields; every other contract field (``ignore_eos``, ``stop_token_ids``,
+# any added later) is taken from ``model_kwargs`` or a call-time keyword.
+NAMED_SAMPLING_FIELDS = ("max_tokens", "temperature", "top_p", "top_k", "seed")
 # OpenAI arguments an app may pass that change nothing at these values; any other value
 # is refused rather than silently ignored.
 NEUTRAL_OPENAI_KWARGS: dict[str, Any] = {
@@ -51,7 +54,8 @@ class EclectusParams(BaseModel):
     temperature: float | None = None
     """Sampling temperature (0: greedy). None: the server's default (greedy)."""
     max_tokens: int | None = Field(default=None, ge=1)
-    """Most tokens to generate per call. None: the server's default."""
+    """Most tokens to generate per call. None: until the end-of-sequence token or the
+    context window (as ChatOpenAI against vLLM; docs/protocol.md, "Defaults")."""
     top_p: float | None = None
     """Nucleus sampling probability mass."""
     top_k: int | None = None
@@ -63,16 +67,15 @@ class EclectusParams(BaseModel):
     streaming: bool = False
     """Stream by default (``invoke`` then goes through the streaming path)."""
     request_timeout: float | None = Field(default=None, alias="timeout")
-    """Seconds to wait for one call's result. None: no limit."""
-    max_retries: int | None = 2
+    """Seconds to wait for one call's result, or for each delta of a stream. None: no
+    limit."""
+    max_retries: int | None = DEFAULT_MAX_RETRIES
     """How many times a call is retried after a lost connection."""
     eclectus_api_key: SecretStr | None = Field(
-        alias="api_key", default_factory=secret_from_env("ECLECTUS_TOKEN", default=None)
+        alias="api_key", default_factory=secret_from_env(TOKEN_ENV, default=None)
     )
     """Auth token for the server's ``hello``. Default: env ECLECTUS_TOKEN."""
-    eclectus_url: str = Field(
-        alias="base_url", default_factory=from_env("ECLECTUS_URL", default=DEFAULT_URL)
-    )
+    eclectus_url: str = Field(alias="base_url", default_factory=default_url)
     """Server URL (``ws://`` or ``http://``). Default: env ECLECTUS_URL, else local."""
     criteria: Literal["latency", "throughput", "deadline"] = "latency"
     """The objective of this model's calls for the server's scheduler: ``latency`` (a user
@@ -83,8 +86,8 @@ class EclectusParams(BaseModel):
     app_name: str | None = Field(default=None, alias="app")
     """Application tag for the session. None: the enclosing chain's name, if any."""
     model_kwargs: dict[str, Any] = Field(default_factory=dict)
-    """Further sampling keys (``top_k``, ``ignore_eos``); unknown constructor kwargs land
-    here too."""
+    """Further sampling keys (any field of the contract's SamplingParams, e.g.
+    ``ignore_eos``, ``stop_token_ids``); unknown constructor kwargs land here too."""
 
     @model_validator(mode="before")
     @classmethod
@@ -106,10 +109,21 @@ class EclectusParams(BaseModel):
         return values
 
     @model_validator(mode="after")
-    def _deadline_needs_ms(self) -> EclectusParams:
-        if (self.criteria == "deadline") != (self.deadline_ms is not None):
-            raise ValueError("criteria='deadline' and deadline_ms go together")
+    def _options_fit(self) -> EclectusParams:
+        """The call options and the sampling settings are checked once, here."""
+        self.call_options()
+        self.sampling(None, {})
         return self
+
+    def call_options(self) -> CallOptions:
+        """Retries, timeout and objective of every call of this model (pure; ValueError
+        when criteria and deadline_ms do not fit together)."""
+        return CallOptions(
+            max_retries=self.max_retries or 0,
+            request_timeout=self.request_timeout,
+            criteria=self.criteria,
+            deadline_ms=self.deadline_ms,
+        )
 
     @classmethod
     def is_lc_serializable(cls) -> bool:
@@ -131,29 +145,22 @@ class EclectusParams(BaseModel):
         """The auth token as plain text (None when unset)."""
         return self.eclectus_api_key.get_secret_value() if self.eclectus_api_key else None
 
-    def sampling(self, stop: list[str] | None, call_kwargs: dict[str, Any]) -> dict[str, Any]:
-        """The sampling payload for one call: fields, then ``model_kwargs``, then call-time
-        kwargs (``.bind``/``invoke``), then ``stop``; later wins. Pure."""
-        payload: dict[str, Any] = {
-            key: getattr(self, key)
-            for key in ("max_tokens", "temperature", "top_p", "top_k", "seed")
-            if getattr(self, key) is not None
-        }
-        if self.stop is not None:
-            payload["stop"] = [self.stop] if isinstance(self.stop, str) else list(self.stop)
-        payload.update(self.model_kwargs)
+    def sampling(self, stop: list[str] | None, call_kwargs: dict[str, Any]) -> SamplingParams:
+        """The contract's SamplingParams for one call: fields, then ``model_kwargs``, then
+        call-time kwargs (``.bind``/``invoke``), then ``stop``; later wins, None leaves the
+        earlier layer (or the contract's default) in place. Pure; ValueError for a value
+        out of range or an argument Eclectus does not support."""
+        fields = {key: getattr(self, key) for key in NAMED_SAMPLING_FIELDS}
+        calls: dict[str, Any] = {}
         for key, value in call_kwargs.items():
             if key in SAMPLING_KEYS:
-                payload[key] = value
+                calls[key] = value
             elif key not in _IGNORED_CALL_KEYS and not _is_neutral(key, value):
                 raise ValueError(f"{type(self).__name__} does not support argument {key!r}")
-        if stop is not None:
-            payload["stop"] = list(stop)
-        if isinstance(payload.get("stop"), str):
-            payload["stop"] = [payload["stop"]]
-        if payload.get("top_k") is None:
-            payload.pop("top_k", None)
-        return payload
+        where = type(self).__name__
+        return build_sampling(
+            fields, {"stop": self.stop}, self.model_kwargs, calls, {"stop": stop}, where=where
+        )
 
     def model_for(self, call_kwargs: dict[str, Any]) -> str | None:
         """The model a call runs on: a call-time ``model`` overrides the field. Pure."""
@@ -180,7 +187,7 @@ class EclectusParams(BaseModel):
         return {
             "model_name": self.model_name,
             "base_url": self.eclectus_url,
-            **self.sampling(None, {}),
+            **explicit(self.sampling(None, {})),
         }
 
 

@@ -40,9 +40,10 @@ from eclectus.adapters.langchain.chat_format import (
 )
 from eclectus.adapters.langchain.pieces import Piece, concrete_text
 from eclectus.adapters.langchain.tracing import TRACER
+from eclectus.protocol import SamplingParams
 
-# (prompt pieces, sampling payload, model) of one chat call
-Request = tuple[list[Piece], dict[str, Any], str | None]
+# (prompt pieces, sampling, model) of one chat call
+Request = tuple[list[Piece], SamplingParams, str | None]
 
 
 def usage_of(result: Generated) -> UsageMetadata:
@@ -268,7 +269,7 @@ def _batch_app(config: RunnableConfig | list[RunnableConfig] | None) -> str | No
     return TRACER.app_of(getattr(callbacks, "parent_run_id", None))
 
 
-def _group(requests: list[Request]) -> tuple[list[tuple[list[Piece], dict[str, Any]]], str | None]:
+def _group(requests: list[Request]) -> tuple[list[tuple[list[Piece], SamplingParams]], str | None]:
     """A batch's requests as ModelCore.run's arguments: (pieces, sampling) pairs and the
     model (a batch shares its call kwargs, hence its model). Pure."""
     return [(pieces, sampling) for pieces, sampling, _ in requests], requests[0][2]

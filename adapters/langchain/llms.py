@@ -19,6 +19,7 @@ from eclectus.adapters.langchain._client import Generated
 from eclectus.adapters.langchain._common import EclectusParams
 from eclectus.adapters.langchain.pieces import Piece
 from eclectus.adapters.langchain.tracing import TRACER
+from eclectus.protocol import SamplingParams
 
 
 def info_of(result: Generated) -> dict[str, Any]:
@@ -76,7 +77,7 @@ class EclectusLLM(EclectusParams, BaseLLM):
 
     def _requests(
         self, prompts: list[str], stop: list[str] | None, kwargs: dict[str, Any]
-    ) -> tuple[list[tuple[list[Piece], dict[str, Any]]], str | None]:
+    ) -> tuple[list[tuple[list[Piece], SamplingParams]], str | None]:
         sampling = self.sampling(stop, kwargs)
         return [(self.prompt_pieces(p), sampling) for p in prompts], self.model_for(kwargs)
 

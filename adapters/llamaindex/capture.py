@@ -11,8 +11,8 @@ have sent (see :mod:`.prompts`).
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import llama_index.core.instrumentation as instrument
 from llama_index.core.base.llms.types import (
@@ -28,39 +28,50 @@ from llama_index.core.llms.callbacks import llm_completion_callback
 from llama_index.core.llms.llm import LLM, astream_completion_response_to_tokens
 from llama_index.core.prompts import BasePromptTemplate
 from llama_index.core.types import TokenAsyncGen, TokenGen
-from pydantic import Field
 
-from eclectus.adapters.client import SemanticVariable
+from eclectus.adapters.calls import Caller
+from eclectus.adapters.client import SemanticVariable, SyncSession
 from eclectus.adapters.llamaindex.prompts import check_pieces, template_pieces, template_values
 
 dispatcher = instrument.get_dispatcher(__name__)
+
+# Declares one call on a session and returns its output: run again on a fresh session when
+# the connection was lost (the shared client layer's retries).
+Build = Callable[[SyncSession], SemanticVariable]
 
 
 class CapturingLLM(LLM):
     """Base of :class:`~eclectus.adapters.llamaindex.Eclectus`: everything that depends only
     on "a call is a list of pieces whose output is a SemanticVariable"."""
 
-    criteria: Literal["latency", "throughput"] = Field(
-        default="latency", description="The objective of this app's gets."
-    )
+    @property
+    @abstractmethod
+    def caller(self) -> Caller:
+        """The shared client layer's caller: session, retries, timeout, criteria."""
 
     @abstractmethod
+    def _declare(
+        self, session: SyncSession, pieces: Sequence[str | SemanticVariable], kwargs: Any
+    ) -> SemanticVariable:
+        """Add one call (``pieces`` then one generated output, sampled with the LLM's
+        settings overridden by ``kwargs``) to ``session``'s graph and return its output
+        variable without waiting (mutates: buffers the call)."""
+
     def call(self, pieces: Sequence[str | SemanticVariable], **kwargs: Any) -> SemanticVariable:
-        """Add one call (``pieces`` then one generated output) to the session's graph and
-        return its output variable without waiting (mutates: buffers the call)."""
-
-    @abstractmethod
-    def _constant(self, value: str, name: str) -> SemanticVariable:
-        """A named constant variable in the session (mutates: buffers its declaration)."""
+        """Add one call to the session's graph: ``pieces`` (text or variables of this LLM's
+        session) then one generated output, returned as a SemanticVariable (mutates: buffers
+        the call; it is sent with the next get). Sampling keywords override the LLM's."""
+        return self._declare(self.caller.session, pieces, kwargs)
 
     def template_call(self, prompt: BasePromptTemplate, **prompt_args: Any) -> SemanticVariable:
         """Add ``prompt`` formatted with ``prompt_args`` as one call and return its output
         variable without waiting (mutates: buffers the call). A value may be a
         SemanticVariable, so calls can consume each other's outputs on the server."""
-        return self.call(self._template_segments(prompt, prompt_args))
+        session = self.caller.session
+        return self._declare(session, self._template_segments(session, prompt, prompt_args), {})
 
     def _template_segments(
-        self, prompt: BasePromptTemplate, prompt_args: Mapping[str, Any]
+        self, session: SyncSession, prompt: BasePromptTemplate, prompt_args: Mapping[str, Any]
     ) -> list[str | SemanticVariable]:
         pieces = template_pieces(self._get_prompt, prompt, prompt_args)
         values = template_values(prompt, prompt_args)
@@ -79,66 +90,73 @@ class CapturingLLM(LLM):
                 variables[piece.name] = (
                     value
                     if isinstance(value, SemanticVariable)
-                    else self._constant(str(value), piece.name)
+                    else session.variable(value=str(value), name=piece.name)
                 )
             segments.append(variables[piece.name])
         return segments
 
-    # -- answers from a call's output -------------------------------------------------------
+    # -- answers: through the shared client layer (retries, timeout, criteria, deadline) ----
 
     def _response(self, var: SemanticVariable, text: str) -> CompletionResponse:
         # token counts of the producing call, for LlamaIndex's token-counting handlers
         extra = var.usage.model_dump() if var.usage is not None else {}
         return CompletionResponse(text=text, additional_kwargs=extra)
 
-    def _fetch(self, var: SemanticVariable) -> CompletionResponse:
-        return self._response(var, var.get(criteria=self.criteria))
+    def _fetch(self, build: Build) -> CompletionResponse:
+        ((var, text),) = self.caller.run(lambda session: [build(session)])
+        return self._response(var, text)
 
-    async def _afetch(self, var: SemanticVariable) -> CompletionResponse:
-        return self._response(var, await var.aget(criteria=self.criteria))
+    async def _afetch(self, build: Build) -> CompletionResponse:
+        ((var, text),) = await self.caller.arun(lambda session: [build(session)])
+        return self._response(var, text)
 
-    def _stream(self, var: SemanticVariable) -> CompletionResponseGen:
+    def _stream(self, build: Build) -> CompletionResponseGen:
         text = ""
-        for delta in var.stream(self.criteria):
-            text += delta
-            yield CompletionResponse(text=text, delta=delta)
+        for item in self.caller.stream(build):
+            if isinstance(item, str):
+                text += item
+                yield CompletionResponse(text=text, delta=item)
 
-    async def _astream(self, var: SemanticVariable) -> CompletionResponseAsyncGen:
+    async def _astream(self, build: Build) -> CompletionResponseAsyncGen:
         text = ""
-        async for delta in var.astream(self.criteria):
-            text += delta
-            yield CompletionResponse(text=text, delta=delta)
+        async for item in self.caller.astream(build):
+            if isinstance(item, str):
+                text += item
+                yield CompletionResponse(text=text, delta=item)
 
     # -- prompt capture: templates reach the server as segments -----------------------------
     # The *_captured methods carry LlamaIndex's completion callbacks (token counters and
-    # tracing see the rendered prompt string), and take the already-built call.
+    # tracing see the rendered prompt string), and take the call's builder.
 
     @llm_completion_callback()
-    def _complete_captured(self, prompt: str, var: SemanticVariable) -> CompletionResponse:
-        return self._fetch(var)
+    def _complete_captured(self, prompt: str, build: Build) -> CompletionResponse:
+        return self._fetch(build)
 
     @llm_completion_callback()
-    async def _acomplete_captured(self, prompt: str, var: SemanticVariable) -> CompletionResponse:
-        return await self._afetch(var)
+    async def _acomplete_captured(self, prompt: str, build: Build) -> CompletionResponse:
+        return await self._afetch(build)
 
     @llm_completion_callback()
-    def _stream_captured(self, prompt: str, var: SemanticVariable) -> CompletionResponseGen:
-        return self._stream(var)
+    def _stream_captured(self, prompt: str, build: Build) -> CompletionResponseGen:
+        return self._stream(build)
 
     @llm_completion_callback()
-    async def _astream_captured(
-        self, prompt: str, var: SemanticVariable
-    ) -> CompletionResponseAsyncGen:
-        return self._astream(var)
+    async def _astream_captured(self, prompt: str, build: Build) -> CompletionResponseAsyncGen:
+        return self._astream(build)
 
     def _capture(
         self, prompt: BasePromptTemplate, prompt_args: dict[str, Any]
-    ) -> tuple[str, SemanticVariable]:
-        """Emit LlamaIndex's predict events and build the call (mutates: buffers it)."""
+    ) -> tuple[str, Build]:
+        """Emit LlamaIndex's predict events; return the rendered prompt and the builder of
+        its call (pure otherwise: the call is declared when it is asked for)."""
         dispatcher.event(LLMPredictStartEvent(template=prompt, template_args=prompt_args))
         self._log_template_data(prompt, **prompt_args)
         text = self._get_prompt(prompt, **prompt_args)
-        return text, self.call(self._template_segments(prompt, prompt_args))
+
+        def build(session: SyncSession) -> SemanticVariable:
+            return self._declare(session, self._template_segments(session, prompt, prompt_args), {})
+
+        return text, build
 
     def _no_parser_for_streaming(self, prompt: BasePromptTemplate) -> None:
         if prompt.output_parser is not None or self.output_parser is not None:
@@ -146,26 +164,28 @@ class CapturingLLM(LLM):
 
     @dispatcher.span
     def predict(self, prompt: BasePromptTemplate, **prompt_args: Any) -> str:
-        text, var = self._capture(prompt, prompt_args)
-        output = self._parse_output(self._complete_captured(text, var).text)
+        text, build = self._capture(prompt, prompt_args)
+        output = self._parse_output(self._complete_captured(text, build).text)
         dispatcher.event(LLMPredictEndEvent(output=output))
         return output
 
     @dispatcher.span
     async def apredict(self, prompt: BasePromptTemplate, **prompt_args: Any) -> str:
-        text, var = self._capture(prompt, prompt_args)
-        output = self._parse_output((await self._acomplete_captured(text, var)).text)
+        text, build = self._capture(prompt, prompt_args)
+        output = self._parse_output((await self._acomplete_captured(text, build)).text)
         dispatcher.event(LLMPredictEndEvent(output=output))
         return output
 
     @dispatcher.span
     def stream(self, prompt: BasePromptTemplate, **prompt_args: Any) -> TokenGen:
         self._no_parser_for_streaming(prompt)
-        text, var = self._capture(prompt, prompt_args)
-        return (r.delta or "" for r in self._stream_captured(text, var))
+        text, build = self._capture(prompt, prompt_args)
+        return (r.delta or "" for r in self._stream_captured(text, build))
 
     @dispatcher.span
     async def astream(self, prompt: BasePromptTemplate, **prompt_args: Any) -> TokenAsyncGen:
         self._no_parser_for_streaming(prompt)
-        text, var = self._capture(prompt, prompt_args)
-        return await astream_completion_response_to_tokens(await self._astream_captured(text, var))
+        text, build = self._capture(prompt, prompt_args)
+        return await astream_completion_response_to_tokens(
+            await self._astream_captured(text, build)
+        )

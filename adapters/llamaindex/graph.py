@@ -15,7 +15,6 @@ from llama_index.core.response_synthesizers.base import BaseSynthesizer
 
 from eclectus.adapters.client import SemanticVariable
 from eclectus.adapters.llamaindex.llm import Eclectus
-from eclectus.protocol import Criteria
 
 # The outcome of planning: the answer's text, or the variable whose value is the answer.
 Outcome = str | SemanticVariable
@@ -46,13 +45,13 @@ async def fetch_texts(llm: Eclectus, variables: Sequence[SemanticVariable]) -> l
 # picks its response type with isinstance(..., Generator / AsyncGenerator).
 
 
-async def _astream_tokens(var: SemanticVariable, criteria: Criteria) -> AsyncGenerator[str, None]:
-    async for delta in var.astream(criteria):
+async def _astream_tokens(llm: Eclectus, var: SemanticVariable) -> AsyncGenerator[str, None]:
+    async for delta in llm.caller.adeltas(var):
         yield delta
 
 
-def _stream_tokens(var: SemanticVariable, criteria: Criteria) -> Generator[str, None, None]:
-    yield from var.stream(criteria)
+def _stream_tokens(llm: Eclectus, var: SemanticVariable) -> Generator[str, None, None]:
+    yield from llm.caller.deltas(var)
 
 
 async def afinish(llm: Eclectus, outcome: Outcome, streaming: bool) -> Any:
@@ -61,8 +60,9 @@ async def afinish(llm: Eclectus, outcome: Outcome, streaming: bool) -> Any:
     if isinstance(outcome, str):
         return outcome
     if streaming:
-        return _astream_tokens(outcome, llm.criteria)
-    return await outcome.aget(criteria=llm.criteria)
+        return _astream_tokens(llm, outcome)
+    (text,) = await llm.caller.aget([outcome])
+    return text
 
 
 def finish(llm: Eclectus, outcome: Outcome, streaming: bool) -> Any:
@@ -70,5 +70,6 @@ def finish(llm: Eclectus, outcome: Outcome, streaming: bool) -> Any:
     if isinstance(outcome, str):
         return outcome
     if streaming:
-        return _stream_tokens(outcome, llm.criteria)
-    return outcome.get(criteria=llm.criteria)
+        return _stream_tokens(llm, outcome)
+    (text,) = llm.caller.get([outcome])
+    return text

@@ -12,14 +12,15 @@ plain completion client:
   waiting for it; a template variable may be another call's output. The graph synthesizers
   (:mod:`.tree_summarize`, :mod:`.refine`) use it to submit a whole tree or chain at once.
 
-Every call of one ``Eclectus`` object belongs to one application session on the server.
+Every call of one ``Eclectus`` object belongs to one application session on the server (the
+shared client layer's session for its url, token and app: :mod:`eclectus.adapters.connection`),
+with its retries, request timeout, criteria and deadline (:mod:`eclectus.adapters.calls`).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from llama_index.core.base.llms.generic_utils import (
     astream_completion_response_to_chat_response,
@@ -37,33 +38,54 @@ from llama_index.core.base.llms.types import (
     LLMMetadata,
 )
 from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
-from pydantic import ConfigDict, Field, PrivateAttr
+from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
-from eclectus.adapters.client import DEFAULT_URL, SemanticVariable, SyncSession
-from eclectus.adapters.llamaindex.capture import CapturingLLM
-from eclectus.adapters.llamaindex.connection import Connection, Sampling
+from eclectus.adapters.calls import DEFAULT_MAX_RETRIES, Caller, CallOptions
+from eclectus.adapters.client import Gen, SemanticVariable, SyncSession
+from eclectus.adapters.connection import connection_for, default_token, default_url
+from eclectus.adapters.llamaindex.capture import Build, CapturingLLM
 from eclectus.adapters.llamaindex.prompts import ServedChatTemplate, messages_to_prompt
 from eclectus.adapters.llamaindex.token_cache import TokenCache
-from eclectus.protocol import ModelCard
+from eclectus.adapters.sampling import SAMPLING_KEYS, build_sampling
+from eclectus.protocol import ModelCard, SamplingParams
 
-URL_ENV = "ECLECTUS_URL"
 # ids in all: room for a few long documents and the words LlamaIndex's splitters count
 DEFAULT_TOKENIZER_CACHE_TOKENS = 1 << 18
-_SAMPLING_KEYS = ("max_tokens", "temperature", "top_p", "top_k", "seed", "stop")
+# The named sampling fields; every other contract field (``stop_token_ids``, any added
+# later) is taken from ``additional_kwargs`` or a call-time keyword.
+NAMED_SAMPLING_FIELDS = (
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "seed",
+    "stop",
+    "ignore_eos",
+)
+# num_output when max_tokens is None and the server announces no cap: LlamaIndex's own
+# OpenAI LLM says ``self.max_tokens or -1`` (nothing reserved for the answer).
+UNBOUNDED_NUM_OUTPUT = -1
 
 
 class Eclectus(CapturingLLM):
-    """A LlamaIndex LLM whose calls run on an Eclectus server (one session per object)."""
+    """A LlamaIndex LLM whose calls run on an Eclectus server.
+
+    Sampling fields left None take the contract's defaults (``max_tokens`` None: until the
+    end-of-sequence token or the context window; docs/protocol.md, "Defaults"). The
+    session is the shared client layer's for (url, token, app): see
+    :mod:`eclectus.adapters.connection`.
+    """
 
     model_config = ConfigDict(populate_by_name=True)
 
     base_url: str = Field(
         alias="url",
-        default_factory=lambda: os.environ.get(URL_ENV) or DEFAULT_URL,
-        description="The server's WebSocket URL (ws://...); default: $ECLECTUS_URL, else local.",
+        default_factory=default_url,
+        description="The server's URL (ws://, or http:// converted); default: $ECLECTUS_URL, "
+        "else local.",
     )
     token: str | None = Field(
-        default=None, description="Bearer token; default: $ECLECTUS_TOKEN (read by the SDK)."
+        default_factory=default_token, description="Bearer token; default: $ECLECTUS_TOKEN."
     )
     app_name: str = Field(
         default="llamaindex", alias="app", description="Application name shown by the server."
@@ -71,14 +93,38 @@ class Eclectus(CapturingLLM):
     model: str | None = Field(
         default=None, description="Model to use; None takes the server's first model."
     )
-    max_tokens: int = Field(
-        default=128, ge=1, description="Tokens to generate per call; also `num_output`."
+    max_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="Tokens to generate per call; None: until EOS or the context window. "
+        "Also `num_output`.",
     )
-    temperature: float = Field(default=0.0, ge=0.0, description="0 is greedy decoding.")
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
-    top_k: int = Field(default=-1, ge=-1, description="Top-k filter; -1 turns it off.")
+    temperature: float | None = Field(default=None, description="0 (the default) is greedy.")
+    top_p: float | None = Field(default=None, description="Nucleus sampling mass.")
+    top_k: int | None = Field(default=None, description="Top-k filter; -1 (default) is off.")
     seed: int | None = Field(default=None, description="Makes sampled calls reproducible.")
     stop: list[str] = Field(default_factory=list, description="Stop strings (not in output).")
+    ignore_eos: bool | None = Field(
+        default=None, description="Keep generating past EOS until max_tokens."
+    )
+    additional_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Further sampling options: any field of the contract's SamplingParams.",
+    )
+    request_timeout: float | None = Field(
+        default=None,
+        alias="timeout",
+        description="Seconds to wait for a call's text, or each delta of a stream; None: no limit.",
+    )
+    max_retries: int = Field(
+        default=DEFAULT_MAX_RETRIES, ge=0, description="Retries after a lost connection."
+    )
+    criteria: Literal["latency", "throughput", "deadline"] = Field(
+        default="latency", description="The objective of this LLM's gets."
+    )
+    deadline_ms: float | None = Field(
+        default=None, description="With criteria='deadline': milliseconds to the answer."
+    )
     context_window: int | None = Field(
         default=None, description="Override the context window the server reports."
     )
@@ -87,13 +133,29 @@ class Eclectus(CapturingLLM):
         ge=0,
         description="Token ids `tokenizer` keeps cached (LRU, exact); 0: a round trip per call.",
     )
-    _conn: Connection = PrivateAttr()
+    _caller: Caller = PrivateAttr()
     _token_cache: TokenCache = PrivateAttr()
+
+    @model_validator(mode="after")
+    def _settings_fit(self) -> Eclectus:
+        """Call options and sampling settings are checked once, at construction."""
+        self._options()
+        self._sampling({})
+        return self
+
+    def _options(self) -> CallOptions:
+        return CallOptions(
+            max_retries=self.max_retries,
+            request_timeout=self.request_timeout,
+            criteria=self.criteria,
+            deadline_ms=self.deadline_ms,
+        )
 
     def __init__(self, **data: Any) -> None:
         given = data.get("messages_to_prompt")
         super().__init__(**data)
-        self._conn = Connection(self.base_url, self.token, self.app_name)
+        connection = connection_for(self.base_url, self.token, self.app_name)
+        self._caller = Caller(connection, self._options())
         self._token_cache = TokenCache(self.tokenizer_cache_tokens)
         if given is None or given is messages_to_prompt:
             # Not LlamaIndex's generic "role: content" renderer (its validator's default):
@@ -109,12 +171,16 @@ class Eclectus(CapturingLLM):
     # -- metadata ---------------------------------------------------------------------------
 
     @property
+    def caller(self) -> Caller:
+        return self._caller
+
+    @property
     def client(self) -> SyncSession:
         """The SDK session (mutates: connects on first use)."""
-        return self._conn.session
+        return self._caller.session
 
     def _model_info(self) -> ModelCard:
-        models = self.client.models
+        models = self._caller.retrying(lambda session: session.models)
         for info in models:
             if self.model is None or info.name == self.model:
                 return info
@@ -123,13 +189,16 @@ class Eclectus(CapturingLLM):
 
     @property
     def metadata(self) -> LLMMetadata:
-        """Context window and model name from the server; ``num_output`` is ``max_tokens``,
-        capped by the model's ``max_output_tokens`` when the server announces one.
-        Connects on first use. A completion model: templates are formatted as text."""
+        """Context window and model name from the server. ``num_output`` is ``max_tokens``,
+        capped by the model's ``max_output_tokens`` when the server announces one; with
+        ``max_tokens`` None it is that cap, else -1, as LlamaIndex's OpenAI LLM says
+        (nothing reserved for the answer). Connects on first use. A completion model:
+        templates are formatted as text."""
         info = self._model_info()
+        caps = [n for n in (self.max_tokens, info.max_output_tokens) if n is not None]
         return LLMMetadata(
             context_window=self.context_window or info.context_window,
-            num_output=min(self.max_tokens, info.max_output_tokens or self.max_tokens),
+            num_output=min(caps) if caps else UNBOUNDED_NUM_OUTPUT,
             is_chat_model=False,
             model_name=info.name,
         )
@@ -148,29 +217,29 @@ class Eclectus(CapturingLLM):
         )
 
     def close(self) -> None:
-        """Close the session (mutates; idempotent). A later call reconnects."""
-        self._conn.close()
+        """Close the session (mutates; idempotent). A later call reconnects. The session is
+        shared by every Eclectus LLM with the same url, token and app."""
+        self._caller.connection.close()
 
     # -- building calls (no waiting) --------------------------------------------------------
 
-    def _sampling(self, kwargs: Mapping[str, Any]) -> Sampling:
-        """Per-call overrides from ``kwargs`` (unknown keys are LlamaIndex's, ignored)."""
-        given = {key: kwargs[key] for key in _SAMPLING_KEYS if kwargs.get(key) is not None}
-        defaults = {key: getattr(self, key) for key in _SAMPLING_KEYS}
-        merged = {**defaults, **given}
-        merged["stop"] = tuple(merged["stop"])
+    def _sampling(self, kwargs: Mapping[str, Any]) -> SamplingParams:
+        """The contract's SamplingParams for one call: the fields, ``additional_kwargs``,
+        then per-call overrides from ``kwargs`` (keys that are not sampling options are
+        LlamaIndex's, ignored). Pure; ValueError for a value out of range."""
+        fields = {key: getattr(self, key) for key in NAMED_SAMPLING_FIELDS}
+        given = {key: value for key, value in kwargs.items() if key in SAMPLING_KEYS}
+        return build_sampling(fields, self.additional_kwargs, given, where="Eclectus")
+
+    def _declare(
+        self, session: SyncSession, pieces: Sequence[str | SemanticVariable], kwargs: Any
+    ) -> SemanticVariable:
+        sampling = self._sampling(kwargs)
         # never ask for more than the server allows: num_output promised LlamaIndex as much
         limit = self._model_info().max_output_tokens
-        if limit is not None:
-            merged["max_tokens"] = min(merged["max_tokens"], limit)
-        return Sampling(**merged)
-
-    def call(self, pieces: Sequence[str | SemanticVariable], **kwargs: Any) -> SemanticVariable:
-        """Add one call to the session's graph: ``pieces`` (text or variables) then one
-        generated output, returned as a SemanticVariable (mutates: buffers the call; it is
-        sent with the next get)."""
-        gen = self._sampling(kwargs).gen()
-        (output,) = self.client.call([*pieces, gen], model=self.model)
+        if limit is not None and (sampling.max_tokens or limit) >= limit:
+            sampling = sampling.model_copy(update={"max_tokens": limit})
+        (output,) = session.call([*pieces, Gen(sampling=sampling)], model=self.model)
         return output
 
     def join(self, items: Sequence[str | SemanticVariable], sep: str = "") -> SemanticVariable:
@@ -178,12 +247,10 @@ class Eclectus(CapturingLLM):
         return self.client.join(items, sep=sep)
 
     async def aget_many(self, variables: Sequence[SemanticVariable]) -> list[str]:
-        """The values of ``variables``, asked for in one get from any event loop (mutates:
-        ships the pending calls and activates what the variables depend on)."""
-        return await self.client.session.aget_many(list(variables), self.criteria)
-
-    def _constant(self, value: str, name: str) -> SemanticVariable:
-        return self.client.variable(value=value, name=name)
+        """The values of ``variables``, asked for in one get from any event loop with this
+        LLM's criteria, deadline and timeout (mutates: ships the pending calls and
+        activates what the variables depend on)."""
+        return await self._caller.aget(list(variables))
 
     def _message_segments(self, messages: Sequence[ChatMessage]) -> list[str]:
         """Chat messages as text segments: in the chat template the server announces for
@@ -194,53 +261,57 @@ class Eclectus(CapturingLLM):
             return self.messages_to_prompt.pieces(messages)
         return [self.messages_to_prompt(messages)]
 
-    def _prompt_call(self, prompt: str, formatted: bool, kwargs: Any) -> SemanticVariable:
+    def _prompt_build(self, prompt: str, formatted: bool, kwargs: Any) -> Build:
         if not formatted:
             prompt = self.completion_to_prompt(prompt)
-        return self.call([prompt], **kwargs)
+        return lambda session: self._declare(session, [prompt], kwargs)
+
+    def _chat_build(self, messages: Sequence[ChatMessage], kwargs: Any) -> Build:
+        segments = self._message_segments(messages)
+        return lambda session: self._declare(session, segments, kwargs)
 
     # -- the LLM interface ------------------------------------------------------------------
 
     @llm_completion_callback()
     def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
-        return self._fetch(self._prompt_call(prompt, formatted, kwargs))
+        return self._fetch(self._prompt_build(prompt, formatted, kwargs))
 
     @llm_completion_callback()
     async def acomplete(
         self, prompt: str, formatted: bool = False, **kwargs: Any
     ) -> CompletionResponse:
-        return await self._afetch(self._prompt_call(prompt, formatted, kwargs))
+        return await self._afetch(self._prompt_build(prompt, formatted, kwargs))
 
     @llm_completion_callback()
     def stream_complete(
         self, prompt: str, formatted: bool = False, **kwargs: Any
     ) -> CompletionResponseGen:
-        return self._stream(self._prompt_call(prompt, formatted, kwargs))
+        return self._stream(self._prompt_build(prompt, formatted, kwargs))
 
     @llm_completion_callback()
     async def astream_complete(
         self, prompt: str, formatted: bool = False, **kwargs: Any
     ) -> CompletionResponseAsyncGen:
-        return self._astream(self._prompt_call(prompt, formatted, kwargs))
+        return self._astream(self._prompt_build(prompt, formatted, kwargs))
 
     @llm_chat_callback()
     def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
-        var = self.call(self._message_segments(messages), **kwargs)
-        return completion_response_to_chat_response(self._fetch(var))
+        build = self._chat_build(messages, kwargs)
+        return completion_response_to_chat_response(self._fetch(build))
 
     @llm_chat_callback()
     async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
-        var = self.call(self._message_segments(messages), **kwargs)
-        return completion_response_to_chat_response(await self._afetch(var))
+        build = self._chat_build(messages, kwargs)
+        return completion_response_to_chat_response(await self._afetch(build))
 
     @llm_chat_callback()
     def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
-        var = self.call(self._message_segments(messages), **kwargs)
-        return stream_completion_response_to_chat_response(self._stream(var))
+        build = self._chat_build(messages, kwargs)
+        return stream_completion_response_to_chat_response(self._stream(build))
 
     @llm_chat_callback()
     async def astream_chat(
         self, messages: Sequence[ChatMessage], **kwargs: Any
     ) -> ChatResponseAsyncGen:
-        var = self.call(self._message_segments(messages), **kwargs)
-        return astream_completion_response_to_chat_response(self._astream(var))
+        build = self._chat_build(messages, kwargs)
+        return astream_completion_response_to_chat_response(self._astream(build))

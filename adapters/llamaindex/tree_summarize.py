@@ -56,14 +56,18 @@ class EclectusTreeSummarize(TreeSummarize):
         return self._prompt_helper.repack(template, text_chunks=chunks, llm=self._llm)
 
     def _fits_one_call(self, template: BasePromptTemplate, num_summaries: int) -> bool:
-        """Whether ``num_summaries`` summaries of at most ``max_tokens`` tokens each are
-        likely to fit in one call. Only a guess (the prompt helper counts with its own
-        tokenizer); the real summaries are checked before the root's answer is used."""
+        """Whether ``num_summaries`` summaries of at most ``num_output`` tokens each are
+        likely to fit in one call (never when the summaries are unbounded: ``max_tokens``
+        None). Only a guess (the prompt helper counts with its own tokenizer); the real
+        summaries are checked before the root's answer is used."""
         llm = self._llm
         assert isinstance(llm, Eclectus)
+        num_output = llm.metadata.num_output
+        if num_output <= 0:
+            return False
         splitter = self._prompt_helper.get_text_splitter_given_prompt(template, llm=llm)
         # one token per separator: "\n\n" is a single token in common BPE vocabularies
-        return num_summaries * (llm.max_tokens + 1) <= splitter.chunk_size
+        return num_summaries * (num_output + 1) <= splitter.chunk_size
 
     async def _aplan(
         self, query_str: str, text_chunks: Sequence[str], response_kwargs: dict[str, Any]

@@ -4,8 +4,8 @@ records every client frame and answers with canned protocol frames.
 It runs no graph and no model: a get is answered with ``texts[var]`` (default
 ``"text of <var>"``), streamed as 3-character deltas when asked. Tests script failures with
 ``fail_vars`` (error on that variable's get) and ``reject_submits`` (error on the submit),
-and generations that never end with ``hold_gets`` (no answer) or ``hold_values`` (deltas,
-never the value).
+generations that never end with ``hold_gets`` (no answer) or ``hold_values`` (deltas,
+never the value), and lost connections with ``drop_submits``.
 It runs on its own loop thread so that async and blocking tests can share it.
 """
 
@@ -56,6 +56,7 @@ class FakePeer:
         self.reject_submits: str | None = None  # error code for every submit
         self.hold_gets = False  # never answer gets (pending-forever tests)
         self.hold_values = False  # streamed gets get their deltas, no get its value
+        self.drop_submits = 0  # the next N submits close their connection unanswered (1011)
         self.url = ""
         self._loop = asyncio.new_event_loop()
         self._connections: set[ServerConnection] = set()
@@ -83,6 +84,10 @@ class FakePeer:
                     CLIENT_FRAME.validate_python(frame)
                 except ValidationError as exc:
                     self.invalid.append(f"{frame}: {exc}")
+                if frame["type"] == "submit" and self.drop_submits > 0:
+                    self.drop_submits -= 1
+                    await ws.close(1011, "peer dropped the connection")
+                    return
                 for reply in self._answer(frame):
                     await ws.send(reply.model_dump_json(exclude_none=True))
                 if frame["type"] == "close" or self._refused(frame):

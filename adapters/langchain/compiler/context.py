@@ -11,11 +11,13 @@ from typing import Any, Literal
 
 from langchain_core.runnables import Runnable, RunnableConfig
 
+from eclectus.adapters.calls import CallOptions
 from eclectus.adapters.client import SyncSession
 from eclectus.adapters.langchain import _client
 from eclectus.adapters.langchain.compiler.graph import GraphTrace
 from eclectus.adapters.langchain.compiler.symbols import collect_refs, rebuild
 from eclectus.adapters.langchain.pieces import Piece, Ref
+from eclectus.protocol import SamplingParams
 
 
 @dataclass(slots=True)
@@ -29,11 +31,11 @@ class Lowering:
     config: RunnableConfig
     trace: GraphTrace = field(default_factory=GraphTrace)
     timeout: float | None = None  # seconds to wait for values (the model's ``timeout``)
-    objective: _client.Objective = field(default_factory=_client.Objective)  # the model's
+    objective: CallOptions = field(default_factory=CallOptions)  # the model's criteria
     cuts: asyncio.Semaphore | None = None  # shared by a run's contexts (see cut_gate)
 
     def declare_call(
-        self, pieces: Sequence[Piece], sampling: dict[str, Any], model: str | None, label: str
+        self, pieces: Sequence[Piece], sampling: SamplingParams, model: str | None, label: str
     ) -> Ref:
         """Declares one model call (buffered, nothing sent) and returns its output ref."""
         self.trace.call(label)

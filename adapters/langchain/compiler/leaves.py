@@ -19,7 +19,8 @@ from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompt_values import PromptValue
 from langchain_core.prompts import ChatPromptTemplate, PromptTemplate
 
-from eclectus.adapters.langchain._client import model_info, model_name_of, ws_url
+from eclectus.adapters.connection import ws_url
+from eclectus.adapters.langchain._client import model_info, model_name_of
 from eclectus.adapters.langchain.chat_format import (
     ChatTemplate,
     message_role,
@@ -41,6 +42,7 @@ from eclectus.adapters.langchain.pieces import (
 )
 from eclectus.adapters.langchain.prompts import chat_prompt_messages, string_prompt_pieces
 from eclectus.adapters.langchain.tracing import TRACER
+from eclectus.adapters.sampling import explicit
 from eclectus.protocol.chat_template import ChatTemplateError
 
 MODEL_TYPES = (ChatEclectus, EclectusLLM)
@@ -140,7 +142,7 @@ async def lower_model(model: Any, value: Any, ctx: Lowering, kwargs: dict[str, A
             raise NotLowerable(str(exc)) from exc
     else:
         pieces = llm_prompt(value)
-    ref = ctx.declare_call(pieces, sampling, name, f"{model.get_name()} {sampling}")
+    ref = ctx.declare_call(pieces, sampling, name, f"{model.get_name()} {explicit(sampling)}")
     if isinstance(model, EclectusLLM):
         return ref
     return SymMessage(ref, model_name_of(ctx.session, name))

@@ -20,7 +20,7 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.runnables.config import ensure_config
 
 from eclectus.adapters.client import SyncSession
-from eclectus.adapters.langchain import _client
+from eclectus.adapters.connection import connection_for, ws_url
 from eclectus.adapters.langchain.compiler.context import Lowering, cut_gate
 from eclectus.adapters.langchain.compiler.graph import GraphTrace
 from eclectus.adapters.langchain.compiler.plan import plan_text
@@ -43,7 +43,7 @@ class CompiledRunnable(Runnable[Any, Any]):
         self.runnable = runnable
         self.model = model
         self.app = app or model.app_name or runnable.get_name()
-        self.server = (_client.ws_url(model.eclectus_url), model.token)
+        self.server = (ws_url(model.eclectus_url), model.token)
         self.last_graph: GraphTrace | None = None
 
     # -- Runnable surface ----------------------------------------------------------------
@@ -110,7 +110,11 @@ class CompiledRunnable(Runnable[Any, Any]):
             yield run_blocking(ctx.resolve(output))
             return
         parts: list[str] = []
-        for delta in ctx.session.session.stream(ref.var, ctx.objective.criteria):
+        options = ctx.objective
+        deltas = ctx.session.session.stream(
+            ref.var, options.criteria, deadline_ms=options.deadline_ms, timeout=ctx.timeout
+        )
+        for delta in deltas:
             parts.append(delta)
             yield AIMessageChunk(content=delta) if isinstance(output, SymMessage) else delta
         if isinstance(output, SymMessage):
@@ -128,7 +132,11 @@ class CompiledRunnable(Runnable[Any, Any]):
             yield await ctx.resolve(output)
             return
         parts: list[str] = []
-        async for delta in ctx.session.session.astream(ref.var, ctx.objective.criteria):
+        options = ctx.objective
+        deltas = ctx.session.session.astream(
+            ref.var, options.criteria, deadline_ms=options.deadline_ms
+        )
+        async for delta in deltas:
             parts.append(delta)
             yield AIMessageChunk(content=delta) if isinstance(output, SymMessage) else delta
         if isinstance(output, SymMessage):
@@ -151,7 +159,7 @@ class CompiledRunnable(Runnable[Any, Any]):
     # -- internals -----------------------------------------------------------------------
 
     def _session(self) -> SyncSession:
-        return _client.session_for(self.model.eclectus_url, self.model.token, self.app)
+        return connection_for(self.model.eclectus_url, self.model.token, self.app).session
 
     def _context(
         self,
@@ -162,7 +170,7 @@ class CompiledRunnable(Runnable[Any, Any]):
     ) -> Lowering:
         trace = trace or GraphTrace()
         timeout = self.model.request_timeout
-        objective = _client.Objective(self.model.criteria, self.model.deadline_ms)
+        objective = self.model.call_options()
         cuts = cuts or cut_gate(config)
         return Lowering(self._session(), self.server, mode, config, trace, timeout, objective, cuts)
 

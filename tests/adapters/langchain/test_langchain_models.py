@@ -12,7 +12,8 @@ from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate, PromptTemplate
 from lc_helpers import metric
 
-from eclectus.adapters.langchain import ChatEclectus, EclectusLLM, _client
+from eclectus.adapters.connection import connection_for, open_connections
+from eclectus.adapters.langchain import ChatEclectus, EclectusLLM
 from eclectus.adapters.langchain.pieces import Value
 from eclectus.adapters.langchain.tracing import TRACER
 from eclectus.server.app import EclectusServer
@@ -104,7 +105,7 @@ def test_tracing_hook_sends_template_boundaries(chat: ChatEclectus) -> None:
     assert TRACER.pieces_for("Q: why?") == ["Q: ", Value("why?")]
     pieces = chat.prompt_pieces(prompt.format_messages(tone="brief", q="why?"))
     assert Value("why?") in pieces and Value("brief") in pieces
-    assert any(app == "qa-app" for _, _, app in _client._pool)
+    assert any(c.app == "qa-app" and c.url == chat.eclectus_url for c in open_connections())
 
 
 def test_llm_in_chain_uses_string_template_pieces(llm: EclectusLLM) -> None:
@@ -132,18 +133,19 @@ def test_a_chains_batches_share_its_application_session(chat: ChatEclectus) -> N
     summarize = PromptTemplate.from_template("Sum up: {doc}") | chat | StrOutputParser()
     reduce_prompt = PromptTemplate.from_template("All: {summaries}")
     chain = ({"summaries": summarize.map()} | reduce_prompt | chat).with_config(run_name="mr-app")
-    before = set(_client._pool)
+    before = {c.key for c in open_connections()}
     chain.invoke([{"doc": "a"}, {"doc": "b"}])
-    assert [key[2] for key in set(_client._pool) - before] == ["mr-app"]
+    assert [key[2] for key in {c.key for c in open_connections()} - before] == ["mr-app"]
 
 
-def test_a_closed_pooled_session_is_replaced(chat: ChatEclectus) -> None:
-    """After the pooled session closes, the next call opens a fresh one and succeeds."""
+def test_a_closed_shared_session_is_replaced(chat: ChatEclectus) -> None:
+    """After the shared session closes, the next call opens a fresh one and succeeds."""
     expected = chat.invoke("again").content
-    session = _client.session_for(chat.eclectus_url, chat.token, None)
+    connection = connection_for(chat.eclectus_url, chat.token, None)
+    session = connection.session
     session.close()
     assert chat.invoke("again").content == expected
-    assert _client.session_for(chat.eclectus_url, chat.token, None) is not session
+    assert connection.session is not session and not connection.session.closed
 
 
 def gets_by(server: EclectusServer, criteria: str) -> int:

@@ -7,12 +7,13 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder, PromptTemplate
 
+from eclectus.adapters.connection import ws_url
 from eclectus.adapters.langchain import ChatEclectus, EclectusLLM
-from eclectus.adapters.langchain._client import ws_url
 from eclectus.adapters.langchain.chat_format import render_chat, render_messages
 from eclectus.adapters.langchain.errors import NotLowerable
 from eclectus.adapters.langchain.pieces import Ref, Value, concrete_text, normalize
 from eclectus.adapters.langchain.prompts import chat_prompt_messages, string_prompt_pieces
+from eclectus.protocol import SamplingParams
 from eclectus.server.engine.byte_tokenizer import DEFAULT_CHAT_TEMPLATE
 
 
@@ -149,9 +150,9 @@ def test_unknown_and_neutral_kwargs() -> None:
 def test_sampling_payload_precedence() -> None:
     """Fields, then model_kwargs, then call kwargs (bind), then stop: later wins."""
     model = ChatEclectus(max_tokens=10, temperature=0.5, stop="a", model_kwargs={"top_k": 2})
-    expected = {"max_tokens": 10, "temperature": 0.5, "stop": ["a"], "top_k": 2}
+    expected = SamplingParams(max_tokens=10, temperature=0.5, stop=("a",), top_k=2)
     assert model.sampling(None, {}) == expected
     payload = model.sampling(["z"], {"max_tokens": 3, "stop": ["b"], "model": "tiny"})
-    assert payload["max_tokens"] == 3 and payload["stop"] == ["z"]
+    assert payload.max_tokens == 3 and payload.stop == ("z",)
     with pytest.raises(ValueError, match="logit_bias"):
         model.sampling(None, {"logit_bias": {1: 2}})

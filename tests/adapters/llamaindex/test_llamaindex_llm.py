@@ -52,12 +52,13 @@ def sent_frames() -> Iterator[list[Any]]:
 
 
 def test_metadata_comes_from_the_server(server: EclectusServer, llm: Eclectus) -> None:
-    """Model name and context window are the server's; num_output is max_tokens."""
+    """Model name and context window are the server's; num_output is max_tokens, or -1
+    without one (LlamaIndex's OpenAI LLM says the same: nothing reserved)."""
     plain = Eclectus(url=server.url)
     try:
         assert plain.metadata.context_window == server.backend.model.context_window
         assert plain.metadata.model_name == server.backend.model.name == "tiny"
-        assert plain.metadata.num_output == plain.max_tokens
+        assert plain.max_tokens is None and plain.metadata.num_output == -1
         assert not plain.metadata.is_chat_model
     finally:
         plain.close()
