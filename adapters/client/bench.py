@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 
+from eclectus.adapters.bench_server import server_url
 from eclectus.adapters.client.connect import connect
 
 MAP = "Summarize:\n{{doc}}\nSummary:{{summary}}"
@@ -66,19 +65,6 @@ async def step_by_step(url: str, token: str | None, docs: list[str], max_tokens:
         assert not isinstance(final, tuple)
         text = await final.aget("latency")
         return Run(text, app.num_frames_sent, time.perf_counter() - start)
-
-
-@contextlib.contextmanager
-def server_url(url: str | None, token: str | None) -> Iterator[str]:
-    """``url`` itself, or the URL of a tiny-model server run in this process."""
-    if url is not None:
-        yield url
-        return
-    from eclectus.server.app import serve_in_thread  # imports the engine: bench only
-    from eclectus.server.config import ServerConfig
-
-    with serve_in_thread(ServerConfig(port=0, model="tiny", token=token)) as server:
-        yield server.url
 
 
 async def compare(url: str, token: str | None, num_docs: int, max_tokens: int) -> None:

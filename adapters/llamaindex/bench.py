@@ -27,6 +27,7 @@ from llama_index.core.embeddings import MockEmbedding
 from llama_index.core.indices.base import BaseIndex
 from llama_index.core.node_parser import SentenceSplitter
 
+from eclectus.adapters.bench_server import server_url
 from eclectus.adapters.llamaindex.llm import DEFAULT_TOKENIZER_CACHE_TOKENS, Eclectus
 from eclectus.adapters.llamaindex.synthesizers import get_response_synthesizer
 
@@ -94,8 +95,6 @@ def run_once(url: str, docs_dir: Path, cache_tokens: int, max_tokens: int) -> li
 
 def main(argv: list[str] | None = None) -> None:
     from eclectus.recipes.text import load_sample
-    from eclectus.server.app import serve_in_thread
-    from eclectus.server.config import ServerConfig
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sample", default="history-essay", help="a recipes/data document")
@@ -104,12 +103,12 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     modes = {"off": 0, "on": DEFAULT_TOKENIZER_CACHE_TOKENS}
     runs: dict[str, list[list[Phase]]] = {mode: [] for mode in modes}
-    with tempfile.TemporaryDirectory() as tmp, serve_in_thread(ServerConfig(port=0)) as server:
+    with tempfile.TemporaryDirectory() as tmp, server_url(None) as url:
         docs_dir = Path(tmp)
         (docs_dir / f"{args.sample}.md").write_text(load_sample(args.sample), encoding="utf-8")
         for _ in range(args.repeats):
             for mode, cache_tokens in modes.items():  # interleaved: off, on, off, on...
-                runs[mode].append(run_once(server.url, docs_dir, cache_tokens, args.max_tokens))
+                runs[mode].append(run_once(url, docs_dir, cache_tokens, args.max_tokens))
     print(f"sample {args.sample!r}, tiny model, best of {args.repeats} runs per mode")
     print(f"{'phase':<14} {'frames off':>10} {'on':>6} {'ratio':>7} {'s off':>7} {'s on':>7} ratio")
     for i, name in enumerate(PHASES):
