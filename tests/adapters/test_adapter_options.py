@@ -18,11 +18,13 @@ from typing import Any
 import pytest
 from client_peer import FakePeer
 from langchain_core.language_models import BaseLanguageModel
+from langchain_core.prompts import PromptTemplate
 from llama_index.core.base.llms.types import ChatMessage
 from peer_frames import sent_gets, sent_sampling
 
 from eclectus.adapters.client import ConnectionError as ClientConnectionError
 from eclectus.adapters.langchain import ChatEclectus, EclectusLLM
+from eclectus.adapters.langchain import compile as compile_chain
 from eclectus.adapters.llamaindex import Eclectus
 from eclectus.protocol import SamplingParams
 
@@ -178,6 +180,18 @@ def test_every_path_carries_criteria_and_deadline(peer: FakePeer) -> None:
             name,
             gets,
         )
+
+
+def test_compiled_chains_carry_criteria_and_deadline(peer: FakePeer) -> None:
+    """A compiled chain's gets, its stream's included, carry the model's objective."""
+    model = ChatEclectus(base_url=peer.url, criteria="deadline", deadline_ms=777, max_tokens=4)
+    chain = compile_chain(PromptTemplate.from_template("Q: {q}") | model)
+    chain.invoke({"q": "a"})
+    list(chain.stream({"q": "b"}))
+    asyncio.run(_drain(chain.astream({"q": "c"})))
+    gets = sent_gets(peer)
+    assert len(gets) == 3
+    assert all((g["criteria"], g["deadline_ms"]) == ("deadline", 777) for g in gets), gets
 
 
 def test_deadline_and_criteria_go_together() -> None:

@@ -19,6 +19,7 @@ from langchain_core.messages import AIMessageChunk
 from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.runnables.config import ensure_config
 
+from eclectus.adapters.calls import Caller
 from eclectus.adapters.client import SyncSession
 from eclectus.adapters.connection import connection_for, ws_url
 from eclectus.adapters.langchain.compiler.context import Lowering, cut_gate
@@ -110,11 +111,7 @@ class CompiledRunnable(Runnable[Any, Any]):
             yield run_blocking(ctx.resolve(output))
             return
         parts: list[str] = []
-        options = ctx.objective
-        deltas = ctx.session.session.stream(
-            ref.var, options.criteria, deadline_ms=options.deadline_ms, timeout=ctx.timeout
-        )
-        for delta in deltas:
+        for delta in self._caller().deltas(ref.var):
             parts.append(delta)
             yield AIMessageChunk(content=delta) if isinstance(output, SymMessage) else delta
         if isinstance(output, SymMessage):
@@ -132,11 +129,7 @@ class CompiledRunnable(Runnable[Any, Any]):
             yield await ctx.resolve(output)
             return
         parts: list[str] = []
-        options = ctx.objective
-        deltas = ctx.session.session.astream(
-            ref.var, options.criteria, deadline_ms=options.deadline_ms
-        )
-        async for delta in deltas:
+        async for delta in self._caller().adeltas(ref.var):
             parts.append(delta)
             yield AIMessageChunk(content=delta) if isinstance(output, SymMessage) else delta
         if isinstance(output, SymMessage):
@@ -158,8 +151,14 @@ class CompiledRunnable(Runnable[Any, Any]):
 
     # -- internals -----------------------------------------------------------------------
 
+    def _caller(self) -> Caller:
+        """The shared client layer for this run's session, with the model's options
+        (criteria, deadline, timeout) for what the run asks for itself."""
+        connection = connection_for(self.model.eclectus_url, self.model.token, self.app)
+        return Caller(connection, self.model.call_options())
+
     def _session(self) -> SyncSession:
-        return connection_for(self.model.eclectus_url, self.model.token, self.app).session
+        return self._caller().session
 
     def _context(
         self,
