@@ -1,10 +1,11 @@
-"""The Eclectus server: one port for the WebSocket protocol and plain HTTP observability.
+"""The Eclectus server: one port, one ASGI application (Starlette on uvicorn).
 
-``ws://host:port`` (any path) speaks the frame protocol; a plain ``GET /healthz`` or
-``GET /metrics`` on the same port is answered during the opening handshake (websockets'
-``process_request``), so no second listener is needed.
+On ``--port``: the WebSocket frame protocol at ``ws://host:port`` (any path), the
+OpenAI-compatible API under ``/v1`` (openai_api.py), ``GET /healthz`` and ``GET /metrics``
+(Prometheus text). Limits below the application (connections per client address, the
+request-head deadline) live in connections.py; authentication in auth.py.
 
-In-process API (tests, the demo, the SDK's tests):
+In-process API (tests, the demo, recipes, evals):
     server = await start_server(config, backend)      # async with server: ...
     with serve_in_thread(config, factory) as server:  # a server on its own loop and thread
 """
@@ -14,24 +15,32 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import http
-import json
 import logging
+import socket
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator
 from types import TracebackType
 
-from websockets.asyncio.server import Server, ServerConnection, serve
-from websockets.http11 import Request, Response
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket
 
+from eclectus.server.auth import Authenticator
 from eclectus.server.backend import Backend
 from eclectus.server.config import ServerConfig
-from eclectus.server.http_server import HttpServer
-from eclectus.server.metrics import Metrics
+from eclectus.server.connections import ConnectionGuard
+from eclectus.server.metrics import CONTENT_TYPE, Metrics, Scrape
+from eclectus.server.openai_api import SHUTTING_DOWN, OpenAIApi
 from eclectus.server.scheduler import Scheduler
 from eclectus.server.session import ServerContext, Session
+from eclectus.server.transport import StarletteTransport
 
 log = logging.getLogger(__name__)
+_POLICY_VIOLATION = 1008
 
 
 def build_backend(model: str) -> Backend:
@@ -54,24 +63,29 @@ def chat_renderer(backend: Backend) -> Callable[[list[dict[str, str]]], str]:
     )
 
 
-def _with_type(response: Response, content_type: str) -> Response:
-    """Replace the plain-text Content-Type that ``respond`` sets (mutates ``response``)."""
-    del response.headers["Content-Type"]  # Headers is a multidict: assigning would append
-    response.headers["Content-Type"] = content_type
-    return response
-
-
 class EclectusServer:
-    """A listening server. ``close`` is idempotent; ``async with`` closes on exit."""
+    """A listening server. ``close`` is idempotent; ``async with`` closes on exit;
+    ``drain`` lets in-flight work finish first (SIGTERM)."""
 
-    def __init__(
-        self, ctx: ServerContext, owns_backend: bool, ws_server: Server | None = None
-    ) -> None:
+    def __init__(self, ctx: ServerContext, owns_backend: bool) -> None:
         self.ctx = ctx
         self.owns_backend = owns_backend
-        self.ws_server = ws_server
-        self.openai_server: HttpServer | None = None  # the OpenAI-compatible listener
+        self.guard = ConnectionGuard(
+            ctx.config.max_connections_per_client, ctx.config.handshake_timeout_s
+        )
+        self.openai = OpenAIApi(ctx, chat_renderer(ctx.backend))
+        self.connections: set[Session] = set()  # every WebSocket, with or without hello
+        self.uvicorn: uvicorn.Server | None = None
+        self.socket: socket.socket | None = None
         self._closed = False
+        self.asgi = Starlette(
+            routes=[
+                Route("/healthz", self.healthz, methods=["GET"]),
+                Route("/metrics", self.metrics_page, methods=["GET"]),
+                *self.openai.routes(),
+                WebSocketRoute("/{path:path}", self.websocket),
+            ]
+        )
 
     @property
     def backend(self) -> Backend:
@@ -87,8 +101,8 @@ class EclectusServer:
 
     @property
     def port(self) -> int:
-        assert self.ws_server is not None
-        return int(next(iter(self.ws_server.sockets)).getsockname()[1])
+        assert self.socket is not None
+        return int(self.socket.getsockname()[1])
 
     @property
     def url(self) -> str:
@@ -99,52 +113,124 @@ class EclectusServer:
         return f"http://{self.ctx.config.host}:{self.port}"
 
     @property
-    def openai_url(self) -> str | None:
-        """Base URL of the OpenAI-compatible endpoints (``…/v1``), None when not served."""
-        if self.openai_server is None:
-            return None
-        port = self.openai_server.port
-        return f"http://{self.ctx.config.host}:{port}/v1"
+    def openai_url(self) -> str:
+        """Base URL of the OpenAI-compatible endpoints (``…/v1``), on the same port."""
+        return f"{self.http_url}/v1"
+
+    # -- routes -----------------------------------------------------------------------------
+
+    async def healthz(self, request: Request) -> Response:
+        if self.ctx.draining:
+            return JSONResponse({"status": "draining"}, status_code=503)
+        model, sessions = self.backend.model.name, len(self.ctx.sessions)
+        return JSONResponse({"status": "ok", "model": model, "sessions": sessions})
+
+    async def metrics_page(self, request: Request) -> Response:
+        return Response(self.metrics_text(), media_type=CONTENT_TYPE)
 
     def metrics_text(self) -> str:
-        """The /metrics page (pure)."""
-        return self.metrics.render(self.backend.stats(), self.scheduler.gauges)
+        """The /metrics page (pure): counts only, nothing about any tenant's prompts."""
+        tenants = Counter(
+            "none" if s.app.tenant is None else s.app.tenant
+            for s in self.ctx.sessions
+            if s.app is not None
+        )
+        gauges = {
+            **self.scheduler.gauges(),
+            "pinned_prefixes": sum(len(a.pins.pins) for a in self.scheduler.apps.values()),
+            "connections": sum(self.guard.per_address.values()),
+            "openai_requests": len(self.openai.jobs),
+            "draining": float(self.ctx.draining),
+        }
+        counters = {
+            "auth_failures": self.ctx.auth.num_failures,
+            "connections_refused": self.guard.num_refused,
+            "head_timeouts": self.guard.num_head_timeouts,
+        }
+        scrape = Scrape(self.backend.stats(), gauges, counters, dict(tenants))
+        return self.metrics.render(scrape)
 
-    async def handle(self, ws: ServerConnection) -> None:
-        """One connection (the websockets handler)."""
-        await Session(ws, self.ctx).run()
+    async def websocket(self, ws: WebSocket) -> None:
+        """One WebSocket connection: refused before the upgrade while shutting down or
+        while its address is rate-limited for failed tokens, else one Session."""
+        address = ws.client.host if ws.client else "unknown"
+        if self.ctx.draining or self.ctx.auth.limiter.blocked(address):
+            await ws.close(_POLICY_VIOLATION)  # before accept: the handshake gets a 403
+            return
+        await ws.accept()
+        session = Session(StarletteTransport(ws), self.ctx, address)
+        self.connections.add(session)
+        try:
+            await session.run()
+        finally:
+            self.connections.discard(session)
 
-    def process_request(self, connection: ServerConnection, request: Request) -> Response | None:
-        """Answer plain HTTP GETs; let WebSocket upgrades through."""
-        path = request.path.split("?", 1)[0]
-        if path == "/healthz":
-            body = {
-                "status": "ok",
-                "model": self.backend.model.name,
-                "sessions": len(self.ctx.sessions),
-            }
-            text = json.dumps(body) + "\n"
-            return _with_type(connection.respond(http.HTTPStatus.OK, text), "application/json")
-        if path == "/metrics":
-            response = connection.respond(http.HTTPStatus.OK, self.metrics_text())
-            return _with_type(response, "text/plain; version=0.0.4; charset=utf-8")
-        if "websocket" not in request.headers.get("Upgrade", "").lower():
-            return connection.respond(http.HTTPStatus.NOT_FOUND, "not found\n")
-        return None
+    # -- lifecycle --------------------------------------------------------------------------
 
-    async def close(self) -> None:
-        """Stop listening, end every session (cancelling its work), then stop the backend
-        if this server built it (mutates; idempotent)."""
+    async def listen(self) -> None:
+        """Bind the port and start serving (mutates). OSError when the port is taken."""
+        config = self.ctx.config
+        sock = socket.create_server((config.host, config.port))
+        http, ws = self.guard.protocols()
+        uv_config = uvicorn.Config(
+            self.asgi,
+            http=http,
+            ws=ws,
+            ws_max_size=config.max_socket_bytes,
+            ws_per_message_deflate=False,
+            lifespan="off",
+            log_config=None,
+            access_log=False,
+            timeout_graceful_shutdown=max(1, round(config.close_timeout_s)),
+        )
+        uv_config.load()
+        server = uvicorn.Server(uv_config)
+        server.lifespan = uv_config.lifespan_class(uv_config)
+        await server.startup(sockets=[sock])
+        self.socket, self.uvicorn = sock, server
+
+    def busy(self) -> bool:
+        """Whether work is queued or in the engine (pure)."""
+        return self.scheduler.num_inflight > 0 or len(self.scheduler.queue) > 0
+
+    async def drain(self, timeout_s: float, force: asyncio.Event | None = None) -> None:
+        """Shut down gracefully (mutates): stop accepting, let queued and in-flight work finish
+        for up to ``timeout_s`` (or until ``force`` is set), then close, which fails what is
+        left with a clear error."""
+        self._stop_accepting()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self.busy() and loop.time() < deadline and not (force and force.is_set()):
+            await asyncio.sleep(0.05)
+        if self.busy():
+            log.warning("shutdown: aborting work still in flight after %.1f s", timeout_s)
+        await self.close()
+
+    def _stop_accepting(self) -> None:
+        self.ctx.draining = True
+        if self.uvicorn is not None:
+            for listener in self.uvicorn.servers:
+                listener.close()
+
+    async def close(self, message: str = SHUTTING_DOWN) -> None:
+        """Stop listening, end every session and request (failing their pending work with
+        ``message``), then stop the backend if this server built it (mutates; idempotent)."""
         if self._closed:
             return
         self._closed = True
-        if self.openai_server is not None:
-            await self.openai_server.close()
-        if self.ws_server is not None:
-            self.ws_server.close()
-            await self.ws_server.wait_closed()
+        self._stop_accepting()
+        for session in list(self.connections):
+            session.shut(message)
+        await self.openai.abort_all(message)
         for app in list(self.scheduler.apps.values()):
-            await self.scheduler.close_app(app)
+            await self.scheduler.close_app(app, message)
+        timeout = self.ctx.config.close_timeout_s
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self.connections and loop.time() < deadline:  # their answers go out first
+            await asyncio.sleep(0.01)
+        if self.uvicorn is not None:
+            await self.uvicorn.shutdown()
         if self.owns_backend:
             await self.backend.shutdown()
 
@@ -177,34 +263,17 @@ async def start_server(
     if not config.served_model_names:
         config = dataclasses.replace(config, served_model_names=(backend.model.name,))
     metrics = Metrics()
-    ctx = ServerContext(config, backend, Scheduler(backend, config, metrics), metrics)
+    scheduler = Scheduler(backend, config, metrics)
+    ctx = ServerContext(config, backend, scheduler, metrics, Authenticator(config))
     server = EclectusServer(ctx, owns)
-    server.ws_server = await serve(
-        server.handle,
-        config.host,
-        config.port,
-        process_request=server.process_request,
-        max_size=config.max_socket_bytes,
-        close_timeout=config.close_timeout_s,
-    )
-    if config.openai_port is not None:
-        await _start_openai(server)
+    try:
+        await server.listen()
+    except BaseException:
+        if owns:
+            await backend.shutdown()
+        raise
     log.info("eclectus listening on %s (model %s)", server.url, backend.model.name)
     return server
-
-
-async def _start_openai(server: EclectusServer) -> None:
-    """Serve the OpenAI-compatible endpoints on ``config.openai_port`` (mutates: binds)."""
-    from eclectus.server.http_server import start_http_server
-    from eclectus.server.openai_api import OpenAIApi
-
-    config = server.ctx.config
-    api = OpenAIApi(server.backend, chat_renderer(server.backend), token=config.token)
-    assert config.openai_port is not None
-    server.openai_server = await start_http_server(
-        api.handle, config.host, config.openai_port, max_body_bytes=config.max_frame_bytes
-    )
-    log.info("OpenAI-compatible endpoints on %s", server.openai_url)
 
 
 @contextlib.contextmanager

@@ -10,9 +10,12 @@ from dataclasses import dataclass
 class ServerConfig:
     """How and what to serve, and the limits that keep one client from hurting others.
 
-    ``port`` 0 picks a free port. ``token`` None turns authentication off. ``aging_rate`` is
-    the scheduler's starvation guard: a queued call's application rank improves by this many
-    seconds per second it has waited (0: strict app-FIFO; 1: plain FIFO by queue time).
+    ``port`` 0 picks a free port. Authentication: ``token`` is the token of the single tenant
+    ``default``; ``tenant_tokens`` holds (tenant, token) pairs (``--token-file``). With
+    neither, authentication is off and every client is the one tenant ``None`` (local use).
+    ``aging_rate`` is the scheduler's starvation guard: a queued call's application rank
+    improves by this many seconds per second it has waited (0: strict app-FIFO; 1: plain
+    FIFO by queue time).
     """
 
     host: str = "127.0.0.1"
@@ -22,11 +25,15 @@ class ServerConfig:
     # (the preset name, or the directory path as given). A call naming another is refused.
     served_model_names: tuple[str, ...] = ()
     token: str | None = None
+    tenant_tokens: tuple[tuple[str, str], ...] = ()
     max_frame_bytes: int = 1 << 20  # larger frames get a limit_exceeded error frame
     max_prompt_tokens: int = 8192  # one engine request's prompt, variables resolved
     max_vars_per_session: int = 10_000
     max_calls_per_session: int = 4_096  # calls and ops together
     max_sessions: int = 256
+    max_sessions_per_tenant: int = 128  # so that one tenant cannot take every session slot
+    max_connections_per_client: int = 128  # open TCP connections per client address
+    max_prompts_per_request: int = 64  # prompts in one /v1/completions request
     max_inflight: int = 256  # engine requests in flight at once, all sessions together
     aging_rate: float = 0.1
     # throughput-class calls let into the engine while latency/deadline work is in flight:
@@ -34,30 +41,67 @@ class ServerConfig:
     # bigger batch, prefill chunks), so background work trickles while someone waits
     max_background_inflight: int = 1
     close_timeout_s: float = 5.0
-    openai_port: int | None = None  # None: no OpenAI-compatible listener; 0: a free port
+    handshake_timeout_s: float = 10.0  # an HTTP request head, or hello after the upgrade
+    idle_timeout_s: float = 600.0  # a session with nothing in flight and no frame is closed
+    max_auth_failures: int = 10  # per client address per auth_window_s, then refused
+    auth_window_s: float = 60.0
+    shutdown_timeout_s: float = 30.0  # SIGTERM: in-flight work may finish within this
 
     def __post_init__(self) -> None:
-        for name in ("port", "openai_port"):
-            value = getattr(self, name)
-            if value is not None and not 0 <= value <= 65535:
-                raise ValueError(f"{name} must be in [0, 65535], got {value}")
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be in [0, 65535], got {self.port}")
         for name in (
             "max_frame_bytes",
             "max_prompt_tokens",
             "max_vars_per_session",
             "max_calls_per_session",
             "max_sessions",
+            "max_sessions_per_tenant",
+            "max_connections_per_client",
+            "max_prompts_per_request",
             "max_inflight",
             "max_background_inflight",
+            "max_auth_failures",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in (
+            "close_timeout_s",
+            "handshake_timeout_s",
+            "idle_timeout_s",
+            "auth_window_s",
+        ):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.shutdown_timeout_s < 0:
+            raise ValueError(f"shutdown_timeout_s must be >= 0, got {self.shutdown_timeout_s}")
         if self.aging_rate < 0:
             raise ValueError(f"aging_rate must be >= 0, got {self.aging_rate}")
         if any(not name for name in self.served_model_names):
             raise ValueError("served_model_names must not contain an empty name")
         if self.token == "":
             raise ValueError("token must be non-empty (use None to turn auth off)")
+        self._check_tenant_tokens()
+
+    def _check_tenant_tokens(self) -> None:
+        tenants: set[str] = set()
+        tokens: set[str] = set()
+        for tenant, token in self.credentials:
+            if not tenant or not token:
+                raise ValueError("a tenant and its token must both be non-empty")
+            if tenant in tenants:
+                raise ValueError(f"tenant {tenant!r} has more than one token")
+            if token in tokens:
+                raise ValueError(f"tenant {tenant!r} shares its token with another tenant")
+            tenants.add(tenant)
+            tokens.add(token)
+
+    @property
+    def credentials(self) -> tuple[tuple[str, str], ...]:
+        """Every (tenant, token) pair: ``token`` as tenant ``default``, then the token file's
+        (pure)."""
+        single = (("default", self.token),) if self.token is not None else ()
+        return single + self.tenant_tokens
 
     def check_model(self, name: str | None, field: str) -> None:
         """Raise ServerError ``unknown_model`` unless ``name`` is None (the default model) or
@@ -74,15 +118,43 @@ class ServerConfig:
 
     @property
     def auth_required(self) -> bool:
-        return self.token is not None
+        return bool(self.credentials)
 
     @property
     def max_socket_bytes(self) -> int:
-        """websockets' max_size: above max_frame_bytes so that a frame a little too large is
-        still read and answered with an error frame; beyond this the socket closes (1009)."""
+        """The WebSocket message limit: above max_frame_bytes so that a frame a little too
+        large is still read and answered with an error frame; beyond this the socket closes
+        (1009)."""
         return 4 * self.max_frame_bytes
+
+    @property
+    def max_body_bytes(self) -> int:
+        """The largest HTTP request body (/v1): a frame's worth of JSON."""
+        return self.max_frame_bytes
 
     @staticmethod
     def token_from_env() -> str | None:
         """ECLECTUS_TOKEN, or None when unset or empty (pure)."""
         return os.environ.get("ECLECTUS_TOKEN") or None
+
+
+def read_token_file(path: str) -> tuple[tuple[str, str], ...]:
+    """(tenant, token) pairs from a file of ``TENANT TOKEN`` lines; blank lines and ``#``
+    comments are skipped (reads the file). ValueError naming the line when one is malformed."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            lines = handle.read().splitlines()
+    except OSError as exc:
+        raise ValueError(f"token file {path}: {exc.strerror or exc}") from None
+    pairs: list[tuple[str, str]] = []
+    for number, line in enumerate(lines, start=1):
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        parts = text.split()
+        if len(parts) != 2:
+            raise ValueError(f"token file {path}, line {number}: expected 'TENANT TOKEN'")
+        pairs.append((parts[0], parts[1]))
+    if not pairs:
+        raise ValueError(f"token file {path} holds no 'TENANT TOKEN' line")
+    return tuple(pairs)

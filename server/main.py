@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import fields
 
 from eclectus.server.backend import Backend
-from eclectus.server.config import ServerConfig
+from eclectus.server.config import ServerConfig, read_token_file
 from eclectus.server.engine.engine_config import SUPPORTED_DTYPES, EngineConfig, GiB
 
 
@@ -83,13 +83,58 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--token",
         default=None,
-        help="require this token in hello (default: $ECLECTUS_TOKEN; unset: off)",
+        help="require this token (tenant 'default'; default: $ECLECTUS_TOKEN; unset: off)",
+    )
+    parser.add_argument(
+        "--token-file",
+        default=None,
+        metavar="PATH",
+        help="one 'TENANT TOKEN' pair per line; a client's tenant is its token's",
     )
     parser.add_argument("--max-frame-bytes", type=int, default=defaults.max_frame_bytes)
     parser.add_argument("--max-prompt-tokens", type=int, default=defaults.max_prompt_tokens)
     parser.add_argument("--max-vars-per-session", type=int, default=defaults.max_vars_per_session)
     parser.add_argument("--max-calls-per-session", type=int, default=defaults.max_calls_per_session)
     parser.add_argument("--max-sessions", type=int, default=defaults.max_sessions)
+    parser.add_argument(
+        "--max-sessions-per-tenant",
+        type=int,
+        default=defaults.max_sessions_per_tenant,
+        help="open sessions one tenant may hold",
+    )
+    parser.add_argument(
+        "--max-connections-per-client",
+        type=int,
+        default=defaults.max_connections_per_client,
+        help="open TCP connections one client address may hold",
+    )
+    parser.add_argument(
+        "--max-prompts-per-request",
+        type=int,
+        default=defaults.max_prompts_per_request,
+        help="prompts in one /v1/completions request",
+    )
+    parser.add_argument(
+        "--handshake-timeout",
+        dest="handshake_timeout_s",
+        type=float,
+        default=defaults.handshake_timeout_s,
+        help="seconds for an HTTP request head, or for hello after the upgrade",
+    )
+    parser.add_argument(
+        "--idle-timeout",
+        dest="idle_timeout_s",
+        type=float,
+        default=defaults.idle_timeout_s,
+        help="seconds before a session with nothing in flight is closed",
+    )
+    parser.add_argument(
+        "--shutdown-timeout",
+        dest="shutdown_timeout_s",
+        type=float,
+        default=defaults.shutdown_timeout_s,
+        help="seconds in-flight work may take to finish after SIGTERM",
+    )
     parser.add_argument(
         "--max-inflight",
         type=int,
@@ -112,7 +157,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--openai-port",
         type=int,
         default=None,
-        help="also serve /v1/completions and /v1/chat/completions on this port",
+        help="deprecated and ignored: /v1 is served on --port",
     )
     parser.add_argument("--log-level", default="INFO")
     add_engine_arguments(parser)
@@ -203,6 +248,9 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     given = {f.name: getattr(args, f.name) for f in fields(ServerConfig) if hasattr(args, f.name)}
     given["token"] = args.token or ServerConfig.token_from_env()
     given["served_model_names"] = tuple(args.served_model_names)
+    token_file = getattr(args, "token_file", None)
+    if token_file is not None:
+        given["tenant_tokens"] = read_token_file(token_file)
     return ServerConfig(**given)
 
 
@@ -226,28 +274,32 @@ def load_engine(
 
 
 async def serve_forever(config: ServerConfig, backend: Backend) -> None:
-    """Serve ``backend`` until SIGINT/SIGTERM, then close cleanly; the server owns the
-    backend and shuts it down."""
+    """Serve ``backend`` until SIGINT/SIGTERM, then drain: stop accepting, let in-flight work
+    finish within ``config.shutdown_timeout_s`` (a second signal cuts it short), fail the
+    rest with a clear error. The server owns the backend and shuts it down."""
     from eclectus.server.app import start_server
 
     server = await start_server(config, backend, owns_backend=True)
-    stop = asyncio.Event()
+    stop, force = asyncio.Event(), asyncio.Event()
     loop = asyncio.get_running_loop()
+
+    def on_signal() -> None:
+        (force if stop.is_set() else stop).set()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):  # not on every platform
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, on_signal)
     print(
         f"eclectus serving {config.model} on {server.url} "
-        f"(http: {server.http_url}/healthz, /metrics)",
+        f"(http: {server.http_url}/healthz, /metrics; OpenAI API: {server.openai_url})",
         file=sys.stderr,
         flush=True,
     )
-    if server.openai_url is not None:
-        print(f"OpenAI-compatible API on {server.openai_url}", file=sys.stderr, flush=True)
     try:
         await stop.wait()
+        print("eclectus: draining (a second signal stops now)", file=sys.stderr, flush=True)
     finally:
-        await server.close()
+        await server.drain(config.shutdown_timeout_s, force)
 
 
 def run(args: argparse.Namespace, wrap: Callable[[Backend], Backend] | None = None) -> int:
@@ -258,6 +310,12 @@ def run(args: argparse.Namespace, wrap: Callable[[Backend], Backend] | None = No
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if getattr(args, "openai_port", None) is not None:
+        print(
+            "eclectus serve: --openai-port is deprecated and ignored; the OpenAI API is served "
+            "on --port under /v1",
+            file=sys.stderr,
+        )
     try:
         config = config_from_args(args)
         backend = load_engine(engine_config_from_args(args), wrap)

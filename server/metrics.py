@@ -1,16 +1,31 @@
-"""Server counters and their Prometheus text rendering (GET /metrics).
+"""Server counters and their Prometheus page (GET /metrics), rendered by prometheus-client.
 
-Counters are plain ints bumped on the event loop thread, so no locks. Engine counters are read
-from Backend.stats() when the page is rendered; the scheduler's gauges through a callback.
+Counters are plain ints bumped on the event loop thread by their owners, so no locks and no
+global registry (tests run many servers in one process). A scrape builds a
+:class:`Scrape` of the figures read at that moment (engine stats, scheduler and connection
+gauges, sessions per tenant) and renders everything through a one-shot collector.
+Nothing here is per prompt: the page says how much work the server did, never what any
+tenant asked.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+
 from eclectus.server.backend import EngineStats
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 # Seconds; from a cached tiny-model call on a CPU to a long generation on a busy GPU.
 LATENCY_BUCKETS: tuple[float, ...] = (
@@ -45,22 +60,31 @@ class Histogram:
         self.total += value
         self.count += 1
 
-    def render(self, name: str, labels: str) -> list[str]:
-        lines, running = [], 0
+    def cumulative(self) -> list[tuple[str, float]]:
+        """(upper bound, cumulative count) pairs, ``+Inf`` last (pure)."""
+        pairs, running = [], 0
         for bound, num in zip((*self.buckets, float("inf")), self.counts, strict=True):
             running += num
-            le = "+Inf" if bound == float("inf") else repr(float(bound))
-            lines.append(f'{name}_bucket{{{labels},le="{le}"}} {running}')
-        lines.append(f"{name}_sum{{{labels}}} {self.total}")
-        lines.append(f"{name}_count{{{labels}}} {self.count}")
-        return lines
+            pairs.append(("+Inf" if bound == float("inf") else repr(float(bound)), running))
+        return pairs
+
+
+@dataclass(frozen=True, slots=True)
+class Scrape:
+    """What a scrape reads from the rest of the server at that moment."""
+
+    engine: EngineStats
+    gauges: dict[str, float]  # name (without the eclectus_ prefix) -> value
+    counters: dict[str, float]  # name (without the eclectus_ prefix and _total) -> value
+    sessions_per_tenant: dict[str, int]  # tenant label ("none": auth off) -> open sessions
 
 
 @dataclass(slots=True)
 class Metrics:
     """Every counter the server exports. Fields are mutated directly by their owners:
-    session.py (sessions, frames, values, errors, get latency), runner.py (calls submitted and
-    finished), scheduler.py (calls failed and cancelled, ops)."""
+    session.py (sessions, frames, values, errors, rejections, timeouts, get latency),
+    runner.py (calls submitted and finished), scheduler.py (calls failed and cancelled, ops),
+    the HTTP routes (responses by route and status)."""
 
     sessions: int = 0
     sessions_total: int = 0
@@ -74,90 +98,120 @@ class Metrics:
     calls_cancelled: int = 0
     ops_run: int = 0
     get_latency: dict[str, Histogram] = field(default_factory=dict)
+    rejected_frames: Counter[str] = field(default_factory=Counter)  # error code -> frames
+    timeouts: Counter[str] = field(default_factory=Counter)  # "hello" | "idle" -> sessions
+    http_responses: Counter[tuple[str, str]] = field(default_factory=Counter)  # route, status
 
     def observe_get(self, criteria: str, seconds: float) -> None:
         """Record the time from a get to its value (mutates)."""
         self.get_latency.setdefault(criteria, Histogram()).observe(seconds)
 
-    def render(self, engine: EngineStats, gauges: Callable[[], dict[str, float]]) -> str:
+    def render(self, scrape: Scrape) -> str:
         """The Prometheus text page (pure)."""
-        out: list[str] = []
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_Collector(self, scrape))
+        return generate_latest(registry).decode()
 
-        def metric(name: str, kind: str, help_text: str, value: float) -> None:
-            out.extend([f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", f"{name} {value}"])
 
-        metric("eclectus_sessions", "gauge", "Open sessions.", self.sessions)
-        metric("eclectus_sessions_total", "counter", "Sessions opened.", self.sessions_total)
-        metric("eclectus_client_frames_total", "counter", "Frames received.", self.client_frames)
-        metric("eclectus_values_sent_total", "counter", "Value frames sent.", self.values_sent)
-        metric("eclectus_deltas_sent_total", "counter", "Delta frames sent.", self.deltas_sent)
-        metric("eclectus_errors_sent_total", "counter", "Error frames sent.", self.errors_sent)
-        metric(
-            "eclectus_calls_submitted_total",
-            "counter",
-            "Engine requests dispatched.",
-            self.calls_submitted,
+class _Collector:
+    """A one-shot prometheus-client collector over one Metrics and one Scrape."""
+
+    def __init__(self, metrics: Metrics, scrape: Scrape) -> None:
+        self.metrics = metrics
+        self.scrape = scrape
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._server()
+        yield from self._engine()
+        yield from self._labelled()
+
+    def _server(self) -> Iterator[Metric]:
+        m = self.metrics
+        yield GaugeMetricFamily("eclectus_sessions", "Open sessions.", m.sessions)
+        for name, help_text, value in (
+            ("sessions", "Sessions opened.", m.sessions_total),
+            ("client_frames", "Frames received.", m.client_frames),
+            ("values_sent", "Value frames sent.", m.values_sent),
+            ("deltas_sent", "Delta frames sent.", m.deltas_sent),
+            ("errors_sent", "Error frames sent.", m.errors_sent),
+            ("calls_submitted", "Engine requests dispatched.", m.calls_submitted),
+            ("calls_finished", "Engine requests finished.", m.calls_finished),
+            ("calls_failed", "Engine requests failed.", m.calls_failed),
+            ("calls_cancelled", "Engine requests cancelled.", m.calls_cancelled),
+            ("ops_run", "Server-side ops run.", m.ops_run),
+        ):
+            yield CounterMetricFamily(f"eclectus_{name}", help_text, value)
+        for name, value in self.scrape.gauges.items():
+            help_text = f"Server {name.replace('_', ' ')}."
+            yield GaugeMetricFamily(f"eclectus_{name}", help_text, value)
+        for name, value in self.scrape.counters.items():
+            help_text = f"Server {name.replace('_', ' ')}."
+            yield CounterMetricFamily(f"eclectus_{name}", help_text, value)
+
+    def _engine(self) -> Iterator[Metric]:
+        e = self.scrape.engine
+        for name, help_text, value in (
+            ("engine_running", "Engine requests running.", e.num_running),
+            ("engine_waiting", "Engine requests waiting.", e.num_waiting),
+            ("engine_free_blocks", "Free KV blocks.", e.num_free_blocks),
+            ("engine_total_blocks", "KV blocks.", e.num_total_blocks),
+            ("engine_cached_blocks", "Cached KV blocks.", e.num_cached_blocks),
+        ):
+            yield GaugeMetricFamily(f"eclectus_{name}", help_text, value)
+        for name, help_text, value in (
+            ("prompt_tokens", "Prompt tokens requested.", e.prompt_tokens),
+            ("prefill_tokens", "Prompt tokens computed.", e.prefill_tokens),
+            (
+                "prefix_cache_hit_tokens",
+                "Prompt tokens served from the prefix cache.",
+                e.cache_hit_tokens,
+            ),
+            ("generated_tokens", "Tokens generated.", e.generated_tokens),
+            ("engine_preemptions", "Engine preemptions.", e.num_preemptions),
+        ):
+            yield CounterMetricFamily(f"eclectus_{name}", help_text, value)
+        for key, value in sorted(e.extra.items()):  # a backend's own figures (remote, ...)
+            yield GaugeMetricFamily(f"eclectus_engine_{_metric_name(key)}", f"Engine {key}.", value)
+
+    def _labelled(self) -> Iterator[Metric]:
+        m = self.metrics
+        tenants = GaugeMetricFamily(
+            "eclectus_tenant_sessions", "Open sessions per tenant.", labels=["tenant"]
         )
-        metric(
-            "eclectus_calls_finished_total",
-            "counter",
-            "Engine requests finished.",
-            self.calls_finished,
+        for tenant, num in sorted(self.scrape.sessions_per_tenant.items()):
+            tenants.add_metric([tenant], num)
+        yield tenants
+        rejected = CounterMetricFamily(
+            "eclectus_rejected_frames", "Frames refused, by error code.", labels=["reason"]
         )
-        metric(
-            "eclectus_calls_failed_total", "counter", "Engine requests failed.", self.calls_failed
+        for reason, num in sorted(m.rejected_frames.items()):
+            rejected.add_metric([reason], num)
+        yield rejected
+        timeouts = CounterMetricFamily(
+            "eclectus_session_timeouts", "Sessions closed by a deadline.", labels=["kind"]
         )
-        metric(
-            "eclectus_calls_cancelled_total",
-            "counter",
-            "Engine requests cancelled.",
-            self.calls_cancelled,
+        for kind, num in sorted(m.timeouts.items()):
+            timeouts.add_metric([kind], num)
+        yield timeouts
+        http = CounterMetricFamily(
+            "eclectus_http_responses",
+            "HTTP responses, by route and status.",
+            labels=["route", "code"],
         )
-        metric("eclectus_ops_run_total", "counter", "Server-side ops run.", self.ops_run)
-        for name, value in gauges().items():
-            metric(f"eclectus_{name}", "gauge", f"Scheduler {name.replace('_', ' ')}.", value)
-        metric("eclectus_engine_running", "gauge", "Engine requests running.", engine.num_running)
-        metric("eclectus_engine_waiting", "gauge", "Engine requests waiting.", engine.num_waiting)
-        metric("eclectus_engine_free_blocks", "gauge", "Free KV blocks.", engine.num_free_blocks)
-        metric("eclectus_engine_total_blocks", "gauge", "KV blocks.", engine.num_total_blocks)
-        metric(
-            "eclectus_engine_cached_blocks", "gauge", "Cached KV blocks.", engine.num_cached_blocks
+        for (route, code), num in sorted(m.http_responses.items()):
+            http.add_metric([route, code], num)
+        yield http
+        latency = HistogramMetricFamily(
+            "eclectus_get_latency_seconds", "Time from a get to its value.", labels=["criteria"]
         )
-        metric(
-            "eclectus_prompt_tokens_total",
-            "counter",
-            "Prompt tokens requested.",
-            engine.prompt_tokens,
-        )
-        metric(
-            "eclectus_prefill_tokens_total",
-            "counter",
-            "Prompt tokens computed.",
-            engine.prefill_tokens,
-        )
-        metric(
-            "eclectus_prefix_cache_hit_tokens_total",
-            "counter",
-            "Prompt tokens served from the prefix cache.",
-            engine.cache_hit_tokens,
-        )
-        metric(
-            "eclectus_generated_tokens_total",
-            "counter",
-            "Tokens generated.",
-            engine.generated_tokens,
-        )
-        metric(
-            "eclectus_engine_preemptions_total",
-            "counter",
-            "Engine preemptions.",
-            engine.num_preemptions,
-        )
-        name = "eclectus_get_latency_seconds"
-        out += [f"# HELP {name} Time from a get to its value.", f"# TYPE {name} histogram"]
-        for criteria, histogram in sorted(self.get_latency.items()):
-            out.extend(histogram.render(name, f'criteria="{criteria}"'))
-        return "\n".join(out) + "\n"
+        for criteria, histogram in sorted(m.get_latency.items()):
+            latency.add_metric([criteria], histogram.cumulative(), histogram.total)
+        yield latency
+
+
+def _metric_name(key: str) -> str:
+    """``key`` as a metric-name fragment: letters, digits and underscores (pure)."""
+    return "".join(c if c.isalnum() or c == "_" else "_" for c in key)
 
 
 def parse_prometheus(text: str) -> dict[str, float]:

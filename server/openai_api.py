@@ -1,49 +1,78 @@
-"""OpenAI-compatible completions and chat completions over the engine, driven the stock way.
+"""OpenAI-compatible completions and chat completions, on the same port as everything else.
 
-This is how an unmodified OpenAI client (``openai``, ``langchain_openai``) reaches Eclectus's
-own engine: one prompt per request, no graph, no template boundaries. It exists so that evals
-can separate what the graph buys from what the engine buys (the ``self`` baseline), and so that
-any OpenAI client can use the server. Requests go straight to the Backend; the graph scheduler
-is not involved.
+This is how an unmodified OpenAI client (``openai``, ``langchain_openai``) reaches Eclectus:
+one prompt per call, no template boundaries. Each request becomes an ordinary graph in the
+scheduler, one call per prompt, activated with the criteria ``latency`` (the default of a
+get): the same in-flight caps, the same app-FIFO fairness against WebSocket sessions, the
+same prompt limits, and the authenticated tenant (so the prefix cache, and ``cached_tokens``,
+are shared only within it). A client that leaves aborts its request, streaming or not.
 
-Supported: ``POST /v1/completions`` (prompt: a string or a list of strings), ``POST
-/v1/chat/completions`` (string or text-part message contents), ``GET /v1/models``; ``stream``
-with ``stream_options.include_usage``; ``max_tokens`` / ``max_completion_tokens``,
-``temperature``, ``top_p``, ``seed``, ``stop`` and the vLLM extensions ``top_k`` and
-``ignore_eos``. Anything else that would change the output (``n`` > 1, logprobs, penalties,
-tools) is refused with a 400 naming the field, never silently ignored.
+Supported: ``POST /v1/completions`` (prompt: a string or a list of at most
+``max_prompts_per_request`` strings), ``POST /v1/chat/completions`` (string or text-part
+message contents), ``GET /v1/models``; ``stream`` with ``stream_options.include_usage``;
+``max_tokens`` / ``max_completion_tokens``, ``temperature``, ``top_p``, ``seed``, ``stop`` and
+the vLLM extensions ``top_k`` and ``ignore_eos``. Anything else that would change the output
+(``n`` > 1, logprobs, penalties, tools) is refused with a 400 naming the field, never silently
+ignored. Errors have OpenAI's body shape, ``{"error": {"message", "type", "param", "code"}}``,
+with vLLM's status codes: 400 bad request, 401 bad token, 404 unknown model or route, 413 body
+too large, 429 too many failed tokens, 500 engine failure, 503 shutting down.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
+import re
+import secrets
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import anyio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import BaseRoute, Route
 
-from eclectus.protocol.sampling import SamplingParams
-from eclectus.server.backend import Backend, EngineError, EngineOutput, EngineRequest
-from eclectus.server.http_server import HttpRequest, HttpResponse
+from eclectus.protocol import CallSpec, GenSegment, SamplingParams, Submit, TextSegment
+from eclectus.server.auth import AuthFailure, bearer_token
+from eclectus.server.errors import ServerError
+from eclectus.server.fragment import stage
+from eclectus.server.graph import Variable, VarState
+from eclectus.server.objectives import objective_for_get
+from eclectus.server.scheduler import AppState
+from eclectus.server.session import ServerContext
 
 ChatRenderer = Callable[[list[dict[str, str]]], str]
-_request_ids = itertools.count()
+SHUTTING_DOWN = "the server is shutting down"
+_ERROR_TYPES = {
+    401: "authentication_error",
+    404: "not_found_error",
+    429: "rate_limit_error",
+    500: "server_error",
+    503: "service_unavailable",
+}
 
 
 class ApiError(Exception):
-    """An OpenAI-style error: HTTP status, message, and the offending parameter."""
+    """An OpenAI-style error: HTTP status, message, the offending parameter and a code."""
 
-    def __init__(self, status: int, message: str, param: str | None = None) -> None:
+    def __init__(
+        self, status: int, message: str, param: str | None = None, code: str | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.param = param
+        self.code = code
 
     def body(self) -> dict[str, Any]:
-        kind = "invalid_request_error" if self.status < 500 else "server_error"
-        return {"error": {"message": str(self), "type": kind, "param": self.param, "code": None}}
+        kind = _ERROR_TYPES.get(self.status, "invalid_request_error")
+        error = {"message": str(self), "type": kind, "param": self.param, "code": self.code}
+        return {"error": error}
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(self.body(), status_code=self.status)
 
 
 class _Sampling(BaseModel):
@@ -77,21 +106,29 @@ class _Sampling(BaseModel):
                 raise ValueError(f"{name}: only 0 is supported")
         return self
 
-    def sampling_params(self, default_max_tokens: int) -> SamplingParams:
-        stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
-        return SamplingParams(
-            max_tokens=self.max_tokens or self.max_completion_tokens or default_max_tokens,
-            temperature=self.temperature,
-            top_p=self.top_p,
-            top_k=self.top_k,
-            seed=self.seed,
-            stop=tuple(stop),
-            ignore_eos=self.ignore_eos,
-        )
-
     @property
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.get("include_usage"))
+
+
+def to_sampling(request: _Sampling, default_max_tokens: int) -> SamplingParams:
+    """The one place an OpenAI request's fields become the server's sampling parameters
+    (pure; ApiError(400) when they are out of range)."""
+    stop = [request.stop] if isinstance(request.stop, str) else list(request.stop or [])
+    try:
+        return SamplingParams(
+            max_tokens=request.max_tokens or request.max_completion_tokens or default_max_tokens,
+            temperature=request.temperature,
+            top_p=request.top_p,
+            top_k=request.top_k,
+            seed=request.seed,
+            stop=tuple(stop),
+            ignore_eos=request.ignore_eos,
+        )
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or None
+        raise ApiError(400, f"{where}: {first['msg']}", where) from None
 
 
 class CompletionRequest(_Sampling):
@@ -128,156 +165,277 @@ def parse(model: type[_Sampling], body: bytes) -> Any:
         raise ApiError(400, f"{where}: {first['msg']}" if where else first["msg"], where) from None
 
 
+@dataclass(slots=True, eq=False)
+class _Job:
+    """One request's graph in the scheduler and what its outputs have produced so far."""
+
+    app: AppState
+    outputs: list[str]  # output var ids, one per prompt
+    chunks: asyncio.Queue[tuple[int, str] | Variable] = field(default_factory=asyncio.Queue)
+    num_final: int = 0
+
+
 class OpenAIApi:
-    """The endpoint handlers over one Backend. Holds no per-request state."""
+    """The /v1 routes over one server's context. Holds no per-request state but the set of
+    requests in flight (for shutdown)."""
 
-    def __init__(
-        self,
-        backend: Backend,
-        render_chat: ChatRenderer,
-        token: str | None = None,
-        max_tokens: int = 16,
-    ) -> None:
-        self.backend = backend
+    def __init__(self, ctx: ServerContext, render_chat: ChatRenderer, max_tokens: int = 16) -> None:
+        self.ctx = ctx
         self.render_chat = render_chat
-        self.token = token
         self.default_max_tokens = max_tokens
+        self.jobs: set[_Job] = set()
 
-    async def handle(self, request: HttpRequest) -> HttpResponse:
-        """Route one HTTP request (the http_server Handler). Errors become OpenAI-style
-        error bodies; the engine state is untouched by a refused request."""
+    def routes(self) -> list[BaseRoute]:
+        return [
+            Route("/v1/models", self.models, methods=["GET"]),
+            Route("/v1/completions", self.completions, methods=["POST"]),
+            Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
+            Route("/v1/{rest:path}", self.not_found, methods=["GET", "POST"]),
+        ]
+
+    # -- endpoints --------------------------------------------------------------------------
+
+    async def models(self, request: Request) -> Response:
         try:
-            self._authorize(request)
-            route = (request.method, request.path)
-            if route == ("GET", "/v1/models"):
-                return HttpResponse.json(200, self.models())
-            if route == ("POST", "/v1/completions"):
-                result = await self.completions(request.body)
-            elif route == ("POST", "/v1/chat/completions"):
-                result = await self.chat_completions(request.body)
-            else:
-                raise ApiError(404, f"no route for {request.method} {request.path}")
+            self._admit(request)
         except ApiError as exc:
-            return HttpResponse.json(exc.status, exc.body())
-        if isinstance(result, dict):
-            return HttpResponse.json(200, result)
-        return HttpResponse(200, result, content_type="text/event-stream")
+            return self._error(request, exc)
+        window = self.ctx.backend.model.context_window
+        entries = [
+            {
+                "id": name,
+                "object": "model",
+                "created": 0,
+                "owned_by": "eclectus",
+                "max_model_len": window,
+            }
+            for name in self.ctx.config.served_model_names
+        ]
+        return self._count(request, JSONResponse({"object": "list", "data": entries}))
 
-    def _authorize(self, request: HttpRequest) -> None:
-        if self.token is None:
-            return
-        if request.headers.get("authorization", "") != f"Bearer {self.token}":
-            raise ApiError(401, "missing or wrong bearer token")
+    async def not_found(self, request: Request) -> Response:
+        error = ApiError(404, f"no route for {request.method} {request.url.path}")
+        return self._error(request, error)
 
-    def models(self) -> dict[str, Any]:
-        card = self.backend.model
-        entry = {
-            "id": card.name,
-            "object": "model",
-            "created": 0,
-            "owned_by": "eclectus",
-            "max_model_len": card.context_window,
-        }
-        return {"object": "list", "data": [entry]}
+    async def completions(self, request: Request) -> Response:
+        try:
+            tenant = self._admit(request)
+            body: CompletionRequest = parse(CompletionRequest, await self._body(request))
+            prompts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
+            self._check_prompts(prompts, body.stream)
+            return await self._run(request, tenant, body, prompts, chat=False)
+        except ApiError as exc:
+            return self._error(request, exc)
 
-    async def completions(self, body: bytes) -> dict[str, Any] | AsyncIterator[bytes]:
-        request: CompletionRequest = parse(CompletionRequest, body)
-        prompts = [request.prompt] if isinstance(request.prompt, str) else request.prompt
+    async def chat_completions(self, request: Request) -> Response:
+        try:
+            tenant = self._admit(request)
+            body: ChatCompletionRequest = parse(ChatCompletionRequest, await self._body(request))
+            try:
+                messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+            except ValueError as exc:
+                raise ApiError(400, str(exc), "messages") from None
+            return await self._run(request, tenant, body, [self.render_chat(messages)], chat=True)
+        except ApiError as exc:
+            return self._error(request, exc)
+
+    # -- checks -----------------------------------------------------------------------------
+
+    def _admit(self, request: Request) -> str | None:
+        """The request's tenant; ApiError when it may not be served (mutates: counts an
+        authentication failure)."""
+        if self.ctx.draining:
+            raise ApiError(503, SHUTTING_DOWN)
+        token = bearer_token(request.headers.get("authorization"))
+        address = request.client.host if request.client else "unknown"
+        try:
+            return self.ctx.auth.authenticate(token, address).tenant
+        except AuthFailure as exc:
+            status = 429 if exc.rate_limited else 401
+            raise ApiError(status, str(exc), code="invalid_api_key") from None
+
+    async def _body(self, request: Request) -> bytes:
+        """The body, refused with 413 as soon as it passes the limit (reads the request)."""
+        limit = self.ctx.config.max_body_bytes
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise ApiError(413, f"body of {declared} bytes, limit {limit}")
+        body = bytearray()
+        async for piece in request.stream():
+            body += piece
+            if len(body) > limit:
+                raise ApiError(413, f"body over the limit of {limit} bytes")
+        return bytes(body)
+
+    def _check_prompts(self, prompts: list[str], stream: bool) -> None:
         if not prompts:
             raise ApiError(400, "prompt: must not be empty", "prompt")
-        if request.stream and len(prompts) != 1:
+        limit = self.ctx.config.max_prompts_per_request
+        if len(prompts) > limit:
+            raise ApiError(400, f"prompt: {len(prompts)} prompts, limit {limit}", "prompt")
+        if stream and len(prompts) != 1:
             raise ApiError(400, "prompt: streaming takes a single prompt", "prompt")
-        return await self._run(request, prompts, chat=False)
 
-    async def chat_completions(self, body: bytes) -> dict[str, Any] | AsyncIterator[bytes]:
-        request: ChatCompletionRequest = parse(ChatCompletionRequest, body)
-        try:
-            messages = [{"role": m.role, "content": m.text()} for m in request.messages]
-        except ValueError as exc:
-            raise ApiError(400, str(exc), "messages") from None
-        return await self._run(request, [self.render_chat(messages)], chat=True)
+    def _check_model(self, name: str | None) -> None:
+        if name is not None and name not in self.ctx.config.served_model_names:
+            message = f"The model `{name}` does not exist."
+            raise ApiError(404, message, "model", code="model_not_found")
+
+    # -- running ----------------------------------------------------------------------------
 
     async def _run(
-        self, request: _Sampling, prompts: list[str], chat: bool
-    ) -> dict[str, Any] | AsyncIterator[bytes]:
+        self, request: Request, tenant: str | None, body: _Sampling, prompts: list[str], chat: bool
+    ) -> Response:
+        self._check_model(body.model)
+        sampling = to_sampling(body, self.default_max_tokens)
+        base = f"{'chatcmpl' if chat else 'cmpl'}-{secrets.token_hex(8)}"
+        job = self._submit(base, tenant, prompts, sampling)
+        if body.stream:
+            stream = self._stream(job, base, chat, body.include_usage)
+            return self._count(request, StreamingResponse(stream, media_type="text/event-stream"))
         try:
-            params = request.sampling_params(self.default_max_tokens)
-        except ValueError as exc:
-            raise ApiError(400, str(exc)) from None
-        base = f"{'chatcmpl' if chat else 'cmpl'}-{next(_request_ids)}"
-        requests = [
-            EngineRequest(
-                request_id=f"{base}-{i}",
-                segments=(p,),
-                sampling=params,
-                tokens=self.backend.tokenize_prompt((p,)),  # here, not on the step thread
+            results = await self._wait(request, job)
+        finally:
+            await self._finish(job)
+        if results is None:  # the client left: nobody to answer
+            return Response(status_code=499)
+        failed = next((v for v in results if v.state is VarState.FAILED), None)
+        if failed is not None:
+            return self._error(request, _var_error(failed))
+        return self._count(request, JSONResponse(_response(base, self._name(), chat, results)))
+
+    def _submit(
+        self, base: str, tenant: str | None, prompts: list[str], sampling: SamplingParams
+    ) -> _Job:
+        """Open the request's app and graph, one call per prompt, and activate every output
+        (mutates the scheduler). ApiError(400) when the graph is refused (too long a prompt,
+        too many calls)."""
+        scheduler = self.ctx.scheduler
+        app = scheduler.open_app(base, tenant)
+        calls = [
+            CallSpec(
+                id=f"c{i}",
+                segments=[TextSegment(text=p), GenSegment(gen=f"out{i}", sampling=sampling)],
             )
             for i, p in enumerate(prompts)
         ]
-        if request.stream:
-            return self._stream(requests[0], base, chat, request.include_usage)
-        return _response(base, self.backend.model.name, chat, await self._collect_all(requests))
-
-    async def _collect_all(
-        self, requests: list[EngineRequest]
-    ) -> list[tuple[str, EngineOutput, int]]:
-        """Every request of a list prompt at once, so the engine batches them (mutates:
-        submits them). The first failure cancels the others, which aborts them."""
-        tasks = [asyncio.ensure_future(_collect(self.backend.generate(r))) for r in requests]
+        count = lambda text: len(self.ctx.backend.tokenize(text))  # noqa: E731
         try:
-            return list(await asyncio.gather(*tasks))
-        except BaseException:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            raise
+            staged = stage(app.graph, Submit(calls=calls), self.ctx.config, count)
+        except ServerError as exc:
+            scheduler.apps.pop(app.session_id, None)  # nothing of it ran
+            raise ApiError(400, _name_prompts(exc.message), "prompt") from None
+        app.graph.add(staged.variables, staged.nodes)
+        job = _Job(app, [f"out{i}" for i in range(len(prompts))])
+        self.jobs.add(job)
+        for index, var_id in enumerate(job.outputs):
+            variable = app.graph.vars[var_id]
+            variable.streamers.append(lambda text, i=index: job.chunks.put_nowait((i, text)))
+            variable.watchers.append(job.chunks.put_nowait)
+            scheduler.activate(app, var_id, objective_for_get("latency", None, scheduler.clock()))
+        return job
+
+    async def _wait(self, request: Request, job: _Job) -> list[Variable] | None:
+        """Every output's final variable, or None when the client disconnects first."""
+        disconnected = asyncio.ensure_future(_disconnect(request))
+        try:
+            while job.num_final < len(job.outputs):
+                item = asyncio.ensure_future(job.chunks.get())
+                await asyncio.wait((item, disconnected), return_when="FIRST_COMPLETED")
+                if not item.done():
+                    item.cancel()
+                    return None
+                if isinstance(item.result(), Variable):
+                    job.num_final += 1
+        finally:
+            disconnected.cancel()
+        return [job.app.graph.vars[v] for v in job.outputs]
 
     async def _stream(
-        self, request: EngineRequest, base: str, chat: bool, include_usage: bool
+        self, job: _Job, base: str, chat: bool, include_usage: bool
     ) -> AsyncIterator[bytes]:
-        name, created = self.backend.model.name, int(time.time())
+        """The SSE events of a one-prompt request. A disconnect cancels this generator
+        (Starlette), and its ``finally`` aborts the request."""
+        name, created = self._name(), int(time.time())
         kind = "chat.completion.chunk" if chat else "text_completion"
-        last: EngineOutput | None = None
-        num_output = 0
-        if chat:  # the first chunk carries the role, as OpenAI's does
-            yield _sse(_chunk(base, kind, name, created, {"role": "assistant", "content": ""}))
-        async for out in self.backend.generate(request):
-            last, num_output = out, num_output + len(out.token_ids)
-            if out.text or out.finished:
-                delta = {"content": out.text} if chat else out.text
-                yield _sse(_chunk(base, kind, name, created, delta, out.finish_reason))
-        if include_usage and last is not None:
-            usage = _usage(last.num_prompt_tokens, num_output, last.num_cached_tokens)
-            yield _sse(
-                {
-                    "id": base,
-                    "object": kind,
-                    "created": created,
-                    "model": name,
-                    "choices": [],
-                    "usage": usage,
-                }
-            )
-        yield b"data: [DONE]\n\n"
+        try:
+            if chat:  # the first chunk carries the role, as OpenAI's does
+                yield _sse(_chunk(base, kind, name, created, {"role": "assistant", "content": ""}))
+            while True:
+                item = await job.chunks.get()
+                if not isinstance(item, Variable):
+                    delta = {"content": item[1]} if chat else item[1]
+                    yield _sse(_chunk(base, kind, name, created, delta))
+                    continue
+                if item.state is VarState.FAILED:
+                    yield _sse(_var_error(item).body())
+                    break
+                empty = {} if chat else ""
+                yield _sse(_chunk(base, kind, name, created, empty, item.finish_reason))
+                if include_usage:
+                    usage = _usage([item])
+                    yield _sse(_chunk(base, kind, name, created, None, usage=usage))
+                break
+            yield b"data: [DONE]\n\n"
+        finally:
+            await self._finish(job)
+
+    async def _finish(self, job: _Job) -> None:
+        """Close the request's app: aborts whatever still runs (mutates). Shielded, since it
+        often runs because the request was cancelled."""
+        self.jobs.discard(job)
+        with anyio.CancelScope(shield=True):
+            await self.ctx.scheduler.close_app(job.app, "client disconnected")
+
+    async def abort_all(self, message: str) -> None:
+        """Fail every request in flight with ``message`` (shutdown) (mutates)."""
+        for job in list(self.jobs):
+            await self.ctx.scheduler.close_app(job.app, message)
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _name(self) -> str:
+        return self.ctx.config.served_model_names[0]
+
+    def _count(self, request: Request, response: Response) -> Response:
+        """Count a response for /metrics (mutates) and return it."""
+        route = request.url.path if request.url.path.startswith("/v1/") else "other"
+        if route not in ("/v1/models", "/v1/completions", "/v1/chat/completions"):
+            route = "/v1/unknown"
+        self.ctx.metrics.http_responses[(route, str(response.status_code))] += 1
+        return response
+
+    def _error(self, request: Request, error: ApiError) -> Response:
+        return self._count(request, error.response())
 
 
-async def _collect(stream: AsyncIterator[EngineOutput]) -> tuple[str, EngineOutput, int]:
-    """Drain one request: (text, last output, output tokens). EngineError -> ApiError(500)."""
-    pieces: list[str] = []
-    last: EngineOutput | None = None
-    num_output = 0
-    try:
-        async for out in stream:
-            pieces.append(out.text)
-            num_output += len(out.token_ids)
-            last = out
-    except EngineError as exc:
-        raise ApiError(500, f"engine error: {exc}") from None
-    assert last is not None and last.finished, "engine stream ended without a final output"
-    return "".join(pieces), last, num_output
+async def _disconnect(request: Request) -> None:
+    """Returns when the client disconnects (or the response is complete): once the body is
+    read, the server's next receive message is ``http.disconnect``."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
-def _usage(prompt: int, completion: int, cached: int) -> dict[str, Any]:
+def _name_prompts(message: str) -> str:
+    """A scheduler message about call ``'c3'`` / output ``'out3'`` as one about prompt 3
+    (pure): the client never saw those ids."""
+    return re.sub(r"'(?:c|out)(\d+)'", r"prompt \1", message)
+
+
+def _var_error(variable: Variable) -> ApiError:
+    """The HTTP error for an output that failed (pure)."""
+    code, message = variable.error_code, variable.error_message or "failed"
+    if code == "limit_exceeded":
+        return ApiError(400, _name_prompts(message), "prompt")
+    if code == "cancelled":
+        return ApiError(503, message)
+    return ApiError(500, f"engine error: {message}")
+
+
+def _usage(variables: list[Variable]) -> dict[str, Any]:
+    prompt = sum(v.usage.prompt_tokens for v in variables if v.usage)
+    completion = sum(v.usage.completion_tokens for v in variables if v.usage)
+    cached = sum(v.usage.cached_tokens for v in variables if v.usage)
     return {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
@@ -286,41 +444,46 @@ def _usage(prompt: int, completion: int, cached: int) -> dict[str, Any]:
     }
 
 
-def _response(
-    base: str, name: str, chat: bool, results: list[tuple[str, EngineOutput, int]]
-) -> dict[str, Any]:
+def _response(base: str, name: str, chat: bool, results: list[Variable]) -> dict[str, Any]:
     choices = []
-    for index, (text, last, _) in enumerate(results):
-        choice: dict[str, Any] = {"index": index, "finish_reason": last.finish_reason}
+    for index, variable in enumerate(results):
+        choice: dict[str, Any] = {"index": index, "finish_reason": variable.finish_reason}
         if chat:
-            choice["message"] = {"role": "assistant", "content": text}
+            choice["message"] = {"role": "assistant", "content": variable.value or ""}
         else:
-            choice.update(text=text, logprobs=None)
+            choice.update(text=variable.value or "", logprobs=None)
         choices.append(choice)
-    usage = _usage(
-        sum(r[1].num_prompt_tokens for r in results),
-        sum(r[2] for r in results),
-        sum(r[1].num_cached_tokens for r in results),
-    )
     return {
         "id": base,
         "object": "chat.completion" if chat else "text_completion",
         "created": int(time.time()),
         "model": name,
         "choices": choices,
-        "usage": usage,
+        "usage": _usage(results),
     }
 
 
 def _chunk(
-    base: str, kind: str, name: str, created: int, delta: Any, finish: str | None = None
+    base: str,
+    kind: str,
+    name: str,
+    created: int,
+    delta: Any,
+    finish: str | None = None,
+    usage: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """One SSE payload; ``delta`` None: the usage-only chunk with no choices (pure)."""
+    payload: dict[str, Any] = {"id": base, "object": kind, "created": created, "model": name}
+    if delta is None:
+        payload.update(choices=[], usage=usage)
+        return payload
     choice: dict[str, Any] = {"index": 0, "finish_reason": finish}
     if isinstance(delta, dict):
         choice["delta"] = delta
     else:
         choice.update(text=delta, logprobs=None)
-    return {"id": base, "object": kind, "created": created, "model": name, "choices": [choice]}
+    payload["choices"] = [choice]
+    return payload
 
 
 def _sse(payload: dict[str, Any]) -> bytes:

@@ -83,9 +83,10 @@ class Scheduler:
         self.apps[session_id] = app
         return app
 
-    async def close_app(self, app: AppState) -> None:
+    async def close_app(self, app: AppState, message: str = "session closed") -> None:
         """Cancel the session's queued and running work, abort its engine requests, release
-        its pins and fail its pending variables (mutates). Other sessions are untouched."""
+        its pins and fail its pending variables with ``message`` (mutates). Other sessions
+        are untouched."""
         if app.closed:
             return
         app.closed = True
@@ -94,7 +95,7 @@ class Scheduler:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        app.graph.close("session closed")
+        app.graph.close(message)
         await self._unpin(app.pins.release_all())
         self.apps.pop(app.session_id, None)
         self._pump()

@@ -3,21 +3,20 @@
 Frames are handled one at a time in arrival order. Answers go through an outbox queue drained
 by a writer task, so synchronous graph callbacks (a value is final, a delta streamed) can
 answer without awaiting, and deltas always precede their value. Every failure of a frame
-becomes an error frame; only a failed authentication (or the session limit) closes the socket.
+becomes an error frame; only a failed authentication (or a session limit) closes the socket.
+A connection that sends no hello within ``handshake_timeout_s``, or a session with nothing in
+flight that sends nothing for ``idle_timeout_s``, is closed.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import logging
 import secrets
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ValidationError
-from websockets.asyncio.server import ServerConnection
-from websockets.exceptions import ConnectionClosed
 
 from eclectus import __version__
 from eclectus.protocol import (
@@ -41,6 +40,7 @@ from eclectus.protocol import (
     Value,
     Welcome,
 )
+from eclectus.server.auth import Authenticator, AuthFailure
 from eclectus.server.backend import Backend
 from eclectus.server.config import ServerConfig
 from eclectus.server.errors import LimitError, ServerError
@@ -50,9 +50,11 @@ from eclectus.server.metrics import Metrics
 from eclectus.server.objectives import objective_for_get
 from eclectus.server.release import release
 from eclectus.server.scheduler import AppState, Scheduler
+from eclectus.server.transport import Disconnected, Transport
 
 log = logging.getLogger(__name__)
 _POLICY_VIOLATION = 1008  # WebSocket close code for a failed authentication
+_GOING_AWAY = 1001  # idle, or the server is shutting down
 
 
 @dataclass(slots=True)
@@ -63,7 +65,13 @@ class ServerContext:
     backend: Backend
     scheduler: Scheduler
     metrics: Metrics
+    auth: Authenticator
     sessions: set[Session] = field(default_factory=set)
+    draining: bool = False  # shutting down: no new sessions or requests
+
+    def sessions_of(self, tenant: str | None) -> int:
+        """Open sessions of ``tenant`` (pure)."""
+        return sum(1 for s in self.sessions if s.app is not None and s.app.tenant == tenant)
 
 
 def validation_error(exc: ValidationError) -> ServerError:
@@ -84,28 +92,76 @@ def validation_error(exc: ValidationError) -> ServerError:
 class Session:
     """One client session. ``run`` owns the connection until it closes."""
 
-    def __init__(self, ws: ServerConnection, ctx: ServerContext) -> None:
+    def __init__(self, ws: Transport, ctx: ServerContext, address: str = "unknown") -> None:
         self.ws = ws
         self.ctx = ctx
+        self.address = address  # the client's IP address (auth failures are limited per one)
         self.app: AppState | None = None
         self.outbox: asyncio.Queue[str | None] = asyncio.Queue()
         self.close_code: int | None = None  # set: stop reading and close with this code
+        self.close_reason = ""
+        self.num_waiting = 0  # gets not answered yet: while > 0 the session is not idle
+        self.last_active = 0.0  # loop time of the last frame or answer
+        self.stopping = asyncio.Event()  # set by shut(): the server is closing
+        self.shut_message = "session closed"
+        self._recv: asyncio.Future[str | bytes] | None = None
 
     async def run(self) -> None:
-        """Serve frames until the client leaves, then release everything (mutates)."""
-        writer = asyncio.get_running_loop().create_task(self._write())
+        """Serve frames until the client leaves or a deadline passes, then release
+        everything (mutates)."""
+        loop = asyncio.get_running_loop()
+        writer = loop.create_task(self._write())
+        self.last_active = loop.time()
         try:
-            async for message in self.ws:
-                await self._on_message(message)
-                if self.close_code is not None:
+            while self.close_code is None:
+                message = await self._next_message(loop)
+                if message is None:
                     break
-        except ConnectionClosed:
+                self.last_active = loop.time()
+                await self._on_message(message)
+        except Disconnected:
             pass
         finally:
+            if self._recv is not None:
+                self._recv.cancel()
             await self._release()
             self.outbox.put_nowait(None)
             await writer
-            await self.ws.close(self.close_code or 1000)
+            await self.ws.close(self.close_code or 1000, self.close_reason)
+
+    async def _next_message(self, loop: asyncio.AbstractEventLoop) -> str | bytes | None:
+        """The next frame, or None when a deadline passed (mutates: sets the close code).
+        Before hello the deadline is the handshake's; after, the idle one, which only runs
+        while no get is waiting for an answer."""
+        config = self.ctx.config
+        stop = loop.create_task(self.stopping.wait())
+        try:
+            while True:
+                timeout = config.handshake_timeout_s if self.app is None else config.idle_timeout_s
+                if self._recv is None:
+                    self._recv = loop.create_task(self.ws.recv())
+                remaining = max(self.last_active + timeout - loop.time(), 0.0)
+                await asyncio.wait(
+                    (self._recv, stop), timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+                )
+                if self._recv.done():
+                    received, self._recv = self._recv, None
+                    return received.result()  # Disconnected propagates
+                if stop.done():
+                    self.close_code, self.close_reason = _GOING_AWAY, self.shut_message
+                    return None
+                if self.app is not None and self.num_waiting > 0:
+                    self.last_active = loop.time()  # busy: the idle clock starts afresh
+                    continue
+                if loop.time() < self.last_active + timeout:
+                    continue  # an answer moved last_active while we waited
+                kind = "hello" if self.app is None else "idle"
+                self.ctx.metrics.timeouts[kind] += 1
+                reason = "no hello in time" if self.app is None else "idle session"
+                self.close_code, self.close_reason = _GOING_AWAY, reason
+                return None
+        finally:
+            stop.cancel()
 
     # -- frame handling -------------------------------------------------------------------
 
@@ -122,6 +178,7 @@ class Session:
                 raise validation_error(exc) from None
             self._handle(frame)
         except ServerError as exc:
+            self.ctx.metrics.rejected_frames[exc.code] += 1
             self.send(
                 Error(id=frame_id, code=exc.code, message=exc.message, field=exc.field, var=exc.var)
             )
@@ -177,10 +234,18 @@ class Session:
         config = self.ctx.config
         if self.app is not None:
             raise ServerError("bad_request", "hello was already sent", field="type")
-        if config.token is not None and not hmac.compare_digest(
-            (frame.token or "").encode(), config.token.encode()
-        ):
-            self._refuse(frame.id, "unauthorized", "missing or wrong token", "token")
+        try:
+            tenant = self.ctx.auth.authenticate(frame.token, self.address).tenant
+        except AuthFailure as exc:
+            self._refuse(frame.id, "unauthorized", str(exc), "token")
+            return
+        if tenant is not None and frame.tenant not in (None, tenant):
+            # the tenant is who the token says; a different claim is a client mistake
+            message = f"tenant {frame.tenant!r} does not match the token's tenant"
+            self._refuse(frame.id, "unauthorized", message, "tenant")
+            return
+        if self.ctx.draining:
+            self._refuse(frame.id, "limit_exceeded", "the server is shutting down", None)
             return
         if frame.protocol != PROTOCOL_VERSION:
             raise ServerError(
@@ -191,12 +256,16 @@ class Session:
         if len(self.ctx.sessions) >= config.max_sessions:
             self._refuse(frame.id, "limit_exceeded", f"{config.max_sessions} sessions open", None)
             return
+        if self.ctx.sessions_of(tenant) >= config.max_sessions_per_tenant:
+            message = f"{config.max_sessions_per_tenant} sessions of this tenant open"
+            self._refuse(frame.id, "limit_exceeded", message, None)
+            return
         session_id = secrets.token_hex(8)
-        self.app = self.ctx.scheduler.open_app(session_id, frame.tenant)
+        self.app = self.ctx.scheduler.open_app(session_id, tenant)
         self.ctx.sessions.add(self)
         self.ctx.metrics.sessions = len(self.ctx.sessions)
         self.ctx.metrics.sessions_total += 1
-        log.info("session %s opened (app %r, tenant %r)", session_id, frame.app, frame.tenant)
+        log.info("session %s opened (app %r, tenant %r)", session_id, frame.app, tenant)
         card = self.ctx.backend.model
         self.send(
             Welcome(
@@ -260,7 +329,14 @@ class Session:
             variable.streamers.append(
                 lambda text: self.send(Delta(id=frame_id, var=spec.var, text=text))
             )
-        variable.watchers.append(answer)
+        self.num_waiting += 1
+
+        def answer_waiting(var: Variable) -> None:
+            self.num_waiting -= 1
+            self.last_active = loop.time()
+            answer(var)
+
+        variable.watchers.append(answer_waiting)
         objective = objective_for_get(spec.criteria, spec.deadline_ms, self.ctx.scheduler.clock())
         self.ctx.scheduler.activate(self.app, spec.var, objective)
 
@@ -289,13 +365,19 @@ class Session:
         while (text := await self.outbox.get()) is not None:
             try:
                 await self.ws.send(text)
-            except ConnectionClosed:
+            except Disconnected:
                 return
+
+    def shut(self, message: str) -> None:
+        """End the session from outside (shutdown): stop reading, fail its pending gets with
+        ``message`` and close with 1001 once every answer is sent (mutates)."""
+        self.shut_message = message
+        self.stopping.set()
 
     async def _release(self) -> None:
         if self.app is not None:
             app, self.app = self.app, None
-            await self.ctx.scheduler.close_app(app)
+            await self.ctx.scheduler.close_app(app, self.shut_message)
             log.info("session %s closed", app.session_id)
         self.ctx.sessions.discard(self)
         self.ctx.metrics.sessions = len(self.ctx.sessions)

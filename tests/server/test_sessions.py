@@ -164,10 +164,12 @@ def test_serve_in_thread_runs_and_closes() -> None:
     assert engine_box[0].stopped == 1
 
 
-async def test_openai_listener_from_config(make_server: ServerFactory) -> None:
-    """openai_port starts the OpenAI-compatible endpoints over the same backend."""
-    server = await make_server(openai_port=0)
-    assert server.openai_url is not None
+async def test_one_port_serves_websocket_http_and_openai(make_server: ServerFactory) -> None:
+    """The WebSocket protocol (any path), /healthz, /metrics and /v1 share one port."""
+    server = await make_server()
+    assert server.openai_url == server.http_url + "/v1"
+    async with connect(server.url + "/any/path") as ws:
+        await RawClient(ws).hello()
 
     def post() -> dict:
         body = json.dumps({"prompt": "Hello", "max_tokens": 6}).encode()
@@ -181,3 +183,5 @@ async def test_openai_listener_from_config(make_server: ServerFactory) -> None:
 
     answer = await asyncio.to_thread(post)
     assert answer["choices"][0]["text"] == scripted_text("Hello", 6)
+    samples = parse_prometheus((await fetch(server.http_url + "/metrics"))[2])
+    assert samples['eclectus_http_responses_total{code="200",route="/v1/completions"}'] == 1

@@ -1,0 +1,121 @@
+"""Connection-level limits, below the ASGI application: how many TCP connections one client
+address may hold, and how long a connection may take to send a request head.
+
+uvicorn's HTTP protocol waits forever for a half-sent head and takes any number of
+connections per address; these subclasses of its protocols add both limits (the WebSocket one
+only gives the connection back when it ends, since an upgraded connection changes protocol
+object). The counts are kept per transport, so a connection is released exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+
+_TOO_MANY_BODY = b"too many connections from this address\n"
+_TOO_MANY = (
+    b"HTTP/1.1 429 Too Many Requests\r\ncontent-type: text/plain; charset=utf-8\r\n"
+    + f"content-length: {len(_TOO_MANY_BODY)}\r\nconnection: close\r\n\r\n".encode()
+    + _TOO_MANY_BODY
+)
+
+
+@dataclass(slots=True)
+class ConnectionGuard:
+    """Open connections per client address. Mutating methods say so; event loop only."""
+
+    max_per_client: int
+    head_timeout_s: float
+    per_address: Counter[str] = field(default_factory=Counter)
+    open_transports: dict[int, str] = field(default_factory=dict)  # id(transport) -> address
+    num_refused: int = 0  # connections refused at the cap, for /metrics
+    num_head_timeouts: int = 0
+
+    def open(self, transport: asyncio.BaseTransport, address: str) -> bool:
+        """Admit a new connection from ``address`` unless it holds the cap (mutates)."""
+        if self.per_address[address] >= self.max_per_client:
+            self.num_refused += 1
+            return False
+        self.per_address[address] += 1
+        self.open_transports[id(transport)] = address
+        return True
+
+    def close(self, transport: asyncio.BaseTransport) -> None:
+        """Give back a connection's slot; idempotent (mutates)."""
+        address = self.open_transports.pop(id(transport), None)
+        if address is None:
+            return
+        self.per_address[address] -= 1
+        if self.per_address[address] <= 0:
+            del self.per_address[address]
+
+    def protocols(self) -> tuple[type[asyncio.Protocol], type[asyncio.Protocol]]:
+        """uvicorn's (http, ws) protocol classes with this guard's limits (pure)."""
+        return _guarded_http(self), _guarded_ws(self)
+
+
+def _guarded_http(guard: ConnectionGuard) -> type[asyncio.Protocol]:
+    class GuardedH11Protocol(H11Protocol):
+        """H11Protocol with a per-address cap and a deadline for every request head."""
+
+        _head_timer: asyncio.TimerHandle | None = None
+        _armed_cycle: object = None
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            address = self.client[0] if self.client else "unknown"
+            if not guard.open(transport, address):
+                transport.write(_TOO_MANY)
+                transport.close()
+                return
+            self._arm_head_timer()
+
+        def _arm_head_timer(self) -> None:
+            """The next request head must be complete within the deadline: the timer closes
+            the connection unless a new request cycle began since it was armed."""
+            self._cancel_head_timer()
+            self._armed_cycle = self.cycle
+            self._head_timer = self.loop.call_later(guard.head_timeout_s, self._head_timeout)
+
+        def _cancel_head_timer(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+
+        def _head_timeout(self) -> None:
+            self._head_timer = None
+            if self.cycle is self._armed_cycle and not self.transport.is_closing():
+                guard.num_head_timeouts += 1
+                self.transport.close()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing():
+                self._arm_head_timer()
+
+        def handle_websocket_upgrade(self, event: Any) -> None:
+            self._cancel_head_timer()  # the WebSocket protocol takes over (hello deadline)
+            super().handle_websocket_upgrade(event)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._cancel_head_timer()
+            guard.close(self.transport)
+            super().connection_lost(exc)
+
+    return GuardedH11Protocol
+
+
+def _guarded_ws(guard: ConnectionGuard) -> type[asyncio.Protocol]:
+    class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):
+        """The upgraded connection: gives its slot back when it ends."""
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            guard.close(self.transport)
+            super().connection_lost(exc)
+
+    return GuardedWebSocketProtocol
