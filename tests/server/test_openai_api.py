@@ -1,19 +1,23 @@
-"""The OpenAI-compatible endpoints, driven by the real `openai` client, over the real engine."""
+"""The OpenAI-compatible endpoints on the server's one port, driven by the real `openai`
+client, over the real engine."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
+import httpx
 import openai
 import pytest
-from scripted_engine import ScriptedEngine
+from websockets.asyncio.client import connect
+from ws_helpers import RawClient
 
 from eclectus.protocol.sampling import SamplingParams
+from eclectus.server.app import EclectusServer, start_server
 from eclectus.server.backend import EngineRequest
-from eclectus.server.http_server import start_http_server
-from eclectus.server.openai_api import ApiError, OpenAIApi
+from eclectus.server.config import ServerConfig, read_token_file
 
 pytestmark = pytest.mark.slow
 
@@ -28,12 +32,18 @@ def engine() -> Iterator[object]:
 
 
 @pytest.fixture
-async def base_url(engine: object) -> AsyncIterator[str]:
-    render = engine.engine.tokenizer.apply_chat_template  # type: ignore[attr-defined]
-    api = OpenAIApi(engine, render, token="sk-test")  # type: ignore[arg-type]
-    server = await start_http_server(api.handle, "127.0.0.1", 0, max_body_bytes=1 << 20)
-    yield f"http://127.0.0.1:{server.port}/v1"
+async def server(engine: object, tmp_path: Path) -> AsyncIterator[EclectusServer]:
+    tokens = tmp_path / "tokens"
+    tokens.write_text("alice sk-test\nbob sk-bob\n")
+    config = ServerConfig(port=0, tenant_tokens=read_token_file(str(tokens)))
+    server = await start_server(config, engine, owns_backend=False)  # type: ignore[arg-type]
+    yield server
     await server.close()
+
+
+@pytest.fixture
+def base_url(server: EclectusServer) -> str:
+    return server.openai_url
 
 
 async def direct(engine: object, prompt: str, max_tokens: int) -> str:
@@ -87,17 +97,41 @@ async def test_batch_prompts_answer_in_order(engine: object, base_url: str) -> N
 
 
 async def test_refusals_name_the_field(base_url: str) -> None:
-    """Unsupported or malformed parameters get a 400 naming the field; bad auth a 401."""
+    """Unsupported or malformed parameters get a 400 naming the field, an unknown model a
+    404, bad auth a 401; all in OpenAI's error shape."""
     client = openai.AsyncOpenAI(base_url=base_url, api_key="sk-test", max_retries=0)
     with pytest.raises(openai.BadRequestError, match="n: only n=1"):
         await client.completions.create(model="tiny", prompt="x", n=2)
     with pytest.raises(openai.BadRequestError, match="max_tokens"):
         await client.completions.create(model="tiny", prompt="x", max_tokens=0)
+    with pytest.raises(openai.NotFoundError, match="does not exist") as missing:
+        await client.completions.create(model="gpt-nothing", prompt="x")
+    assert missing.value.body["code"] == "model_not_found"  # type: ignore[index]
+    assert set(missing.value.body) == {"message", "type", "param", "code"}  # type: ignore[arg-type]
     wrong = openai.AsyncOpenAI(base_url=base_url, api_key="nope", max_retries=0)
     with pytest.raises(openai.AuthenticationError):
         await wrong.completions.create(model="tiny", prompt="x")
     # and the server still answers afterwards
     assert (await client.models.list()).data[0].id == "tiny"
+
+
+async def test_over_window_prompt_is_a_400(server: EclectusServer, base_url: str) -> None:
+    """A prompt longer than the model's window is the client's mistake: 400 naming the
+    prompt and the limit, not a 500."""
+    client = openai.AsyncOpenAI(base_url=base_url, api_key="sk-test", max_retries=0)
+    window = server.backend.model.context_window
+    with pytest.raises(openai.BadRequestError, match=rf"prompt 0 has \d+ tokens, limit {window}"):
+        await client.completions.create(model="tiny", prompt="word " * (2 * window))
+
+
+async def test_bearer_scheme_is_case_insensitive(base_url: str) -> None:
+    """``Authorization: bearer T`` is the same credential as ``Bearer T`` (RFC 7235)."""
+    async with httpx.AsyncClient() as http:
+        for scheme in ("bearer", "BEARER", "Bearer"):
+            answer = await http.get(
+                f"{base_url}/models", headers={"authorization": f"{scheme} sk-test"}
+            )
+            assert answer.status_code == 200, scheme
 
 
 async def test_malformed_http_does_not_hurt_the_server(base_url: str) -> None:
@@ -106,7 +140,7 @@ async def test_malformed_http_does_not_hurt_the_server(base_url: str) -> None:
     reader, writer = await asyncio.open_connection(host, int(port))
     body = b"{not json"
     writer.write(
-        b"POST /v1/completions HTTP/1.1\r\nAuthorization: Bearer sk-test\r\n"
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-test\r\n"
         + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
         + body
     )
@@ -123,28 +157,41 @@ async def test_malformed_http_does_not_hurt_the_server(base_url: str) -> None:
     assert (await client.models.list()).data[0].id == "tiny"
 
 
-async def test_batch_prompts_reach_the_engine_together() -> None:
-    """A list prompt's requests are all submitted before any finishes (the engine batches
-    them), and one failing cancels the others."""
-    engine = ScriptedEngine(hold=True)
-    api = OpenAIApi(engine, lambda messages: "")  # type: ignore[arg-type]
-    body = json.dumps({"prompt": ["alpha", "beta", "gamma"], "max_tokens": 4}).encode()
-    pending = asyncio.ensure_future(api.completions(body))
-    for _ in range(10):
-        await asyncio.sleep(0)
-    assert len(engine.requests) == 3 and not pending.done()
-    engine.release()
-    result = await pending
-    assert [c["text"] for c in result["choices"]] == [  # type: ignore[index]
-        "".join([o.text async for o in ScriptedEngine().generate(r)]) for r in engine.requests
-    ]
+async def test_cached_tokens_never_reflect_another_tenants_prompts(
+    server: EclectusServer, base_url: str
+) -> None:
+    """Prefix-cache hits are shared within a tenant only: bob (over /v1 and over the
+    WebSocket) sees no cached tokens for the prompt alice just sent; alice does."""
+    prompt = "The quick brown fox jumps over the lazy dog. " * 8
+    alice = openai.AsyncOpenAI(base_url=base_url, api_key="sk-test")
+    bob = openai.AsyncOpenAI(base_url=base_url, api_key="sk-bob")
 
-    failing = ScriptedEngine(hold=True, fail_if=lambda r: r.request_id.endswith("-0"))
-    api = OpenAIApi(failing, lambda messages: "")  # type: ignore[arg-type]
-    pending = asyncio.ensure_future(api.completions(body))
-    for _ in range(10):
-        await asyncio.sleep(0)
-    failing.release()
-    with pytest.raises(ApiError, match="engine error"):
-        await pending
-    assert failing.running == set()
+    async def cached(client: openai.AsyncOpenAI) -> int:
+        result = await client.completions.create(model="tiny", prompt=prompt, max_tokens=2)
+        assert result.usage is not None and result.usage.prompt_tokens_details is not None
+        return result.usage.prompt_tokens_details.cached_tokens or 0
+
+    assert await cached(alice) == 0
+    assert await cached(bob) == 0
+    async with connect(server.url) as ws:
+        client = RawClient(ws)
+        await client.hello(token="sk-bob")
+        await client.ask(
+            {
+                "type": "submit",
+                "id": "s",
+                "vars": [{"id": "p", "value": prompt[:-1]}],
+                "calls": [
+                    {
+                        "id": "c",
+                        "template": "{{p}} {{out}}",
+                        "bind": {"p": "p", "out": "out"},
+                        "sampling": {"out": {"max_tokens": 2}},
+                    }
+                ],
+                "gets": [{"var": "out"}],
+            }
+        )
+        value = (await client.values(1))["out"]
+    assert value["usage"]["cached_tokens"] > 0  # bob's own /v1 prompt, shared within bob
+    assert await cached(alice) > 0
