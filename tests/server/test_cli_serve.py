@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import pathlib
 import re
 import signal
 import subprocess
@@ -161,7 +162,9 @@ def test_every_serve_flag_reaches_the_config(monkeypatch: pytest.MonkeyPatch) ->
         "max_inflight": 3,
         "max_background_inflight": 2,
         "aging_rate": 0.5,
-        "openai_port": 9,
+        "max_sessions_per_tenant": 5,
+        "max_connections_per_client": 6,
+        "max_prompts_per_request": 4,
     }
     argv = [str(part) for k, v in flags.items() for part in (f"--{k.replace('_', '-')}", v)]
     config = config_from_args(parser.parse_args([*argv, "--token", "t"]))
@@ -170,6 +173,20 @@ def test_every_serve_flag_reaches_the_config(monkeypatch: pytest.MonkeyPatch) ->
     assert config.close_timeout_s == ServerConfig().close_timeout_s
     monkeypatch.setenv("ECLECTUS_TOKEN", "from-env")
     assert config_from_args(parser.parse_args(argv)).token == "from-env"
+    timeouts = ["--handshake-timeout", "1.5", "--idle-timeout", "2.5", "--shutdown-timeout", "3"]
+    config = config_from_args(parser.parse_args(timeouts))
+    assert (config.handshake_timeout_s, config.idle_timeout_s) == (1.5, 2.5)
+    assert config.shutdown_timeout_s == 3.0
+
+
+def test_token_file_flag_names_tenants(tmp_path: pathlib.Path) -> None:
+    """--token-file gives one tenant per line, beside --token's tenant 'default'."""
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    path = tmp_path / "tokens"
+    path.write_text("alice ta\nbob tb\n")
+    config = config_from_args(parser.parse_args(["--token-file", str(path), "--token", "t"]))
+    assert config.credentials == (("default", "t"), ("alice", "ta"), ("bob", "tb"))
 
 
 def test_served_model_names_flag() -> None:
