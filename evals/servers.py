@@ -158,18 +158,18 @@ class ServerProcess:
 
 @dataclass
 class EclectusProcess(ServerProcess):
-    """Eclectus with its built-in engine; traces its engine calls to ``trace_path``."""
+    """Eclectus with its built-in engine; traces its engine calls to ``trace_path``. One port
+    serves the WebSocket protocol, ``/v1`` and ``/metrics``."""
 
-    ws_port: int = field(default_factory=free_port)
     trace_path: Path | None = None
 
     @property
     def ws_url(self) -> str:
-        return f"ws://{HOST}:{self.ws_port}"
+        return f"ws://{HOST}:{self.port}"
 
     @property
     def metrics_url(self) -> str:
-        return f"http://{HOST}:{self.ws_port}/metrics"
+        return f"http://{HOST}:{self.port}/metrics"
 
     def command(self) -> list[str]:
         cmd = [
@@ -179,8 +179,6 @@ class EclectusProcess(ServerProcess):
             "--model",
             str(self.model_dir),
             "--port",
-            str(self.ws_port),
-            "--openai-port",
             str(self.port),
             "--max-frame-bytes",
             str(MAX_FRAME_BYTES),

@@ -1,9 +1,9 @@
-"""The embedded default server: Eclectus with the built-in engine, plus its OpenAI-compatible
-listener, on free loopback ports in a background thread.
+"""The embedded default server: Eclectus with the built-in engine on a free loopback port, in a
+background thread.
 
-Both modes can then run against the same engine: Eclectus mode over the WebSocket protocol,
-openai mode over ``/v1`` (the stock way, one prompt per request), and both read the same
-``/metrics`` page.
+Both modes can then run against the same engine on that one port: Eclectus mode over the
+WebSocket protocol, openai mode over ``/v1`` (the stock way, one prompt per request), and both
+read the same ``/metrics`` page.
 """
 
 from __future__ import annotations
@@ -27,9 +27,7 @@ class Embedded:
 
     @property
     def openai_url(self) -> str:
-        url = self.server.openai_url
-        assert url is not None  # embedded_server always starts the OpenAI listener
-        return url
+        return self.server.openai_url
 
     @property
     def metrics_url(self) -> str:
@@ -49,7 +47,7 @@ class Embedded:
 
 @contextlib.contextmanager
 def embedded_server(model: str = "tiny") -> Iterator[Embedded]:
-    """Start the server (both listeners) for ``model``; stop it on exit."""
-    config = ServerConfig(port=0, model=model, openai_port=0, max_frame_bytes=MAX_BODY_BYTES)
+    """Start the server for ``model``; stop it on exit."""
+    config = ServerConfig(port=0, model=model, max_frame_bytes=MAX_BODY_BYTES)
     with serve_in_thread(config) as server:
         yield Embedded(server)

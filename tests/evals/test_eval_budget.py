@@ -39,7 +39,7 @@ def test_the_eval_launcher_takes_every_serve_flag_and_a_trace_file(tmp_path: Pat
     command = process.command()
     assert command[1:3] == ["-m", "eclectus.evals.serve"]
     args = build_parser().parse_args(command[3:])
-    assert args.trace_file == tmp_path / "t.jsonl" and args.openai_port == process.port
+    assert args.trace_file == tmp_path / "t.jsonl" and args.port == process.port
     assert engine_config_from_args(args).block_size == 64
 
 
