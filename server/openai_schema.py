@@ -1,0 +1,195 @@
+"""The OpenAI-compatible API's wire side: request schemas, the one conversion to the server's
+sampling parameters, OpenAI-shaped errors, and the response and SSE payload builders (all pure).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from starlette.responses import JSONResponse
+
+from eclectus.protocol import SamplingParams
+
+if TYPE_CHECKING:
+    from eclectus.server.graph import Variable
+
+_ERROR_TYPES = {
+    401: "authentication_error",
+    404: "not_found_error",
+    429: "rate_limit_error",
+    500: "server_error",
+    503: "service_unavailable",
+}
+
+
+class ApiError(Exception):
+    """An OpenAI-style error: HTTP status, message, the offending parameter and a code."""
+
+    def __init__(
+        self, status: int, message: str, param: str | None = None, code: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.param = param
+        self.code = code
+
+    def body(self) -> dict[str, Any]:
+        kind = _ERROR_TYPES.get(self.status, "invalid_request_error")
+        error = {"message": str(self), "type": kind, "param": self.param, "code": self.code}
+        return {"error": error}
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(self.body(), status_code=self.status)
+
+
+class OpenAIRequest(BaseModel):
+    """Fields common to both endpoints. Unknown fields are ignored (clients send many
+    defaults), but the ones that would change the output are checked below."""
+
+    model_config = ConfigDict(extra="allow")
+    model: str | None = None
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)  # chat's newer name
+    temperature: float = Field(default=1.0, ge=0.0, le=2.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    top_k: int = -1
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stream: bool = False
+    stream_options: dict[str, Any] | None = None
+    n: int = 1
+    ignore_eos: bool = False
+
+    @model_validator(mode="after")
+    def _refuse_unsupported(self) -> OpenAIRequest:
+        if self.n != 1:
+            raise ValueError("n: only n=1 is supported")
+        extra = self.model_extra or {}
+        for name in ("logprobs", "top_logprobs", "tools", "functions", "logit_bias", "echo"):
+            if extra.get(name) not in (None, False, 0, [], {}):
+                raise ValueError(f"{name}: not supported by this server")
+        for name in ("frequency_penalty", "presence_penalty"):
+            if extra.get(name) not in (None, 0, 0.0):
+                raise ValueError(f"{name}: only 0 is supported")
+        return self
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.get("include_usage"))
+
+
+def to_sampling(request: OpenAIRequest, default_max_tokens: int) -> SamplingParams:
+    """The one place an OpenAI request's fields become the server's sampling parameters
+    (pure; ApiError(400) when they are out of range)."""
+    stop = [request.stop] if isinstance(request.stop, str) else list(request.stop or [])
+    try:
+        return SamplingParams(
+            max_tokens=request.max_tokens or request.max_completion_tokens or default_max_tokens,
+            temperature=request.temperature,
+            top_p=request.top_p,
+            top_k=request.top_k,
+            seed=request.seed,
+            stop=tuple(stop),
+            ignore_eos=request.ignore_eos,
+        )
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or None
+        raise ApiError(400, f"{where}: {first['msg']}", where) from None
+
+
+class CompletionRequest(OpenAIRequest):
+    prompt: str | list[str]
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    role: Literal["system", "user", "assistant", "developer"]
+    content: str | list[dict[str, Any]] | None = None
+
+    def text(self) -> str:
+        if self.content is None or isinstance(self.content, str):
+            return self.content or ""
+        parts = []
+        for part in self.content:
+            if part.get("type") != "text":
+                raise ValueError(f"messages.content: part type {part.get('type')!r} unsupported")
+            parts.append(str(part.get("text", "")))
+        return "".join(parts)
+
+
+class ChatCompletionRequest(OpenAIRequest):
+    messages: list[ChatMessage] = Field(min_length=1)
+
+
+def parse(model: type[OpenAIRequest], body: bytes) -> Any:
+    """Validate a JSON body into ``model``; raises ApiError(400) naming the field."""
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or None
+        raise ApiError(400, f"{where}: {first['msg']}" if where else first["msg"], where) from None
+
+
+def usage_of(variables: list[Variable]) -> dict[str, Any]:
+    prompt = sum(v.usage.prompt_tokens for v in variables if v.usage)
+    completion = sum(v.usage.completion_tokens for v in variables if v.usage)
+    cached = sum(v.usage.cached_tokens for v in variables if v.usage)
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    }
+
+
+def completion_response(
+    base: str, name: str, chat: bool, results: list[Variable]
+) -> dict[str, Any]:
+    choices = []
+    for index, variable in enumerate(results):
+        choice: dict[str, Any] = {"index": index, "finish_reason": variable.finish_reason}
+        if chat:
+            choice["message"] = {"role": "assistant", "content": variable.value or ""}
+        else:
+            choice.update(text=variable.value or "", logprobs=None)
+        choices.append(choice)
+    return {
+        "id": base,
+        "object": "chat.completion" if chat else "text_completion",
+        "created": int(time.time()),
+        "model": name,
+        "choices": choices,
+        "usage": usage_of(results),
+    }
+
+
+def sse_chunk(
+    base: str,
+    kind: str,
+    name: str,
+    created: int,
+    delta: Any,
+    finish: str | None = None,
+    usage: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One SSE payload; ``delta`` None: the usage-only chunk with no choices (pure)."""
+    payload: dict[str, Any] = {"id": base, "object": kind, "created": created, "model": name}
+    if delta is None:
+        payload.update(choices=[], usage=usage)
+        return payload
+    choice: dict[str, Any] = {"index": 0, "finish_reason": finish}
+    if isinstance(delta, dict):
+        choice["delta"] = delta
+    else:
+        choice.update(text=delta, logprobs=None)
+    payload["choices"] = [choice]
+    return payload
+
+
+def sse(payload: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(payload).encode() + b"\n\n"
