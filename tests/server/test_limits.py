@@ -16,6 +16,7 @@ from ws_helpers import RawClient, ServerFactory, map_reduce
 
 from eclectus.server.auth import bearer_token
 from eclectus.server.config import ServerConfig, read_token_file
+from eclectus.server.metrics import parse_prometheus
 
 
 def tenants(tmp_path: Path) -> tuple[tuple[str, str], ...]:
@@ -157,3 +158,27 @@ def test_token_file_errors_name_the_line(tmp_path: Path) -> None:
         ServerConfig(tenant_tokens=(("a", "t"), ("b", "t")))
     with pytest.raises(ValueError, match="token file"):
         read_token_file(str(tmp_path / "missing"))
+
+
+async def test_metrics_count_per_tenant_but_say_nothing_of_prompts(
+    make_server: ServerFactory, tmp_path: Path
+) -> None:
+    """/metrics (open, as vLLM's) has sessions per tenant and refusals by reason, rendered
+    by prometheus-client; token and cache counters carry no tenant label."""
+    server = await make_server(tenant_tokens=tenants(tmp_path))
+    async with connect(server.url) as a, connect(server.url) as b:
+        await RawClient(a).hello(token="tok-a")
+        client = RawClient(b)
+        await client.hello(token="tok-b")
+        await client.ask({"type": "get", "var": "nothing"})
+        async with httpx.AsyncClient() as http:
+            page = (await http.get(server.http_url + "/metrics")).text
+    samples = parse_prometheus(page)
+    assert samples['eclectus_tenant_sessions{tenant="alice"}'] == 1
+    assert samples['eclectus_tenant_sessions{tenant="bob"}'] == 1
+    assert samples['eclectus_rejected_frames_total{reason="unknown_var"}'] == 1
+    assert samples["eclectus_pinned_prefixes"] == 0
+    assert samples["eclectus_sessions"] == 2 and samples["eclectus_sessions_total"] == 2
+    tenant_lines = [line for line in page.splitlines() if "tenant=" in line]
+    assert all(line.startswith("eclectus_tenant_sessions{") for line in tenant_lines)
+    assert "# TYPE eclectus_prompt_tokens_total counter" in page
