@@ -77,6 +77,7 @@ class EclectusServer:
         self.connections: set[Session] = set()  # every WebSocket, with or without hello
         self.uvicorn: uvicorn.Server | None = None
         self.socket: socket.socket | None = None
+        self._port: int | None = None  # kept after close (the socket then has no name)
         self._closed = False
         self.asgi = Starlette(
             routes=[
@@ -101,8 +102,8 @@ class EclectusServer:
 
     @property
     def port(self) -> int:
-        assert self.socket is not None
-        return int(self.socket.getsockname()[1])
+        assert self._port is not None, "not listening yet"
+        return self._port
 
     @property
     def url(self) -> str:
@@ -170,7 +171,8 @@ class EclectusServer:
     async def listen(self) -> None:
         """Bind the port and start serving (mutates). OSError when the port is taken."""
         config = self.ctx.config
-        sock = socket.create_server((config.host, config.port))
+        family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
+        sock = socket.create_server((config.host, config.port), family=family)
         http, ws = self.guard.protocols()
         uv_config = uvicorn.Config(
             self.asgi,
@@ -188,6 +190,7 @@ class EclectusServer:
         server.lifespan = uv_config.lifespan_class(uv_config)
         await server.startup(sockets=[sock])
         self.socket, self.uvicorn = sock, server
+        self._port = int(sock.getsockname()[1])
 
     def busy(self) -> bool:
         """Whether work is queued or in the engine (pure)."""

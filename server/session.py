@@ -111,10 +111,11 @@ class Session:
         everything (mutates)."""
         loop = asyncio.get_running_loop()
         writer = loop.create_task(self._write())
+        stop = loop.create_task(self.stopping.wait())
         self.last_active = loop.time()
         try:
             while self.close_code is None:
-                message = await self._next_message(loop)
+                message = await self._next_message(loop, stop)
                 if message is None:
                     break
                 self.last_active = loop.time()
@@ -122,6 +123,7 @@ class Session:
         except Disconnected:
             pass
         finally:
+            stop.cancel()
             if self._recv is not None:
                 self._recv.cancel()
             await self._release()
@@ -129,39 +131,37 @@ class Session:
             await writer
             await self.ws.close(self.close_code or 1000, self.close_reason)
 
-    async def _next_message(self, loop: asyncio.AbstractEventLoop) -> str | bytes | None:
-        """The next frame, or None when a deadline passed (mutates: sets the close code).
-        Before hello the deadline is the handshake's; after, the idle one, which only runs
-        while no get is waiting for an answer."""
+    async def _next_message(
+        self, loop: asyncio.AbstractEventLoop, stop: asyncio.Task[bool]
+    ) -> str | bytes | None:
+        """The next frame, or None when a deadline passed or ``stop`` finished (mutates: sets
+        the close code). Before hello the deadline is the handshake's; after, the idle one,
+        which only runs while no get is waiting for an answer."""
         config = self.ctx.config
-        stop = loop.create_task(self.stopping.wait())
-        try:
-            while True:
-                timeout = config.handshake_timeout_s if self.app is None else config.idle_timeout_s
-                if self._recv is None:
-                    self._recv = loop.create_task(self.ws.recv())
-                remaining = max(self.last_active + timeout - loop.time(), 0.0)
-                await asyncio.wait(
-                    (self._recv, stop), timeout=remaining, return_when=asyncio.FIRST_COMPLETED
-                )
-                if self._recv.done():
-                    received, self._recv = self._recv, None
-                    return received.result()  # Disconnected propagates
-                if stop.done():
-                    self.close_code, self.close_reason = _GOING_AWAY, self.shut_message
-                    return None
-                if self.app is not None and self.num_waiting > 0:
-                    self.last_active = loop.time()  # busy: the idle clock starts afresh
-                    continue
-                if loop.time() < self.last_active + timeout:
-                    continue  # an answer moved last_active while we waited
-                kind = "hello" if self.app is None else "idle"
-                self.ctx.metrics.timeouts[kind] += 1
-                reason = "no hello in time" if self.app is None else "idle session"
-                self.close_code, self.close_reason = _GOING_AWAY, reason
+        while True:
+            timeout = config.handshake_timeout_s if self.app is None else config.idle_timeout_s
+            if self._recv is None:
+                self._recv = loop.create_task(self.ws.recv())
+            remaining = max(self.last_active + timeout - loop.time(), 0.0)
+            await asyncio.wait(
+                (self._recv, stop), timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+            )
+            if self._recv.done():
+                received, self._recv = self._recv, None
+                return received.result()  # Disconnected propagates
+            if stop.done():
+                self.close_code, self.close_reason = _GOING_AWAY, self.shut_message
                 return None
-        finally:
-            stop.cancel()
+            if self.app is not None and self.num_waiting > 0:
+                self.last_active = loop.time()  # busy: the idle clock starts afresh
+                continue
+            if loop.time() < self.last_active + timeout:
+                continue  # an answer moved last_active while we waited
+            kind = "hello" if self.app is None else "idle"
+            self.ctx.metrics.timeouts[kind] += 1
+            reason = "no hello in time" if self.app is None else "idle session"
+            self.close_code, self.close_reason = _GOING_AWAY, reason
+            return None
 
     # -- frame handling -------------------------------------------------------------------
 
