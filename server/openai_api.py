@@ -33,6 +33,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
 from eclectus.protocol import CallSpec, GenSegment, SamplingParams, Submit, TextSegment
+from eclectus.protocol.sampling import COMPLETIONS_DEFAULT_MAX_TOKENS
 from eclectus.server.auth import AuthFailure, bearer_token
 from eclectus.server.errors import ServerError
 from eclectus.server.fragment import stage
@@ -71,7 +72,12 @@ class OpenAIApi:
     """The /v1 routes over one server's context. Holds no per-request state but the set of
     requests in flight (for shutdown)."""
 
-    def __init__(self, ctx: ServerContext, render_chat: ChatRenderer, max_tokens: int = 16) -> None:
+    def __init__(
+        self,
+        ctx: ServerContext,
+        render_chat: ChatRenderer,
+        max_tokens: int = COMPLETIONS_DEFAULT_MAX_TOKENS,
+    ) -> None:
         self.ctx = ctx
         self.render_chat = render_chat
         self.default_max_tokens = max_tokens
@@ -188,7 +194,7 @@ class OpenAIApi:
         base = f"{'chatcmpl' if chat else 'cmpl'}-{secrets.token_hex(8)}"
         job = self._submit(base, tenant, prompts, sampling)
         if body.stream:
-            stream = self._stream(job, base, chat, body.include_usage)
+            stream = self._stream(job, base, self._name(body.model), chat, body.include_usage)
             return self._count(request, StreamingResponse(stream, media_type="text/event-stream"))
         try:
             results = await self._wait(request, job)
@@ -200,7 +206,7 @@ class OpenAIApi:
         if failed is not None:
             return self._error(request, _var_error(failed))
         return self._count(
-            request, JSONResponse(completion_response(base, self._name(), chat, results))
+            request, JSONResponse(completion_response(base, self._name(body.model), chat, results))
         )
 
     def _submit(
@@ -251,11 +257,11 @@ class OpenAIApi:
         return [job.app.graph.vars[v] for v in job.outputs]
 
     async def _stream(
-        self, job: _Job, base: str, chat: bool, include_usage: bool
+        self, job: _Job, base: str, name: str, chat: bool, include_usage: bool
     ) -> AsyncIterator[bytes]:
         """The SSE events of a one-prompt request. A disconnect cancels this generator
         (Starlette), and its ``finally`` aborts the request."""
-        name, created = self._name(), int(time.time())
+        created = int(time.time())
         kind = "chat.completion.chunk" if chat else "text_completion"
         try:
             if chat:  # the first chunk carries the role, as OpenAI's does
@@ -295,8 +301,10 @@ class OpenAIApi:
 
     # -- helpers ----------------------------------------------------------------------------
 
-    def _name(self) -> str:
-        return self.ctx.config.served_model_names[0]
+    def _name(self, asked: str | None) -> str:
+        """The model name a response carries: the one asked for (already checked to be
+        served), else the first served name (pure)."""
+        return asked or self.ctx.config.served_model_names[0]
 
     def _count(self, request: Request, response: Response) -> Response:
         """Count a response for /metrics (mutates) and return it."""
