@@ -181,6 +181,9 @@ class EclectusServer:
             ws_max_size=config.max_socket_bytes,
             ws_per_message_deflate=False,
             lifespan="off",
+            # the client address is the socket's peer: X-Forwarded-For would let a local
+            # client pick a new address for every failed token
+            proxy_headers=False,
             log_config=None,
             access_log=False,
             timeout_graceful_shutdown=max(1, round(config.close_timeout_s)),
