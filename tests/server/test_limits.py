@@ -133,6 +133,8 @@ async def test_failed_tokens_are_rate_limited(make_server: ServerFactory) -> Non
             assert answer.status_code == 401
         answer = await http.get(url, headers={"authorization": "Bearer right"})
         assert answer.status_code == 429 and answer.json()["error"]["type"] == "rate_limit_error"
+        spoofed = {"authorization": "Bearer right", "x-forwarded-for": "10.9.8.7"}
+        assert (await http.get(url, headers=spoofed)).status_code == 429  # the socket's peer
         with pytest.raises(InvalidStatus):
             async with connect(server.url):
                 pass
