@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import socket
 import threading
@@ -29,6 +30,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
+from eclectus.protocol import ModelCard
+from eclectus.protocol.chat_template import render_chat
 from eclectus.server.auth import Authenticator
 from eclectus.server.backend import Backend
 from eclectus.server.config import ServerConfig
@@ -51,16 +54,10 @@ def build_backend(model: str) -> Backend:
     return AsyncEngine.from_config(model=model)
 
 
-def chat_renderer(backend: Backend) -> Callable[[list[dict[str, str]]], str]:
-    """The engine tokenizer's chat template when the backend has one (the built-in engine),
-    else a plain "role: content" rendering (pure)."""
-    tokenizer = getattr(getattr(backend, "engine", None), "tokenizer", None)
-    render = getattr(tokenizer, "apply_chat_template", None)
-    if callable(render):
-        return render  # type: ignore[no-any-return]
-    return lambda messages: (
-        "".join(f"{m['role']}: {m['content']}\n" for m in messages) + ("assistant:")
-    )
+def chat_renderer(card: ModelCard) -> Callable[[list[dict[str, str]]], str]:
+    """Chat messages rendered with the model card's template, as clients render them (the
+    default template when the card has none). Pure: the contract, not the engine."""
+    return functools.partial(render_chat, card.chat_template, template_vars=card.template_vars)
 
 
 class EclectusServer:
@@ -73,7 +70,7 @@ class EclectusServer:
         self.guard = ConnectionGuard(
             ctx.config.max_connections_per_client, ctx.config.handshake_timeout_s
         )
-        self.openai = OpenAIApi(ctx, chat_renderer(ctx.backend))
+        self.openai = OpenAIApi(ctx, chat_renderer(ctx.backend.model))
         self.connections: set[Session] = set()  # every WebSocket, with or without hello
         self.uvicorn: uvicorn.Server | None = None
         self.socket: socket.socket | None = None

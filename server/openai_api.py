@@ -76,11 +76,9 @@ class OpenAIApi:
         self,
         ctx: ServerContext,
         render_chat: ChatRenderer,
-        max_tokens: int = COMPLETIONS_DEFAULT_MAX_TOKENS,
     ) -> None:
         self.ctx = ctx
         self.render_chat = render_chat
-        self.default_max_tokens = max_tokens
         self.jobs: set[_Job] = set()
 
     def routes(self) -> list[BaseRoute]:
@@ -190,7 +188,7 @@ class OpenAIApi:
         chat: bool,
     ) -> Response:
         self._check_model(body.model)
-        sampling = to_sampling(body, self.default_max_tokens)
+        sampling = to_sampling(body, None if chat else COMPLETIONS_DEFAULT_MAX_TOKENS)
         base = f"{'chatcmpl' if chat else 'cmpl'}-{secrets.token_hex(8)}"
         job = self._submit(base, tenant, prompts, sampling)
         if body.stream:

@@ -61,7 +61,8 @@ class OpenAIRequest(BaseModel):
     stream: bool = False
     stream_options: dict[str, Any] | None = None
     n: int = 1
-    ignore_eos: bool = False
+    ignore_eos: bool = False  # vLLM's extension
+    stop_token_ids: list[int] | None = None  # vLLM's extension
 
     @model_validator(mode="after")
     def _refuse_unsupported(self) -> OpenAIRequest:
@@ -81,9 +82,11 @@ class OpenAIRequest(BaseModel):
         return bool(self.stream_options and self.stream_options.get("include_usage"))
 
 
-def to_sampling(request: OpenAIRequest, default_max_tokens: int) -> SamplingParams:
+def to_sampling(request: OpenAIRequest, default_max_tokens: int | None) -> SamplingParams:
     """The one place an OpenAI request's fields become the server's sampling parameters
-    (pure; ApiError(400) when they are out of range)."""
+    (pure; ApiError(400) when they are out of range). ``default_max_tokens``: what a request
+    naming none gets (16 for /v1/completions as OpenAI documents; None for chat: until EOS or
+    the context window, as vLLM does)."""
     stop = [request.stop] if isinstance(request.stop, str) else list(request.stop or [])
     try:
         return SamplingParams(
@@ -94,6 +97,7 @@ def to_sampling(request: OpenAIRequest, default_max_tokens: int) -> SamplingPara
             seed=request.seed,
             stop=tuple(stop),
             ignore_eos=request.ignore_eos,
+            stop_token_ids=tuple(request.stop_token_ids or ()),
         )
     except ValidationError as exc:
         first = exc.errors()[0]

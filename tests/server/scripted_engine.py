@@ -23,8 +23,9 @@ from eclectus.server.backend import (
 )
 
 
-def scripted_text(prompt: str, max_tokens: int) -> str:
-    """The answer the scripted engine gives to ``prompt`` (pure)."""
+def scripted_text(prompt: str, max_tokens: int | None) -> str:
+    """The answer the scripted engine gives to ``prompt`` (pure). ``max_tokens`` None: the
+    whole answer, as if it ended with EOS."""
     return f" r{zlib.crc32(prompt.encode()):08x}"[:max_tokens]
 
 

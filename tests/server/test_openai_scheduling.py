@@ -128,3 +128,16 @@ async def test_unknown_route_and_model_are_404s(make_server: ServerFactory) -> N
     assert (answer.status_code, answer.json()["error"]["code"]) == (404, "model_not_found")
     answer = await post(server, {}, path="embeddings")
     assert answer.status_code == 404 and "no route" in answer.json()["error"]["message"]
+
+
+async def test_max_tokens_defaults_follow_openai(make_server: ServerFactory) -> None:
+    """Without max_tokens, /v1/completions generates 16 tokens at most (OpenAI's documented
+    default) and /v1/chat/completions until EOS or the context window (None), as vLLM does."""
+    engine = ScriptedEngine()
+    server = await make_server(engine)
+    done = await post(server, {"model": "scripted", "prompt": "hi"})
+    assert done.status_code == 200, done.text
+    chat = {"model": "scripted", "messages": [{"role": "user", "content": "hi"}]}
+    done = await post(server, chat, "chat/completions")
+    assert done.status_code == 200, done.text
+    assert [r.sampling.max_tokens for r in engine.requests] == [16, None]
