@@ -30,6 +30,8 @@ class ServerConfig:
     max_prompt_tokens: int = 8192  # one engine request's prompt, variables resolved
     max_vars_per_session: int = 10_000
     max_calls_per_session: int = 4_096  # calls and ops together
+    max_map_items: int = 1_024  # one map's fan-out (elements of its JSON array)
+    max_map_element_bytes: int = 65_536  # one element's text, UTF-8
     max_sessions: int = 256
     max_sessions_per_tenant: int = 128  # so that one tenant cannot take every session slot
     max_connections_per_client: int = 128  # open TCP connections per client address
@@ -55,6 +57,8 @@ class ServerConfig:
             "max_prompt_tokens",
             "max_vars_per_session",
             "max_calls_per_session",
+            "max_map_items",
+            "max_map_element_bytes",
             "max_sessions",
             "max_sessions_per_tenant",
             "max_connections_per_client",

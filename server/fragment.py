@@ -23,6 +23,7 @@ from eclectus.protocol import (
 from eclectus.server.config import ServerConfig
 from eclectus.server.errors import GraphError, LimitError
 from eclectus.server.graph import Graph, Node, Variable, VarState
+from eclectus.server.map_op import stage_map
 
 
 @dataclass(slots=True)
@@ -59,7 +60,7 @@ def stage(
     graph: Graph, frame: Submit, config: ServerConfig, count_tokens: Callable[[str], int]
 ) -> Staged:
     """Check ``frame`` against ``graph`` and build what it adds (pure: graph untouched)."""
-    num_nodes = len(frame.calls) + len(frame.ops)
+    num_nodes = len(frame.calls) + len(frame.ops) + len(frame.maps)
     if len(graph.nodes) + num_nodes > config.max_calls_per_session:
         raise LimitError(
             f"session would hold {len(graph.nodes) + num_nodes} calls and ops, "
@@ -85,6 +86,10 @@ def stage(
         nodes.append(
             (f"ops[{i}]", Node(op.id, tuple(dict.fromkeys(op.inputs)), (op.output,), op=op))
         )
+    for i, spec in enumerate(frame.maps):
+        config.check_model(spec.call.model, f"maps[{i}].call.model")
+        segments = call_segments(spec.call, f"maps[{i}].call")
+        nodes.append((f"maps[{i}]", stage_map(spec, segments, f"maps[{i}]", config)))
     _check_node_ids(graph, nodes)
     produced = _claim_outputs(graph, new_vars, nodes)
     if len(graph.vars) + len(new_vars) > config.max_vars_per_session:
@@ -103,6 +108,7 @@ def stage(
                     field=where,
                     var=var_id,
                 )
+    _check_spreads(graph, frame, nodes)
     for i, get in enumerate(frame.gets):
         if not known(get.var):
             raise GraphError(
@@ -111,6 +117,22 @@ def stage(
     _check_acyclic(graph, new_vars, produced, [n for _, n in nodes])
     _check_prompt_sizes(nodes, new_vars, graph, config, count_tokens)
     return Staged(list(new_vars.values()), [n for _, n in nodes])
+
+
+def _check_spreads(graph: Graph, frame: Submit, nodes: list[tuple[str, Node]]) -> None:
+    """A spread op's input must be a map's output (always a JSON array of strings)."""
+    maps = {n.outputs[0] for _, n in nodes if n.map is not None}
+    for i, op in enumerate(frame.ops):
+        if not op.spread:
+            continue
+        producer = graph.producer(op.inputs[0]) if op.inputs[0] in graph.vars else None
+        if op.inputs[0] not in maps and (producer is None or producer.map is None):
+            raise GraphError(
+                "bad_request",
+                f"a spread op's input must be a map's output, {op.inputs[0]!r} is not",
+                field=f"ops[{i}].inputs",
+                var=op.inputs[0],
+            )
 
 
 def _check_node_ids(graph: Graph, nodes: list[tuple[str, Node]]) -> None:

@@ -13,11 +13,13 @@ that is lazy activation.
 from __future__ import annotations
 
 import enum
+import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from eclectus.protocol import ErrorCode, OpSpec, Segment, Usage
 from eclectus.server.errors import GraphError
+from eclectus.server.map_op import MapFailed, MapPlan, advance
 from eclectus.server.objectives import Objective
 from eclectus.server.release import sweep
 
@@ -64,13 +66,15 @@ class Variable:
 
 @dataclass(slots=True, eq=False)
 class Node:
-    """A call (``segments`` with at least one GenSegment) or an op (``op``)."""
+    """A call (``segments`` with at least one GenSegment), an op (``op``) or a map
+    (``map``, a fan-out into calls: map_op.py)."""
 
     node_id: str
     inputs: tuple[str, ...]  # distinct input var ids, in prompt order
     outputs: tuple[str, ...]  # output var ids, in generation order
     segments: tuple[Segment, ...] = ()
     op: OpSpec | None = None
+    map: MapPlan | None = None
     model: str | None = None
     state: NodeState = NodeState.IDLE
     objective: Objective | None = None
@@ -81,11 +85,14 @@ class Node:
 
     @property
     def is_call(self) -> bool:
-        return self.op is None
+        return self.op is None and self.map is None
 
 
 def run_op(op: OpSpec, texts: list[str]) -> str:
-    """The text an op produces from its inputs' texts (pure)."""
+    """The text an op produces from its inputs' texts (pure). A spread op's one input is a
+    map's output, always a JSON array of strings (map_op.py)."""
+    if op.spread:
+        texts = json.loads(texts[0])
     if op.op == "join":
         return op.prefix + op.sep.join(texts) + op.suffix
     return repr(list(texts))  # repr_list: exactly Python's repr of a list of str
@@ -263,6 +270,16 @@ class Graph:
         for watcher in watchers:
             watcher(variable)
 
+    def _finish_instant(self, node: Node, text: str) -> list[Node]:
+        """An op or map is DONE with output ``text`` (mutates); returns its consumers."""
+        node.state = NodeState.DONE
+        output = self.vars[node.outputs[0]]
+        output.value = text
+        self._finish_var(output, VarState.READY, None, None)
+        consumers = [self.nodes[c] for c in output.consumers]
+        sweep(self, [node.node_id], [])
+        return consumers
+
     def _settle(self, candidates: Iterable[Node]) -> list[Node]:
         """Move WAITING nodes whose inputs are final on: ops run at once (and may wake
         more nodes), a failed input fails the node, ready calls are QUEUED and returned."""
@@ -279,15 +296,17 @@ class Graph:
             elif not self.inputs_ready(node):
                 continue
             elif node.op is not None:
-                node.state = NodeState.DONE
                 texts = [self.vars[v].value or "" for v in node.op.inputs]
-                output = self.vars[node.outputs[0]]
-                output.value = run_op(node.op, texts)
                 if self.on_op_run is not None:
                     self.on_op_run()
-                self._finish_var(output, VarState.READY, None, None)
-                stack.extend(self.nodes[c] for c in output.consumers)
-                sweep(self, [node.node_id], [])
+                stack.extend(self._finish_instant(node, run_op(node.op, texts)))
+            elif node.map is not None:
+                try:
+                    step = advance(self, node)  # expands the map, or its final text
+                except MapFailed as exc:
+                    self.fail(node, exc.code, f"map {node.node_id!r}: {exc.message}")
+                    continue
+                stack.extend(step if isinstance(step, list) else self._finish_instant(node, step))
             else:
                 node.state = NodeState.QUEUED
                 ready.append(node)

@@ -142,6 +142,8 @@ class OpSpec(BaseModel):
     ``join``: ``prefix + sep.join(inputs) + suffix``.
     ``repr_list``: Python's ``repr(list_of_str)`` of the inputs, byte-identical to what
     ``str([...])`` gives on the client (LangChain renders lists that way).
+    ``spread``: ``inputs`` is one variable that a map (:class:`MapSpec`) produces, and the
+    op works over that JSON array's strings instead (a join of a fan-out's results).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -152,6 +154,34 @@ class OpSpec(BaseModel):
     sep: str = ""
     prefix: str = ""
     suffix: str = ""
+    spread: bool = False
+
+    @model_validator(mode="after")
+    def _one_spread_input(self) -> OpSpec:
+        if self.spread and len(self.inputs) != 1:
+            raise ValueError("a spread op takes exactly one input (a map's output)")
+        return self
+
+
+class MapSpec(BaseModel):
+    """A fan-out on the server: one call per element of a JSON array variable.
+
+    When ``items`` is final, the server parses its text as a JSON array (a ```` ```json ````
+    fence around it is allowed) and instantiates ``call`` once per element, with the
+    variable ``element`` bound to that element's text (a string element's value, any other
+    element's compact JSON). ``call`` has exactly one output; ``element`` and that output
+    are names local to the map. ``output`` is then the JSON array of the instances' output
+    texts, in element order; a ``spread`` op joins or renders it. No client round trip:
+    the fan-out happens where the list is. Its limits (``max_map_items``,
+    ``max_map_element_bytes``) and errors are in docs/protocol.md.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    id: VarId
+    items: VarId
+    element: VarId
+    call: CallSpec
+    output: VarId
 
 
 class GetSpec(BaseModel):
@@ -176,13 +206,14 @@ class Hello(_Frame):
 
 
 class Submit(_Frame):
-    """A graph fragment: new variables, calls and ops, and the gets that activate them.
+    """A graph fragment: new variables, calls, ops and maps, and the gets that activate them.
     Later fragments may refer to variables of earlier ones in the same session."""
 
     type: Literal["submit"] = "submit"
     vars: list[VarSpec] = Field(default_factory=list)
     calls: list[CallSpec] = Field(default_factory=list)
     ops: list[OpSpec] = Field(default_factory=list)
+    maps: list[MapSpec] = Field(default_factory=list)
     gets: list[GetSpec] = Field(default_factory=list)
 
 
