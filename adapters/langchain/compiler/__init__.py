@@ -1,9 +1,14 @@
 """The chain compiler: LangChain runnables lowered onto an Eclectus graph.
 
-Importing this package registers the lowerings (structure.py, leaves.py) in registry.py.
+Importing this package registers the lowerings (structure.py, leaves.py, packaging.py) in
+registry.py.
 """
 
-from eclectus.adapters.langchain.compiler import leaves, structure  # noqa: F401 (registers)
+from eclectus.adapters.langchain.compiler import (  # noqa: F401 (registers)
+    leaves,
+    packaging,
+    structure,
+)
 from eclectus.adapters.langchain.compiler.compile import compile, find_model
 from eclectus.adapters.langchain.compiler.runnable import CompiledRunnable
 

@@ -1,0 +1,234 @@
+"""``compile(app)``: a LangGraph app whose runs submit its graph to Eclectus in few frames.
+
+The compiled graph has the app's ``invoke``/``ainvoke``/``batch``/``abatch``/``stream``/
+``astream`` and gives the same results. A run lowers every LCEL node onto one server graph
+(executor.py) and cuts only where a Python function must see values: Python nodes and
+routers. Whatever the compiler does not reproduce exactly (support.py: checkpointers,
+interrupts, stream modes other than ``values``/``updates``, some channels and policies)
+runs on the app itself, eagerly, with a warning: never a different result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import warnings
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, Literal
+
+from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables.config import ensure_config
+from langgraph.constants import START
+
+from eclectus.adapters.langchain.compiler import CompiledRunnable, find_model
+from eclectus.adapters.langchain.compiler.graph import GraphTrace
+from eclectus.adapters.langchain.compiler.plan import plan_text
+from eclectus.adapters.langchain.compiler.runnable import run_blocking
+from eclectus.adapters.langgraph.executor import GraphRun, StepRecord
+from eclectus.adapters.langgraph.support import (
+    is_python_node,
+    node_kind,
+    run_unsupported,
+    unsupported,
+)
+
+DEFAULT_RECURSION_LIMIT = 25  # LangGraph's own default is larger; a config's value wins
+_RUN_KWARGS = ("stream_mode",)  # run keyword arguments the compiled run understands
+
+
+class EagerFallbackWarning(UserWarning):
+    """A graph (or one run) runs on LangGraph itself because the compiler cannot do it
+    exactly; the message says why."""
+
+
+class CompiledGraph:
+    """The compiled form of a compiled StateGraph ``app``. ``last_graph`` is the trace of
+    the most recent compiled run; ``last_frames`` the client frames it sent."""
+
+    def __init__(self, app: Any, model: Any | None = None, app_name: str | None = None) -> None:
+        self.app = app
+        self.reasons = unsupported(app)
+        self.model = model or self._find_model()
+        if self.model is None:
+            self.reasons.append("no LCEL node holds an Eclectus model (pass model=)")
+        self._runner = (
+            CompiledRunnable(app, self.model, app_name or app.get_name())
+            if self.model is not None
+            else None
+        )
+        self.last_graph: GraphTrace | None = None
+        self.last_frames = 0
+
+    # -- the app's surface ------------------------------------------------------------------
+
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        """The app's ``invoke``: the output state (compiled, or eager with a warning)."""
+        config = ensure_config(config)
+        if self._eager(config, kwargs):
+            return self.app.invoke(input, config, **kwargs)
+        return run_blocking(self._run(input, config, "sync"))[0]
+
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        """Async twin of :meth:`invoke`."""
+        config = ensure_config(config)
+        if self._eager(config, kwargs):
+            return await self.app.ainvoke(input, config, **kwargs)
+        return (await self._run(input, config, "async"))[0]
+
+    def batch(self, inputs: list[Any], config: Any = None, **kwargs: Any) -> list[Any]:
+        """One run per input, all in one event loop (their frames interleave)."""
+        configs = _configs(config, len(inputs))
+        if any(self._eager(c, kwargs) for c in configs):
+            return self.app.batch(inputs, config, **kwargs)
+        return run_blocking(self._gather(inputs, configs, "sync"))
+
+    async def abatch(self, inputs: list[Any], config: Any = None, **kwargs: Any) -> list[Any]:
+        """Async twin of :meth:`batch`."""
+        configs = _configs(config, len(inputs))
+        if any(self._eager(c, kwargs) for c in configs):
+            return await self.app.abatch(inputs, config, **kwargs)
+        return await self._gather(inputs, configs, "async")
+
+    def stream(
+        self,
+        input: Any,
+        config: RunnableConfig | None = None,
+        *,
+        stream_mode: str | list[str] | None = None,
+        **kwargs: Any,
+    ) -> Iterator[Any]:
+        """The app's ``stream`` for modes ``values`` and ``updates`` (one or a list, then
+        ``(mode, chunk)`` pairs). The run goes to the server whole; the chunks are yielded
+        once its values are back."""
+        config, modes = ensure_config(config), _modes(stream_mode, self.app.stream_mode)
+        if self._eager(config, kwargs, modes):
+            yield from self.app.stream(input, config, stream_mode=stream_mode, **kwargs)
+            return
+        _, steps = run_blocking(self._run(input, config, "sync"))
+        yield from _chunks(steps, modes, isinstance(stream_mode, list))
+
+    async def astream(
+        self,
+        input: Any,
+        config: RunnableConfig | None = None,
+        *,
+        stream_mode: str | list[str] | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[Any]:
+        """Async twin of :meth:`stream`."""
+        config, modes = ensure_config(config), _modes(stream_mode, self.app.stream_mode)
+        if self._eager(config, kwargs, modes):
+            async for chunk in self.app.astream(input, config, stream_mode=stream_mode, **kwargs):
+                yield chunk
+            return
+        _, steps = await self._run(input, config, "async")
+        for chunk in _chunks(steps, modes, isinstance(stream_mode, list)):
+            yield chunk
+
+    # -- printing ---------------------------------------------------------------------------
+
+    def explain(self) -> str:
+        """Which nodes run on the server, which are client cuts and why; then the graph the
+        last run built (calls, ops, cuts) and the frames it sent (pure)."""
+        if self.reasons:
+            return "eager (LangGraph runs this graph): " + "; ".join(self.reasons)
+        builder = self.app.builder
+        lines = ["nodes:"]
+        for name, spec in builder.nodes.items():
+            lines.append(f"  {name}: {node_kind(spec.runnable)}")
+            if not is_python_node(spec.runnable):
+                lines.extend("    " + line for line in plan_text(spec.runnable).splitlines())
+        lines.append("edges:")
+        for start, end in sorted(builder.edges):
+            lines.append(f"  {start} -> {end}: a dependency (no round trip)")
+        for start, branches in builder.branches.items():
+            for name in branches:
+                lines.append(
+                    f"  {start} -> ? ({name}): client cut (a conditional edge: the router "
+                    "runs on the client; Send fan-outs to LCEL nodes ship in one frame)"
+                )
+        if self.last_graph is not None:
+            lines.append(f"last run: {self.last_frames} client frame(s)")
+            lines.append(self.last_graph.render())
+        return "\n".join(lines)
+
+    def get_graph(self, *args: Any, **kwargs: Any) -> Any:
+        """The app's own drawable graph."""
+        return self.app.get_graph(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"CompiledGraph({self.app.get_name()})"
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _find_model(self) -> Any | None:
+        for spec in self.app.builder.nodes.values():
+            if not is_python_node(spec.runnable):
+                found = find_model(spec.runnable)
+                if found is not None:
+                    return found
+        return None
+
+    def _eager(
+        self, config: RunnableConfig, kwargs: dict[str, Any], modes: list[str] | None = None
+    ) -> bool:
+        reasons = list(self.reasons) + run_unsupported(dict(config), modes or [])
+        reasons += [f"the run argument {k!r}" for k in kwargs if k not in _RUN_KWARGS]
+        if reasons:
+            warnings.warn(
+                "eclectus compile: running eagerly: " + "; ".join(reasons),
+                EagerFallbackWarning,
+                stacklevel=3,
+            )
+        return bool(reasons)
+
+    async def _run(
+        self, input: Any, config: RunnableConfig, mode: Literal["sync", "async"]
+    ) -> tuple[Any, list[StepRecord]]:
+        """One compiled run: the concrete output and the concrete step records."""
+        assert self._runner is not None
+        ctx = self._runner._context(mode, config)
+        frames = ctx.session.num_frames_sent
+        limit = config.get("recursion_limit", DEFAULT_RECURSION_LIMIT)
+        run = GraphRun(self.app, ctx, limit)
+        output = await run.run(input)
+        records = [(step.values, step.updates) for step in run.steps]
+        output, records = await ctx.resolve((output, records))
+        self.last_graph = ctx.trace
+        self.last_frames = ctx.session.num_frames_sent - frames
+        return output, [StepRecord(values, updates) for values, updates in records]
+
+    async def _gather(
+        self, inputs: list[Any], configs: list[RunnableConfig], mode: Literal["sync", "async"]
+    ) -> list[Any]:
+        runs = [self._run(i, c, mode) for i, c in zip(inputs, configs, strict=True)]
+        return [output for output, _ in await asyncio.gather(*runs)]
+
+
+def _configs(config: Any, num: int) -> list[RunnableConfig]:
+    if isinstance(config, list):
+        return [ensure_config(c) for c in config]
+    return [ensure_config(config)] * num
+
+
+def _modes(stream_mode: str | list[str] | None, default: str | list[str]) -> list[str]:
+    mode = stream_mode if stream_mode is not None else default
+    return list(mode) if isinstance(mode, list | tuple) else [mode]
+
+
+def _chunks(steps: list[StepRecord], modes: list[str], paired: bool) -> Iterator[Any]:
+    """The chunks LangGraph's stream yields for ``modes``, from the run's step records."""
+    for step in steps:
+        for mode in modes:
+            if mode == "updates":
+                chunks = [{node: update} for node, update in step.updates if node != START]
+            else:
+                chunks = [step.values]
+            for chunk in chunks:
+                yield (mode, chunk) if paired else chunk
+
+
+def compile(app: Any, *, model: Any | None = None, app_name: str | None = None) -> CompiledGraph:
+    """Wrap a compiled StateGraph ``app`` (``builder.compile()``) so its runs go to the
+    Eclectus server as one graph, cut only at Python nodes and routers. ``model``: the
+    Eclectus model whose server runs the graph (default: the first in an LCEL node)."""
+    return CompiledGraph(app, model, app_name)

@@ -1,0 +1,239 @@
+"""One compiled run of a StateGraph: LangGraph's supersteps over *symbolic* state.
+
+The algorithm is Pregel's, as LangGraph runs a StateGraph: the input is written to the state
+channels (with their reducers), then each superstep runs the triggered tasks on the state as
+it was at the step's start, applies all their writes at once, and triggers the next tasks:
+plain edges from every node that ran, and conditional edges (routers, ``Send`` fan-outs)
+evaluated on the pre-step state plus that task's own writes, as LangGraph's fresh read does.
+
+What differs is what a value is. A node that is an LCEL runnable over an Eclectus model is
+*lowered* by the chain compiler: it declares calls and returns refs (text the server will
+hold), so the state holds refs and nothing is sent. A Python function node, and every
+router, is a *client cut*: the refs it can see are fetched in one frame (which ships all the
+calls declared so far), the function runs here, and its concrete result joins the state.
+So a run costs one round trip per cut plus one for the final state, whatever the fan-out:
+``Send`` tasks to an LCEL node are all declared into the same frame.
+
+Reducers: ``operator.add`` over lists concatenates symbolic lists as they are (the order is
+known); any other reducer sees concrete values (its inputs are resolved first).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import operator
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.runnables import Runnable
+from langgraph._internal._typing import MISSING
+from langgraph.channels.base import BaseChannel
+from langgraph.channels.binop import BinaryOperatorAggregate
+from langgraph.constants import END, START
+from langgraph.errors import GraphRecursionError, InvalidUpdateError
+from langgraph.types import Command, Send
+
+from eclectus.adapters.langchain.compiler.context import Lowering
+from eclectus.adapters.langchain.compiler.registry import lower
+from eclectus.adapters.langchain.compiler.symbols import collect_refs
+from eclectus.adapters.langgraph.support import is_python_node
+
+Channels = dict[str, BaseChannel]
+
+
+@dataclass(slots=True)
+class Task:
+    """One node run of a superstep: on the state, or on a ``Send``'s argument."""
+
+    node: str
+    arg: Any = None
+    sent: bool = False
+
+
+@dataclass(slots=True)
+class StepRecord:
+    """What a superstep produced, symbolic, for stream modes ``values`` and ``updates``."""
+
+    values: dict[str, Any]
+    updates: list[tuple[str, Any]] = field(default_factory=list)  # (node, its update)
+
+
+class GraphRun:
+    """The state of one run. Mutated by :meth:`run` only; ``steps`` is the record."""
+
+    def __init__(self, app: Any, ctx: Lowering, recursion_limit: int) -> None:
+        self.app = app
+        self.builder = app.builder
+        self.ctx = ctx
+        self.recursion_limit = recursion_limit
+        self.channels: Channels = {
+            k: c.from_checkpoint(MISSING) for k, c in self.builder.channels.items()
+        }
+        self.steps: list[StepRecord] = []
+
+    async def run(self, input: Any) -> Any:
+        """Runs the graph from ``input`` to the end; returns the symbolic output."""
+        before = self._copy(self.channels)
+        writes = self._updates(START, input)
+        await self._apply(self.channels, writes)
+        self.steps.append(StepRecord(self.values()))
+        tasks = await self._next(before, [(Task(START, input), input, writes)])
+        step = 0
+        while tasks:
+            if step >= self.recursion_limit:
+                raise GraphRecursionError(
+                    f"Recursion limit of {self.recursion_limit} reached without hitting a stop "
+                    "condition. You can increase the limit by setting the `recursion_limit` "
+                    "config key."
+                )
+            tasks = await self._superstep(tasks)
+            step += 1
+        return self.output()
+
+    # -- reading the state (pure) ---------------------------------------------------------
+
+    def values(self, channels: Channels | None = None, keys: Sequence[str] | None = None) -> dict:
+        """The state as a dict of the available channels (all, or ``keys``)."""
+        channels = channels or self.channels
+        return {
+            k: channels[k].get()
+            for k in (keys if keys is not None else channels)
+            if k in channels and channels[k].is_available()
+        }
+
+    def output(self) -> Any:
+        """The run's result: the output channels' values, as ``invoke`` returns them."""
+        out = self.app.output_channels
+        if isinstance(out, str):
+            return self.channels[out].get() if self.channels[out].is_available() else None
+        return self.values(keys=out)
+
+    def _node_input(self, task: Task) -> Any:
+        if task.sent:
+            return task.arg
+        spec = self.builder.nodes[task.node]
+        keys = self.builder.schemas.get(spec.input_schema)
+        return self.values(keys=list(keys) if keys is not None else None)
+
+    # -- a superstep ----------------------------------------------------------------------
+
+    async def _superstep(self, tasks: list[Task]) -> list[Task]:
+        before = self._copy(self.channels)
+        inputs = [self._node_input(t) for t in tasks]
+        outputs = await asyncio.gather(
+            *(self._run_node(t, i) for t, i in zip(tasks, inputs, strict=True))
+        )
+        done: list[tuple[Task, Any, list[tuple[str, Any]]]] = []
+        record = StepRecord({})
+        for task, node_input, output in zip(tasks, inputs, outputs, strict=True):
+            writes = self._updates(task.node, output)
+            done.append((task, node_input, writes))
+            update = output.update if isinstance(output, Command) else output
+            record.updates.append((task.node, update))
+        await self._apply(self.channels, [w for _, _, ws in done for w in ws])
+        record.values = self.values()
+        self.steps.append(record)
+        return await self._next(before, done, [o for o in outputs if isinstance(o, Command)])
+
+    async def _run_node(self, task: Task, node_input: Any) -> Any:
+        runnable: Runnable = self.builder.nodes[task.node].runnable
+        if is_python_node(runnable):
+            return await self.ctx.cut(runnable, node_input, f"node {task.node!r} is Python")
+        with self.ctx.trace.nested(f"node {task.node!r}"):
+            output = await lower(runnable, node_input, self.ctx)
+        if output is not None and not isinstance(output, dict | Command):
+            output = await self.ctx.resolve(output)  # LangGraph's own error, on the value
+        return output
+
+    def _updates(self, node: str, output: Any) -> list[tuple[str, Any]]:
+        """The (key, value) writes of a node's output, as LangGraph's ``_get_updates``."""
+        if output is None:
+            return []
+        keys = self.builder.channels
+        if node == START:
+            keys = self.builder.schemas.get(self.builder.input_schema, keys)
+        if isinstance(output, Command):
+            return [(k, v) for k, v in output._update_as_tuples() if k in keys]
+        if isinstance(output, dict):
+            return [(k, v) for k, v in output.items() if k in keys]
+        raise InvalidUpdateError(f"Expected dict, got {output}")
+
+    async def _apply(self, channels: Channels, writes: list[tuple[str, Any]]) -> None:
+        """Writes applied per key with the channel's reducer (mutates ``channels``)."""
+        by_key: dict[str, list[Any]] = {}
+        for key, value in writes:
+            by_key.setdefault(key, []).append(value)
+        for key, values in by_key.items():
+            channel = channels[key]
+            if _needs_concrete(channel, values):
+                if channel.is_available() and collect_refs(channel.get(), []):
+                    channel = channel.from_checkpoint(await self.ctx.resolve(channel.get()))
+                    channels[key] = channel
+                values = await self.ctx.resolve(values)
+            channel.update(values)
+
+    # -- what runs next ---------------------------------------------------------------------
+
+    async def _next(
+        self,
+        before: Channels,
+        done: list[tuple[Task, Any, list[tuple[str, Any]]]],
+        commands: Sequence[Command] = (),
+    ) -> list[Task]:
+        names: dict[str, None] = {}
+        sends: list[Task] = []
+        for task, node_input, writes in done:
+            for start, end in sorted(self.builder.edges):
+                if start == task.node and end != END:
+                    names[end] = None
+            for branch in self.builder.branches.get(task.node, {}).values():
+                fresh = self._copy(before)
+                await self._apply(fresh, writes)
+                for dest in await self._route(branch, node_input, fresh):
+                    self._target(dest, names, sends)
+        for command in commands:
+            goto = command.goto if isinstance(command.goto, list | tuple) else [command.goto]
+            for dest in goto:
+                if dest:
+                    self._target(dest, names, sends)
+        # LangGraph applies a step's writes sorted by task path: pulled nodes by name, then
+        # the sends in order; this task order gives the same reducer order
+        return [Task(name) for name in sorted(names)] + sends
+
+    async def _route(self, branch: Any, node_input: Any, fresh: Channels) -> list[Any]:
+        """A router's destinations: a client cut over the resolved state."""
+        value = self.values(fresh)
+        if isinstance(node_input, dict) and branch.input_schema is None:
+            value = {**node_input, **value}
+        result = await self.ctx.cut(branch.path, value, "a conditional edge")
+        result = list(result) if isinstance(result, list | tuple) else [result]
+        if branch.ends:
+            result = [r if isinstance(r, Send) else branch.ends[r] for r in result]
+        if any(dest is None or dest == START for dest in result):
+            raise ValueError("Branch did not return a valid destination")
+        if any(isinstance(d, Send) and d.node == END for d in result):
+            raise InvalidUpdateError("Cannot send a packet to the END node")
+        return result
+
+    def _target(self, dest: Any, names: dict[str, None], sends: list[Task]) -> None:
+        if isinstance(dest, Send):
+            sends.append(Task(dest.node, dest.arg, sent=True))
+        elif dest != END:
+            names[dest] = None
+
+    @staticmethod
+    def _copy(channels: Channels) -> Channels:
+        return {k: c.copy() for k, c in channels.items()}
+
+
+def _needs_concrete(channel: BaseChannel, values: list[Any]) -> bool:
+    """Whether a reducer must see concrete values: all but ``operator.add`` over lists and
+    plain last-value channels, which only place values (pure)."""
+    if not isinstance(channel, BinaryOperatorAggregate):
+        return False
+    if channel.operator is operator.add and all(isinstance(v, list) for v in values):
+        return False
+    return bool(collect_refs(values, [])) or bool(
+        channel.is_available() and collect_refs(channel.get(), [])
+    )

@@ -1,0 +1,157 @@
+"""The graph shapes of LangGraph's docs, built over one ChatEclectus: each function returns
+a compiled StateGraph (``builder.compile()``) and an input for it."""
+
+from __future__ import annotations
+
+import operator
+from typing import Annotated, Any, TypedDict
+
+from langchain_core.output_parsers import StrOutputParser
+from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder, PromptTemplate
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.types import Send
+
+from eclectus.adapters.langchain import ChatEclectus
+
+
+def text(model: ChatEclectus, template: str) -> Any:
+    """prompt | model | parser: one model call producing text."""
+    return PromptTemplate.from_template(template) | model | StrOutputParser()
+
+
+class Pipeline(TypedDict, total=False):
+    topic: str
+    draft: str
+    loud: str
+    final: str
+
+
+def sequential(model: ChatEclectus) -> tuple[Any, dict[str, Any]]:
+    """START -> write -> refine -> END, both LCEL nodes."""
+    builder = StateGraph(Pipeline)
+    builder.add_node("write", {"draft": text(model, "Write about {topic}:")})
+    builder.add_node("refine", {"final": text(model, "Improve this: {draft}\nBetter:")})
+    builder.add_edge(START, "write")
+    builder.add_edge("write", "refine")
+    builder.add_edge("refine", END)
+    return builder.compile(), {"topic": "tides"}
+
+
+def python_in_the_middle(model: ChatEclectus) -> tuple[Any, dict[str, Any]]:
+    """write (LCEL) -> shout (a Python function) -> refine (LCEL)."""
+
+    def shout(state: Pipeline) -> dict[str, str]:
+        return {"loud": state["draft"].upper()}
+
+    builder = StateGraph(Pipeline)
+    builder.add_node("write", {"draft": text(model, "Write about {topic}:")})
+    builder.add_node("shout", shout)
+    builder.add_node("refine", {"final": text(model, "Improve: {loud} / {draft}\nBetter:")})
+    builder.add_edge(START, "write")
+    builder.add_edge("write", "shout")
+    builder.add_edge("shout", "refine")
+    builder.add_edge("refine", END)
+    return builder.compile(), {"topic": "moons"}
+
+
+class Jokes(TypedDict, total=False):
+    topic: str
+    subjects: list[str]
+    jokes: Annotated[list[str], operator.add]
+    best: str
+
+
+class JokeTask(TypedDict):
+    subject: str
+
+
+def map_reduce(model: ChatEclectus, width: int = 3) -> tuple[Any, dict[str, Any]]:
+    """LangGraph's map-reduce: subjects -> Send one joke per subject -> pick the best."""
+
+    def subjects(state: Jokes) -> dict[str, list[str]]:
+        return {"subjects": [f"{state['topic']} #{i}" for i in range(width)]}
+
+    def fan_out(state: Jokes) -> list[Send]:
+        return [Send("joke", {"subject": s}) for s in state["subjects"]]
+
+    builder = StateGraph(Jokes)
+    builder.add_node("subjects", subjects)
+    builder.add_node("joke", {"jokes": text(model, "A joke about {subject}:") | (lambda j: [j])})
+    builder.add_node("best", {"best": text(model, "Jokes: {jokes}\nThe best one:")})
+    builder.add_edge(START, "subjects")
+    builder.add_conditional_edges("subjects", fan_out, ["joke"])
+    builder.add_edge("joke", "best")
+    builder.add_edge("best", END)
+    return builder.compile(), {"topic": "owls"}
+
+
+class PlanState(TypedDict, total=False):
+    goal: str
+    plan: str
+    results: Annotated[list[str], operator.add]
+    answer: str
+
+
+class StepTask(TypedDict):
+    goal: str
+    step: str
+
+
+def plan_execute(model: ChatEclectus, max_steps: int = 3) -> tuple[Any, dict[str, Any]]:
+    """planner (LCEL) -> one executor per planned step (Send) -> synthesizer (LCEL)."""
+
+    def steps(state: PlanState) -> list[Send]:
+        lines = [w for w in state["plan"].split() if w][:max_steps] or ["finish"]
+        return [Send("execute", {"goal": state["goal"], "step": line}) for line in lines]
+
+    builder = StateGraph(PlanState)
+    builder.add_node("plan", {"plan": text(model, "Goal: {goal}\nSteps:")})
+    execute = text(model, "Goal: {goal}\nDo the step: {step}\nResult:") | (lambda r: [r])
+    builder.add_node("execute", {"results": execute})
+    builder.add_node(
+        "synthesize", {"answer": text(model, "Goal: {goal}\nResults: {results}\nAnswer:")}
+    )
+    builder.add_edge(START, "plan")
+    builder.add_conditional_edges("plan", steps, ["execute"])
+    builder.add_edge("execute", "synthesize")
+    builder.add_edge("synthesize", END)
+    return builder.compile(), {"goal": "tidy the shed"}
+
+
+class Team(TypedDict, total=False):
+    task: str
+    note: str
+    log: Annotated[list[str], operator.add]
+
+
+def supervisor(model: ChatEclectus, rounds: int = 2) -> tuple[Any, dict[str, Any]]:
+    """A supervisor (LCEL) routes to one of two workers (LCEL) until the log is full."""
+
+    def route(state: Team) -> str:
+        if len(state.get("log", [])) >= rounds:
+            return END
+        return "researcher" if len(state["note"]) % 2 == 0 else "writer"
+
+    builder = StateGraph(Team)
+    builder.add_node("supervisor", {"note": text(model, "Task: {task}\nSo far: {log}\nNext:")})
+    for name in ("researcher", "writer"):
+        worker = text(model, f"As the {name}, on {{task}} given {{note}}:") | (lambda r: [r])
+        builder.add_node(name, {"log": worker})
+        builder.add_edge(name, "supervisor")
+    builder.add_edge(START, "supervisor")
+    builder.add_conditional_edges("supervisor", route, ["researcher", "writer", END])
+    return builder.compile(), {"task": "a bridge", "log": []}
+
+
+def chat_agent(model: ChatEclectus) -> tuple[Any, dict[str, Any]]:
+    """MessagesState with add_messages: two chat turns by LCEL nodes."""
+    prompt = ChatPromptTemplate.from_messages(
+        [("system", "Be brief."), MessagesPlaceholder("messages")]
+    )
+    builder = StateGraph(MessagesState)
+    builder.add_node("first", prompt | model | (lambda m: {"messages": [m]}))
+    builder.add_node("second", prompt | model | (lambda m: {"messages": [m]}))
+    builder.add_edge(START, "first")
+    builder.add_edge("first", "second")
+    builder.add_edge("second", END)
+    return builder.compile(), {"messages": [("human", "hi there")]}

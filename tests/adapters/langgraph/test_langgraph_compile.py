@@ -1,0 +1,131 @@
+"""Differential tests of ``eclectus.adapters.langgraph.compile``: for LangGraph's doc shapes,
+the compiled graph and the app run eagerly, on one tiny model with greedy decoding, give the
+same state, the same ``values``/``updates`` streams, and the compiled run sends few frames:
+one per client cut plus one, whatever the fan-out width."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import lg_graphs
+import pytest
+from langchain_core.messages import BaseMessage
+from langgraph.checkpoint.memory import InMemorySaver
+
+from eclectus.adapters.langchain import ChatEclectus
+from eclectus.adapters.langgraph import EagerFallbackWarning, compile
+from eclectus.server.app import EclectusServer
+
+SHAPES = ["sequential", "python_in_the_middle", "map_reduce", "plan_execute", "supervisor"]
+
+
+@pytest.fixture
+def chat(eclectus_server: EclectusServer) -> ChatEclectus:
+    return ChatEclectus(max_tokens=4, temperature=0, model_kwargs={"ignore_eos": True})
+
+
+def plain(value: Any) -> Any:
+    """States compared by what they say: a message by its type and content."""
+    if isinstance(value, BaseMessage):
+        return (value.type, value.content)
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    return value
+
+
+@pytest.mark.parametrize("shape", [*SHAPES, "chat_agent"])
+def test_compiled_equals_eager(chat: ChatEclectus, shape: str) -> None:
+    """invoke: the compiled graph's output state is the eager app's."""
+    app, value = getattr(lg_graphs, shape)(chat)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", EagerFallbackWarning)
+        compiled = compile(app)
+        assert plain(compiled.invoke(value)) == plain(app.invoke(value))
+    assert compiled.last_graph is not None and compiled.last_graph.num_calls >= 2
+
+
+@pytest.mark.parametrize(
+    ("shape", "frames"),
+    [("sequential", 1), ("python_in_the_middle", 2), ("map_reduce", 1), ("plan_execute", 2)],
+)
+def test_frames_per_run(chat: ChatEclectus, shape: str, frames: int) -> None:
+    """One frame per cut that needs values, plus the final one."""
+    compiled = compile(getattr(lg_graphs, shape)(chat)[0])
+    compiled.invoke(getattr(lg_graphs, shape)(chat)[1])
+    assert compiled.last_frames == frames, compiled.explain()
+
+
+@pytest.mark.parametrize("width", [2, 8])
+def test_fan_out_costs_no_frames(chat: ChatEclectus, width: int) -> None:
+    """A Send fan-out of any width ships in the same single frame."""
+    app, value = lg_graphs.map_reduce(chat, width)
+    compiled = compile(app)
+    out = compiled.invoke(value)
+    assert len(out["jokes"]) == width
+    assert compiled.last_frames == 1
+    assert compiled.last_graph is not None and compiled.last_graph.num_calls == width + 1
+
+
+async def test_ainvoke_and_abatch(chat: ChatEclectus) -> None:
+    """The async surface gives the eager results too."""
+    app, value = lg_graphs.supervisor(chat)
+    compiled = compile(app)
+    eager = await app.ainvoke(value)
+    assert plain(await compiled.ainvoke(value)) == plain(eager)
+    other = {"task": "a tunnel", "log": []}
+    assert plain(await compiled.abatch([value, other])) == plain(await app.abatch([value, other]))
+
+
+@pytest.mark.parametrize("mode", ["values", "updates", ["updates", "values"]])
+@pytest.mark.parametrize("shape", ["python_in_the_middle", "map_reduce"])
+def test_stream_modes(chat: ChatEclectus, shape: str, mode: Any) -> None:
+    """stream(stream_mode=values/updates/both) yields what the eager stream yields."""
+    app, value = getattr(lg_graphs, shape)(chat)
+    eager = list(app.stream(value, stream_mode=mode))
+    assert plain(list(compile(app).stream(value, stream_mode=mode))) == plain(eager)
+
+
+def test_a_checkpointer_falls_back_to_eager(chat: ChatEclectus) -> None:
+    """A graph with a checkpointer runs on LangGraph itself, with a warning, same result."""
+    app, value = lg_graphs.sequential(chat)
+    saved = app.builder.compile(checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "t1"}}
+    compiled = compile(saved)
+    assert "checkpointer" in compiled.explain()
+    with pytest.warns(EagerFallbackWarning, match="checkpointer"):
+        out = compiled.invoke(value, config)
+    assert out == app.invoke(value)
+    assert saved.get_state(config).values["final"] == out["final"]
+
+
+def test_an_unsupported_stream_mode_falls_back(chat: ChatEclectus) -> None:
+    """stream_mode='debug' is LangGraph's: eager, with a warning."""
+    app, value = lg_graphs.sequential(chat)
+    with pytest.warns(EagerFallbackWarning, match="debug"):
+        chunks = list(compile(app).stream(value, stream_mode="debug"))
+    assert chunks and all(isinstance(c, dict) for c in chunks)
+
+
+def test_explain_names_server_nodes_and_cuts(chat: ChatEclectus) -> None:
+    """explain(): LCEL nodes on the server, Python nodes and routers as client cuts."""
+    app, value = lg_graphs.map_reduce(chat)
+    compiled = compile(app)
+    compiled.invoke(value)
+    text = compiled.explain()
+    assert "joke: server" in text and "subjects: client cut" in text
+    assert "subjects -> ? (fan_out): client cut" in text
+    assert "last run: 1 client frame(s)" in text
+
+
+def test_recursion_limit(chat: ChatEclectus) -> None:
+    """A loop over the limit raises LangGraph's GraphRecursionError, as eager does."""
+    from langgraph.errors import GraphRecursionError
+
+    app, value = lg_graphs.supervisor(chat, rounds=50)
+    with pytest.raises(GraphRecursionError):
+        compile(app).invoke(value, {"recursion_limit": 4})
+    with pytest.raises(GraphRecursionError):
+        app.invoke(value, {"recursion_limit": 4})
