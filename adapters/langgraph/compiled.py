@@ -20,6 +20,8 @@ from langchain_core.runnables.config import ensure_config
 from langgraph.constants import START
 
 from eclectus.adapters.langchain.compiler import CompiledRunnable, find_model
+from eclectus.adapters.langchain.compiler.callbacks import fire as fire_callbacks
+from eclectus.adapters.langchain.compiler.callbacks import wanted
 from eclectus.adapters.langchain.compiler.graph import GraphTrace
 from eclectus.adapters.langchain.compiler.plan import plan_text
 from eclectus.adapters.langchain.compiler.runnable import run_blocking
@@ -190,11 +192,16 @@ class CompiledGraph:
         frames = ctx.session.num_frames_sent
         limit = config.get("recursion_limit", DEFAULT_RECURSION_LIMIT)
         run = GraphRun(self.app, ctx, limit)
-        output = await run.run(input)
-        records = [(step.values, step.updates) for step in run.steps]
-        output, records = await ctx.resolve((output, records))
-        self.last_graph = ctx.trace
-        self.last_frames = ctx.session.num_frames_sent - frames
+        try:
+            output = await run.run(input)
+            records = [(step.values, step.updates) for step in run.steps]
+            # with callback handlers, the calls' prompts and outputs come back in this frame
+            calls = [(c.input, c.output) for c in ctx.calls] if wanted(ctx.calls, config) else []
+            output, records, _ = await ctx.resolve((output, records, calls))
+        finally:
+            await fire_callbacks(ctx.calls, ctx.config, mode, ctx.fetch)
+            self.last_graph = ctx.trace
+            self.last_frames = ctx.session.num_frames_sent - frames
         return output, [StepRecord(values, updates) for values, updates in records]
 
     async def _gather(

@@ -14,6 +14,7 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from eclectus.adapters.calls import CallOptions
 from eclectus.adapters.client import SyncSession
 from eclectus.adapters.langchain import _client
+from eclectus.adapters.langchain.compiler.callbacks import CallRecord
 from eclectus.adapters.langchain.compiler.graph import GraphTrace
 from eclectus.adapters.langchain.compiler.symbols import collect_refs, rebuild
 from eclectus.adapters.langchain.pieces import Piece, Ref
@@ -33,6 +34,7 @@ class Lowering:
     timeout: float | None = None  # seconds to wait for values (the model's ``timeout``)
     objective: CallOptions = field(default_factory=CallOptions)  # the model's criteria
     cuts: asyncio.Semaphore | None = None  # shared by a run's contexts (see cut_gate)
+    calls: list[CallRecord] = field(default_factory=list)  # for callbacks (callbacks.py)
 
     def declare_call(
         self, pieces: Sequence[Piece], sampling: SamplingParams, model: str | None, label: str

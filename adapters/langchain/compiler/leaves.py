@@ -28,6 +28,7 @@ from eclectus.adapters.langchain.chat_format import (
     render_chat,
 )
 from eclectus.adapters.langchain.chat_models import ChatEclectus
+from eclectus.adapters.langchain.compiler.callbacks import CallRecord
 from eclectus.adapters.langchain.compiler.context import Lowering
 from eclectus.adapters.langchain.compiler.registry import register
 from eclectus.adapters.langchain.compiler.symbols import SymPrompt
@@ -143,9 +144,11 @@ async def lower_model(model: Any, value: Any, ctx: Lowering, kwargs: dict[str, A
     else:
         pieces = llm_prompt(value)
     ref = ctx.declare_call(pieces, sampling, name, f"{model.get_name()} {explicit(sampling)}")
-    if isinstance(model, EclectusLLM):
-        return ref
-    return SymMessage(ref, model_name_of(ctx.session, name))
+    output = (
+        ref if isinstance(model, EclectusLLM) else SymMessage(ref, model_name_of(ctx.session, name))
+    )
+    ctx.calls.append(CallRecord(model, value, output, kwargs))
+    return output
 
 
 @register(ChatEclectus, EclectusLLM, subclasses=True)

@@ -46,11 +46,9 @@ def is_packaging(func: Any) -> bool:
     return all(op.opname in _PACKING_OPS for op in dis.get_instructions(code))
 
 
-@register(RunnableLambda)
+@register(RunnableLambda, when=lambda fn: is_packaging(getattr(fn, "func", None)))
 async def lower_lambda(fn: RunnableLambda, value: Any, ctx: Lowering) -> Any:
-    func = getattr(fn, "func", None)
-    if not is_packaging(func):
-        raise NotLowerable("a Python function (only lambdas that pack values lower)")
+    func = fn.func
     try:
         output = func(value)  # type: ignore[misc]
     except Exception as exc:  # the cut runs it on concrete values and raises as eager does

@@ -23,14 +23,21 @@ LowerFn = Callable[[Any, Any, Lowering], Awaitable[Any]]
 _REGISTRY: dict[type, LowerFn] = {}
 # Model classes lower by isinstance: a subclass of ChatEclectus is still our model.
 _BY_INSTANCE: list[tuple[type, LowerFn]] = []
+# Types that lower only when a static test of the instance passes (else: always a cut).
+_WHEN: dict[type, Callable[[Any], bool]] = {}
 
 
-def register(*types: type, subclasses: bool = False) -> Callable[[LowerFn], LowerFn]:
+def register(
+    *types: type, subclasses: bool = False, when: Callable[[Any], bool] | None = None
+) -> Callable[[LowerFn], LowerFn]:
     """Decorator: ``fn`` lowers runnables of exactly ``types`` (or any subclass when
-    ``subclasses``). Mutates the registry at import time."""
+    ``subclasses``), those for which ``when`` holds if given. Mutates the registry at
+    import time."""
 
     def decorate(fn: LowerFn) -> LowerFn:
         for cls in types:
+            if when is not None:
+                _WHEN[cls] = when
             if subclasses:
                 _BY_INSTANCE.append((cls, fn))
             else:
@@ -55,9 +62,11 @@ def unparametrized(cls: type) -> type:
 
 def lowering_for(runnable: Any) -> LowerFn | None:
     """The registered lowering for ``runnable``, or None (pure)."""
-    fn = _REGISTRY.get(unparametrized(type(runnable)))
+    cls = unparametrized(type(runnable))
+    fn = _REGISTRY.get(cls)
     if fn is not None:
-        return fn
+        when = _WHEN.get(cls)
+        return fn if when is None or when(runnable) else None
     for cls, candidate in _BY_INSTANCE:
         if isinstance(runnable, cls):
             return candidate

@@ -22,6 +22,7 @@ from langchain_core.runnables.config import ensure_config
 from eclectus.adapters.calls import Caller
 from eclectus.adapters.client import SyncSession
 from eclectus.adapters.connection import connection_for, ws_url
+from eclectus.adapters.langchain.compiler.callbacks import fire as fire_callbacks
 from eclectus.adapters.langchain.compiler.context import Lowering, cut_gate
 from eclectus.adapters.langchain.compiler.graph import GraphTrace
 from eclectus.adapters.langchain.compiler.plan import plan_text
@@ -182,12 +183,19 @@ class CompiledRunnable(Runnable[Any, Any]):
     ) -> list[Any]:
         trace, cuts = GraphTrace(), cut_gate(configs[0])
         contexts = [self._context(mode, config, trace, cuts) for config in configs]
-        outputs = await asyncio.gather(
-            *(lower(self.runnable, item, ctx) for item, ctx in zip(inputs, contexts, strict=True)),
-            return_exceptions=return_exceptions,
-        )
-        self.last_graph = trace
-        return await _resolve_all(contexts[0], list(outputs), return_exceptions)
+        try:
+            outputs = await asyncio.gather(
+                *(
+                    lower(self.runnable, item, ctx)
+                    for item, ctx in zip(inputs, contexts, strict=True)
+                ),
+                return_exceptions=return_exceptions,
+            )
+            self.last_graph = trace
+            return await _resolve_all(contexts[0], list(outputs), return_exceptions)
+        finally:  # the model callbacks of every declared call, as the eager run fires them
+            for ctx in contexts:
+                await fire_callbacks(ctx.calls, ctx.config, mode, ctx.fetch)
 
 
 async def _resolve_all(ctx: Lowering, outputs: list[Any], return_exceptions: bool) -> list[Any]:
