@@ -24,6 +24,7 @@ from langchain_core.runnables import RunnableConfig
 from eclectus.adapters.client.variables import VarState
 from eclectus.adapters.langchain.compiler.symbols import ai_message, collect_refs, rebuild
 from eclectus.adapters.langchain.pieces import Ref, SymMessage
+from eclectus.adapters.langchain.tracing import PromptTracer
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,8 +57,13 @@ def _manager(record: CallRecord, config: RunnableConfig, mode: str) -> Any:
 
 
 def wanted(records: list[CallRecord], config: RunnableConfig) -> bool:
-    """Whether any handler would see these calls (pure)."""
-    return any(_manager(r, config, "sync").handlers for r in records)
+    """Whether any handler would see these calls (pure). Our own prompt tracer, active in
+    every manager, does not count: it only watches prompt runs."""
+    return any(
+        not isinstance(handler, PromptTracer)
+        for record in records
+        for handler in _manager(record, config, "sync").handlers
+    )
 
 
 async def fire(records: list[CallRecord], config: RunnableConfig, mode: str, fetch: Any) -> None:
@@ -86,7 +92,8 @@ async def _fire_one(
         return  # an input failed: the eager model would not have been called either
     prompt = model._convert_input(rebuild(record.input, table))
     manager = _manager(record, config, mode)
-    params = {**model._get_invocation_params(**record.kwargs), **record.kwargs}
+    own = getattr(model, "_get_invocation_params", None)  # a chat model's; an LLM's dict()
+    params = {**(own(**record.kwargs) if own else model.dict()), **record.kwargs}
     serialized = dumpd(model)
     if isinstance(record.output, SymMessage):
         start = manager.on_chat_model_start(
