@@ -5,6 +5,7 @@
     eclectus run multi-agent --server ws://host:8765 --files 4 --rounds 3
     eclectus run map-reduce --backend openai --base-url http://host:8000/v1 --model NAME
     eclectus run shared-prompt --param users=16 --param rate=2.5
+    eclectus run plan-execute --steps 8              # a LangGraph app, compiled
 
 Sizes: the common flags below, or ``--param FIELD=VALUE`` for any field of the recipe's
 params dataclass (docs/recipes.md lists them).
@@ -31,8 +32,19 @@ OUTPUT_FIELD = {
     "chain-summary": "summary_tokens",
     "multi-agent": "code_tokens",
     "shared-prompt": "answer_tokens",
+    "plan-execute": "step_tokens",
+    "multi-agent-graph": "code_tokens",
 }
-COMMON_FLAGS = ("chunk_tokens", "num_chunks", "files", "rounds", "rate", "users", "requests")
+COMMON_FLAGS = (
+    "chunk_tokens",
+    "num_chunks",
+    "files",
+    "rounds",
+    "rate",
+    "users",
+    "requests",
+    "steps",
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

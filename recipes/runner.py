@@ -13,7 +13,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from eclectus.recipes import chain_summary, map_reduce, multi_agent, shared_prompt
+from eclectus.recipes import (
+    chain_summary,
+    map_reduce,
+    multi_agent,
+    multi_agent_graph,
+    plan_execute,
+    shared_prompt,
+)
 from eclectus.recipes.embedded import embedded_server
 from eclectus.recipes.observe import CallObserver, ServerDelta, scrape
 from eclectus.recipes.result import RecipeOutput, RecipeResult
@@ -43,6 +50,13 @@ RECIPES: dict[str, RecipeSpec] = {
     ),
     "shared-prompt": RecipeSpec(
         shared_prompt.SharedPromptParams, shared_prompt.plan, shared_prompt.run, "field-guide"
+    ),
+    # LangGraph apps (compiled with eclectus.adapters.langgraph in Eclectus mode)
+    "plan-execute": RecipeSpec(
+        plan_execute.PlanExecuteParams, plan_execute.plan, plan_execute.run, "field-guide"
+    ),
+    "multi-agent-graph": RecipeSpec(
+        multi_agent.MultiAgentParams, multi_agent.plan, multi_agent_graph.run, "design-note"
     ),
 }
 
