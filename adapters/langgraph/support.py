@@ -42,6 +42,9 @@ def unsupported(app: Any) -> list[str]:
             reasons.append(f"node {name!r} has a retry, cache, defer or error policy")
         if getattr(spec, "error_handler_node", None) or getattr(spec, "timeout", None):
             reasons.append(f"node {name!r} has an error handler or timeout")
+        injected = set(getattr(spec.runnable, "func_accepts", {})) - {"config"}
+        if injected:
+            reasons.append(f"node {name!r} takes LangGraph's {sorted(injected)} (runtime)")
     return reasons
 
 

@@ -92,3 +92,23 @@ def test_no_handler_no_extra_frames(chat: ChatEclectus) -> None:
     assert compiled.last_frames == 1
     compiled.invoke(value, {"callbacks": [Counter()]})
     assert compiled.last_frames == 1
+
+
+def test_a_failed_call_fires_on_llm_error() -> None:
+    """A call refused by the server (its prompt over max_prompt_tokens once its generated
+    input is known) reaches the handler as on_llm_error, eager and compiled alike."""
+    from eclectus.server.app import serve_in_thread
+    from eclectus.server.config import ServerConfig
+
+    with serve_in_thread(ServerConfig(port=0, model="tiny", max_prompt_tokens=48)) as server:
+        long = ChatEclectus(
+            base_url=server.url, max_tokens=40, temperature=0, model_kwargs={"ignore_eos": True}
+        )
+        chain = lg_graphs.text(long, "Go: {q}") | lg_graphs.text(long, "Again: {q}")
+        counts = []
+        for runner in (chain, compile_chain(chain)):
+            counter = Counter()
+            with pytest.raises(Exception, match=r"max_prompt_tokens|limit"):
+                runner.invoke({"q": "x"}, {"callbacks": [counter]})
+            counts.append((len(counter.starts), counter.ends, counter.errors))
+    assert counts[0] == counts[1] == (2, 1, 1)

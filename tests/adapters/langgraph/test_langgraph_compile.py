@@ -129,3 +129,23 @@ def test_recursion_limit(chat: ChatEclectus) -> None:
         compile(app).invoke(value, {"recursion_limit": 4})
     with pytest.raises(GraphRecursionError):
         app.invoke(value, {"recursion_limit": 4})
+
+
+def test_a_node_that_takes_the_runtime_falls_back(chat: ChatEclectus) -> None:
+    """A node asking LangGraph to inject its writer/store/runtime runs eagerly."""
+    from langgraph.graph import END, START, StateGraph
+    from langgraph.types import StreamWriter
+
+    def note(state: lg_graphs.Pipeline, writer: StreamWriter) -> dict[str, str]:
+        writer({"seen": state["topic"]})
+        return {"loud": state["topic"].upper()}
+
+    builder = StateGraph(lg_graphs.Pipeline)
+    builder.add_node("note", note)
+    builder.add_edge(START, "note")
+    builder.add_edge("note", END)
+    app = builder.compile()
+    compiled = compile(app)
+    assert "['writer']" in compiled.explain()
+    with pytest.warns(EagerFallbackWarning, match="writer"):
+        assert compiled.invoke({"topic": "x"}) == {"topic": "x", "loud": "X"}
