@@ -229,7 +229,7 @@ def _chunks(steps: list[StepRecord], modes: list[str], paired: bool) -> Iterator
             if mode == "updates":
                 chunks = [{node: update} for node, update in step.updates if node != START]
             else:
-                chunks = [step.values]
+                chunks = [step.values] if step.values is not None else []
             for chunk in chunks:
                 yield (mode, chunk) if paired else chunk
 

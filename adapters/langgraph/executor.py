@@ -55,7 +55,7 @@ class Task:
 class StepRecord:
     """What a superstep produced, symbolic, for stream modes ``values`` and ``updates``."""
 
-    values: dict[str, Any]
+    values: Any  # the stream channels' values after the step; None: no chunk
     updates: list[tuple[str, Any]] = field(default_factory=list)  # (node, its update)
 
 
@@ -77,7 +77,7 @@ class GraphRun:
         before = self._copy(self.channels)
         writes = self._updates(START, input)
         await self._apply(self.channels, writes)
-        self.steps.append(StepRecord(self.values()))
+        self.steps.append(StepRecord(self._values_chunk(writes)))
         tasks = await self._next(before, [(Task(START, input), input, writes)])
         step = 0
         while tasks:
@@ -109,6 +109,26 @@ class GraphRun:
             return self.channels[out].get() if self.channels[out].is_available() else None
         return self.values(keys=out)
 
+    def _values_chunk(self, writes: list[tuple[str, Any]]) -> Any:
+        """The ``values`` chunk after a step: the stream channels' values, or None (no
+        chunk) when the step wrote none of them, as LangGraph streams them."""
+        out = self.app.stream_channels_asis
+        keys = [out] if isinstance(out, str) else out
+        if not any(k in keys for k, _ in writes):
+            return None
+        if isinstance(out, str):
+            return self.channels[out].get()
+        return self.values(keys=out)
+
+    def _update_chunk(self, writes: list[tuple[str, Any]]) -> Any:
+        """A task's ``updates`` chunk value, as LangGraph's ``map_output_updates``: its
+        writes to the stream channels, None when it wrote none."""
+        out = self.app.stream_channels_asis
+        if isinstance(out, str):
+            return next((v for k, v in writes if k == out), None)
+        chunk = {k: v for k, v in writes if k in out}
+        return chunk or None
+
     def _node_input(self, task: Task) -> Any:
         if task.sent:
             return task.arg
@@ -129,10 +149,10 @@ class GraphRun:
         for task, node_input, output in zip(tasks, inputs, outputs, strict=True):
             writes = self._updates(task.node, output)
             done.append((task, node_input, writes))
-            update = output.update if isinstance(output, Command) else output
-            record.updates.append((task.node, update))
-        await self._apply(self.channels, [w for _, _, ws in done for w in ws])
-        record.values = self.values()
+            record.updates.append((task.node, self._update_chunk(writes)))
+        writes = [w for _, _, ws in done for w in ws]
+        await self._apply(self.channels, writes)
+        record.values = self._values_chunk(writes)
         self.steps.append(record)
         return await self._next(before, done, [o for o in outputs if isinstance(o, Command)])
 
