@@ -95,6 +95,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-prompt-tokens", type=int, default=defaults.max_prompt_tokens)
     parser.add_argument("--max-vars-per-session", type=int, default=defaults.max_vars_per_session)
     parser.add_argument("--max-calls-per-session", type=int, default=defaults.max_calls_per_session)
+    parser.add_argument("--max-map-items", type=positive_int, default=defaults.max_map_items)
+    parser.add_argument(
+        "--max-map-element-bytes", type=positive_int, default=defaults.max_map_element_bytes
+    )
     parser.add_argument("--max-sessions", type=int, default=defaults.max_sessions)
     parser.add_argument(
         "--max-sessions-per-tenant",

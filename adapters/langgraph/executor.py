@@ -192,6 +192,9 @@ class GraphRun:
                     channels[key] = channel
                 values = await self.ctx.resolve(values)
             channel.update(values)
+        for key, channel in channels.items():
+            if key not in by_key:  # as LangGraph's apply_writes: an ephemeral value clears
+                channel.update([])
 
     # -- what runs next ---------------------------------------------------------------------
 

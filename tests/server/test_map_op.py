@@ -188,3 +188,19 @@ def test_a_spread_op_takes_one_input() -> None:
     with pytest.raises(ValueError, match="exactly one input"):
         CLIENT_FRAME.validate_python(frame)
     assert MapSpec.model_validate(frame["maps"][0]).element == "e"
+
+
+def test_serve_flags_set_the_map_limits() -> None:
+    """``eclectus serve --max-map-items/--max-map-element-bytes`` reach the config; 0 is
+    refused by the parser."""
+    import argparse
+
+    from eclectus.server.main import add_arguments, config_from_args
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--max-map-items", "7", "--max-map-element-bytes", "9"])
+    config = config_from_args(args)
+    assert (config.max_map_items, config.max_map_element_bytes) == (7, 9)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--max-map-items", "0"])
