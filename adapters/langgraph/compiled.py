@@ -34,7 +34,6 @@ from eclectus.adapters.langgraph.support import (
 )
 
 DEFAULT_RECURSION_LIMIT = 25  # LangGraph's own default is larger; a config's value wins
-_RUN_KWARGS = ("stream_mode",)  # run keyword arguments the compiled run understands
 
 
 class EagerFallbackWarning(UserWarning):
@@ -174,7 +173,8 @@ class CompiledGraph:
         self, config: RunnableConfig, kwargs: dict[str, Any], modes: list[str] | None = None
     ) -> bool:
         reasons = list(self.reasons) + run_unsupported(dict(config), modes or [])
-        reasons += [f"the run argument {k!r}" for k in kwargs if k not in _RUN_KWARGS]
+        # run keyword arguments (invoke's stream_mode, output_keys, ...) are LangGraph's
+        reasons += [f"the run argument {k!r}" for k in kwargs]
         if reasons:
             warnings.warn(
                 "eclectus compile: running eagerly: " + "; ".join(reasons),

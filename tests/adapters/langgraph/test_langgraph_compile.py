@@ -181,3 +181,11 @@ def test_a_node_that_takes_the_runtime_falls_back(chat: ChatEclectus) -> None:
     assert "['writer']" in compiled.explain()
     with pytest.warns(EagerFallbackWarning, match="writer"):
         assert compiled.invoke({"topic": "x"}) == {"topic": "x", "loud": "X"}
+
+
+def test_run_keyword_arguments_fall_back(chat: ChatEclectus) -> None:
+    """invoke(..., stream_mode="updates") returns LangGraph's chunks: eager, with a warning."""
+    app, value = lg_graphs.sequential(chat)
+    with pytest.warns(EagerFallbackWarning, match="stream_mode"):
+        chunks = compile(app).invoke(value, stream_mode="updates")
+    assert plain(chunks) == plain(app.invoke(value, stream_mode="updates"))
