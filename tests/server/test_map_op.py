@@ -7,6 +7,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from scripted_engine import ScriptedEngine, scripted_text
 from websockets.asyncio.client import connect
 from ws_helpers import RawClient, ServerFactory
@@ -204,3 +206,21 @@ def test_serve_flags_set_the_map_limits() -> None:
     assert (config.max_map_items, config.max_map_element_bytes) == (7, 9)
     with pytest.raises(SystemExit):
         parser.parse_args(["--max-map-items", "0"])
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@given(items=st.lists(JSON_VALUES, max_size=6), fenced=st.booleans())
+def test_items_parse_back_and_elements_bind_their_text(items: list[Any], fenced: bool) -> None:
+    """Any JSON array (fenced or not) parses back to itself; a string element binds its
+    own text, any other element its compact JSON, which parses back to the element."""
+    text = json.dumps(items, ensure_ascii=False)
+    assert parse_items(f"```json\n{text}\n```" if fenced else f"  {text}\n") == items
+    for element in items:
+        bound = element_text(element)
+        assert bound == element if isinstance(element, str) else json.loads(bound) == element
