@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import ensure_config
+from langgraph._internal._config import DEFAULT_RECURSION_LIMIT
 from langgraph.constants import START
 
 from eclectus.adapters.langchain.compiler import CompiledRunnable, find_model
@@ -32,8 +33,6 @@ from eclectus.adapters.langgraph.support import (
     run_unsupported,
     unsupported,
 )
-
-DEFAULT_RECURSION_LIMIT = 25  # LangGraph's own default is larger; a config's value wins
 
 
 class EagerFallbackWarning(UserWarning):
@@ -63,14 +62,14 @@ class CompiledGraph:
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         """The app's ``invoke``: the output state (compiled, or eager with a warning)."""
-        config = ensure_config(config)
+        config = _ensure(config)
         if self._eager(config, kwargs):
             return self.app.invoke(input, config, **kwargs)
         return run_blocking(self._run(input, config, "sync"))[0]
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         """Async twin of :meth:`invoke`."""
-        config = ensure_config(config)
+        config = _ensure(config)
         if self._eager(config, kwargs):
             return await self.app.ainvoke(input, config, **kwargs)
         return (await self._run(input, config, "async"))[0]
@@ -100,7 +99,7 @@ class CompiledGraph:
         """The app's ``stream`` for modes ``values`` and ``updates`` (one or a list, then
         ``(mode, chunk)`` pairs). The run goes to the server whole; the chunks are yielded
         once its values are back."""
-        config, modes = ensure_config(config), _modes(stream_mode, self.app.stream_mode)
+        config, modes = _ensure(config), _modes(stream_mode, self.app.stream_mode)
         if self._eager(config, kwargs, modes):
             yield from self.app.stream(input, config, stream_mode=stream_mode, **kwargs)
             return
@@ -116,7 +115,7 @@ class CompiledGraph:
         **kwargs: Any,
     ) -> AsyncIterator[Any]:
         """Async twin of :meth:`stream`."""
-        config, modes = ensure_config(config), _modes(stream_mode, self.app.stream_mode)
+        config, modes = _ensure(config), _modes(stream_mode, self.app.stream_mode)
         if self._eager(config, kwargs, modes):
             async for chunk in self.app.astream(input, config, stream_mode=stream_mode, **kwargs):
                 yield chunk
@@ -190,8 +189,7 @@ class CompiledGraph:
         assert self._runner is not None
         ctx = self._runner._context(mode, config)
         frames = ctx.session.num_frames_sent
-        limit = config.get("recursion_limit", DEFAULT_RECURSION_LIMIT)
-        run = GraphRun(self.app, ctx, limit)
+        run = GraphRun(self.app, ctx, config["recursion_limit"])
         try:
             output = await run.run(input)
             records = [(step.values, step.updates) for step in run.steps]
@@ -213,8 +211,17 @@ class CompiledGraph:
 
 def _configs(config: Any, num: int) -> list[RunnableConfig]:
     if isinstance(config, list):
-        return [ensure_config(c) for c in config]
-    return [ensure_config(config)] * num
+        return [_ensure(c) for c in config]
+    return [_ensure(config)] * num
+
+
+def _ensure(config: RunnableConfig | None) -> RunnableConfig:
+    """LangChain's ensure_config, but with LangGraph's default recursion limit (much larger
+    than LangChain's 25) unless the caller gave one, as the app's own run has (pure)."""
+    ensured = ensure_config(config)
+    given = (config or {}).get("recursion_limit")
+    ensured["recursion_limit"] = given if given is not None else int(DEFAULT_RECURSION_LIMIT)
+    return ensured
 
 
 def _modes(stream_mode: str | list[str] | None, default: str | list[str]) -> list[str]:

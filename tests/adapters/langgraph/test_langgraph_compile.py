@@ -189,3 +189,9 @@ def test_run_keyword_arguments_fall_back(chat: ChatEclectus) -> None:
     with pytest.warns(EagerFallbackWarning, match="stream_mode"):
         chunks = compile(app).invoke(value, stream_mode="updates")
     assert plain(chunks) == plain(app.invoke(value, stream_mode="updates"))
+
+
+def test_the_default_recursion_limit_is_langgraphs(chat: ChatEclectus) -> None:
+    """Without a recursion_limit, a loop of more than LangChain's 25 steps runs as eagerly."""
+    app, value = lg_graphs.supervisor(chat, rounds=13)  # 27 supersteps
+    assert plain(compile(app).invoke(value)) == plain(app.invoke(value))
