@@ -141,9 +141,7 @@ class GraphRun:
     async def _superstep(self, tasks: list[Task]) -> list[Task]:
         before = self._copy(self.channels)
         inputs = [self._node_input(t) for t in tasks]
-        outputs = await asyncio.gather(
-            *(self._run_node(t, i) for t, i in zip(tasks, inputs, strict=True))
-        )
+        outputs = await self._run_nodes(tasks, inputs)
         done: list[tuple[Task, Any, list[tuple[str, Any]]]] = []
         record = StepRecord({})
         for task, node_input, output in zip(tasks, inputs, outputs, strict=True):
@@ -155,6 +153,27 @@ class GraphRun:
         record.values = self._values_chunk(writes)
         self.steps.append(record)
         return await self._next(before, done, [o for o in outputs if isinstance(o, Command)])
+
+    async def _run_nodes(self, tasks: list[Task], inputs: list[Any]) -> list[Any]:
+        """The step's node outputs, in task order. Python nodes (cuts) run concurrently, as
+        LangGraph runs a step's tasks; LCEL nodes are lowered one after the other while they
+        wait (lowering only declares, so the graph and its trace come out in task order)."""
+        loop = asyncio.get_running_loop()
+        pending: dict[int, asyncio.Task[Any]] = {
+            i: loop.create_task(self._run_node(t, x))
+            for i, (t, x) in enumerate(zip(tasks, inputs, strict=True))
+            if is_python_node(self.builder.nodes[t.node].runnable)
+        }
+        outputs: list[Any] = []
+        try:
+            for i, (task, node_input) in enumerate(zip(tasks, inputs, strict=True)):
+                outputs.append(
+                    pending[i] if i in pending else await self._run_node(task, node_input)
+                )
+            return [await o if isinstance(o, asyncio.Task) else o for o in outputs]
+        finally:
+            for job in pending.values():
+                job.cancel()
 
     async def _run_node(self, task: Task, node_input: Any) -> Any:
         runnable: Runnable = self.builder.nodes[task.node].runnable
