@@ -195,3 +195,27 @@ def test_the_default_recursion_limit_is_langgraphs(chat: ChatEclectus) -> None:
     """Without a recursion_limit, a loop of more than LangChain's 25 steps runs as eagerly."""
     app, value = lg_graphs.supervisor(chat, rounds=13)  # 27 supersteps
     assert plain(compile(app).invoke(value)) == plain(app.invoke(value))
+
+
+def test_a_python_node_returning_command(chat: ChatEclectus) -> None:
+    """Command(update=..., goto=...) from a Python node routes and updates as eagerly."""
+    from typing import Literal
+
+    from langgraph.graph import END, START, StateGraph
+    from langgraph.types import Command
+
+    def decide(state: lg_graphs.Pipeline) -> Command[Literal["refine"]]:
+        return Command(update={"loud": state["draft"][:2]}, goto="refine")
+
+    builder = StateGraph(lg_graphs.Pipeline)
+    builder.add_node("write", {"draft": lg_graphs.text(chat, "On {topic}:")})
+    builder.add_node("decide", decide)
+    builder.add_node("refine", {"final": lg_graphs.text(chat, "{loud} then {draft}")})
+    builder.add_edge(START, "write")
+    builder.add_edge("write", "decide")
+    builder.add_edge("refine", END)
+    app, value = builder.compile(), {"topic": "snow"}
+    compiled = compile(app)
+    assert compiled.invoke(value) == app.invoke(value)
+    updates = list(compiled.stream(value, stream_mode="updates"))
+    assert updates == list(app.stream(value, stream_mode="updates"))
