@@ -22,7 +22,7 @@ from langgraph.constants import START
 
 from eclectus.adapters.langchain.compiler import CompiledRunnable, find_model
 from eclectus.adapters.langchain.compiler.callbacks import fire as fire_callbacks
-from eclectus.adapters.langchain.compiler.callbacks import wanted
+from eclectus.adapters.langchain.compiler.callbacks import pending_vars
 from eclectus.adapters.langchain.compiler.graph import GraphTrace
 from eclectus.adapters.langchain.compiler.plan import plan_text
 from eclectus.adapters.langchain.compiler.runnable import run_blocking
@@ -193,9 +193,9 @@ class CompiledGraph:
         try:
             output = await run.run(input)
             records = [(step.values, step.updates) for step in run.steps]
-            # with callback handlers, the calls' prompts and outputs come back in this frame
-            calls = [(c.input, c.output) for c in ctx.calls] if wanted(ctx.calls, config) else []
-            output, records, _ = await ctx.resolve((output, records, calls))
+            # with a callback handler, the calls' prompts and outputs come in this frame too
+            extra = pending_vars(ctx.calls, config)
+            output, records = await ctx.resolve((output, records), extra)
         finally:
             await fire_callbacks(ctx.calls, ctx.config, mode, ctx.fetch)
             self.last_graph = ctx.trace

@@ -6,8 +6,8 @@ generation (its message carries ``usage_metadata``) or ``on_llm_error``. A compi
 declares its calls instead of running them, so the lowering records each one
 (:class:`CallRecord`) and :func:`fire` replays the events once the values are known: tracing,
 token counters and cost callbacks see every call. Only when a handler is configured are the
-intermediate values (prompts with generated inputs, outputs nobody asked for) fetched, in one
-frame; without handlers nothing more is sent.
+intermediate values (prompts with generated inputs, outputs nobody asked for) fetched, with
+the run's final values (:func:`pending_vars`); without handlers nothing more comes back.
 """
 
 from __future__ import annotations
@@ -64,6 +64,16 @@ def wanted(records: list[CallRecord], config: RunnableConfig) -> bool:
         for record in records
         for handler in _manager(record, config, "sync").handlers
     )
+
+
+def pending_vars(records: list[CallRecord], config: RunnableConfig) -> list[Any]:
+    """The SDK variables :func:`fire` will need that are not known yet, when a handler
+    wants these calls ([] otherwise), so a run can fetch them with its final values, in
+    the same frame (pure)."""
+    if not records or not wanted(records, config):
+        return []
+    refs = collect_refs([(r.input, r.output) for r in records], [])
+    return list(dict.fromkeys(r.var for r in refs if r.var.state is VarState.PENDING))
 
 
 async def fire(records: list[CallRecord], config: RunnableConfig, mode: str, fetch: Any) -> None:

@@ -50,10 +50,12 @@ class Lowering:
         parts = [item.var if isinstance(item, Ref) else item for item in items]
         return Ref(self.session.repr_list(parts))
 
-    async def resolve(self, value: Any) -> Any:
-        """The concrete twin of a symbolic value: its refs fetched in one frame."""
+    async def resolve(self, value: Any, extra: Sequence[Any] = ()) -> Any:
+        """The concrete twin of a symbolic value: its refs fetched in one frame, together
+        with the ``extra`` SDK variables (say, what callbacks need)."""
         refs = collect_refs(value, [])
-        texts = await self.fetch([ref.var for ref in refs]) if refs else []
+        wanted = [ref.var for ref in refs] + list(extra)
+        texts = (await self.fetch(wanted))[: len(refs)] if wanted else []
         return rebuild(value, {id(ref): text for ref, text in zip(refs, texts, strict=True)})
 
     async def fetch(self, variables: list[Any]) -> list[str]:

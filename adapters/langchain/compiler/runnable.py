@@ -21,8 +21,10 @@ from langchain_core.runnables.config import ensure_config
 
 from eclectus.adapters.calls import Caller
 from eclectus.adapters.client import SyncSession
+from eclectus.adapters.client.variables import VarState
 from eclectus.adapters.connection import connection_for, ws_url
 from eclectus.adapters.langchain.compiler.callbacks import fire as fire_callbacks
+from eclectus.adapters.langchain.compiler.callbacks import pending_vars
 from eclectus.adapters.langchain.compiler.context import Lowering, cut_gate
 from eclectus.adapters.langchain.compiler.graph import GraphTrace
 from eclectus.adapters.langchain.compiler.plan import plan_text
@@ -192,19 +194,24 @@ class CompiledRunnable(Runnable[Any, Any]):
                 return_exceptions=return_exceptions,
             )
             self.last_graph = trace
-            return await _resolve_all(contexts[0], list(outputs), return_exceptions)
+            extra = [v for ctx in contexts for v in pending_vars(ctx.calls, ctx.config)]
+            return await _resolve_all(contexts[0], list(outputs), return_exceptions, extra)
         finally:  # the model callbacks of every declared call, as the eager run fires them
             for ctx in contexts:
                 await fire_callbacks(ctx.calls, ctx.config, mode, ctx.fetch)
 
 
-async def _resolve_all(ctx: Lowering, outputs: list[Any], return_exceptions: bool) -> list[Any]:
-    """Every output's concrete value, all refs fetched in one frame. With
-    ``return_exceptions``, a failure is returned in place of the outputs it affects."""
+async def _resolve_all(
+    ctx: Lowering, outputs: list[Any], return_exceptions: bool, extra: list[Any] = ()
+) -> list[Any]:
+    """Every output's concrete value, all refs fetched in one frame (with the ``extra``
+    variables callbacks need). With ``return_exceptions``, a failure is returned in place of
+    the outputs it affects."""
     live = [o for o in outputs if not isinstance(o, BaseException)]
     refs = collect_refs(live, [])
     try:
-        texts = await ctx.fetch([ref.var for ref in refs]) if refs else []
+        wanted = [ref.var for ref in refs] + [v for v in extra if v.state is VarState.PENDING]
+        texts = (await ctx.fetch(wanted))[: len(refs)] if wanted else []
     except Exception:
         if not return_exceptions:
             raise
