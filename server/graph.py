@@ -82,28 +82,44 @@ class Node:
     # app-FIFO rank: when the work this node belongs to first arrived (its earliest
     # activation, or an upstream node's, whichever is earlier); see Scheduler.activate
     arrival: float | None = None
+    # inputs[:num_inputs_ready] are known READY (a READY variable stays READY), so settling
+    # a node with k inputs costs O(k) in all, not O(k) each time one of them resolves
+    num_inputs_ready: int = 0
+    cursor_inputs: tuple[str, ...] | None = None  # the inputs that cursor counts (a map
+    # replaces its inputs when it expands: the cursor starts again then)
 
     @property
     def is_call(self) -> bool:
         return self.op is None and self.map is None
 
 
-def run_op(op: OpSpec, texts: list[str]) -> str:
-    """The text an op produces from its inputs' texts (pure). A spread op's one input is a
-    map's output, always a JSON array of strings (map_op.py)."""
+def run_op(op: OpSpec, texts: list[str], max_chars: int | None = None) -> str | None:
+    """The text an op produces from its inputs' texts, or None when it would be longer than
+    ``max_chars`` (pure). A spread op's one input is a map's output, always a JSON array of
+    strings (map_op.py). The size is known before anything is built: ops over ops double a
+    text per level, so a few KB of submit could otherwise ask for terabytes."""
     if op.spread:
         texts = json.loads(texts[0])
+    num_chars = sum(map(len, texts))
+    if op.op == "join":
+        num_chars += len(op.prefix) + len(op.suffix) + len(op.sep) * max(len(texts) - 1, 0)
+    if max_chars is not None and num_chars > max_chars:
+        return None
     if op.op == "join":
         return op.prefix + op.sep.join(texts) + op.suffix
-    return repr(list(texts))  # repr_list: exactly Python's repr of a list of str
+    text = repr(list(texts))  # repr_list: exactly Python's repr of a list of str
+    return text if max_chars is None or len(text) <= max_chars else None
 
 
 class Graph:
     """The variables and nodes of one session. Every method that changes state says so."""
 
-    def __init__(self, on_op_run: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self, on_op_run: Callable[[], None] | None = None, max_op_chars: int | None = None
+    ) -> None:
         self.vars: dict[str, Variable] = {}
         self.on_op_run = on_op_run  # counts server-side ops for /metrics
+        self.max_op_chars = max_op_chars  # an op's output is at most this long (None: any)
         self.nodes: dict[str, Node] = {}
         # nodes added since the pin table last indexed them (it drains this list)
         self.unindexed: list[Node] = []
@@ -138,28 +154,49 @@ class Graph:
         return order
 
     def inputs_ready(self, node: Node) -> bool:
-        return all(self.vars[v].state is VarState.READY for v in node.inputs)
+        """Whether every input is READY (mutates only ``node.num_inputs_ready``, a cursor)."""
+        inputs = node.inputs
+        if node.cursor_inputs is not inputs:
+            node.cursor_inputs, node.num_inputs_ready = inputs, 0
+        while node.num_inputs_ready < len(inputs):
+            if self.vars[inputs[node.num_inputs_ready]].state is not VarState.READY:
+                return False
+            node.num_inputs_ready += 1
+        return True
 
     def failed_input(self, node: Node) -> Variable | None:
         failed = (self.vars[v] for v in node.inputs if self.vars[v].state is VarState.FAILED)
         return next(failed, None)
 
     def depth(self) -> int:
-        """The longest chain of dependent calls (ops add no depth) (pure)."""
+        """The longest chain of dependent calls (ops add no depth) (pure). Iterative, each
+        node once: a chain thousands deep costs its length, never the recursion limit."""
         memo: dict[str, int] = {}
-
-        def node_depth(node: Node) -> int:
-            if node.node_id not in memo:
-                above = [
-                    self.nodes.get(self.vars[v].producer or "")
-                    for v in node.inputs
-                    if v in self.vars
-                ]
-                deepest = max((node_depth(p) for p in above if p is not None), default=0)
+        for root in self.nodes.values():
+            stack = [root]
+            while stack:
+                node = stack[-1]
+                if node.node_id in memo:
+                    stack.pop()
+                    continue
+                above = [p for p in self._producers(node) if p.node_id not in memo]
+                if above:
+                    stack.extend(above)
+                    continue
+                stack.pop()
+                deepest = max((memo[p.node_id] for p in self._producers(node)), default=0)
                 memo[node.node_id] = deepest + (1 if node.is_call else 0)
-            return memo[node.node_id]
+        return max(memo.values(), default=0)
 
-        return max((node_depth(n) for n in self.nodes.values()), default=0)
+    def _producers(self, node: Node) -> list[Node]:
+        """The nodes producing ``node``'s inputs that are still in the graph (pure)."""
+        producers = []
+        for var_id in node.inputs:
+            variable = self.vars.get(var_id)
+            producer = self.nodes.get(variable.producer or "") if variable else None
+            if producer is not None:
+                producers.append(producer)
+        return producers
 
     # -- transitions (mutate) -------------------------------------------------------------
 
@@ -182,6 +219,11 @@ class Graph:
             if node.state is NodeState.IDLE:
                 node.state = NodeState.WAITING
                 woken.append(node)
+        for node in woken:  # an input that failed before activation fails it now
+            bad = self.failed_input(node) if node.state is NodeState.WAITING else None
+            if bad is not None:
+                code = bad.error_code or "engine_error"
+                self.fail(node, code, f"input {bad.var_id!r} failed: {bad.error_message}")
         return self._settle(woken)
 
     def set_value(self, var_id: str, text: str) -> list[Node]:
@@ -281,25 +323,27 @@ class Graph:
         return consumers
 
     def _settle(self, candidates: Iterable[Node]) -> list[Node]:
-        """Move WAITING nodes whose inputs are final on: ops run at once (and may wake
-        more nodes), a failed input fails the node, ready calls are QUEUED and returned."""
+        """Move WAITING nodes whose inputs are all READY on: ops run at once (and may wake
+        more nodes), ready calls are QUEUED and returned. (A failing input fails its
+        consumers itself, see :meth:`fail`; :meth:`activate` checks inputs failed before.)"""
         ready: list[Node] = []
         stack = list(candidates)
         while stack:
             node = stack.pop()
             if node.state is not NodeState.WAITING:
                 continue
-            bad = self.failed_input(node)
-            if bad is not None:
-                code = bad.error_code or "engine_error"
-                self.fail(node, code, f"input {bad.var_id!r} failed: {bad.error_message}")
-            elif not self.inputs_ready(node):
+            if not self.inputs_ready(node):
                 continue
             elif node.op is not None:
                 texts = [self.vars[v].value or "" for v in node.op.inputs]
+                text = run_op(node.op, texts, self.max_op_chars)
+                if text is None:
+                    message = f"op {node.node_id!r} output over {self.max_op_chars} characters"
+                    self.fail(node, "limit_exceeded", message)
+                    continue
                 if self.on_op_run is not None:
                     self.on_op_run()
-                stack.extend(self._finish_instant(node, run_op(node.op, texts)))
+                stack.extend(self._finish_instant(node, text))
             elif node.map is not None:
                 try:
                     step = advance(self, node)  # expands the map, or its final text

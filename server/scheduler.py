@@ -74,12 +74,15 @@ class Scheduler:
         # (session id, node id) of recent dispatches, in order: tests and debugging read it;
         # bounded so a long-running server does not grow it forever
         self.dispatch_log: deque[tuple[str, str]] = deque(maxlen=10_000)
+        self._unpin_tasks: set[asyncio.Task[None]] = set()  # unpin tasks, held until done
 
     # -- sessions -------------------------------------------------------------------------
 
     def open_app(self, session_id: str, tenant: str | None = None) -> AppState:
         """Register a session (mutates)."""
-        app = AppState(session_id, Graph(self._count_op), self.clock(), tenant)
+        # an op's output is at most a frame: a value a client could not have sent either
+        graph = Graph(self._count_op, max_op_chars=self.config.max_frame_bytes)
+        app = AppState(session_id, graph, self.clock(), tenant)
         self.apps[session_id] = app
         return app
 
@@ -237,38 +240,38 @@ class Scheduler:
         """App-FIFO ranks by the *graph's* arrival, not the session's, so a long-lived session
         that starts a new, independent graph does not outrank newer applications: a node's
         arrival is its first activation, or the earliest arrival upstream of it (work that
-        continues earlier work is further along). Mutates ``nodes``' arrival."""
+        continues earlier work is further along). One pass in topological order (producers
+        first), so the cost is linear in ``nodes`` and their edges. Mutates their arrival."""
         for node in nodes:
             node.arrival = now if node.arrival is None else min(node.arrival, now)
-        changed = True
-        while changed:  # a few passes: each one carries arrivals one level further down
-            changed = False
-            for node in reversed(nodes):  # roughly producers first
-                for var_id in node.inputs:
-                    producer = graph.producer(var_id)
-                    upstream = producer.arrival if producer is not None else None
-                    # set above for every node (never ``node.arrival or now``: 0.0 is falsy)
-                    if (
-                        upstream is not None
-                        and node.arrival is not None
-                        and upstream < node.arrival
-                    ):
-                        node.arrival = upstream
-                        changed = True
+        for node in _producers_first(graph, nodes):
+            for var_id in node.inputs:
+                producer = graph.producer(var_id)
+                upstream = producer.arrival if producer is not None else None
+                # set above for every node (never ``node.arrival or now``: 0.0 is falsy)
+                if upstream is not None and node.arrival is not None and upstream < node.arrival:
+                    node.arrival = upstream
 
     def _form_groups(self, app: AppState, var_id: str, nodes: list[Node]) -> None:
-        """Fan-in siblings: the calls feeding one consumer (seen through ops) form a group."""
+        """Fan-in siblings: the calls feeding one consumer (seen through ops) form a group.
+        Consumers are taken downstream first (the get, then ``nodes`` in upstream order) and
+        share one set of walked ops, so each op is walked once per get: an op region shared
+        by two consumers groups its calls with the first (downstream) one."""
         graph = app.graph
         consumers: list[tuple[str, tuple[str, ...]]] = [(f"get:{var_id}", (var_id,))]
         consumers += [(n.node_id, n.inputs) for n in nodes if n.is_call]
+        walked: set[str] = set()
         for consumer_id, inputs in consumers:
-            siblings = [n for n in self._feeding_calls(graph, inputs) if n.group is None]
+            siblings = [n for n in self._feeding_calls(graph, inputs, walked) if n.group is None]
             if len(siblings) >= 2:
                 for sibling in siblings:
                     sibling.group = f"{app.session_id}/{consumer_id}"
 
     @staticmethod
-    def _feeding_calls(graph: Graph, var_ids: tuple[str, ...]) -> list[Node]:
+    def _feeding_calls(graph: Graph, var_ids: tuple[str, ...], walked: set[str]) -> list[Node]:
+        """The unfinished calls producing ``var_ids``, looking through ops not in ``walked``
+        (mutates ``walked``: adds the ops walked; each op once, so a DAG of ops that reaches
+        one node along many paths costs its size, not its number of paths)."""
         calls: dict[str, Node] = {}
         stack = list(var_ids)
         while stack:
@@ -277,7 +280,8 @@ class Scheduler:
                 continue
             if producer.is_call:
                 calls[producer.node_id] = producer
-            else:
+            elif producer.node_id not in walked:
+                walked.add(producer.node_id)
                 stack.extend(producer.inputs)
         return list(calls.values())
 
@@ -293,8 +297,12 @@ class Scheduler:
         self._spawn_unpin(app.pins.forget(ids))
 
     def _spawn_unpin(self, request_ids: list[str]) -> None:
+        """Unpin in the background (mutates). The task is held in ``_unpin_tasks`` until it
+        ends: the loop keeps only a weak reference, so an unheld task may vanish unrun."""
         if request_ids:
-            asyncio.get_running_loop().create_task(self._unpin(request_ids))
+            task = asyncio.get_running_loop().create_task(self._unpin(request_ids))
+            self._unpin_tasks.add(task)
+            task.add_done_callback(self._unpin_tasks.discard)
 
     async def _unpin(self, request_ids: list[str]) -> None:
         for request_id in request_ids:
@@ -309,6 +317,28 @@ class Scheduler:
     def gauges(self) -> dict[str, float]:
         """Scheduler gauges for /metrics (pure)."""
         return {"queue_depth": len(self.queue), "inflight": self.num_inflight}
+
+
+def _producers_first(graph: Graph, nodes: list[Node]) -> list[Node]:
+    """``nodes`` in topological order, producers before consumers (pure; Kahn's algorithm
+    over the edges inside ``nodes``, linear in their size)."""
+    members = {n.node_id: n for n in nodes}
+    num_waiting = dict.fromkeys(members, 0)  # producers inside ``nodes`` not yet placed
+    consumers: dict[str, list[Node]] = {}
+    for node in nodes:
+        for var_id in node.inputs:
+            producer = graph.producer(var_id)
+            if producer is not None and producer.node_id in members:
+                num_waiting[node.node_id] += 1
+                consumers.setdefault(producer.node_id, []).append(node)
+    order = [n for n in nodes if num_waiting[n.node_id] == 0]
+    for node in order:  # grows while it is walked
+        for consumer in consumers.get(node.node_id, ()):
+            num_waiting[consumer.node_id] -= 1
+            if num_waiting[consumer.node_id] == 0:
+                order.append(consumer)
+    assert len(order) == len(nodes), "the graph has a cycle"
+    return order
 
 
 def _urgent(queued: QueuedCall) -> bool:
