@@ -4,7 +4,8 @@ One background thread owns the LLMEngine and steps it while work exists, sleepin
 condition when idle. The event loop talks to it only through a thread-safe inbox (add, abort,
 unpin), drained at the start of each iteration; outputs travel back by
 ``loop.call_soon_threadsafe`` into one asyncio.Queue per request. A step that raises fails only
-the requests in that step (their iterators raise EngineError); the loop keeps going.
+the requests in that step (their iterators raise EngineError); a request whose own parameters
+break sampling fails alone; the loop keeps going.
 """
 
 from __future__ import annotations
@@ -209,7 +210,10 @@ class AsyncEngine:
         # counters first: whoever reads stats() after seeing an output must see its tokens
         self._stats = self.engine.stats()
         for output in outputs:
-            self._deliver(output)
+            if output.finish_reason == "error":  # failed alone by its own parameters
+                self._fail(output.request_id, self.engine.pop_failure(output.request_id))
+            else:
+                self._deliver(output)
 
     def _fail(self, request_id: str, message: str) -> None:
         self._send(request_id, EngineError(message), last=True)

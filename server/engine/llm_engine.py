@@ -78,9 +78,15 @@ class LLMEngine:
             max_background_seqs=config.max_background_seqs,
         )
         self.sampler = Sampler(config.seed, config.device)
+        # the most tokens one request can hold: the window, and the whole KV pool (a prompt
+        # the pool cannot hold even alone is refused at add, never "finished" empty)
         limit = self.model_config.max_model_len
-        self.max_model_len = min(config.max_model_len or limit, limit)
+        pool = self.runner.num_blocks * config.block_size
+        self.max_model_len = min(config.max_model_len or limit, limit, pool)
         self.counters = Counters()
+        # why requests finished with "error" alone (their own parameters broke sampling or
+        # detokenizing); the caller takes each with pop_failure when it sees the output
+        self.failures: dict[str, str] = {}
         self._seqs: dict[str, Sequence] = {}
         self._states: dict[str, OutputState] = {}
         self._arrivals = itertools.count()
@@ -151,8 +157,8 @@ class LLMEngine:
             raise ValueError("the prompt is empty")
         if len(token_ids) >= self.max_model_len:
             raise ValueError(
-                f"prompt of {len(token_ids)} tokens leaves no room in the "
-                f"context window of {self.max_model_len}"
+                f"prompt of {len(token_ids)} tokens leaves no room for an output token: a "
+                f"request holds at most {self.max_model_len} (context window and KV pool)"
             )
         seq = Sequence(
             request_id,
@@ -217,8 +223,10 @@ class LLMEngine:
     def step(self) -> list[EngineOutput]:
         """Schedule, run, postprocess (mutates everything). Returns this step's outputs.
 
-        Raises StepFailed when the forward or the sampler raises; the requests of that step
-        are then finished with "error" and freed, and the engine stays usable.
+        Raises StepFailed when the forward raises; the requests of that step are then
+        finished with "error" and freed, and the engine stays usable. A request whose own
+        sampling or detokenizing raises fails alone: its output has finish_reason "error"
+        (the reason in :attr:`failures`) and the rest of the batch goes on.
         """
         out = self.scheduler.schedule()
         outputs = [self._output(seq, finished=True) for seq in out.failed]
@@ -228,11 +236,32 @@ class LLMEngine:
         self.counters.num_steps += 1
         try:
             items, logits = self.runner.execute(out)
-            seqs = [item.seq for item in items]
-            tokens = self.sampler(logits, [s.sampling for s in seqs], [s.generator for s in seqs])
         except Exception as exc:
             raise StepFailed(self._fail_step(out), exc, outputs) from exc
+        tokens = self._sample(logits, [item.seq for item in items])
         return outputs + self._postprocess(out, items, tokens)
+
+    def pop_failure(self, request_id: str) -> str:
+        """Why ``request_id`` finished with "error" (mutates: forgets the reason)."""
+        return self.failures.pop(request_id, "the engine failed this request")
+
+    def _sample(self, logits: torch.Tensor, seqs: list[Sequence]) -> list[int | Exception]:
+        """One token per row (mutates the generators). The batch is sampled in one call; if
+        that raises, row by row, so a request whose parameters break the sampler gets its
+        exception in place of a token and nobody else's fails with it."""
+        try:
+            return list(
+                self.sampler(logits, [s.sampling for s in seqs], [s.generator for s in seqs])
+            )
+        except Exception:
+            pass
+        tokens: list[int | Exception] = []
+        for row, seq in enumerate(seqs):
+            try:
+                tokens += self.sampler(logits[row : row + 1], [seq.sampling], [seq.generator])
+            except Exception as exc:
+                tokens.append(exc)
+        return tokens
 
     def _fail_step(self, out: SchedulerOutput) -> list[str]:
         request_ids = []
@@ -244,7 +273,7 @@ class LLMEngine:
         return request_ids
 
     def _postprocess(
-        self, out: SchedulerOutput, items: list[ScheduledSeq], tokens: list[int]
+        self, out: SchedulerOutput, items: list[ScheduledSeq], tokens: list[int | Exception]
     ) -> list[EngineOutput]:
         for item in out.scheduled:
             seq = item.seq
@@ -256,13 +285,35 @@ class LLMEngine:
         outputs = []
         for item, token in zip(items, tokens, strict=True):
             seq = item.seq
-            seq.token_ids.append(token)
-            self.counters.generated_tokens += 1
-            reason = self._check_finish(seq, token)
-            if reason is not None:
-                self.scheduler.finish(seq, reason)
-            outputs.append(self._output(seq, finished=reason is not None))
+            try:
+                if isinstance(token, Exception):
+                    raise token
+                seq.token_ids.append(token)
+                self.counters.generated_tokens += 1
+                reason = self._check_finish(seq, token)
+                if reason is not None:
+                    self.scheduler.finish(seq, reason)
+                outputs.append(self._output(seq, finished=reason is not None))
+            except Exception as exc:  # this request's own parameters: it fails alone
+                outputs.append(self._fail_request(seq, exc))
         return outputs
+
+    def _fail_request(self, seq: Sequence, exc: Exception) -> EngineOutput:
+        """Finish ``seq`` with "error" and free it (mutates); its KV is sound (the forward
+        passed), so its cached blocks stay usable for others."""
+        self.scheduler.finish(seq, FinishReason.ERROR)
+        self._forget(seq.request_id)
+        self.failures[seq.request_id] = f"{type(exc).__name__}: {exc}"
+        return EngineOutput(
+            seq.request_id,
+            "",
+            (),
+            finished=True,
+            finish_reason=FinishReason.ERROR.value,
+            num_prompt_tokens=seq.num_prompt_tokens,
+            num_cached_tokens=seq.num_cached_tokens,
+            num_output_tokens=seq.num_output_tokens,
+        )
 
     def _check_finish(self, seq: Sequence, token: int) -> FinishReason | None:
         state = self._states[seq.request_id]

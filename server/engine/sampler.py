@@ -52,8 +52,9 @@ class Sampler:
         logits = logits / temps[:, None]
         values, indices = logits.sort(dim=-1, descending=True, stable=True)
         ranks = torch.arange(vocab, device=logits.device)
+        # clamped: any top_k >= vocab keeps every token, and a huge one must not overflow
         top_k = torch.tensor(
-            [p.top_k if p.top_k > 0 else vocab for p in params], device=logits.device
+            [min(p.top_k, vocab) if p.top_k > 0 else vocab for p in params], device=logits.device
         )
         values = values.masked_fill(ranks[None, :] >= top_k[:, None], -torch.inf)
         probs = values.softmax(dim=-1)

@@ -186,3 +186,23 @@ async def test_shutdown_ends_open_streams_with_abort() -> None:
     assert rest[-1].finished and rest[-1].finish_reason == "abort"
     with pytest.raises(EngineError, match="shut down"):
         await collect(eng, request("z1"))
+
+
+async def test_one_requests_parameters_never_fail_a_neighbours_stream(
+    engine: AsyncEngine,
+) -> None:
+    """Bad engine-side params (no wire validation in front): a temperature the sampler
+    cannot hold and a seed torch refuses fail their own request only; a concurrent stream
+    of another session completes."""
+    good = asyncio.create_task(collect(engine, request("iso-good", max_tokens=24)))
+    await asyncio.sleep(0.05)  # the good stream is decoding when the bad ones arrive
+    bad_temp = request("iso-temp", temperature=2**1100)
+    bad_seed = request("iso-seed", temperature=0.7, seed=2**80)
+    for bad in (bad_temp, bad_seed):
+        with pytest.raises(EngineError):
+            await collect(engine, bad)
+    outs = await good
+    assert outs[-1].finish_reason in ("stop", "length")
+    assert sum(len(o.token_ids) for o in outs) == outs[-1].num_output_tokens
+    await wait_until_idle(engine)
+    engine.engine.block_manager.check_invariants([])

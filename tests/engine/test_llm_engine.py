@@ -90,3 +90,45 @@ def test_request_with_ids_is_not_tokenized_again(engine: LLMEngine) -> None:
     engine.add_request(req("ids", "abc", "def", tokens=short))
     last = run(engine)["ids"][-1]
     assert last.finished and last.num_prompt_tokens == 4
+
+
+def test_a_request_that_breaks_the_sampler_fails_alone(engine: LLMEngine) -> None:
+    """A temperature too large for a float (the engine's params, no wire validation) makes
+    the batched sampler raise: that request ends with "error", its neighbour completes."""
+    bad = SamplingParams(max_tokens=4, temperature=2**1100)
+    engine.add_request(EngineRequest("bad", ("Hello there. ",), bad))
+    good = SamplingParams(max_tokens=4, temperature=0.8, seed=1)
+    engine.add_request(EngineRequest("good", ("Hello there. ",), good))
+    outs = run(engine)
+    assert outs["bad"][-1].finish_reason == "error"
+    assert "Overflow" in engine.pop_failure("bad")
+    assert outs["good"][-1].finish_reason in ("stop", "length")
+    assert outs["good"][-1].num_output_tokens == 4
+    engine.block_manager.check_invariants([])
+    assert not engine.has_unfinished and not engine.failures
+
+
+def test_a_huge_top_k_samples_like_no_top_k(engine: LLMEngine) -> None:
+    """top_k = 2**70 overflowed the sampler's tensor and failed the whole step."""
+    engine.add_request(req("k", "Hello there. "))
+    huge = SamplingParams(max_tokens=4, temperature=0.8, top_k=2**70, seed=7)
+    engine.add_request(EngineRequest("huge", ("Once upon",), huge))
+    engine.add_request(
+        EngineRequest("off", ("Once upon",), SamplingParams(max_tokens=4, temperature=0.8, seed=7))
+    )
+    outs = run(engine)
+    assert outs["huge"][-1].finish_reason in ("stop", "length")
+    assert [o.token_ids for o in outs["huge"]] == [o.token_ids for o in outs["off"]]
+
+
+def test_a_prompt_the_kv_pool_cannot_hold_is_refused_at_add() -> None:
+    """A prompt larger than the whole pool used to 'finish' empty with "length"."""
+    small = LLMEngine(EngineConfig(model="tiny", num_kv_blocks=4))  # 64 tokens of KV
+    assert small.max_model_len == 64
+    with pytest.raises(ValueError, match="at most 64"):
+        small.add_request(req("big", "word " * 100))
+    with pytest.raises(ValueError, match="at most 64"):
+        small.add_tokens("exact", list(range(1, 65)), SamplingParams())
+    small.add_tokens("fits", list(range(1, 64)), SamplingParams(max_tokens=4))
+    outs = run(small)
+    assert outs["fits"][-1].finish_reason == "length" and outs["fits"][-1].num_output_tokens == 1
