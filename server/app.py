@@ -259,10 +259,11 @@ async def start_server(
     if backend is None:  # loading weights blocks: keep the loop free for other servers
         backend = await asyncio.to_thread(build_backend, config.model)
     await backend.start()
-    # a prompt can never be longer than the model's window: say so up front (welcome, checks)
+    # the one prompt limit, said up front (welcome) and checked at submit and dispatch: a
+    # prompt and at least one output token fit the window (the engine's counts the KV pool)
     window = backend.model.context_window
-    if config.max_prompt_tokens > window:
-        config = dataclasses.replace(config, max_prompt_tokens=window)
+    if config.max_prompt_tokens > window - 1:
+        config = dataclasses.replace(config, max_prompt_tokens=window - 1)
     if not config.served_model_names:
         config = dataclasses.replace(config, served_model_names=(backend.model.name,))
     metrics = Metrics()

@@ -32,6 +32,10 @@ class ServerConfig:
     max_calls_per_session: int = 4_096  # calls and ops together
     max_map_items: int = 1_024  # one map's fan-out (elements of its JSON array)
     max_map_element_bytes: int = 65_536  # one element's text, UTF-8
+    max_pending_gets_per_session: int = 1_024  # gets waiting on unfinished variables
+    # frames queued for one client and not yet written; a client reading slower than its
+    # answers arrive is disconnected (close 1008) rather than held in server memory
+    max_outbox_bytes: int = 16 << 20
     max_sessions: int = 256
     max_sessions_per_tenant: int = 128  # so that one tenant cannot take every session slot
     max_connections_per_client: int = 128  # open TCP connections per client address
@@ -59,6 +63,8 @@ class ServerConfig:
             "max_calls_per_session",
             "max_map_items",
             "max_map_element_bytes",
+            "max_pending_gets_per_session",
+            "max_outbox_bytes",
             "max_sessions",
             "max_sessions_per_tenant",
             "max_connections_per_client",

@@ -3,6 +3,12 @@
 A fragment is atomic: :func:`stage` checks every rule on the fragment together with the
 existing graph and returns new Variables and Nodes only when all pass; otherwise it raises a
 GraphError/LimitError naming the offending field and variable, and the graph is untouched.
+
+Everything here is linear in the fragment and the part of the graph it touches, except token
+counting, which a big fragment makes slow: the session therefore runs :func:`build` on the
+event loop, counts the distinct texts of :func:`known_prompts` on a worker thread, checks
+them with :func:`check_prompt_sizes`, and re-checks with :func:`check_still_applies` that the
+graph did not lose a variable the fragment names meanwhile. :func:`stage` does it all at once.
 """
 
 from __future__ import annotations
@@ -32,6 +38,20 @@ class Staged:
 
     variables: list[Variable]
     nodes: list[Node]
+    wheres: list[str]  # each node's place in the frame ("calls[3]", "ops[0]"), for errors
+
+
+@dataclass(frozen=True, slots=True)
+class KnownPrompt:
+    """The text of a call's prompt known at submit: its constant segments and the current
+    values of its inputs (empty while pending), each segment on its own."""
+
+    where: str
+    node_id: str
+    texts: tuple[str, ...]
+
+
+TokenCounter = Callable[[str, bool], int]  # (segment text, is first segment) -> tokens
 
 
 def call_segments(call: CallSpec, where: str) -> tuple[Segment, ...]:
@@ -59,7 +79,17 @@ def _call_node(call: CallSpec, where: str) -> Node:
 def stage(
     graph: Graph, frame: Submit, config: ServerConfig, count_tokens: Callable[[str], int]
 ) -> Staged:
-    """Check ``frame`` against ``graph`` and build what it adds (pure: graph untouched)."""
+    """Check ``frame`` against ``graph`` and build what it adds (pure: graph untouched),
+    counting each segment's tokens here with ``count_tokens`` (the session counts them off
+    the event loop instead)."""
+    staged = build(graph, frame, config)
+    counter: TokenCounter = lambda text, _first: count_tokens(text)  # noqa: E731
+    check_prompt_sizes(known_prompts(staged, graph), counter, config.max_prompt_tokens)
+    return staged
+
+
+def build(graph: Graph, frame: Submit, config: ServerConfig) -> Staged:
+    """Check every rule but prompt sizes and build what ``frame`` adds (pure)."""
     num_nodes = len(frame.calls) + len(frame.ops) + len(frame.maps)
     if len(graph.nodes) + num_nodes > config.max_calls_per_session:
         raise LimitError(
@@ -115,8 +145,25 @@ def stage(
                 "unknown_var", f"unknown variable {get.var!r}", field=f"gets[{i}].var", var=get.var
             )
     _check_acyclic(graph, new_vars, produced, [n for _, n in nodes])
-    _check_prompt_sizes(nodes, new_vars, graph, config, count_tokens)
-    return Staged(list(new_vars.values()), [n for _, n in nodes])
+    return Staged(list(new_vars.values()), [n for _, n in nodes], [w for w, _ in nodes])
+
+
+def check_still_applies(graph: Graph, staged: Staged, frame: Submit) -> None:
+    """After an await: every variable the fragment names but does not declare is still in
+    ``graph`` (a release may have deleted one meanwhile; nothing else can change what
+    :func:`build` checked, as only this session's own frames add to its graph). Pure."""
+    declared = {v.var_id for v in staged.variables}
+    for where, node in zip(staged.wheres, staged.nodes, strict=True):
+        for var_id in node.inputs + node.outputs:
+            if var_id not in declared and var_id not in graph.vars:
+                raise GraphError(
+                    "unknown_var", f"variable {var_id!r} was released", field=where, var=var_id
+                )
+    for i, get in enumerate(frame.gets):
+        if get.var not in declared and get.var not in graph.vars:
+            raise GraphError(
+                "unknown_var", f"variable {get.var!r} was released", field=f"gets[{i}].var"
+            )
 
 
 def _check_spreads(graph: Graph, frame: Submit, nodes: list[tuple[str, Node]]) -> None:
@@ -187,11 +234,11 @@ def _check_acyclic(
             consumers.setdefault(var_id, []).append(node.node_id)
 
     def downstream(node_id: str) -> list[str]:
-        node = by_id.get(node_id) or graph.nodes[node_id]
+        node = by_id.get(node_id) or graph.nodes.get(node_id)
         out: list[str] = []
-        for var_id in node.outputs:
+        for var_id in node.outputs if node is not None else ():  # None: swept meanwhile
             old = graph.vars.get(var_id)
-            out.extend(old.consumers if old is not None else [])
+            out.extend(list(old.consumers) if old is not None else [])  # one atomic copy
             out.extend(consumers.get(var_id, []))
         return out
 
@@ -221,29 +268,50 @@ def _check_acyclic(
                 stack.append((child, downstream(child)))
 
 
-def _check_prompt_sizes(
-    nodes: list[tuple[str, Node]],
-    new_vars: dict[str, Variable],
-    graph: Graph,
-    config: ServerConfig,
-    count_tokens: Callable[[str], int],
-) -> None:
-    """Reject a call whose known text (constants and constant inputs) is already too long;
-    the full prompt is checked again at dispatch, once generated inputs are known."""
-    for where, node in nodes:
+def known_prompts(staged: Staged, graph: Graph) -> list[KnownPrompt]:
+    """Each new call's known prompt text, segment by segment (pure)."""
+    new_vars = {v.var_id: v for v in staged.variables}
+    prompts = []
+    for where, node in zip(staged.wheres, staged.nodes, strict=True):
         if not node.is_call:
             continue
-        text = []
+        texts = []
         for segment in node.segments:
             if isinstance(segment, TextSegment):
-                text.append(segment.text)
+                texts.append(segment.text)
             elif isinstance(segment, VarSegment):
                 var = new_vars.get(segment.var) or graph.vars.get(segment.var)
-                text.append(var.value or "" if var is not None else "")
-        num_tokens = count_tokens("".join(text))
-        if num_tokens > config.max_prompt_tokens:
+                texts.append(var.value or "" if var is not None else "")
+        prompts.append(KnownPrompt(where, node.node_id, tuple(texts)))
+    return prompts
+
+
+def upper_bound_tokens(prompt: KnownPrompt) -> int:
+    """More tokens than the engine can make of ``prompt`` (pure): a token covers at least
+    one UTF-8 byte, plus one per segment for a tokenizer's added prefix, plus BOS."""
+    return sum(len(text.encode("utf-8", "surrogatepass")) + 1 for text in prompt.texts) + 1
+
+
+def check_prompt_sizes(prompts: list[KnownPrompt], count_tokens: TokenCounter, limit: int) -> None:
+    """Reject the first call whose known text is already over ``limit`` tokens (pure but
+    for the counter); the full prompt is checked again at dispatch, once generated inputs
+    are known. Prompts whose byte size bounds them under the limit are not tokenized."""
+    for prompt in prompts:
+        if upper_bound_tokens(prompt) <= limit:
+            continue
+        num_tokens = sum(count_tokens(text, i == 0) for i, text in enumerate(prompt.texts))
+        if num_tokens > limit:
             raise LimitError(
-                f"prompt of {node.node_id!r} has {num_tokens} tokens, limit "
-                f"{config.max_prompt_tokens}",
-                field=where,
+                f"prompt of {prompt.node_id!r} has {num_tokens} tokens, limit {limit}",
+                field=prompt.where,
             )
+
+
+def texts_to_count(prompts: list[KnownPrompt], limit: int) -> set[tuple[str, bool]]:
+    """The distinct (text, is first) pairs :func:`check_prompt_sizes` will tokenize (pure)."""
+    return {
+        (text, i == 0)
+        for prompt in prompts
+        if upper_bound_tokens(prompt) > limit
+        for i, text in enumerate(prompt.texts)
+    }

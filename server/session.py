@@ -6,21 +6,26 @@ answer without awaiting, and deltas always precede their value. Every failure of
 becomes an error frame; only a failed authentication (or a session limit) closes the socket.
 A connection that sends no hello within ``handshake_timeout_s``, or a session with nothing in
 flight that sends nothing for ``idle_timeout_s``, is closed.
+
+No client can hurt another through its session: a big frame is validated in slices and a big
+submit staged on a worker thread, tokens are counted on a worker thread and a submit's gets
+yield between them; a session waits on at most ``max_pending_gets_per_session`` gets; its
+outbox holds at most ``max_outbox_bytes``, and a client that reads slower than that is
+disconnected (1008, the reason says why); a malformed frame (deep nesting, lone surrogates)
+is a ``bad_request``, never a logged traceback (decode.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import secrets
 from dataclasses import dataclass, field
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from eclectus import __version__
 from eclectus.protocol import (
-    CLIENT_FRAME,
     PROTOCOL_VERSION,
     Ack,
     Cancel,
@@ -43,9 +48,24 @@ from eclectus.protocol import (
 from eclectus.server.auth import Authenticator, AuthFailure
 from eclectus.server.backend import Backend
 from eclectus.server.config import ServerConfig
+from eclectus.server.decode import (
+    check_surrogates,
+    decode,
+    echoable_id,
+    validate,
+    validate_in_slices,
+)
 from eclectus.server.errors import LimitError, ServerError
-from eclectus.server.fragment import stage
-from eclectus.server.graph import Variable, VarState
+from eclectus.server.fragment import (
+    KnownPrompt,
+    Staged,
+    build,
+    check_prompt_sizes,
+    check_still_applies,
+    known_prompts,
+    texts_to_count,
+)
+from eclectus.server.graph import Graph, Variable, VarState
 from eclectus.server.metrics import Metrics
 from eclectus.server.objectives import objective_for_get
 from eclectus.server.release import release
@@ -53,7 +73,12 @@ from eclectus.server.scheduler import AppState, Scheduler
 from eclectus.server.transport import Disconnected, Transport
 
 log = logging.getLogger(__name__)
-_POLICY_VIOLATION = 1008  # WebSocket close code for a failed authentication
+_POLICY_VIOLATION = 1008  # WebSocket close code for a failed authentication or a slow reader
+_WRITE_BURST = 32  # frames the writer sends before letting other tasks run
+# frames above this size are validated in slices; submits with more items than this are
+# staged on a worker thread (pure Python: the GIL hands the loop its turn every few ms)
+_INLINE_FRAME_CHARS = 64 << 10
+_INLINE_SUBMIT_ITEMS = 256
 _GOING_AWAY = 1001  # idle, or the server is shutting down
 
 
@@ -74,21 +99,6 @@ class ServerContext:
         return sum(1 for s in self.sessions if s.app is not None and s.app.tenant == tenant)
 
 
-def validation_error(exc: ValidationError) -> ServerError:
-    """The first pydantic error as a ServerError naming the field (pure)."""
-    first = exc.errors()[0]
-    if first["type"] == "union_tag_invalid":
-        return ServerError("unknown_type", first["msg"], field="type")
-    if first["type"] == "union_tag_not_found":
-        return ServerError("bad_request", "a frame needs a 'type' field", field="type")
-    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first["loc"][1:])
-    return ServerError(
-        "bad_request",
-        f"{where.lstrip('.') or 'frame'}: {first['msg']}",
-        field=where.lstrip(".") or None,
-    )
-
-
 class Session:
     """One client session. ``run`` owns the connection until it closes."""
 
@@ -105,6 +115,9 @@ class Session:
         self.stopping = asyncio.Event()  # set by shut(): the server is closing
         self.shut_message = "session closed"
         self._recv: asyncio.Future[str | bytes] | None = None
+        self.outbox_bytes = 0  # queued and not yet written (bounded by max_outbox_bytes)
+        self._closer: asyncio.Task[None] | None = None  # closes a too-slow reader
+        self._logged_internal = False  # a handler bug's traceback was logged once already
 
     async def run(self) -> None:
         """Serve frames until the client leaves or a deadline passes, then release
@@ -169,14 +182,14 @@ class Session:
         self.ctx.metrics.client_frames += 1
         frame_id = None
         try:
-            raw = self._decode(message)
-            if isinstance(raw, dict) and isinstance(raw.get("id"), str):
-                frame_id = raw["id"]
-            try:
-                frame = CLIENT_FRAME.validate_python(raw)
-            except ValidationError as exc:
-                raise validation_error(exc) from None
-            self._handle(frame)
+            raw = decode(message, self.ctx.config.max_frame_bytes)
+            frame_id = echoable_id(raw)
+            check_surrogates(message, raw)
+            if len(message) > _INLINE_FRAME_CHARS:  # validated in slices, yielding between
+                frame = await validate_in_slices(raw)
+            else:
+                frame = validate(raw)
+            await self._handle(frame)
         except ServerError as exc:
             self.ctx.metrics.rejected_frames[exc.code] += 1
             self.send(
@@ -185,21 +198,13 @@ class Session:
             if self.app is None and self.ctx.config.auth_required:
                 self.close_code = _POLICY_VIOLATION  # with auth on, only a valid hello opens
         except Exception as exc:  # a handler bug must not end the session or the server
-            log.exception("frame handler failed")
+            # one traceback per session, then one line each: a client that found a bug
+            # must not be able to flood the log with it
+            log.error("frame handler failed: %r", exc, exc_info=not self._logged_internal)
+            self._logged_internal = True
             self.send(Error(id=frame_id, code="internal", message=f"internal error: {exc}"))
 
-    def _decode(self, message: str | bytes) -> object:
-        size = len(message.encode() if isinstance(message, str) else message)
-        if size > self.ctx.config.max_frame_bytes:
-            raise LimitError(f"frame of {size} bytes, limit {self.ctx.config.max_frame_bytes}")
-        if isinstance(message, bytes):
-            raise ServerError("bad_request", "frames are JSON text messages, not binary")
-        try:
-            return json.loads(message)
-        except json.JSONDecodeError as exc:
-            raise ServerError("bad_request", f"frame is not JSON: {exc}") from None
-
-    def _handle(self, frame: BaseModel) -> None:
+    async def _handle(self, frame: BaseModel) -> None:
         """Apply one valid frame (mutates the session, its graph and the scheduler)."""
         if isinstance(frame, Hello):
             self._hello(frame)
@@ -209,7 +214,7 @@ class Session:
             frame_id = getattr(frame, "id", None)
             self._refuse(frame_id, "unauthorized", "authenticate with hello first", "type")
         elif isinstance(frame, Submit):
-            self._submit(frame)
+            await self._submit(frame)
         elif isinstance(frame, Get):
             self._get(frame, frame.id)
         elif isinstance(frame, Set):
@@ -282,14 +287,53 @@ class Session:
             )
         )
 
-    def _submit(self, frame: Submit) -> None:
+    async def _submit(self, frame: Submit) -> None:
+        """Stage, size-check and add a fragment, then run its gets (mutates). A big fragment
+        is staged and its tokens counted on a worker thread, and the gets yield between
+        them, so a submit costs other sessions a few ms of event loop at a time."""
         assert self.app is not None
-        count = lambda text: len(self.ctx.backend.tokenize(text))  # noqa: E731
-        staged = stage(self.app.graph, frame, self.ctx.config, count)
-        self.app.graph.add(staged.variables, staged.nodes)
+        graph, config = self.app.graph, self.ctx.config
+        limit = config.max_prompt_tokens
+        if len(frame.vars) + len(frame.calls) + len(frame.ops) > _INLINE_SUBMIT_ITEMS:
+            staged, prompts, counts = await asyncio.to_thread(self._stage, graph, frame)
+        else:
+            staged = build(graph, frame, config)
+            prompts = known_prompts(staged, graph)
+            todo = texts_to_count(prompts, limit)
+            counts = await asyncio.to_thread(self._count_tokens, todo) if todo else {}
+        check_prompt_sizes(prompts, lambda text, first: counts[text, first], limit)
+        if self.app is None:  # the client left while we were away
+            return
+        check_still_applies(graph, staged, frame)
+        graph.add(staged.variables, staged.nodes)
         self.send(Ack(id=frame.id))
-        for spec in frame.gets:
+        for i, spec in enumerate(frame.gets):
+            if i:
+                await asyncio.sleep(0)  # each get walks the graph: let others run between
+            if self.app is None:
+                return
             self._get(spec, frame.id)
+
+    def _stage(
+        self, graph: Graph, frame: Submit
+    ) -> tuple[Staged, list[KnownPrompt], dict[tuple[str, bool], int]]:
+        """:func:`build` and the token counts of its known prompts (pure: reads ``graph``,
+        which the loop may change meanwhile only by deleting released variables, and
+        :func:`check_still_applies` runs after)."""
+        staged = build(graph, frame, self.ctx.config)
+        prompts = known_prompts(staged, graph)
+        counts = self._count_tokens(texts_to_count(prompts, self.ctx.config.max_prompt_tokens))
+        return staged, prompts, counts
+
+    def _count_tokens(self, texts: set[tuple[str, bool]]) -> dict[tuple[str, bool], int]:
+        """Tokens of each (segment text, is first) as the engine counts them (pure; any
+        thread: the tokenizer is immutable)."""
+        backend = self.ctx.backend
+        counts = {}
+        for text, first in texts:
+            ids = backend.tokenize_prompt((text,)) if first else backend.tokenize(text)
+            counts[text, first] = len(ids)
+        return counts
 
     def _get(self, spec: Get | GetSpec, frame_id: str | None) -> None:
         """Watch the variable, answer when it is final, and activate its upstream."""
@@ -297,6 +341,13 @@ class Session:
         variable = self.app.graph.var(spec.var)
         loop = asyncio.get_running_loop()
         started = loop.time()
+        limit = self.ctx.config.max_pending_gets_per_session
+        if variable.state is VarState.PENDING and self.num_waiting >= limit:
+            raise LimitError(
+                f"{self.num_waiting} gets already wait on unfinished variables, limit {limit}",
+                field="var",
+                var=spec.var,
+            )
 
         def answer(var: Variable) -> None:
             if var.state is VarState.READY:
@@ -343,7 +394,11 @@ class Session:
     # -- output and teardown --------------------------------------------------------------
 
     def send(self, frame: BaseModel) -> None:
-        """Queue a frame for the writer (mutates: counts it)."""
+        """Queue a frame for the writer (mutates: counts it). Past ``max_outbox_bytes`` of
+        unwritten frames the client is not keeping up: frames are dropped from then on and
+        the connection closes with 1008 and a reason saying so."""
+        if self._closer is not None:
+            return
         kind = getattr(frame, "type", "")
         metrics = self.ctx.metrics
         if kind == "value":
@@ -352,7 +407,21 @@ class Session:
             metrics.deltas_sent += 1
         elif kind == "error":
             metrics.errors_sent += 1
-        self.outbox.put_nowait(frame.model_dump_json(exclude_none=True))
+        text = frame.model_dump_json(exclude_none=True)
+        limit = self.ctx.config.max_outbox_bytes
+        if self.outbox_bytes + len(text) > limit:
+            self._disconnect(f"client reads too slowly: over {limit} bytes of frames unread")
+            return
+        self.outbox_bytes += len(text)
+        self.outbox.put_nowait(text)
+
+    def _disconnect(self, reason: str) -> None:
+        """Close the connection from a synchronous callback (mutates; once)."""
+        log.info("session %s disconnected: %s", self.app.session_id if self.app else "-", reason)
+        self.close_code, self.close_reason = _POLICY_VIOLATION, reason
+        self._closer = asyncio.get_running_loop().create_task(
+            self.ws.close(_POLICY_VIOLATION, reason)
+        )
 
     def _refuse(
         self, frame_id: str | None, code: ErrorCode, message: str, field_name: str | None
@@ -362,7 +431,12 @@ class Session:
         self.close_code = _POLICY_VIOLATION
 
     async def _write(self) -> None:
+        num_sent = 0
         while (text := await self.outbox.get()) is not None:
+            self.outbox_bytes -= len(text)
+            num_sent += 1
+            if num_sent % _WRITE_BURST == 0:  # a send to a fast socket never yields
+                await asyncio.sleep(0)
             try:
                 await self.ws.send(text)
             except Disconnected:
