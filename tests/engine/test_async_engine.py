@@ -196,8 +196,11 @@ async def test_one_requests_parameters_never_fail_a_neighbours_stream(
     of another session completes."""
     good = asyncio.create_task(collect(engine, request("iso-good", max_tokens=24)))
     await asyncio.sleep(0.05)  # the good stream is decoding when the bad ones arrive
-    bad_temp = request("iso-temp", temperature=2**1100)
-    bad_seed = request("iso-seed", temperature=0.7, seed=2**80)
+    unchecked = SamplingParams.model_construct  # the engine's params, no bounds checked
+    bad_temp = EngineRequest("iso-temp", ("Hi. ",), unchecked(max_tokens=8, temperature=2**1100))
+    bad_seed = EngineRequest(
+        "iso-seed", ("Hi. ",), unchecked(max_tokens=8, temperature=0.7, seed=2**80)
+    )
     for bad in (bad_temp, bad_seed):
         with pytest.raises(EngineError):
             await collect(engine, bad)

@@ -93,9 +93,10 @@ def test_request_with_ids_is_not_tokenized_again(engine: LLMEngine) -> None:
 
 
 def test_a_request_that_breaks_the_sampler_fails_alone(engine: LLMEngine) -> None:
-    """A temperature too large for a float (the engine's params, no wire validation) makes
-    the batched sampler raise: that request ends with "error", its neighbour completes."""
-    bad = SamplingParams(max_tokens=4, temperature=2**1100)
+    """A temperature too large for a float (constructed without validation, as a bug or a
+    missed bound would let through) makes the batched sampler raise: that request ends with
+    "error", its neighbour completes."""
+    bad = SamplingParams.model_construct(max_tokens=4, temperature=2**1100)
     engine.add_request(EngineRequest("bad", ("Hello there. ",), bad))
     good = SamplingParams(max_tokens=4, temperature=0.8, seed=1)
     engine.add_request(EngineRequest("good", ("Hello there. ",), good))
@@ -111,7 +112,7 @@ def test_a_request_that_breaks_the_sampler_fails_alone(engine: LLMEngine) -> Non
 def test_a_huge_top_k_samples_like_no_top_k(engine: LLMEngine) -> None:
     """top_k = 2**70 overflowed the sampler's tensor and failed the whole step."""
     engine.add_request(req("k", "Hello there. "))
-    huge = SamplingParams(max_tokens=4, temperature=0.8, top_k=2**70, seed=7)
+    huge = SamplingParams.model_construct(max_tokens=4, temperature=0.8, top_k=2**70, seed=7)
     engine.add_request(EngineRequest("huge", ("Once upon",), huge))
     engine.add_request(
         EngineRequest("off", ("Once upon",), SamplingParams(max_tokens=4, temperature=0.8, seed=7))
