@@ -256,7 +256,7 @@ def _check_acyclic(
                 continue
             child = todo.pop()
             if colour.get(child) == 1:
-                looped = by_id.get(child) or graph.nodes[child]
+                looped = by_id.get(child) or graph.nodes[child]  # on the stack: not swept
                 raise GraphError(
                     "cycle",
                     f"call {child!r} depends on its own output",
