@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import gc
 import logging
 import socket
 import threading
@@ -236,6 +237,7 @@ class EclectusServer:
             await self.uvicorn.shutdown()
         if self.owns_backend:
             await self.backend.shutdown()
+        gc.unfreeze()  # start_server froze the heap for the server's life, which ends here
 
     async def __aenter__(self) -> EclectusServer:
         return self
@@ -266,6 +268,11 @@ async def start_server(
         config = dataclasses.replace(config, max_prompt_tokens=window - 1)
     if not config.served_model_names:
         config = dataclasses.replace(config, served_model_names=(backend.model.name,))
+    # what exists now (the model, torch, the tokenizer) lives as long as the server: out of
+    # the cyclic collector's sight, so a full collection (which a burst of frames triggers)
+    # scans the little that requests allocate, not a heap that stalls every session for 100s
+    # of ms
+    gc.freeze()
     metrics = Metrics()
     scheduler = Scheduler(backend, config, metrics)
     ctx = ServerContext(config, backend, scheduler, metrics, Authenticator(config))

@@ -51,6 +51,7 @@ from websockets.uri import parse_uri
 MAP = "Summarize:\n{{doc}}\nSummary:{{summary}}"
 REDUCE = "Combine:\n{{all}}\nFinal:{{final}}"
 STALL_TARGET_S = 0.100
+ATTACKS = ("slow readers", "abrupt disconnects", "bad-input table")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
@@ -79,6 +80,7 @@ class Row:
     refusal); ``errored``: answered otherwise; ``lost``: never answered."""
 
     name: str
+    attack: bool = False  # an attacker drives it: the stall target applies
     held: int = 0
     errored: int = 0
     lost: int = 0
@@ -118,6 +120,12 @@ class Report:
     def worst_stall_s(self) -> float:
         return max((r.stall_s for r in self.rows), default=0.0)
 
+    @property
+    def worst_attack_stall_s(self) -> float:
+        """The worst stall during the scenarios an attacker drives (the stall target's
+        scope; under plain load the canary's round trip is queueing, not an attack)."""
+        return max((r.stall_s for r in self.rows if r.attack), default=0.0)
+
     def misses(self) -> list[str]:
         """The targets not met (pure)."""
         out = []
@@ -127,8 +135,9 @@ class Report:
             out.append(f"left behind: {self.leaks}")
         if self.innocent_failed:
             out.append(f"{self.innocent_failed} innocent requests failed")
-        if self.worst_stall_s > STALL_TARGET_S:
-            out.append(f"worst innocent stall {self.worst_stall_s * 1000:.0f} ms")
+        if self.worst_attack_stall_s > STALL_TARGET_S:
+            stall = _ms(self.worst_attack_stall_s)
+            out.append(f"an attack stalled the innocent session {stall} ms")
         return out
 
 
@@ -388,7 +397,8 @@ async def bad_inputs(url: str, plan: Plan, row: Row) -> None:
 
 @contextlib.asynccontextmanager
 async def _attacker(url: str) -> AsyncIterator[ClientConnection]:
-    async with ws_connect(url, max_size=None) as ws:
+    # no keepalive: a ping queued behind 100,000 frames of its own would time the attacker out
+    async with ws_connect(url, max_size=None, ping_interval=None) as ws:
         await _ask(ws, {"type": "hello", "tenant": "attacker"})
         yield ws
 
@@ -441,11 +451,19 @@ async def get_flood(url: str, plan: Plan, row: Row) -> None:
         start = time.perf_counter()
         counting = asyncio.create_task(_count_until(ws, "set", plan.scenario_timeout_s))
         for k in range(plan.get_flood):
-            await ws.send(
-                json.dumps({"type": "get", "id": f"g{k}", "var": "unset", "stream": True})
-            )
+            get = {"type": "get", "id": f"g{k}", "var": "unset", "stream": True}
+            await ws.send(json.dumps(get))
+            if k % 64 == 0:
+                await asyncio.sleep(0)  # let the counter read: else this is a slow reader too
         await ws.send(json.dumps({"type": "set", "id": "set", "var": "unset", "value": "v"}))
-        answers = await counting
+        try:
+            answers = await counting
+        except ConnectionClosed as exc:  # 1008: it read too slowly, and was cut off for it
+            closed_by_server = exc.rcvd is not None and exc.rcvd.code == 1008
+            row.held += closed_by_server
+            row.lost += not closed_by_server
+            row.notes.append(f"the flooding session was closed: {exc}")
+            return
         seconds = time.perf_counter() - start
         row.notes.append(f"{plan.get_flood} gets in {seconds:.1f} s: {answers}")
         refused, values = answers.get("limit_exceeded", 0), answers.get("value", 0)
@@ -474,15 +492,12 @@ async def openai_out_of_range(openai_url: str | None, plan: Plan, row: Row) -> N
 async def churn(url: str, plan: Plan, row: Row) -> None:
     """Many short sessions (a call and a get each), ``churn_parallel`` at a time."""
     gate = asyncio.Semaphore(plan.churn_parallel)
-    row_one = Row("churn-batch")
 
     async def one(i: int) -> None:
         async with gate:
-            await _short_session(url, plan, row_one, i)
+            await _short_session(url, plan, row, i)
 
     await asyncio.gather(*(one(i) for i in range(plan.churn)))
-    row.held, row.errored, row.lost = row_one.held, row_one.errored, row_one.lost
-    row.latencies, row.notes = row_one.latencies, row_one.notes[:3]
 
 
 async def _short_session(url: str, plan: Plan, row: Row, i: int) -> None:
@@ -685,7 +700,7 @@ async def run(
     async with Canary(url, plan.max_tokens) as canary:
         await asyncio.sleep(0.5)
         for name, scenario in scenarios:
-            row = Row(name)
+            row = Row(name, attack=name in ATTACKS or name.startswith("adversarial"))
             _progress(f"{name} ...")
             await canary.reset()
             start = time.perf_counter()
@@ -747,8 +762,8 @@ def format_report(report: Report) -> str:
         "left behind after churn: " + ", ".join(f"{k} {v:g}" for k, v in report.leaks.items())
     )
     lines.append(
-        f"worst stall seen by the innocent session: {_ms(report.worst_stall_s)} ms "
-        f"(target {_ms(STALL_TARGET_S)} ms)"
+        f"worst stall of the innocent session: {_ms(report.worst_attack_stall_s)} ms during "
+        f"attacks (target {_ms(STALL_TARGET_S)} ms), {_ms(report.worst_stall_s)} ms in all"
     )
     for r in report.rows:
         lines += [f"  {r.name}: {note}" for note in r.notes[:6]]

@@ -238,3 +238,23 @@ async def test_a_prompt_over_the_kv_pool_is_limit_exceeded_on_the_real_engine() 
             assert answer["code"] == "limit_exceeded", answer
     finally:
         await server.close()
+
+
+async def test_a_repeated_handler_bug_logs_one_traceback(
+    client: RawClient,
+    engine: ScriptedEngine,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A client that found a bug may trigger it 50 times: one traceback, one line each."""
+
+    def broken(text: str) -> list[int]:
+        raise ZeroDivisionError("boom")
+
+    monkeypatch.setattr(engine, "tokenize", broken)
+    for i in range(50):
+        reply = await client.ask({"type": "tokenize", "id": f"t{i}", "text": "x"})
+        assert reply["code"] == "internal"
+    records = [r for r in caplog.records if r.name == "eclectus.server.session"]
+    assert len(records) == 50
+    assert sum(bool(r.exc_info) for r in records) == 1
