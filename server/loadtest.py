@@ -458,8 +458,10 @@ async def get_flood(url: str, plan: Plan, row: Row) -> None:
         await ws.send(json.dumps({"type": "set", "id": "set", "var": "unset", "value": "v"}))
         try:
             answers = await counting
-        except ConnectionClosed as exc:  # 1008: it read too slowly, and was cut off for it
-            closed_by_server = exc.rcvd is not None and exc.rcvd.code == 1008
+        except ConnectionClosed as exc:
+            # the server shed the flooder: 1008, it read too slowly; 1011, its pong waited
+            # behind its own backlog of frames past the keepalive timeout
+            closed_by_server = exc.rcvd is not None and exc.rcvd.code in (1008, 1011)
             row.held += closed_by_server
             row.lost += not closed_by_server
             row.notes.append(f"the flooding session was closed: {exc}")
