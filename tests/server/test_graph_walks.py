@@ -3,6 +3,8 @@ exponentially many paths, long chains, wide fan-ins) cost milliseconds, not minu
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import time
 from typing import Any
 
@@ -104,3 +106,16 @@ def test_releasing_a_widely_shared_input_is_linear() -> None:
         sweep(app.graph, [node.node_id], [])
     assert time.perf_counter() - start < 0.5
     assert "shared" not in app.graph.vars
+
+
+async def test_unpin_tasks_are_held_until_they_ran() -> None:
+    """The loop keeps only weak references to tasks: the scheduler holds each unpin task
+    until it is done, so a collection cannot drop one before it unpins."""
+    engine = ScriptedEngine()
+    sched = make_scheduler(engine)
+    sched._spawn_unpin(["r1", "r2"])
+    assert len(sched._unpin_tasks) == 1
+    gc.collect()
+    await asyncio.sleep(0.01)
+    assert engine.unpinned == ["r1", "r2"]
+    assert not sched._unpin_tasks
