@@ -641,6 +641,8 @@ def local_server() -> Iterator[tuple[str, str | None, int]]:
     port = _free_port()
     cmd = [sys.executable, "-m", "eclectus", "serve", "--model", "tiny", "--port", str(port)]
     cmd += ["--log-level", "WARNING", "--max-sessions", "512"]
+    if "--max-connections-per-client" in parser._option_string_actions:
+        cmd += ["--max-connections-per-client", "1024"]  # every client here is 127.0.0.1
     openai_url = None
     if "--openai-port" in parser._option_string_actions:  # before the endpoint moved to port
         openai_port = _free_port()

@@ -18,6 +18,7 @@ is a ``bad_request``, never a logged traceback (decode.py).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 from dataclasses import dataclass, field
@@ -116,7 +117,7 @@ class Session:
         self.shut_message = "session closed"
         self._recv: asyncio.Future[str | bytes] | None = None
         self.outbox_bytes = 0  # queued and not yet written (bounded by max_outbox_bytes)
-        self._closer: asyncio.Task[None] | None = None  # closes a too-slow reader
+        self._cut_off = False  # the client read too slowly: the session is ending
         self._logged_internal = False  # a handler bug's traceback was logged once already
 
     async def run(self) -> None:
@@ -140,9 +141,15 @@ class Session:
             if self._recv is not None:
                 self._recv.cancel()
             await self._release()
+            if self._cut_off:  # its writer waits on a socket the client does not read
+                writer.cancel()
             self.outbox.put_nowait(None)
-            await writer
-            await self.ws.close(self.close_code or 1000, self.close_reason)
+            with contextlib.suppress(asyncio.CancelledError):
+                await writer
+            # a close frame waits on that socket too: bounded, then the app lets go of it
+            with contextlib.suppress(TimeoutError):
+                close = self.ws.close(self.close_code or 1000, self.close_reason)
+                await asyncio.wait_for(close, self.ctx.config.close_timeout_s)
 
     async def _next_message(
         self, loop: asyncio.AbstractEventLoop, stop: asyncio.Task[bool]
@@ -163,7 +170,8 @@ class Session:
                 received, self._recv = self._recv, None
                 return received.result()  # Disconnected propagates
             if stop.done():
-                self.close_code, self.close_reason = _GOING_AWAY, self.shut_message
+                if self.close_code is None:  # set already when a slow reader is cut off
+                    self.close_code, self.close_reason = _GOING_AWAY, self.shut_message
                 return None
             if self.app is not None and self.num_waiting > 0:
                 self.last_active = loop.time()  # busy: the idle clock starts afresh
@@ -397,7 +405,7 @@ class Session:
         """Queue a frame for the writer (mutates: counts it). Past ``max_outbox_bytes`` of
         unwritten frames the client is not keeping up: frames are dropped from then on and
         the connection closes with 1008 and a reason saying so."""
-        if self._closer is not None:
+        if self._cut_off:
             return
         kind = getattr(frame, "type", "")
         metrics = self.ctx.metrics
@@ -416,12 +424,13 @@ class Session:
         self.outbox.put_nowait(text)
 
     def _disconnect(self, reason: str) -> None:
-        """Close the connection from a synchronous callback (mutates; once)."""
+        """End the session from a synchronous callback: stop reading, release it and close
+        with 1008 and ``reason`` (mutates; once)."""
         log.info("session %s disconnected: %s", self.app.session_id if self.app else "-", reason)
+        self._cut_off = True
         self.close_code, self.close_reason = _POLICY_VIOLATION, reason
-        self._closer = asyncio.get_running_loop().create_task(
-            self.ws.close(_POLICY_VIOLATION, reason)
-        )
+        self.shut_message = reason  # what its pending gets fail with
+        self.stopping.set()
 
     def _refuse(
         self, frame_id: str | None, code: ErrorCode, message: str, field_name: str | None
