@@ -36,7 +36,7 @@ def make_scheduler(
 def submit(sched: Scheduler, app: AppState, **frame: Any) -> None:
     """Validate and add a fragment, then run its gets (as the session would)."""
     fragment = Submit(**frame)
-    staged = stage(app.graph, fragment, sched.config, lambda t, _first: len(t.encode()))
+    staged = stage(app.graph, fragment, sched.config, lambda t: len(t.encode()))
     app.graph.add(staged.variables, staged.nodes)
     for get in fragment.gets:
         objective = objective_for_get(get.criteria, get.deadline_ms, sched.clock())
