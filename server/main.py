@@ -99,6 +99,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-map-element-bytes", type=positive_int, default=defaults.max_map_element_bytes
     )
+    parser.add_argument(
+        "--max-pending-gets-per-session",
+        type=positive_int,
+        default=defaults.max_pending_gets_per_session,
+        help="gets one session may have waiting on unfinished variables",
+    )
+    parser.add_argument(
+        "--max-outbox-bytes",
+        type=positive_int,
+        default=defaults.max_outbox_bytes,
+        help="frames queued for one slow reader before its session is closed",
+    )
     parser.add_argument("--max-sessions", type=int, default=defaults.max_sessions)
     parser.add_argument(
         "--max-sessions-per-tenant",

@@ -291,6 +291,9 @@ class Session:
                     max_prompt_tokens=config.max_prompt_tokens,
                     max_vars_per_session=config.max_vars_per_session,
                     max_calls_per_session=config.max_calls_per_session,
+                    max_pending_gets_per_session=config.max_pending_gets_per_session,
+                    max_map_items=config.max_map_items,
+                    max_map_element_bytes=config.max_map_element_bytes,
                 ),
             )
         )

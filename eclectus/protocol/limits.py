@@ -10,10 +10,15 @@ MAX_RELEASE_IDS = 10_000  # variable ids in one ``release`` frame
 class Limits(BaseModel):
     """What one session may send. ``max_prompt_tokens``: the largest prompt one call may
     resolve to (variables included), leaving room for at least one output token in the
-    model's context window and the engine's KV pool."""
+    model's context window and the engine's KV pool. ``max_pending_gets_per_session``: gets
+    waiting on unfinished variables at once. ``max_map_items`` / ``max_map_element_bytes``:
+    one map op's fan-out and the size of one element."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     max_frame_bytes: int
     max_prompt_tokens: int
     max_vars_per_session: int
     max_calls_per_session: int
+    max_pending_gets_per_session: int
+    max_map_items: int
+    max_map_element_bytes: int

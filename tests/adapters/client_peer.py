@@ -142,6 +142,9 @@ class FakePeer:
             max_prompt_tokens=4096,
             max_vars_per_session=self.max_vars_per_session,
             max_calls_per_session=self.max_calls_per_session,
+            max_pending_gets_per_session=1024,
+            max_map_items=1024,
+            max_map_element_bytes=65536,
         )
         return Welcome(
             id=frame_id,

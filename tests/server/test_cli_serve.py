@@ -165,6 +165,10 @@ def test_every_serve_flag_reaches_the_config(monkeypatch: pytest.MonkeyPatch) ->
         "max_sessions_per_tenant": 5,
         "max_connections_per_client": 6,
         "max_prompts_per_request": 4,
+        "max_pending_gets_per_session": 5,
+        "max_outbox_bytes": 4096,
+        "max_map_items": 8,
+        "max_map_element_bytes": 99,
     }
     argv = [str(part) for k, v in flags.items() for part in (f"--{k.replace('_', '-')}", v)]
     config = config_from_args(parser.parse_args([*argv, "--token", "t"]))
