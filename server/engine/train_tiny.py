@@ -34,7 +34,7 @@ class TrainSpec:
 
     seq_len: int = 512  # tokens per packed row; every corpus document fits in one
     batch_rows: int = 4
-    steps: int = 1500
+    steps: int = 600
     lr: float = 3e-3
     warmup_steps: int = 30
     min_lr_ratio: float = 0.05  # cosine decay ends at lr * this
