@@ -3,7 +3,7 @@
 Messages render as ``<|role|>\\ncontent\\n``, except that an assistant turn ends with the EOS
 token (``<|assistant|>\\ncontent</s>\\n``), which is where a trained model stops. A prompt
 asks for a reply with ``<|assistant|>\\n``. Without tools and assistant turns this is exactly
-:data:`~eclectus.server.chat_template.DEFAULT_CHAT_TEMPLATE`.
+:data:`~eclectus.protocol.chat_template.DEFAULT_CHAT_TEMPLATE`.
 
 Tools follow the Hermes/Qwen convention: ``tools`` (JSON schemas, as transformers'
 ``apply_chat_template(..., tools=...)`` passes them) are listed in a system turn inside
