@@ -131,7 +131,7 @@ def test_stop_string_cut_from_text(llm: LLM) -> None:
 
 def test_ignore_eos_generates_past_eos(llm: LLM) -> None:
     eos = llm.tokenizer.eos_token_ids[0]
-    # near-uniform sampling over 320 ids hits EOS within a few hundred tokens
+    # hot sampling over 2048 ids hits EOS within a few thousand tokens
     hot = SamplingParams(max_tokens=3000, temperature=10.0, seed=5)
     (stopped,) = llm.generate(["x"], hot)
     assert stopped.finish_reason == "stop" and stopped.token_ids[-1] == eos
