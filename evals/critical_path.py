@@ -5,8 +5,9 @@ The chain is rebuilt from the recipe's own prompts and sizes — for map-reduce 
 longest chunk), each collapse level and the reduce; for chain-summary every step; for
 multi-agent the architect, the file list, one file's draft and its review/revise rounds; for
 shared-prompt one chat. Outputs an earlier call would have produced are stood in for by text of
-its output length (exact in tokens with a byte-level tokenizer, as every call generates exactly
-``max_tokens``). No system can finish the run faster than this chain runs on its engine alone.
+its output length in bytes (exact in tokens with a byte-level tokenizer, as every call generates
+exactly ``max_tokens``; shorter with a BPE such as ``tiny``'s, which keeps it a lower bound).
+No system can finish the run faster than this chain runs on its engine alone.
 """
 
 from __future__ import annotations

@@ -2,10 +2,11 @@
 
 A run's document is the sample with its ASCII letters permuted by a bijection drawn from the
 run's seed. Lengths, spaces and punctuation are kept, so the recipes cut the same chunks at the
-same places (identical token counts with a byte-level tokenizer), while the bytes of every
-chunk, the shared handbook and every question differ from every other run's from the first
-letter on. Prefixes shared *within* a run (the same handbook in every chat, the same design in
-every engineer's prompt, the templates) stay shared: that is what the systems are measured on.
+same places (identical token counts with a byte-level tokenizer; a BPE makes more tokens of
+permuted words than of the words its merges learned), while the bytes of every chunk, the
+shared handbook and every question differ from every other run's from the first letter on.
+Prefixes shared *within* a run (the same handbook in every chat, the same design in every
+engineer's prompt, the templates) stay shared: that is what the systems are measured on.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Documents for the recipes: the bundled samples, ``--input`` files, and chunking.
 
-Lengths are measured in *estimated tokens*: UTF-8 bytes, which is exact for the built-in
-byte-level tokenizer (one token per byte) and an over-estimate of roughly 4x for subword
-tokenizers (a chunk of "1024 tokens" is then about 250 real tokens). The app splits on its
+Lengths are measured in *estimated tokens*: UTF-8 bytes, an over-estimate of roughly 4x for
+subword tokenizers, the built-in ``tiny``'s BPE included (a chunk of "1024 tokens" is then
+about 250 real tokens). The app splits on its
 own, as a LangChain app with a text splitter would, so both modes send identical prompts.
 """
 

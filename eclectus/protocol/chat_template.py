@@ -99,14 +99,17 @@ def render_chat(
     *,
     add_generation_prompt: bool = True,
     template_vars: Mapping[str, str] | None = None,
+    tools: Sequence[Mapping[str, Any]] | None = None,
 ) -> str:
     """``messages`` ([{"role", "content"}]) rendered with the Jinja ``template`` source
     (None: :data:`DEFAULT_CHAT_TEMPLATE`) as transformers renders it; ``template_vars`` are
-    the special-token strings (``bos_token``...) the template may use. Pure."""
+    the special-token strings (``bos_token``...) the template may use; ``tools`` the JSON
+    schemas transformers' ``apply_chat_template(..., tools=)`` passes. Pure."""
     compiled = _compile(template or DEFAULT_CHAT_TEMPLATE)
     return compiled.render(
         messages=[dict(m) for m in messages],
         add_generation_prompt=add_generation_prompt,
+        tools=None if tools is None else [dict(t) for t in tools],
         **dict(template_vars or {}),
     )
 

@@ -1,13 +1,18 @@
-"""Built-in models: random-weight Llama checkpoints written once as real HF directories.
+"""Built-in models: Llama checkpoints written once as real HF directories.
 
-``tiny`` (~4M parameters) is the default everywhere a model is needed without a download;
-``small`` (~100M) gives more realistic CPU timings. Each is materialised on first use under
-the cache directory — ``$ECLECTUS_CACHE``, else ``$XDG_CACHE_HOME/eclectus``, else
-``~/.cache/eclectus`` — in ``models/<name>-<key>``, where ``key`` hashes the preset's spec
-and the file format, so a changed preset never reuses stale files. The directory is built
-in a temporary sibling and renamed into place, so concurrent processes are safe: the first
-rename wins, the others discard their copy. Weights come from a seeded ``torch.Generator``,
-so every machine builds byte-identical files, which transformers and vLLM load as they are.
+``tiny`` (~1.5M parameters) is the default everywhere a model is needed without a download:
+its weights were trained by ``train_tiny`` on a small generated corpus and ship with the
+package (``server/engine/tiny/``), so it writes short English-like text, JSON and tool calls.
+``small`` (~100M) has random weights from a seeded ``torch.Generator`` and gives realistic CPU
+timings. Both use the shipped BPE tokenizer (``tiny/tokenizer.json``) and chat template.
+
+Each is materialised on first use under the cache directory — ``$ECLECTUS_CACHE``, else
+``$XDG_CACHE_HOME/eclectus``, else ``~/.cache/eclectus`` — in ``models/<name>-<key>``, where
+``key`` hashes the preset's spec, the file format and the shipped files it uses, so a changed
+preset never reuses stale files. The directory is built in a temporary sibling and renamed
+into place, so concurrent processes are safe: the first rename wins, the others discard
+their copy. Every machine builds byte-identical files, which transformers and vLLM load as
+they are.
 
     eclectus model export tiny DIR     writes the preset's files into DIR
     eclectus model path tiny           prints the materialised cache directory
@@ -16,6 +21,7 @@ so every machine builds byte-identical files, which transformers and vLLM load a
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import os
@@ -26,8 +32,13 @@ from pathlib import Path
 from typing import Any
 
 from eclectus.cache import cache_dir
+from eclectus.server.engine.tiny_chat import BOS_ID, EOS_ID, PAD_ID
 
-FORMAT_VERSION = 1  # bump when the files written for a preset change
+SHIPPED_DIR = Path(__file__).resolve().parent / "tiny"  # package data, written by train_tiny
+SHIPPED_TOKENIZER = SHIPPED_DIR / "tokenizer.json"
+SHIPPED_WEIGHTS = SHIPPED_DIR / "model.safetensors"
+
+FORMAT_VERSION = 2  # bump when the files written for a preset change
 MODEL_FILES = (
     "config.json",
     "generation_config.json",
@@ -39,7 +50,8 @@ MODEL_FILES = (
 
 @dataclass(frozen=True, slots=True)
 class PresetSpec:
-    """The shape and seed of a built-in model (Llama architecture, byte tokenizer)."""
+    """The shape of a built-in model (Llama architecture, the shipped BPE tokenizer), and
+    where its weights come from: the shipped trained file, or a seeded generator."""
 
     hidden_size: int
     intermediate_size: int
@@ -47,7 +59,7 @@ class PresetSpec:
     num_attention_heads: int
     num_key_value_heads: int
     head_dim: int = 64
-    vocab_size: int = 320  # 256 bytes + 4 specials + reserved, a multiple of 64
+    vocab_size: int = 2048  # the shipped tokenizer's, a multiple of 64
     max_position_embeddings: int = 4096
     rope_theta: float = 10000.0
     rms_norm_eps: float = 1e-5
@@ -57,11 +69,10 @@ class PresetSpec:
     # repeated token within a few steps. 0.3 gives varied, prompt-dependent continuations.
     embed_std: float = 0.3
     seed: int = 0
+    trained: bool = False  # True: the weights are SHIPPED_WEIGHTS, not random
 
     def hf_config(self) -> dict[str, Any]:
         """config.json contents, in the classic layout both transformers and vLLM read."""
-        from eclectus.server.engine.byte_tokenizer import BOS_ID, EOS_ID, PAD_ID
-
         return {
             "architectures": ["LlamaForCausalLM"],
             "model_type": "llama",
@@ -91,21 +102,28 @@ class PresetSpec:
 
     @property
     def cache_key(self) -> str:
-        """Short hash of the spec and FORMAT_VERSION (pure)."""
-        blob = json.dumps({"format": FORMAT_VERSION, **asdict(self)}, sort_keys=True)
+        """Short hash of the spec, FORMAT_VERSION and the shipped files the preset copies
+        (pure: reads them), so retrained files never meet a stale cache."""
+        shipped = [SHIPPED_TOKENIZER, *([SHIPPED_WEIGHTS] if self.trained else [])]
+        files = {p.name: _file_digest(p) for p in shipped}
+        blob = json.dumps(
+            {"format": FORMAT_VERSION, "files": files, **asdict(self)}, sort_keys=True
+        )
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
 PRESETS: dict[str, PresetSpec] = {
-    # intermediate 688 ~= 8/3 * 256 rounded up to a multiple of 16
+    # ~1.5M parameters, trained (train_tiny.py). Heads of 64 as in real models (4 query heads,
+    # so q/o project 128 <-> 256); MLP 3x hidden.
     "tiny": PresetSpec(
-        hidden_size=256,
-        intermediate_size=688,
+        hidden_size=128,
+        intermediate_size=384,
         num_hidden_layers=4,
         num_attention_heads=4,
         num_key_value_heads=2,
+        trained=True,
     ),
-    # ~104M parameters
+    # ~107M parameters, random
     "small": PresetSpec(
         hidden_size=768,
         intermediate_size=3072,
@@ -165,26 +183,22 @@ def export_model(name: str, out_dir: Path) -> Path:
 
 
 def write_preset_files(spec: PresetSpec, out_dir: Path) -> None:
-    """Write the five HF files of ``spec`` into the existing ``out_dir`` (mutates disk)."""
+    """Write the five HF files of ``spec`` into the existing ``out_dir`` (mutates disk): the
+    JSON files from code, the shipped tokenizer, the shipped or the seeded random weights."""
     from safetensors.torch import save_file
 
-    from eclectus.server.engine.byte_tokenizer import (
-        BOS_ID,
-        EOS_ID,
-        PAD_ID,
-        build_byte_tokenizer,
-        byte_tokenizer_config,
-    )
+    from eclectus.server.engine.tiny_tokenizer import tokenizer_config
 
-    config = spec.hf_config()
     generation = {"bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "pad_token_id": PAD_ID}
-    _write_json(out_dir / "config.json", config)
+    _write_json(out_dir / "config.json", spec.hf_config())
     _write_json(out_dir / "generation_config.json", generation)
-    _write_json(
-        out_dir / "tokenizer_config.json", byte_tokenizer_config(spec.max_position_embeddings)
-    )
-    build_byte_tokenizer(spec.vocab_size).save(str(out_dir / "tokenizer.json"))
-    save_file(random_weights(spec), str(out_dir / "model.safetensors"), metadata={"format": "pt"})
+    _write_json(out_dir / "tokenizer_config.json", tokenizer_config(spec.max_position_embeddings))
+    shutil.copyfile(SHIPPED_TOKENIZER, out_dir / "tokenizer.json")
+    if spec.trained:
+        shutil.copyfile(SHIPPED_WEIGHTS, out_dir / "model.safetensors")
+    else:
+        weights = random_weights(spec)
+        save_file(weights, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
 
 
 def random_weights(spec: PresetSpec) -> dict[str, Any]:
@@ -229,6 +243,12 @@ def _make_readable(directory: Path) -> None:
     directory.chmod(0o755)
     for file in directory.iterdir():
         file.chmod(0o644)
+
+
+@functools.cache
+def _file_digest(path: Path) -> str:
+    """sha256 of a shipped file (read once per process: the package does not change)."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _spec(name: str) -> PresetSpec:

@@ -13,11 +13,12 @@ import torch
 from eclectus.kernels.dispatch import force_backend
 from eclectus.server.engine import LLM, EngineConfig, SamplingParams
 from eclectus.server.engine.presets import resolve_model_dir
+from eclectus.server.engine.tiny_chat import BOS_ID, PAD_ID
 
 transformers = pytest.importorskip("transformers")
 
 MAX_TOKENS = 12
-BOS = 256
+BOS = BOS_ID
 MiB = 1 << 20
 
 
@@ -44,7 +45,7 @@ def hf_greedy() -> object:
                     attention_mask=torch.ones_like(ids),
                     do_sample=False,
                     max_new_tokens=MAX_TOKENS,
-                    pad_token_id=258,
+                    pad_token_id=PAD_ID,
                 )
             memo[key] = out[0, len(prompt) :].tolist()
         return memo[key]

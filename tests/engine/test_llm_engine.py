@@ -85,7 +85,10 @@ def test_counters_add_up(engine: LLMEngine) -> None:
 def test_request_with_ids_is_not_tokenized_again(engine: LLMEngine) -> None:
     """Ids the caller computed are taken as they are (their count is the prompt's)."""
     tokens = engine.tokenize_prompt(("abc", "def"))
-    assert tokens.token_ids[0] == engine.tokenizer.bos_token_id and tokens.segment_ends[-1] == 7
+    abc, def_ = (engine.tokenizer.encode(s, add_bos=False) for s in ("abc", "def"))
+    assert tokens.token_ids == (engine.tokenizer.bos_token_id, *abc, *def_)
+    assert tokens.segment_ends == (1 + len(abc), 1 + len(abc) + len(def_))
+    assert len(tokens.token_ids) > 4
     short = TokenizedPrompt(tokens.token_ids[:4], (4,))
     engine.add_request(req("ids", "abc", "def", tokens=short))
     last = run(engine)["ids"][-1]

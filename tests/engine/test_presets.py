@@ -26,6 +26,7 @@ from eclectus.server.engine.presets import (
     materialize,
     resolve_model_dir,
 )
+from eclectus.server.engine.tiny_chat import BOS_ID
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -108,7 +109,7 @@ def test_tiny_matches_its_spec(cache: Path) -> None:
         config.num_attention_heads,
         config.num_key_value_heads,
         config.head_dim,
-    ) == (256, 4, 4, 2, 64)
+    ) == (128, 4, 4, 2, 64)
     assert config.max_position_embeddings >= 4096 and config.vocab_size % 64 == 0
 
 
@@ -129,6 +130,27 @@ def test_changed_spec_gets_a_new_cache_dir() -> None:
     spec = PRESETS["tiny"]
     assert dataclasses.replace(spec, seed=1).cache_key != spec.cache_key
     assert dataclasses.replace(spec).cache_key == spec.cache_key
+
+
+def test_retrained_files_get_a_new_cache_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The key hashes the shipped files a preset copies: new weights, new directory (and
+    none for a random-weight preset, which does not copy them)."""
+    trained, untrained = PRESETS["tiny"], dataclasses.replace(PRESETS["tiny"], trained=False)
+    keys = trained.cache_key, untrained.cache_key
+    retrained = tmp_path / "model.safetensors"
+    retrained.write_bytes(presets.SHIPPED_WEIGHTS.read_bytes() + b" ")
+    monkeypatch.setattr(presets, "SHIPPED_WEIGHTS", retrained)
+    assert trained.cache_key != keys[0] and untrained.cache_key == keys[1]
+
+
+def test_tiny_is_the_shipped_trained_model(cache: Path) -> None:
+    """tiny copies the committed weights and tokenizer; small draws random weights."""
+    path = materialize("tiny")
+    assert (path / "model.safetensors").read_bytes() == presets.SHIPPED_WEIGHTS.read_bytes()
+    assert (path / "tokenizer.json").read_bytes() == presets.SHIPPED_TOKENIZER.read_bytes()
+    assert PRESETS["tiny"].trained and not PRESETS["small"].trained
 
 
 def test_resolve_model_dir(cache: Path, tmp_path: Path) -> None:
@@ -195,7 +217,7 @@ def test_small_materializes_and_matches_transformers(cache: Path) -> None:
     path = materialize("small")
     ours, config = load_model(path)
     assert config.num_parameters() == sum(p.numel() for p in ours.parameters())
-    ids = torch.tensor([256, 72, 101, 108, 108, 111, 33, 10])
+    ids = torch.tensor([BOS_ID, 72, 101, 108, 108, 111, 33, 10])
     hidden = ours(ids, torch.arange(8), _causal_attention)
     theirs = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     with torch.no_grad():

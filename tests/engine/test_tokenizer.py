@@ -1,4 +1,5 @@
-"""The byte tokenizer and the Tokenizer wrapper: parity with transformers and stream decoding."""
+"""The presets' BPE tokenizer and the Tokenizer wrapper: parity with transformers, stream
+decoding."""
 
 from __future__ import annotations
 
@@ -11,15 +12,20 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from transformers import AutoTokenizer
 
-from eclectus.server.engine.byte_tokenizer import (
-    BOS_ID,
-    DEFAULT_CHAT_TEMPLATE,
-    EOS_ID,
-)
+from eclectus.protocol.chat_template import DEFAULT_CHAT_TEMPLATE, render_chat
 from eclectus.server.engine.presets import PRESETS, write_preset_files
+from eclectus.server.engine.tiny_chat import (
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    ROLE_TOKENS,
+    SPECIAL_TOKENS,
+    TOOL_CALL_TOKENS,
+)
+from eclectus.server.engine.tiny_tokenizer import VOCAB_SIZE
 from eclectus.server.engine.tokenizer import IncrementalDetokenizer, Tokenizer
 
-SPECIAL_LITERALS = ("<s>", "</s>", "<pad>", "<unk>", "<|reserved_")
+SPECIAL_LITERALS = (*SPECIAL_TOKENS, *TOOL_CALL_TOKENS)
 SAMPLES = [
     "",
     "hello",
@@ -30,7 +36,12 @@ SAMPLES = [
     "中文字符",
     "<|user|>\nhi\n",
     "  two  spaces  ",
+    '<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>',
 ]
+ENGLISH = (
+    "The scheduler batches requests from many users to keep the processor busy. "
+    "The capital of France is Paris."
+)
 FAST = settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -58,12 +69,35 @@ def plain_text() -> st.SearchStrategy[str]:
     return st.text(max_size=40).filter(lambda t: not any(s in t for s in SPECIAL_LITERALS))
 
 
-def test_byte_vocabulary_layout(tok: Tokenizer) -> None:
-    """Byte b is id b; BOS/EOS follow; the vocabulary is a multiple of 64."""
-    assert tok.vocab_size == PRESETS["tiny"].vocab_size and tok.vocab_size % 64 == 0
+def test_vocabulary_layout(tok: Tokenizer) -> None:
+    """Specials first (pad 0, BOS 1, EOS 2, roles, tool-call tags), then all 256 byte tokens;
+    the model's whole (64-aligned) embedding table is covered."""
+    assert tok.vocab_size == VOCAB_SIZE == PRESETS["tiny"].vocab_size and VOCAB_SIZE % 64 == 0
+    assert (PAD_ID, BOS_ID, EOS_ID) == (0, 1, 2)
     assert tok.bos_token_id == BOS_ID and tok.eos_token_ids == (EOS_ID,)
-    assert tok.encode("AZ\x00\xff", add_bos=False) == [65, 90, 0, 0xC3, 0xBF]
-    assert tok.encode("a", add_bos=True) == [BOS_ID, 97]
+    added = [*SPECIAL_TOKENS, *TOOL_CALL_TOKENS]
+    assert [tok.backend.token_to_id(t) for t in added] == list(range(len(added)))
+    for text in ("AZ\x00\xff", "<|user|>", "<tool_call>"):  # one id each where an added token
+        assert tok.decode(tok.encode(text, add_bos=False)) in (text, "")
+    assert tok.encode("<|user|>", add_bos=False) == [SPECIAL_TOKENS.index("<|user|>")]
+    assert tok.encode("a", add_bos=True) == [BOS_ID, tok.backend.token_to_id("a")]
+
+
+def test_bpe_merges_english_into_words(tok: Tokenizer) -> None:
+    """Trained merges: common words are one token, so English runs ~4 bytes a token (as real
+    models' tokenizers do), and every byte string still encodes and decodes exactly."""
+    assert len(tok.encode(" the", add_bos=False)) == 1
+    ids = tok.encode(ENGLISH, add_bos=False)
+    assert len(ENGLISH.encode()) / len(ids) > 3.5
+    assert tok.decode(ids) == ENGLISH
+
+
+def test_decode_keeps_tool_call_tags_and_skips_specials(tok: Tokenizer) -> None:
+    """<tool_call> tags are added tokens but not special: decoded text keeps them for a
+    tool-call parser; role markers, BOS and EOS are special and skipped."""
+    ids = [BOS_ID, *tok.encode("<|assistant|>\n<tool_call>{}</tool_call>", add_bos=False)]
+    assert tok.decode([*ids, EOS_ID]) == "\n<tool_call>{}</tool_call>"
+    assert all(tok.backend.token_to_id(t) is not None for t in ROLE_TOKENS)
 
 
 def test_ids_match_transformers_autotokenizer(tok: Tokenizer, hf_tok) -> None:
@@ -71,7 +105,8 @@ def test_ids_match_transformers_autotokenizer(tok: Tokenizer, hf_tok) -> None:
     for text in SAMPLES:
         ids = tok.encode(text, add_bos=True)
         assert hf_tok(text).input_ids == ids
-        assert hf_tok.decode(ids, skip_special_tokens=True) == tok.decode(ids) == text
+        without_specials = text.replace("<|user|>", "")  # a special token: decode skips it
+        assert hf_tok.decode(ids, skip_special_tokens=True) == tok.decode(ids) == without_specials
 
 
 @FAST
@@ -83,12 +118,21 @@ def test_ids_match_transformers_on_random_text(tok: Tokenizer, hf_tok, text: str
 @FAST
 @given(segments=st.lists(plain_text(), max_size=5))
 def test_segments_encode_independently(tok: Tokenizer, segments: list[str]) -> None:
-    """Encoding segments one by one and concatenating equals encoding the whole text."""
+    """Segments are encoded one by one (each boundary is a token boundary, as the engine's
+    prefix reuse wants) and the concatenated ids decode to exactly the whole text. (With BPE
+    the ids may differ from the whole text's: a merge never spans a boundary.)"""
     whole = "".join(segments)
     assume(not any(s in whole for s in SPECIAL_LITERALS))  # a literal may form at a seam
     ids = [i for s in segments for i in tok.encode(s, add_bos=False)]
-    assert [tok.bos_token_id, *ids] == tok.encode(whole, add_bos=True)
+    assert tok.decode([tok.bos_token_id, *ids]) == whole
     assert tok.decode(tok.encode(whole, add_bos=True)) == whole
+
+
+def test_a_boundary_inside_a_word_splits_its_merge(tok: Tokenizer) -> None:
+    """What separate encoding means for BPE: "Par" + "is" are two pieces, "Paris" is one."""
+    whole = tok.encode(" Paris", add_bos=False)
+    parts = tok.encode(" Par", add_bos=False) + tok.encode("is", add_bos=False)
+    assert len(whole) == 1 and len(parts) > 1 and tok.decode(parts) == " Paris"
 
 
 def stream(tok: Tokenizer, ids: list[int]) -> list[str]:
@@ -97,7 +141,7 @@ def stream(tok: Tokenizer, ids: list[int]) -> list[str]:
 
 
 @FAST
-@given(ids=st.lists(st.integers(0, 319), max_size=40))
+@given(ids=st.lists(st.integers(0, VOCAB_SIZE - 1), max_size=40))
 def test_incremental_detok_concatenates_to_decode(tok: Tokenizer, ids: list[int]) -> None:
     """Any id stream (invalid UTF-8 and specials too) streams to exactly decode(ids)."""
     assert "".join(stream(tok, ids)) == tok.decode(ids)
@@ -140,6 +184,65 @@ def test_chat_template_matches_transformers(tok: Tokenizer, hf_tok) -> None:
     )
 
 
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Get the current weather in a city.",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        },
+    }
+]
+TOOL_CHAT = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "What is the weather in Paris?"},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": {"city": "Paris"}},
+            }
+        ],
+    },
+    {"role": "tool", "content": '{"temperature": 18}'},
+    {"role": "assistant", "content": "It is 18 degrees in Paris."},
+]
+
+
+@pytest.mark.parametrize("tools", [TOOLS, None])
+def test_chat_template_with_tools_matches_transformers(tok: Tokenizer, hf_tok, tools) -> None:
+    """apply_chat_template(..., tools=) in transformers and the server's renderer give the same
+    prompt: tool schemas in <tools></tools>, calls in <tool_call></tool_call>, every
+    assistant turn closed by EOS."""
+    for add in (True, False):
+        ours = render_chat(
+            tok.effective_chat_template,
+            TOOL_CHAT,
+            add_generation_prompt=add,
+            template_vars=tok.template_vars,
+            tools=tools,
+        )
+        theirs = hf_tok.apply_chat_template(
+            TOOL_CHAT, tools=tools, tokenize=False, add_generation_prompt=add
+        )
+        assert ours == theirs
+    assert ('<tools>\n{"type": "function", "function": {"name": "get_weather"' in ours) == bool(
+        tools
+    )
+    assert ours.endswith(
+        '<|assistant|>\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n'
+        '</tool_call></s>\n<|tool|>\n{"temperature": 18}\n<|assistant|>\nIt is 18 degrees in '
+        "Paris.</s>\n"
+    )
+
+
 def copy_with(tiny_dir: Path, out: Path, **tok_config_changes) -> Path:
     shutil.copytree(tiny_dir, out)
     config_file = out / "tokenizer_config.json"
@@ -171,7 +274,8 @@ def test_tokenizer_without_bos(tiny_dir: Path, tmp_path: Path) -> None:
     """add_bos_token false (as in Qwen2): no BOS id, encode never prepends one."""
     tok = Tokenizer.from_dir(copy_with(tiny_dir, tmp_path / "d", add_bos_token=False))
     assert tok.bos_token_id is None
-    assert tok.encode("hi", add_bos=True) == [104, 105]
+    assert tok.encode("hi", add_bos=True) == tok.backend.encode("hi", add_special_tokens=False).ids
+    assert BOS_ID not in tok.encode("hi", add_bos=True)
 
 
 def test_bos_detected_from_post_processor(tiny_dir: Path, tmp_path: Path) -> None:
@@ -191,8 +295,8 @@ def test_bos_detected_from_post_processor(tiny_dir: Path, tmp_path: Path) -> Non
 def test_eos_ids_gathered_from_generation_config(tiny_dir: Path, tmp_path: Path) -> None:
     path = tmp_path / "d"
     shutil.copytree(tiny_dir, path)
-    (path / "generation_config.json").write_text(json.dumps({"eos_token_id": [257, 300]}))
-    assert Tokenizer.from_dir(path).eos_token_ids == (257, 300)
+    (path / "generation_config.json").write_text(json.dumps({"eos_token_id": [EOS_ID, 300]}))
+    assert Tokenizer.from_dir(path).eos_token_ids == (EOS_ID, 300)
 
 
 def test_missing_tokenizer_json_is_a_clear_error(tmp_path: Path) -> None:
@@ -215,8 +319,9 @@ def test_bos_is_not_doubled_when_the_text_starts_with_it(
     ids = tok.encode(prompt, add_bos=True)
     assert ids.count(BOS_ID) == 1 and ids[0] == BOS_ID
     assert ids == hf_tok.encode(prompt, add_special_tokens=False)
-    assert tok.encode("hi", add_bos=True) == [BOS_ID, *b"hi"]  # others still get BOS
-    assert tok.encode("<s>hi", add_bos=False) == [BOS_ID, *b"hi"]
+    hi = tok.encode("hi", add_bos=False)
+    assert tok.encode("hi", add_bos=True) == [BOS_ID, *hi]  # others still get BOS
+    assert tok.encode("<s>hi", add_bos=False) == [BOS_ID, *hi]
     assert tok.effective_chat_template == "{{ bos_token }}{{ messages[0]['content'] }}"
     assert tok.template_vars["bos_token"] == "<s>"
 

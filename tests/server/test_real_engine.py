@@ -125,7 +125,7 @@ async def test_shared_prefix_hits_the_cache(real_server: EclectusServer) -> None
     before = real_server.backend.stats().cache_hit_tokens
     frame = map_reduce(4)
     for spec in frame["calls"][:4]:
-        spec["template"] = "You are a careful summarizer of documents. " * 3 + spec["template"]
+        spec["template"] = "You are a careful summarizer of documents. " * 10 + spec["template"]
     await client.ask(frame)
     await client.values(1)
     text = real_server.metrics_text()

@@ -17,8 +17,8 @@ from eclectus.adapters.client import connect_sync
 from eclectus.adapters.langchain import ChatEclectus
 from eclectus.server.app import EclectusServer, serve_in_thread
 from eclectus.server.config import ServerConfig
-from eclectus.server.engine.byte_tokenizer import BOS_ID
 from eclectus.server.engine.presets import export_model
+from eclectus.server.engine.tiny_chat import BOS_ID
 
 TEMPLATE = (
     "{{ bos_token }}{% for m in messages %}"

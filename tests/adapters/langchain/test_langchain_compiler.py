@@ -58,7 +58,9 @@ def summarize_chain(model: ChatEclectus) -> Runnable:
 
 
 def map_reduce_chain(model: ChatEclectus) -> Runnable:
-    reduce_prompt = PromptTemplate.from_template("Combine these summaries: {summaries}\nFinal:")
+    # the list starts a line: a segment boundary after a space would split the BPE
+    # pre-token " [" that the eager run's single text makes, and the ids would differ
+    reduce_prompt = PromptTemplate.from_template("Combine these summaries:\n{summaries}\nFinal:")
     docs_to_summaries = RunnableLambda(lambda d: d["docs"]) | summarize_chain(model).map()
     return {"summaries": docs_to_summaries} | reduce_prompt | model | StrOutputParser()
 

@@ -14,7 +14,7 @@ from eclectus.adapters.langchain.errors import NotLowerable
 from eclectus.adapters.langchain.pieces import Ref, Value, concrete_text, normalize
 from eclectus.adapters.langchain.prompts import chat_prompt_messages, string_prompt_pieces
 from eclectus.protocol import SamplingParams
-from eclectus.server.engine.byte_tokenizer import DEFAULT_CHAT_TEMPLATE
+from eclectus.protocol.chat_template import DEFAULT_CHAT_TEMPLATE
 
 
 def test_fstring_pieces_split_at_variables_and_match_format() -> None:

@@ -100,7 +100,8 @@ def test_a_failed_call_fires_on_llm_error() -> None:
     from eclectus.server.app import serve_in_thread
     from eclectus.server.config import ServerConfig
 
-    with serve_in_thread(ServerConfig(port=0, model="tiny", max_prompt_tokens=48)) as server:
+    # the first prompt is ~10 of tiny's tokens, the second holds 40 generated ones
+    with serve_in_thread(ServerConfig(port=0, model="tiny", max_prompt_tokens=32)) as server:
         long = ChatEclectus(
             base_url=server.url, max_tokens=40, temperature=0, model_kwargs={"ignore_eos": True}
         )

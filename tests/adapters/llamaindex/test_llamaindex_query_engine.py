@@ -132,8 +132,8 @@ def test_long_document_packs_in_the_servers_tokens(
     server: EclectusServer, app_settings: Eclectus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With ``Settings.tokenizer = llm.tokenizer`` LlamaIndex packs a long document in the
-    model's own tokens, so no leaf overflows the server's window (tiktoken's counts would:
-    tiny's tokenizer makes one token per byte)."""
+    model's own tokens, so no leaf overflows the server's window (tiktoken's counts are
+    another tokenizer's)."""
     import llama_index.core
 
     from eclectus.recipes.text import load_sample
@@ -142,11 +142,13 @@ def test_long_document_packs_in_the_servers_tokens(
     monkeypatch.setattr(llama_index.core, "global_tokenizer", llama_index.core.global_tokenizer)
     Settings.tokenizer = app_settings.tokenizer
     app_settings.context_window = None  # the server's real window
-    Settings.node_parser = SentenceSplitter(chunk_size=1024, chunk_overlap=0)
+    # 256 of tiny's BPE tokens (~0.8 KB of English): the 17.5 KB essay makes 16+ leaves
+    Settings.node_parser = SentenceSplitter(chunk_size=256, chunk_overlap=0)
     (tmp_path / "essay.md").write_text(load_sample("history-essay"))
     index = SummaryIndex.from_documents(SimpleDirectoryReader(str(tmp_path)).load_data())
     synthesizer = get_response_synthesizer(response_mode="tree_summarize")
     response = index.as_query_engine(response_synthesizer=synthesizer).query(QUESTION)
     assert len(response.source_nodes) >= 16
-    assert app_settings.tokenizer("abc") == [97, 98, 99]
+    engine_tokenizer = server.backend.engine.tokenizer  # type: ignore[attr-defined]
+    assert app_settings.tokenizer("abc") == engine_tokenizer.encode("abc", add_bos=False)
     assert isinstance(response.response, str)

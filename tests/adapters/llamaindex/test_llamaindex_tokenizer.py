@@ -4,6 +4,7 @@ a whole LlamaIndex app on a real server."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -16,13 +17,25 @@ from llama_index.core.node_parser import SentenceSplitter
 from eclectus.adapters.llamaindex import Eclectus, get_response_synthesizer
 from eclectus.adapters.llamaindex.token_cache import TokenCache
 from eclectus.server.app import EclectusServer
+from eclectus.server.engine.presets import resolve_model_dir
+from eclectus.server.engine.tokenizer import Tokenizer
 
 TEXTS = ["abc", "", " the", "naïve café ☕", "<s>literal", "abc"]
 
 
 def byte_ids(text: str) -> list[int]:
-    """tiny's tokenizer for plain text, as a local stand-in for the cache's own tests."""
+    """A stand-in tokenizer (one id per byte) for the cache's own tests."""
     return list(text.encode())
+
+
+@functools.cache
+def tiny_tokenizer() -> Tokenizer:
+    return Tokenizer.from_dir(resolve_model_dir("tiny"))
+
+
+def tiny_ids(text: str) -> list[int]:
+    """tiny's ids for ``text`` as one non-first segment, computed locally."""
+    return tiny_tokenizer().encode(text, add_bos=False)
 
 
 class Counting:
@@ -85,7 +98,7 @@ def test_ids_are_the_servers_exactly(server: EclectusServer, llm: Eclectus) -> N
     engine_tokenizer = server.backend.engine.tokenizer  # type: ignore[attr-defined]
     for text in TEXTS + TEXTS:
         assert llm.tokenizer(text) == engine_tokenizer.encode(text, add_bos=False)
-    assert llm.tokenizer("abc") == [97, 98, 99]
+    assert llm.tokenizer("abc") == tiny_ids("abc")
 
 
 def test_a_repeated_text_sends_no_frame(llm: Eclectus) -> None:
@@ -107,10 +120,10 @@ def test_threads_share_the_cache(llm: Eclectus) -> None:
     before = llm.client.num_frames_sent
     with ThreadPoolExecutor(max_workers=8) as pool:
         answers = list(pool.map(llm.tokenizer, texts))
-    assert answers == [byte_ids(t) for t in texts]
+    assert answers == [tiny_ids(t) for t in texts]
     assert len(set(texts)) <= llm.client.num_frames_sent - before <= 8 * len(set(texts))
     after = llm.client.num_frames_sent
-    assert [llm.tokenizer(t) for t in set(texts)] == [byte_ids(t) for t in set(texts)]
+    assert [llm.tokenizer(t) for t in set(texts)] == [tiny_ids(t) for t in set(texts)]
     assert llm.client.num_frames_sent == after
 
 
@@ -119,7 +132,7 @@ def test_a_reconnect_starts_a_fresh_cache(llm: Eclectus) -> None:
     llm.tokenizer("abc")
     llm.close()
     before = llm.client.num_frames_sent
-    assert llm.tokenizer("abc") == [97, 98, 99]
+    assert llm.tokenizer("abc") == tiny_ids("abc")
     assert llm.client.num_frames_sent == before + 1
 
 
@@ -128,7 +141,7 @@ def test_another_model_starts_a_fresh_cache(llm: Eclectus) -> None:
     llm.tokenizer("abc")
     before = llm.client.num_frames_sent
     llm.model = "tiny"  # was None (the server's first)
-    assert llm.tokenizer("abc") == [97, 98, 99]
+    assert llm.tokenizer("abc") == tiny_ids("abc")
     assert llm.client.num_frames_sent == before + 1
 
 
