@@ -1,6 +1,10 @@
 """The LangGraph recipes end to end on one embedded server, in both modes: compiled on
-Eclectus and stock over the /v1 endpoint give the same output (greedy, one engine); the
-compiled run costs two client frames whatever the fan-out."""
+Eclectus gives what the eager app on Eclectus gives (greedy, one engine), and the stock run
+over /v1 makes the same calls; the compiled run costs two client frames whatever the fan-out.
+
+Stock and Eclectus text are not compared: Eclectus sends a prompt as segments, each
+tokenized on its own (exact prefix-reuse points), while /v1 tokenizes one flat string, so a
+BPE merge across a boundary (" ['") makes the greedy continuations differ."""
 
 from __future__ import annotations
 
@@ -22,11 +26,14 @@ TEAM = MultiAgentParams(
 
 @pytest.mark.parametrize("steps", [2, 5])
 def test_plan_execute_both_modes_agree(embedded: Embedded, steps: int) -> None:
-    """Same answer in both modes; steps + 2 calls; two frames compiled, at any width."""
+    """Compiled equals eager; steps + 2 calls in every mode; two frames compiled, at any
+    width."""
     params = PlanExecuteParams(steps=steps, **SMALL)
     ours = run_recipe("plan-execute", params, embedded.target("eclectus"), text=TEXT)
+    eager = run_recipe("plan-execute", params, embedded.target("eclectus", False), text=TEXT)
     stock = run_recipe("plan-execute", params, embedded.target("openai"), text=TEXT)
-    assert ours.output == stock.output and ours.output
+    assert ours.output == eager.output and ours.output and stock.output
+    assert eager.num_calls == steps + 2
     assert ours.num_calls == stock.num_calls == steps + 2
     assert ours.details["client frames"] == 2
     assert stock.details["client round trips"] == steps + 2
@@ -34,12 +41,13 @@ def test_plan_execute_both_modes_agree(embedded: Embedded, steps: int) -> None:
 
 
 def test_multi_agent_graph_matches_the_chain_recipe(embedded: Embedded) -> None:
-    """The LangGraph team makes the LCEL team's calls and writes the same files."""
+    """The LangGraph team makes the LCEL team's calls and writes the same files; stock makes
+    the same calls."""
     graph = run_recipe("multi-agent-graph", TEAM, embedded.target("eclectus"), text=TEXT)
     stock = run_recipe("multi-agent-graph", TEAM, embedded.target("openai"), text=TEXT)
     chain = run_recipe("multi-agent", TEAM, embedded.target("eclectus"), text=TEXT)
-    assert graph.output == stock.output == chain.output
-    assert graph.num_calls == chain.num_calls == 2 + 2 * 3
+    assert graph.output == chain.output and stock.output
+    assert graph.num_calls == chain.num_calls == stock.num_calls == 2 + 2 * 3
     assert graph.details["client frames"] == 2
 
 
