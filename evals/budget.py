@@ -36,7 +36,12 @@ class Budget:
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
         """One flag per field, named as ``eclectus serve`` names it (mutates ``parser``)."""
         for f in fields(cls):
-            parser.add_argument("--" + f.name.replace("_", "-"), type=int, default=f.default)
+            parser.add_argument(
+                "--" + f.name.replace("_", "-"),
+                type=int,
+                default=f.default,
+                help=f"every engine's {f.name} (the budget all systems get alike)",
+            )
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Budget:

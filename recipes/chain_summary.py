@@ -21,7 +21,7 @@ from langchain_core.runnables import (
 
 from eclectus.recipes.result import RecipeOutput
 from eclectus.recipes.target import ModelFactory
-from eclectus.recipes.text import split_chunks
+from eclectus.recipes.text import check_num_chunks, split_chunks
 
 INITIAL_PROMPT = (
     "Write a concise summary of the following text, keeping its key facts.\n\n"
@@ -45,6 +45,7 @@ class ChainSummaryParams:
     def __post_init__(self) -> None:
         if self.chunk_tokens < 1 or self.summary_tokens < 1:
             raise ValueError("chunk_tokens and summary_tokens must be >= 1")
+        check_num_chunks(self.num_chunks)
 
 
 def build_chain(params: ChainSummaryParams, models: ModelFactory, num_chunks: int) -> Runnable:

@@ -19,10 +19,14 @@ import sys
 from typing import Any
 from urllib.parse import urlparse
 
+from eclectus.adapters.client import connect_sync
+from eclectus.cli_errors import CommandError, refused_connection
 from eclectus.recipes.embedded import embedded_server
+from eclectus.recipes.fit import fit_num_chunks, fit_system_prompt
 from eclectus.recipes.params import set_from_text
-from eclectus.recipes.result import format_report
+from eclectus.recipes.result import RecipeResult, format_report
 from eclectus.recipes.runner import RECIPES, run_recipe
+from eclectus.recipes.shared_prompt import SharedPromptParams, handbook_and_rest
 from eclectus.recipes.target import Target
 from eclectus.recipes.text import load_input, load_sample, sample_names
 
@@ -35,16 +39,19 @@ OUTPUT_FIELD = {
     "plan-execute": "step_tokens",
     "multi-agent-graph": "code_tokens",
 }
-COMMON_FLAGS = (
-    "chunk_tokens",
-    "num_chunks",
-    "files",
-    "rounds",
-    "rate",
-    "users",
-    "requests",
-    "steps",
-)
+# the common size flags, and their help (each sets the params field of its name, where the
+# recipe has one; the recipe's default applies when a flag is not given)
+COMMON_FLAGS = {
+    "chunk_tokens": "tokens per document chunk (map-reduce, chain-summary)",
+    "num_chunks": "chunks to read (map-reduce, chain-summary; default: the recipe's, at most "
+    "what the document gives)",
+    "files": "files the engineers write (multi-agent)",
+    "rounds": "review rounds (multi-agent)",
+    "rate": "chat requests per second (shared-prompt)",
+    "users": "chat users (shared-prompt)",
+    "requests": "chat requests in all (shared-prompt)",
+    "steps": "plan steps (plan-execute)",
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,7 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--backend",
         choices=["eclectus", "openai"],
         default="eclectus",
-        help="eclectus (default) or the stock OpenAI-compatible way",
+        help="eclectus: the app's calls as graphs; openai: the stock way, one prompt a request",
     )
     parser.add_argument(
         "--base-url",
@@ -82,11 +89,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="eclectus backend: run chains eagerly, without compile()",
     )
-    parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default)")
-    for name in COMMON_FLAGS:
+    parser.add_argument(
+        "--temperature", type=float, default=0.0, help="sampling temperature (0: greedy)"
+    )
+    for name, help_text in COMMON_FLAGS.items():
         kind = float if name == "rate" else int
-        parser.add_argument("--" + name.replace("_", "-"), type=kind, dest=name)
-    parser.add_argument("--output-tokens", type=int, help="tokens per step's output")
+        parser.add_argument("--" + name.replace("_", "-"), type=kind, dest=name, help=help_text)
+    parser.add_argument("--output-tokens", type=int, help="tokens of each step's output")
     parser.add_argument(
         "--param",
         action="append",
@@ -141,24 +150,97 @@ def remote_target(args: argparse.Namespace) -> Target | None:
     return None
 
 
+def given_fields(args: argparse.Namespace) -> set[str]:
+    """The params fields (dotted paths) the user set on the command line (pure)."""
+    given = {n for n in COMMON_FLAGS if getattr(args, n) is not None}
+    given |= {item.partition("=")[0] for item in args.param}
+    if args.output_tokens is not None:
+        given.add(OUTPUT_FIELD[args.name])
+    return given
+
+
+def read_text(args: argparse.Namespace) -> str:
+    """The document: ``--input``, ``--sample``, else the recipe's own sample (reads disk)."""
+    if args.input:
+        return load_input(args.input)
+    return load_sample(args.sample or RECIPES[args.name].sample)
+
+
+def fit_to_text(args: argparse.Namespace, params: Any, text: str, notes: list[str]) -> Any:
+    """``params`` with the chunk counts the document can give (see :mod:`.fit`)."""
+    given = given_fields(args)
+    if isinstance(params, SharedPromptParams):
+        if params.background is None:
+            return params
+        _, rest = handbook_and_rest(params, text)
+        given_here = "background.num_chunks" in given or "num_chunks" in given
+        return fit_num_chunks(params, rest, "background", given_here, notes)
+    if hasattr(params, "num_chunks"):
+        return fit_num_chunks(params, text, "", "num_chunks" in given, notes)
+    return params
+
+
+def fit_to_model(
+    args: argparse.Namespace, params: Any, text: str, url: str, notes: list[str]
+) -> Any:
+    """``params`` whose prompts fit the model served at ``url`` (an Eclectus server: its
+    tokenizer counts, its context window and prompt limit bound) (blocking I/O)."""
+    if not isinstance(params, SharedPromptParams):
+        return params
+    with connect_sync(url, token=args.api_key) as app:
+        limit = min(app.models[0].context_window, app.limits.max_prompt_tokens)
+        given = "system_tokens" in given_fields(args)
+        return fit_system_prompt(params, text, limit, app.count_tokens, given, notes)
+
+
+def _run_remote(
+    args: argparse.Namespace, params: Any, target: Target, text: str, notes: list[str]
+) -> RecipeResult:
+    """The recipe on a server the user named; an unreachable one is one line."""
+    try:
+        if target.backend == "eclectus":
+            params = fit_to_model(args, params, text, target.url, notes)
+        _print_notes(notes)
+        return run_recipe(args.name, params, target, **_run_kwargs(args, text))
+    except Exception as exc:
+        if not refused_connection(exc):
+            raise
+        flag = "--server" if target.backend == "eclectus" else "--base-url"
+        raise CommandError(
+            f"cannot reach {target.url} ({flag}): is the server running there? Start it "
+            f"(`eclectus serve`), or fix {flag}"
+        ) from exc
+
+
+def _run_kwargs(args: argparse.Namespace, text: str) -> dict[str, Any]:
+    return dict(text=text, temperature=args.temperature, progress=not args.quiet)
+
+
 def run(args: argparse.Namespace) -> int:
-    """Run the recipe and print the report to stdout; 2 on bad flags."""
+    """Run the recipe and print the report to stdout; 2 on bad flags or sizes the document
+    or the model cannot take (errors reach the user through eclectus.cli_errors)."""
     try:
         params = build_params(args)
         target = remote_target(args)
     except (TypeError, ValueError) as exc:
         print(f"eclectus run: {exc}", file=sys.stderr)
         return 2
-    text = load_input(args.input) if args.input else None
-    if args.sample:
-        text = load_sample(args.sample)
-    common = dict(text=text, temperature=args.temperature, progress=not args.quiet)
+    text = read_text(args)
+    notes: list[str] = []
+    params = fit_to_text(args, params, text, notes)
     if target is not None:
-        result = run_recipe(args.name, params, target, **common)
+        result = _run_remote(args, params, target, text, notes)
     else:
         print(f"starting the embedded server (model {args.model})...", file=sys.stderr)
         with embedded_server(args.model) as embedded:
+            params = fit_to_model(args, params, text, embedded.server.url, notes)
+            _print_notes(notes)
             target = embedded.target(args.backend, use_compile=not args.no_compile)
-            result = run_recipe(args.name, params, target, **common)
+            result = run_recipe(args.name, params, target, **_run_kwargs(args, text))
     print(format_report(result))
     return 0
+
+
+def _print_notes(notes: list[str]) -> None:
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)

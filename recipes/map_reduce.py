@@ -19,7 +19,7 @@ from langchain_core.runnables import Runnable, RunnableConfig, RunnableParallel,
 
 from eclectus.recipes.result import RecipeOutput
 from eclectus.recipes.target import ModelFactory
-from eclectus.recipes.text import approx_tokens, split_chunks
+from eclectus.recipes.text import approx_tokens, check_num_chunks, split_chunks
 
 MAP_PROMPT = (
     "You are a careful analyst. Write a concise summary of the passage below, keeping its "
@@ -48,6 +48,7 @@ class MapReduceParams:
         for name in ("chunk_tokens", "map_tokens", "reduce_tokens", "context_tokens", "width"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
+        check_num_chunks(self.num_chunks)
 
 
 def group_size(params: MapReduceParams) -> int:

@@ -16,6 +16,7 @@ from langchain_core.callbacks import BaseCallbackHandler
 from eclectus.server.metrics import parse_prometheus
 
 PROGRESS_EVERY_S = 2.0  # between lines when stderr is not a terminal
+CALLS_FINISHED = "eclectus_calls_finished_total"  # graph calls the server's scheduler finished
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +30,10 @@ class CallSpan:
 class CallObserver(BaseCallbackHandler):
     """Counts model calls and records their spans; prints ``calls finished / total`` to
     ``stream`` (one line updated in place on a TTY, else a line every few seconds).
+
+    A compiled chain's calls run on the server, where no client callback sees them: the
+    count shown is the larger of the client's and the server's (:meth:`server_progress`,
+    fed by :class:`ServerProgress`).
 
     Thread-safe: LangChain calls handlers from worker threads during ``batch``.
     """
@@ -47,10 +52,19 @@ class CallObserver(BaseCallbackHandler):
         self._started: dict[UUID, float] = {}
         self._t0 = time.perf_counter()
         self._last_print = 0.0
+        self._server_calls = 0
 
     @property
     def num_calls(self) -> int:
         return len(self.spans)
+
+    def server_progress(self, calls_finished: int) -> None:
+        """The server has finished ``calls_finished`` calls of this run (mutates; prints)."""
+        with self._lock:
+            changed = calls_finished > self._server_calls
+            self._server_calls = max(self._server_calls, calls_finished)
+        if changed:
+            self.print_progress()
 
     def on_llm_start(self, serialized: Any, prompts: Any, *, run_id: UUID, **kw: Any) -> None:
         self._start(run_id)
@@ -79,7 +93,7 @@ class CallObserver(BaseCallbackHandler):
         """Write the progress line (mutates the stream; rate-limited off a TTY)."""
         if not self.show:
             return
-        done = self.num_calls
+        done = min(self.total, max(self.num_calls, self._server_calls))
         line = f"{self.label}: calls {done}/{self.total}"
         if self.stream.isatty():
             self.stream.write("\r" + line + ("\n" if final else ""))
@@ -96,6 +110,45 @@ def scrape(metrics_url: str) -> dict[str, float]:
     """An Eclectus server's /metrics page, parsed (blocking I/O)."""
     with urllib.request.urlopen(metrics_url, timeout=10) as response:
         return parse_prometheus(response.read().decode())
+
+
+class ServerProgress:
+    """While open, reads an Eclectus server's finished-calls counter every ``every_s``
+    seconds on a daemon thread and reports the calls finished since it opened to
+    ``observer`` (a compiled graph's calls are seen only there). A failed read is skipped:
+    progress is a display, never a reason to fail the run."""
+
+    def __init__(self, metrics_url: str, observer: CallObserver, every_s: float = 1.0) -> None:
+        self.metrics_url = metrics_url
+        self.observer = observer
+        self.every_s = every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, name="progress", daemon=True)
+        self._before = 0
+
+    def __enter__(self) -> ServerProgress:
+        self._before = self._read() or 0
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        after = self._read()
+        if after is not None:
+            self.observer.server_progress(after - self._before)
+
+    def _read(self) -> int | None:
+        try:
+            return int(scrape(self.metrics_url).get(CALLS_FINISHED, 0))
+        except OSError:
+            return None
+
+    def _poll(self) -> None:
+        while not self._stop.wait(self.every_s):
+            now = self._read()
+            if now is not None:
+                self.observer.server_progress(now - self._before)
 
 
 @dataclass(frozen=True, slots=True)

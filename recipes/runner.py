@@ -8,6 +8,7 @@ the delta would count both.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from eclectus.recipes import (
     shared_prompt,
 )
 from eclectus.recipes.embedded import embedded_server
-from eclectus.recipes.observe import CallObserver, ServerDelta, scrape
+from eclectus.recipes.observe import CallObserver, ServerDelta, ServerProgress, scrape
 from eclectus.recipes.result import RecipeOutput, RecipeResult
 from eclectus.recipes.target import ModelFactory, Target
 from eclectus.recipes.text import load_sample
@@ -102,9 +103,15 @@ def _measured(
     models = ModelFactory(target, temperature=temperature)
     observer = CallObserver(spec.plan(params, text), name, show=progress)
     before = scrape(target.metrics_url) if target.metrics_url else None
+    polling = (
+        ServerProgress(target.metrics_url, observer)
+        if target.metrics_url and progress and target.backend == "eclectus"
+        else contextlib.nullcontext()
+    )
     started = time.perf_counter()
-    out = spec.run(params, models, text, {"callbacks": [observer], "run_name": name})
-    wall_s = time.perf_counter() - started
+    with polling:
+        out = spec.run(params, models, text, {"callbacks": [observer], "run_name": name})
+        wall_s = time.perf_counter() - started
     observer.print_progress(final=True)
     notes = list(models.notes)
     if before is not None:

@@ -78,12 +78,17 @@ def arrivals(params: SharedPromptParams) -> list[float]:
     return out
 
 
+def handbook_and_rest(params: SharedPromptParams, text: str) -> tuple[str, str]:
+    """(the handbook excerpt, the text the analytics job reads) (pure)."""
+    handbook = split_chunks(text, params.system_tokens, 1)[0]
+    return handbook, text[len(handbook) :] if text.startswith(handbook) else text
+
+
 def split_document(params: SharedPromptParams, text: str) -> tuple[str, list[str]]:
     """(the handbook excerpt, the analytics job's chunks from the rest) (pure)."""
-    handbook = split_chunks(text, params.system_tokens, 1)[0]
+    handbook, rest = handbook_and_rest(params, text)
     if params.background is None:
         return handbook, []
-    rest = text[len(handbook) :] if text.startswith(handbook) else text
     bg = params.background
     return handbook, split_chunks(rest, bg.chunk_tokens, bg.num_chunks)
 

@@ -37,6 +37,12 @@ def load_input(path: str | Path) -> str:
     return Path(path).read_text(encoding="utf-8")
 
 
+def check_num_chunks(num_chunks: int | None) -> None:
+    """ValueError unless ``num_chunks`` is None (the whole document) or >= 1 (pure)."""
+    if num_chunks is not None and num_chunks < 1:
+        raise ValueError(f"num_chunks must be >= 1 (or none: the whole document), got {num_chunks}")
+
+
 def split_chunks(text: str, chunk_tokens: int, num_chunks: int | None = None) -> list[str]:
     """Consecutive chunks of at most ``chunk_tokens`` estimated tokens, cut at paragraph,
     then sentence, then word boundaries where one fits; the first ``num_chunks`` (all when

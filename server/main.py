@@ -91,13 +91,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="one 'TENANT TOKEN' pair per line; a client's tenant is its token's",
     )
-    parser.add_argument("--max-frame-bytes", type=int, default=defaults.max_frame_bytes)
-    parser.add_argument("--max-prompt-tokens", type=int, default=defaults.max_prompt_tokens)
-    parser.add_argument("--max-vars-per-session", type=int, default=defaults.max_vars_per_session)
-    parser.add_argument("--max-calls-per-session", type=int, default=defaults.max_calls_per_session)
-    parser.add_argument("--max-map-items", type=positive_int, default=defaults.max_map_items)
     parser.add_argument(
-        "--max-map-element-bytes", type=positive_int, default=defaults.max_map_element_bytes
+        "--max-frame-bytes",
+        type=int,
+        default=defaults.max_frame_bytes,
+        help="largest client frame; a larger one gets a limit_exceeded error",
+    )
+    parser.add_argument(
+        "--max-prompt-tokens",
+        type=int,
+        default=defaults.max_prompt_tokens,
+        help="longest prompt of one call, variables filled in",
+    )
+    parser.add_argument(
+        "--max-vars-per-session",
+        type=int,
+        default=defaults.max_vars_per_session,
+        help="semantic variables one session may declare",
+    )
+    parser.add_argument(
+        "--max-calls-per-session",
+        type=int,
+        default=defaults.max_calls_per_session,
+        help="calls and server-side ops one session may declare",
+    )
+    parser.add_argument(
+        "--max-map-items",
+        type=positive_int,
+        default=defaults.max_map_items,
+        help="elements one map op may fan out to",
+    )
+    parser.add_argument(
+        "--max-map-element-bytes",
+        type=positive_int,
+        default=defaults.max_map_element_bytes,
+        help="bytes of one map element",
     )
     parser.add_argument(
         "--max-pending-gets-per-session",
@@ -111,7 +139,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=defaults.max_outbox_bytes,
         help="frames queued for one slow reader before its session is closed",
     )
-    parser.add_argument("--max-sessions", type=int, default=defaults.max_sessions)
+    parser.add_argument(
+        "--max-sessions", type=int, default=defaults.max_sessions, help="open sessions at once"
+    )
     parser.add_argument(
         "--max-sessions-per-tenant",
         type=int,
@@ -175,7 +205,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="deprecated and ignored: /v1 is served on --port",
     )
-    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        type=str.upper,
+        help="server log verbosity (stderr)",
+    )
     add_engine_arguments(parser)
 
 
@@ -230,7 +266,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-model-len",
         type=positive_int,
         default=defaults.max_model_len,
-        help="context window cap (default: the model's)",
+        help="context window cap (default: the model's own)",
     )
     engine.add_argument(
         "--enable-prefix-caching",
@@ -343,6 +379,16 @@ def run(args: argparse.Namespace, wrap: Callable[[Backend], Backend] | None = No
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m eclectus.server", description=__doc__)
+    """``python -m eclectus.server``: the flags of ``eclectus serve``, the same errors."""
+    from eclectus.cli import HelpFormatter, add_debug_flag
+    from eclectus.cli_errors import run_guarded
+
+    parser = argparse.ArgumentParser(
+        prog="python -m eclectus.server",
+        description="start the Eclectus server (the same as `eclectus serve`)",
+        formatter_class=HelpFormatter,
+    )
+    add_debug_flag(parser)
     add_arguments(parser)
-    return run(parser.parse_args(argv))
+    args = parser.parse_args(argv)
+    return run_guarded("eclectus serve", run, args, debug=args.debug)
