@@ -74,9 +74,7 @@ def server() -> Iterator[EclectusServer]:
 def test_every_block_runs_or_says_why_not() -> None:
     """Every block either runs (below, one test each) or has a no-run marker with a reason;
     there are blocks of both kinds, and a marker always sits right above a ```python fence."""
-    assert RUNNABLE and len(RUNNABLE) + sum(s.no_run is not None for s in SNIPPETS) == len(
-        SNIPPETS
-    )
+    assert RUNNABLE and len(RUNNABLE) < len(SNIPPETS)
     for snippet in SNIPPETS:
         assert snippet.no_run is None or snippet.no_run, f"{snippet.name}: no-run needs a reason"
     for path in DOCS:
@@ -87,9 +85,7 @@ def test_every_block_runs_or_says_why_not() -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("snippet", RUNNABLE, ids=[s.name for s in RUNNABLE])
-def test_snippet_runs_as_printed(
-    snippet: Snippet, server: EclectusServer, tmp_path: Path
-) -> None:
+def test_snippet_runs_as_printed(snippet: Snippet, server: EclectusServer, tmp_path: Path) -> None:
     """The block, as printed, exits 0 in a fresh interpreter against the test server."""
     code = snippet.code.replace(DEFAULT_URL, server.url)
     script = tmp_path / "snippet.py"
