@@ -30,6 +30,10 @@ from eclectus.recipes.text import load_sample
 UNKNOWN_RATIO_NOTE = "prefix-cache hit ratio unknown"  # run_recipe's note; we measure it here
 
 
+# an engine-traced call's timeline label: whether it was throughput work nobody waited on
+ENGINE_LABELS = {False: "foreground (latency)", True: "background (throughput)"}
+
+
 @dataclass(frozen=True, slots=True)
 class RunRecord:
     """One measured run of one system at one sweep point."""
@@ -45,7 +49,8 @@ class RunRecord:
     depth: int
     prompt_tokens: float | None
     cached_tokens: float | None
-    spans: list[tuple[float, float]] = field(default_factory=list)  # seconds from the start
+    # (start, end, label) in seconds from the start; label: which part of the app (timeline)
+    spans: list[tuple[float, float, str]] = field(default_factory=list)
     span_source: str = ""  # "engine" (server-side trace) or "client" (callbacks)
     notes: list[str] = field(default_factory=list)
 
@@ -209,15 +214,17 @@ class Harness:
 
     def _spans(
         self, system: System, result: Any, started_epoch: float
-    ) -> tuple[list[tuple[float, float]], str]:
+    ) -> tuple[list[tuple[float, float, str]], str]:
         """The run's call spans: the engine's trace for an Eclectus server, else the
         client's callbacks. Both measured from the run's start."""
         server = system.server
         if isinstance(server, EclectusProcess) and server.trace_path is not None:
             offset = started_epoch
             traced = read_spans(server.trace_path, started_epoch, time.time())
-            return [(s.start - offset, s.end - offset) for s in traced], "engine"
-        return [(s.start_s, s.end_s) for s in result.timeline], "client"
+            return [
+                (s.start - offset, s.end - offset, ENGINE_LABELS[s.background]) for s in traced
+            ], "engine"
+        return [(s.start_s, s.end_s, s.label) for s in result.timeline], "client"
 
 
 def _drop_cached_async_clients() -> None:

@@ -4,6 +4,7 @@ system, the lower bound dashed), and one run's calls on a timeline per system.""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from eclectus.evals.harness import BoundRecord, RunRecord
 from eclectus.evals.summary import PointSummary
@@ -63,6 +64,13 @@ def sweep_plot(
     return name
 
 
+def span_colors(runs: list[RunRecord]) -> dict[str, str]:
+    """A color per span label (a part of the app: chat, analytics, background...), the same
+    in every row, in order of first appearance (pure)."""
+    labels = dict.fromkeys(label for run in runs for _, _, label in sorted(run.spans))
+    return {label: f"C{i % 10}" for i, label in enumerate(labels)}
+
+
 def timeline_plot(out_dir: Path, workload: Workload, runs: list[RunRecord]) -> str | None:
     """One measured run per system at the first point, its calls as bars; the file name, or
     None when no run recorded spans (mutates disk)."""
@@ -71,21 +79,33 @@ def timeline_plot(out_dir: Path, workload: Workload, runs: list[RunRecord]) -> s
         return None
     point = (first[0].field, repr(first[0].value))
     chosen = [r for r in first if (r.field, repr(r.value)) == point]
+    fig = timeline_figure(f"{workload.name} at {point[0]}={first[0].value}", chosen)
+    name = f"{workload.name}-timeline.png"
+    fig.savefig(out_dir / name, dpi=100)
+    _pyplot().close(fig)
+    return name
+
+
+def timeline_figure(title: str, chosen: list[RunRecord]) -> Any:
+    """One row per run, its calls as bars colored by the part of the app that made them
+    (chat, background job...), a legend of those parts and of the run's end (pure: a new
+    matplotlib Figure)."""
     plt = _pyplot()
     fig, axes = plt.subplots(
-        len(chosen), 1, figsize=(7, 1.2 + 1.1 * len(chosen)), sharex=True, squeeze=False
+        len(chosen), 1, figsize=(7, 1.6 + 1.1 * len(chosen)), sharex=True, squeeze=False
     )
+    colors = span_colors(chosen)
     for ax, run in zip(axes[:, 0], chosen, strict=True):
-        spans = sorted(run.spans)
-        for i, (start, end) in enumerate(spans):
-            ax.barh(i, end - start, left=start, height=0.8)
+        for i, (start, end, label) in enumerate(sorted(run.spans)):
+            ax.barh(i, end - start, left=start, height=0.8, color=colors[label])
         ax.axvline(run.wall_s, color="black", linewidth=1)
         ax.set_ylabel(f"{run.system}\n({run.span_source})", fontsize=7)
         ax.set_yticks([])
-    axes[-1, 0].set_xlabel("seconds since the run started (black line: the run's end)")
-    fig.suptitle(f"{workload.name} at {point[0]}={first[0].value}: one run's calls", fontsize=9)
-    fig.tight_layout()
-    name = f"{workload.name}-timeline.png"
-    fig.savefig(out_dir / name, dpi=100)
-    plt.close(fig)
-    return name
+    axes[-1, 0].set_xlabel("seconds since the run started")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in colors.values()]
+    handles.append(plt.Line2D([0], [0], color="black", linewidth=1))
+    labels = [*colors, "the run's end"]
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=7, frameon=False)
+    fig.suptitle(f"{title}: one run's calls", fontsize=9)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))  # room for the legend below
+    return fig

@@ -12,6 +12,12 @@ from typing import Any
 from eclectus.evals.harness import BOUND_REP, BoundRecord, FailedRun, RunRecord
 from eclectus.evals.summary import PointSummary
 from eclectus.evals.workloads import Workload
+from eclectus.recipes import (
+    ChainSummaryParams,
+    MapReduceParams,
+    MultiAgentParams,
+    SharedPromptParams,
+)
 
 HEADER = (
     "| point | system | median s | min–max s | ÷ reference | lower bound s | ÷ bound "
@@ -53,6 +59,46 @@ def table_rows(summary: list[PointSummary]) -> list[str]:
         f"| {s.num_calls} | {_num(s.prompt_tokens, '{:.0f}')} |"
         for s in summary
     ]
+
+
+def _map_reduce_shape(p: MapReduceParams) -> str:
+    chunks = (
+        "one map per chunk of the document"
+        if p.num_chunks is None
+        else (f"{p.num_chunks} parallel maps")
+    )
+    return (
+        f"{chunks} over {p.chunk_tokens}-token chunks ({p.map_tokens} tokens out each, at "
+        f"most {p.width} at once), then the reduce ({p.reduce_tokens} tokens)"
+    )
+
+
+def describe(workload: Workload) -> str:
+    """The shape of the workload as run, from its base parameters (pure): what the report
+    says is what ran, whatever ``--set`` changed."""
+    p = workload.base
+    if isinstance(p, MapReduceParams):
+        return _map_reduce_shape(p)
+    if isinstance(p, ChainSummaryParams):
+        steps = "one step per chunk" if p.num_chunks is None else f"{p.num_chunks} steps"
+        return (
+            f"refine chain of {steps} over {p.chunk_tokens}-token chunks, each waiting for the "
+            f"previous summary ({p.summary_tokens} tokens)"
+        )
+    if isinstance(p, MultiAgentParams):
+        return (
+            f"an architect, then {p.files} engineers writing files in parallel on the shared "
+            f"design ({p.code_tokens} tokens each), {p.rounds} review round(s)"
+        )
+    if isinstance(p, SharedPromptParams):
+        shape = (
+            f"{p.requests} chats from {p.users} users sharing a {p.system_tokens}-token system "
+            f"prompt, Poisson arrivals at {p.rate}/s, {p.answer_tokens}-token answers"
+        )
+        if p.background is not None:
+            shape += f"; beside them a background job: {_map_reduce_shape(p.background)}"
+        return shape
+    return workload.description or workload.recipe
 
 
 def render_report(
@@ -97,8 +143,7 @@ def render_report(
         lines += [
             f"## {workload.name}",
             "",
-            f"{workload.description or workload.recipe}. "
-            f"Metric: {metric}. Base parameters: `{workload.base}`.",
+            f"{describe(workload)}. Metric: {metric}. Base parameters: `{workload.base}`.",
             "",
             HEADER,
             RULE,

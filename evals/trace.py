@@ -30,6 +30,7 @@ class EngineSpan:
     prompt_tokens: int
     cached_tokens: int
     output_tokens: int
+    background: bool = False  # throughput work nobody waits on (EngineRequest.background)
 
 
 class TracingBackend:
@@ -58,6 +59,7 @@ class TracingBackend:
                         output.num_prompt_tokens,
                         output.num_cached_tokens,
                         output.num_output_tokens,
+                        request.background,
                     )
                 )
             yield output

@@ -19,12 +19,24 @@ PROGRESS_EVERY_S = 2.0  # between lines when stderr is not a terminal
 CALLS_FINISHED = "eclectus_calls_finished_total"  # graph calls the server's scheduler finished
 
 
+APP_TAG = "app:"  # a run tag "app:NAME" labels the calls under it (e.g. chat, analytics)
+DEFAULT_LABEL = "model call"
+
+
 @dataclass(frozen=True, slots=True)
 class CallSpan:
-    """One model call seen by the client: seconds since the run started."""
+    """One model call seen by the client: seconds since the run started, and which part of
+    the app made it (its ``app:`` tag, else "model call")."""
 
     start_s: float
     end_s: float
+    label: str = DEFAULT_LABEL
+
+
+def label_of(tags: list[str] | None) -> str:
+    """The part of the app a call belongs to, from its run's inherited tags (pure)."""
+    found = [t.removeprefix(APP_TAG) for t in tags or () if t.startswith(APP_TAG)]
+    return found[0] if found else DEFAULT_LABEL
 
 
 class CallObserver(BaseCallbackHandler):
@@ -49,7 +61,7 @@ class CallObserver(BaseCallbackHandler):
         self.show = show
         self.spans: list[CallSpan] = []
         self._lock = threading.Lock()
-        self._started: dict[UUID, float] = {}
+        self._started: dict[UUID, tuple[float, str]] = {}
         self._t0 = time.perf_counter()
         self._last_print = 0.0
         self._server_calls = 0
@@ -67,27 +79,27 @@ class CallObserver(BaseCallbackHandler):
             self.print_progress()
 
     def on_llm_start(self, serialized: Any, prompts: Any, *, run_id: UUID, **kw: Any) -> None:
-        self._start(run_id)
+        self._start(run_id, kw.get("tags"))
 
     def on_chat_model_start(
         self, serialized: Any, messages: Any, *, run_id: UUID, **kw: Any
     ) -> None:
-        self._start(run_id)
+        self._start(run_id, kw.get("tags"))
 
     def on_llm_end(self, response: Any, *, run_id: UUID, **kw: Any) -> None:
         now = time.perf_counter() - self._t0
         with self._lock:
-            start = self._started.pop(run_id, now)
-            self.spans.append(CallSpan(start, now))
+            start, label = self._started.pop(run_id, (now, DEFAULT_LABEL))
+            self.spans.append(CallSpan(start, now, label))
         self.print_progress()
 
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kw: Any) -> None:
         with self._lock:
             self._started.pop(run_id, None)
 
-    def _start(self, run_id: UUID) -> None:
+    def _start(self, run_id: UUID, tags: list[str] | None) -> None:
         with self._lock:
-            self._started[run_id] = time.perf_counter() - self._t0
+            self._started[run_id] = (time.perf_counter() - self._t0, label_of(tags))
 
     def print_progress(self, final: bool = False) -> None:
         """Write the progress line (mutates the stream; rate-limited off a TTY)."""

@@ -125,9 +125,14 @@ async def _run(
         background = models.for_objective("throughput")  # the chats are what users wait on
         chain = background.prepare(map_reduce.build_chain(bg, background, len(chunks)), "analytics")
         inputs = {f"chunk_{i}": c for i, c in enumerate(chunks)}
-        job_config = {**config, "run_name": "analytics", "max_concurrency": bg.width}
+        job_config = {
+            **config,
+            "run_name": "analytics",
+            "tags": [*config.get("tags", []), "app:analytics"],
+            "max_concurrency": bg.width,
+        }
         job = asyncio.create_task(chain.ainvoke(inputs, job_config))
-    chat_config = {**config, "run_name": "chat"}
+    chat_config = {**config, "run_name": "chat", "tags": [*config.get("tags", []), "app:chat"]}
     answers = await asyncio.gather(
         *(
             _chat_session(chat, handbook, q, at, t0, chat_config)
