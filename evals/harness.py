@@ -9,7 +9,6 @@ critical-path lower bound is measured on each engine (median of ``bound_reps`` c
 
 from __future__ import annotations
 
-import gc
 import itertools
 import statistics
 import sys
@@ -25,6 +24,7 @@ from eclectus.evals.systems import System
 from eclectus.evals.trace import read_spans
 from eclectus.evals.workloads import Sweep, Workload, replace_path
 from eclectus.recipes import RECIPES, run_recipe
+from eclectus.recipes.shared_prompt import drop_cached_async_clients
 from eclectus.recipes.text import load_sample
 
 UNKNOWN_RATIO_NOTE = "prefix-cache hit ratio unknown"  # run_recipe's note; we measure it here
@@ -157,7 +157,7 @@ class Harness:
         server = system.server
         if server is not None:
             server.reset_prefix_cache()
-        _drop_cached_async_clients()
+        drop_cached_async_clients()
         before = _counters(system)
         started_epoch = time.time()
         result = run_recipe(workload.recipe, params, system.target(), text=text)
@@ -225,27 +225,6 @@ class Harness:
                 (s.start - offset, s.end - offset, ENGINE_LABELS[s.background]) for s in traced
             ], "engine"
         return [(s.start_s, s.end_s, s.label) for s in result.timeline], "client"
-
-
-def _drop_cached_async_clients() -> None:
-    """Forget langchain_openai's cached async HTTP clients (mutates its module cache).
-
-    langchain_openai keeps one async client per base URL for the life of the process, bound
-    to the event loop of its first use; an app that calls ``asyncio.run`` once per run (the
-    shared-prompt recipe) then fails on its second run with "Event loop is closed". Each
-    run here is a fresh app start, so each gets fresh clients; the app itself is unchanged.
-    """
-    try:
-        from langchain_openai.chat_models import _client_utils
-    except ImportError:
-        return
-    cached = getattr(_client_utils, "_cached_async_httpx_client", None)
-    if cached is not None and hasattr(cached, "cache_clear"):
-        cached.cache_clear()
-        # Collect the dropped clients now, while no event loop runs: their __del__ then finds
-        # no loop and does nothing. Collected later, inside the next run's loop, each schedules
-        # an aclose() on its own closed loop, and asyncio logs "Event loop is closed" for it.
-        gc.collect()
 
 
 def _counters(system: System) -> dict[str, float] | None:

@@ -11,6 +11,7 @@ report gives the chat latency (what its users feel) and the job's time (its thro
 from __future__ import annotations
 
 import asyncio
+import gc
 import random
 import re
 import statistics
@@ -143,10 +144,33 @@ async def _run(
     return list(answers), summary, time.perf_counter() - t0
 
 
+def drop_cached_async_clients() -> None:
+    """Forget langchain_openai's cached async HTTP clients (mutates its module cache).
+
+    langchain_openai keeps one async client per base URL for the life of the process, bound
+    to the event loop of its first use; an app that calls ``asyncio.run`` once per run (the
+    shared-prompt recipe) then fails on its second run with "Event loop is closed". So each
+    run starts with fresh clients (the evals' harness too: each of its runs is a fresh app
+    start).
+    """
+    try:
+        from langchain_openai.chat_models import _client_utils
+    except ImportError:
+        return
+    cached = getattr(_client_utils, "_cached_async_httpx_client", None)
+    if cached is not None and hasattr(cached, "cache_clear"):
+        cached.cache_clear()
+        # Collect the dropped clients now, while no event loop runs: their __del__ then finds
+        # no loop and does nothing. Collected later, inside the next run's loop, each schedules
+        # an aclose() on its own closed loop, and asyncio logs "Event loop is closed" for it.
+        gc.collect()
+
+
 def run(
     params: SharedPromptParams, models: ModelFactory, text: str, config: RunnableConfig
 ) -> RecipeOutput:
     """Serve the chats beside the analytics job; output the first answer and the summary."""
+    drop_cached_async_clients()  # this run's asyncio.run is a new event loop
     answers, summary, wall_s = asyncio.run(_run(params, models, text, config))
     latencies = sorted(latency for _, latency in answers)
     details: dict[str, object] = {
