@@ -66,8 +66,8 @@ RUNNABLE = [s for s in SNIPPETS if s.no_run is None]
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[EclectusServer]:
-    """`eclectus serve --model tiny` on a free port (both listeners), for the module."""
-    with serve_in_thread(ServerConfig(port=0, model="tiny", openai_port=0)) as running:
+    """`eclectus serve --model tiny` on a free port, for the module."""
+    with serve_in_thread(ServerConfig(port=0, model="tiny")) as running:
         yield running
 
 
