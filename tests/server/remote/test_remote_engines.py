@@ -1,0 +1,139 @@
+"""The remote backend against real engines: ``eclectus serve --model tiny`` processes
+speaking the OpenAI-compatible API, with the graph server in this process in front of them."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+from remote_helpers import EngineProcess, RecordingProxy, serve_http, start_engines
+from websockets.asyncio.client import connect
+from ws_helpers import RawClient, map_reduce
+
+from eclectus.server.app import EclectusServer, start_server
+from eclectus.server.config import ServerConfig
+from eclectus.server.remote import RemoteConfig, RoutingPolicy, build_remote_backend
+from eclectus.server.remote.backend import RemoteBackend
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def engines() -> Iterator[list[EngineProcess]]:
+    procs = start_engines(2)
+    yield procs
+    for proc in procs:
+        proc.stop()
+
+
+@pytest.fixture(scope="module")
+def builtin() -> Iterator[object]:
+    from eclectus.server.engine import AsyncEngine
+
+    engine = AsyncEngine.from_config(model="tiny", num_kv_blocks=512, num_threads=1)
+    yield engine
+    asyncio.run(engine.shutdown())
+
+
+def remote_backend(urls: list[str], **config: Any) -> RemoteBackend:
+    config.setdefault("probe_interval_s", 0.2)
+    return build_remote_backend(RemoteConfig(model="tiny", engine_urls=tuple(urls), **config))
+
+
+async def run_graph(server: EclectusServer, frame: dict[str, Any], num: int, **hello: Any) -> Any:
+    """Submit ``frame`` in a new session and collect ``num`` answers (var -> frame)."""
+    async with connect(server.url) as ws:
+        client = RawClient(ws)
+        await client.hello(**hello)
+        await client.send(frame)
+        answers = {}
+        while len(answers) < num:
+            got = await client.recv(timeout=120)
+            if got["type"] in ("value", "error") and "var" in got:
+                answers[got["var"]] = got
+        return answers
+
+
+def fan_out(num: int, max_tokens: int = 24, criteria: str = "latency") -> dict[str, Any]:
+    """``num`` independent calls sharing a long constant prefix, each got."""
+    frame: dict[str, Any] = {"type": "submit", "vars": [], "calls": [], "gets": []}
+    for i in range(num):
+        frame["calls"].append(
+            {
+                "id": f"c{i}",
+                "template": "You are a careful assistant. Answer briefly.\n"
+                f"Question {i}: what is {i} plus {i}?\nAnswer:{{{{a{i}}}}}",
+                "bind": {f"a{i}": f"a{i}"},
+                "sampling": {f"a{i}": {"max_tokens": max_tokens, "ignore_eos": True}},
+            }
+        )
+        frame["gets"].append({"var": f"a{i}", "criteria": criteria})
+    return frame
+
+
+async def reference(builtin: object, frame: dict[str, Any], num: int) -> dict[str, str]:
+    server = await start_server(ServerConfig(port=0), builtin, owns_backend=False)  # type: ignore[arg-type]
+    try:
+        return {k: v["text"] for k, v in (await run_graph(server, frame, num)).items()}
+    finally:
+        await server.close()
+
+
+@pytest.fixture
+async def front(engines: list[EngineProcess]) -> AsyncIterator[EclectusServer]:
+    backend = remote_backend([e.url for e in engines])
+    server = await start_server(ServerConfig(port=0), backend, owns_backend=True)
+    yield server
+    await server.close()
+
+
+@pytest.mark.parametrize("policy", list(RoutingPolicy))
+async def test_graph_through_remote_engines_equals_builtin(
+    engines: list[EngineProcess], builtin: object, policy: RoutingPolicy
+) -> None:
+    """Greedy: a map-reduce graph and a fan-out served through two remote engines give
+    exactly the built-in engine's text, under every routing policy."""
+    backend = remote_backend([e.url for e in engines], routing=policy)
+    async with await start_server(ServerConfig(port=0), backend, owns_backend=True) as server:
+        for frame, num in ((map_reduce(4), 1), (fan_out(4), 4)):
+            got = await run_graph(server, frame, num)
+            assert {k: v["text"] for k, v in got.items()} == await reference(builtin, frame, num)
+        assert sum(e.num_requests for e in backend.pool.engines) == 5 + 4
+        if policy is RoutingPolicy.ROUND_ROBIN:
+            assert all(e.num_requests >= 4 for e in backend.pool.engines)
+
+
+async def test_engines_receive_ids_priority_and_salt(
+    engines: list[EngineProcess], builtin: object
+) -> None:
+    """What the engine receives (recorded by a real proxy in front of it): the prompt as the
+    token ids Eclectus computed, an int priority that puts latency work before throughput
+    work, the tenant as cache_salt, return_token_ids."""
+    proxy = RecordingProxy(engines[0].url)
+    http, url = await serve_http(proxy.handle)
+    backend = remote_backend([url])
+    try:
+        async with await start_server(ServerConfig(port=0), backend, owns_backend=True) as server:
+            slow = fan_out(1, criteria="throughput")
+            got = await run_graph(server, slow, 1, tenant="acme")
+            fast = fan_out(1, criteria="latency")
+            await run_graph(server, fast, 1)
+        completions = [b for b in proxy.bodies if b.get("stream")]
+        assert len(completions) == 2
+        throughput, latency = completions
+        prompt = backend.tokenize_prompt(
+            (
+                "You are a careful assistant. Answer briefly.\nQuestion 0: what is 0 plus 0?\n"
+                "Answer:",
+            )
+        )
+        assert throughput["prompt"] == list(prompt.token_ids)
+        assert throughput["cache_salt"] == "acme" and "cache_salt" not in latency
+        assert isinstance(latency["priority"], int) and latency["priority"] < throughput["priority"]
+        assert throughput["return_token_ids"] is True and throughput["max_tokens"] == 24
+        assert got["a0"]["text"] == (await reference(builtin, slow, 1))["a0"]
+    finally:
+        await http.close()
+        await proxy.aclose()
