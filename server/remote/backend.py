@@ -35,6 +35,7 @@ from eclectus.server.backend import (
     TokenizedPrompt,
 )
 from eclectus.server.engine.tokenizer import Tokenizer
+from eclectus.server.remote.continuation import LocalText
 from eclectus.server.remote.errors import EngineDown, EngineRejected, RemoteStartError
 from eclectus.server.remote.members import Attempt, Piece
 from eclectus.server.remote.pool import EnginePool
@@ -51,6 +52,7 @@ class _Progress:
     exact_ids: bool = True  # every id came from an engine (else: re-tokenize the text)
     finish_reason: str | None = None
     num_cached_tokens: int = 0
+    local: LocalText | None = None  # after a failover: text decoded here from the ids
 
 
 class RemoteBackend:
@@ -133,6 +135,8 @@ class RemoteBackend:
                         output = self._absorb(request.request_id, piece, progress)
                         if output is not None:
                             yield output
+                        if progress.finish_reason == "stop" and progress.local is not None:
+                            break  # the local text met a stop string
                 break
             except EngineDown as exc:
                 if progress.finish_reason is not None:
@@ -140,6 +144,7 @@ class RemoteBackend:
                 self.pool.mark_down(placement.engine, str(exc))
                 self.num_failovers += 1
                 log.warning("failing over %s: %s", request.request_id, exc)
+                self._go_local(request, progress)
             except EngineRejected as exc:
                 raise EngineError(str(exc)) from None
             finally:
@@ -148,7 +153,20 @@ class RemoteBackend:
             raise EngineUnavailableError(
                 f"{request.request_id} failed on {max_attempts} attempts ({self._down_reasons()})"
             )
+        if progress.local is not None:
+            text, _ = progress.local.flush()
+            if text:
+                progress.text.append(text)
+                yield EngineOutput(request.request_id, text, ())
         yield self._final(request.request_id, prompt, progress)
+
+    def _go_local(self, request: EngineRequest, progress: _Progress) -> None:
+        """From the first failover on, decode the text here from all ids (continuation.py)
+        when the ids are exact (mutates ``progress``)."""
+        if progress.local is None and progress.exact_ids:
+            progress.local = LocalText.resume(
+                self.tokenizer, progress.token_ids, "".join(progress.text), request.sampling.stop
+            )
 
     def _attempt(
         self, request: EngineRequest, prompt: TokenizedPrompt, progress: _Progress, number: int
@@ -182,10 +200,15 @@ class RemoteBackend:
             progress.exact_ids = False
         ids = piece.token_ids or ()
         progress.token_ids += ids
-        if not piece.text and not ids:
+        text = piece.text
+        if progress.local is not None:
+            text, stopped = progress.local.feed(ids)
+            if stopped:
+                progress.finish_reason = "stop"
+        if not text and not ids:
             return None
-        progress.text.append(piece.text)
-        return EngineOutput(request_id, piece.text, tuple(ids))
+        progress.text.append(text)
+        return EngineOutput(request_id, text, tuple(ids))
 
     def _final(self, request_id: str, prompt: TokenizedPrompt, progress: _Progress) -> EngineOutput:
         num_output = len(self._generated_ids(progress))
