@@ -37,7 +37,7 @@ class RemoteConfig:
         for url in self.engine_urls:
             if not url.startswith(("http://", "https://")):
                 raise ValueError(f"--engine-url {url!r}: must start with http:// or https://")
-        if len(set(self.engine_urls)) != len(self.engine_urls):
+        if len({u.rstrip("/") for u in self.engine_urls}) != len(self.engine_urls):
             raise ValueError("--engine-url: the same URL is given twice")
         for name in ("max_inflight_per_engine",):
             if getattr(self, name) < 1:

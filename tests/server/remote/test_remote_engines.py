@@ -137,3 +137,54 @@ async def test_engines_receive_ids_priority_and_salt(
     finally:
         await http.close()
         await proxy.aclose()
+
+
+async def test_builtin_engine_joins_the_pool(engines: list[EngineProcess], builtin: object) -> None:
+    """``--engine builtin`` with an ``--engine-url``: both serve calls of one graph, and the
+    text is the built-in engine's alone."""
+    from eclectus.server.engine import AsyncEngine
+
+    config = RemoteConfig(
+        model="tiny", engine_urls=(engines[0].url,), builtin=True, routing=RoutingPolicy.ROUND_ROBIN
+    )
+    backend = build_remote_backend(
+        config, lambda: AsyncEngine.from_config(model="tiny", num_kv_blocks=256, num_threads=1)
+    )
+    async with await start_server(ServerConfig(port=0), backend, owns_backend=True) as server:
+        got = await run_graph(server, fan_out(4), 4)
+        assert {k: v["text"] for k, v in got.items()} == await reference(builtin, fan_out(4), 4)
+        assert [e.member.name for e in backend.pool.engines] == ["builtin", engines[0].url]
+        assert all(e.num_requests == 2 for e in backend.pool.engines)
+
+
+def test_serve_cli_in_front_of_engines(engines: list[EngineProcess], builtin: object) -> None:
+    """``eclectus serve --model tiny --engine-url A --engine-url B --routing least-loaded``
+    as a user runs it: a graph through it gives the built-in engine's text."""
+    import json
+    import re
+    import signal
+    import subprocess
+    import sys
+
+    from websockets.sync.client import connect as connect_sync
+
+    flags = ["--engine-url", engines[0].url, "--engine-url", engines[1].url]
+    flags += ["--routing", "least-loaded"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "eclectus", "serve", "--model", "tiny", "--port", "0", *flags],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        url = next(m.group(1) for line in proc.stderr if (m := re.search(r"on (ws://\S+)", line)))
+        with connect_sync(url) as ws:
+            ws.send(json.dumps({"type": "hello"}))
+            assert json.loads(ws.recv(timeout=30))["type"] == "welcome"
+            ws.send(json.dumps(map_reduce(3)))
+            while (frame := json.loads(ws.recv(timeout=120)))["type"] != "value":
+                assert frame["type"] == "ack", frame
+        assert frame["text"] == asyncio.run(reference(builtin, map_reduce(3), 1))["final"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
