@@ -188,3 +188,49 @@ def test_serve_cli_in_front_of_engines(engines: list[EngineProcess], builtin: ob
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
+
+
+def shared_document(num: int) -> dict[str, Any]:
+    """``num`` questions over one document variable: every prompt starts with the document's
+    segment, which the scheduler pins while the later questions are queued."""
+    frame: dict[str, Any] = {
+        "type": "submit",
+        "vars": [{"id": "doc", "value": "A long shared document. " * 40}],
+        "calls": [],
+        "gets": [],
+    }
+    for i in range(num):
+        frame["calls"].append(
+            {
+                "id": f"q{i}",
+                "template": f"{{{{doc}}}}\nQuestion {i}: why?\nAnswer:{{{{a{i}}}}}",
+                "bind": {"doc": "doc", f"a{i}": f"a{i}"},
+                "sampling": {f"a{i}": {"max_tokens": 8, "ignore_eos": True}},
+            }
+        )
+        frame["gets"].append({"var": f"a{i}"})
+    return frame
+
+
+@pytest.mark.parametrize("policy", [RoutingPolicy.GRAPH, RoutingPolicy.LEAST_LOADED])
+async def test_graph_routing_keeps_a_shared_prefix_on_one_engine(
+    engines: list[EngineProcess], builtin: object, policy: RoutingPolicy
+) -> None:
+    """Six questions over one document, two in flight at a time (so the later ones are still
+    queued when the first is dispatched, and the scheduler pins the document's segment):
+    the graph policy sends the first to the idle engine and the rest follow the pinned
+    prefix there (one prefill of the document); least-loaded spreads them over both
+    engines. Same text either way."""
+    backend = remote_backend([e.url for e in engines], routing=policy)
+    config = ServerConfig(port=0, max_inflight=2)
+    async with await start_server(config, backend, owns_backend=True) as server:
+        got = await run_graph(server, shared_document(6), 6)
+    expected = await reference(builtin, shared_document(6), 6)
+    assert {k: v["text"] for k, v in got.items()} == expected
+    used = sorted(e.num_requests for e in backend.pool.engines)
+    if policy is RoutingPolicy.GRAPH:
+        assert used == [0, 6]
+        assert backend.pool.decisions == {"least-loaded": 1, "pinned-prefix": 5}
+        assert all(not e.pins for e in backend.pool.engines)  # unpinned once all went out
+    else:
+        assert used[0] > 0
