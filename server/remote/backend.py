@@ -254,14 +254,17 @@ class RemoteBackend:
 
     def stats(self) -> EngineStats:
         """Load summed over healthy engines, from their /metrics where they serve it, else
-        our in-flight counts (pure)."""
+        our in-flight counts; each engine's health and in-flight count, failovers and
+        routing decisions in ``extra`` (pure)."""
         running = waiting = 0
         extra: dict[str, float] = {"failovers": float(self.num_failovers)}
         for e in self.pool.engines:
-            running += e.load.num_running if e.load.num_running is not None else e.num_inflight
-            waiting += e.load.num_waiting or 0
             extra[f"engine{e.index}_healthy"] = float(e.healthy)
             extra[f"engine{e.index}_inflight"] = float(e.num_inflight)
+            if not e.healthy:
+                continue  # its last load is stale
+            running += e.load.num_running if e.load.num_running is not None else e.num_inflight
+            waiting += e.load.num_waiting or 0
         for reason, count in self.pool.decisions.items():
             extra[f"routed_{reason}"] = float(count)
         return EngineStats(

@@ -24,6 +24,7 @@ class EngineClient:
         api_key: str | None = None,
         connect_timeout_s: float = 5.0,
         read_timeout_s: float = 600.0,
+        probe_timeout_s: float = 30.0,
     ) -> None:
         self.url = url.rstrip("/")
         # vLLM serves /tokenize, /metrics and /health at the root, beside /v1
@@ -33,6 +34,8 @@ class EngineClient:
         # no pool cap: the pool's per-engine in-flight cap is the one limit
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
         self._http = httpx.AsyncClient(headers=headers, timeout=timeout, limits=limits)
+        # everything but a generation's stream: a hung engine must not stall the prober
+        self._short = httpx.Timeout(probe_timeout_s, connect=connect_timeout_s)
 
     async def aclose(self) -> None:
         """Close the connection pool (mutates)."""
@@ -66,7 +69,7 @@ class EngineClient:
     async def metrics(self) -> str | None:
         """The ``/metrics`` page; None when the engine does not serve one there."""
         try:
-            response = await self._http.get(f"{self.root}/metrics")
+            response = await self._http.get(f"{self.root}/metrics", timeout=self._short)
         except httpx.TransportError as exc:
             raise EngineDown(f"{self.url}: {_describe(exc)}") from None
         if response.status_code != 200:
@@ -100,7 +103,7 @@ class EngineClient:
 
     async def _json(self, method: str, url: str, body: Any = None) -> dict[str, Any]:
         try:
-            response = await self._http.request(method, url, json=body)
+            response = await self._http.request(method, url, json=body, timeout=self._short)
         except httpx.TransportError as exc:
             raise EngineDown(f"{self.url}: {_describe(exc)}") from None
         _raise_for(self.url, response)

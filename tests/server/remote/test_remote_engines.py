@@ -101,6 +101,8 @@ async def test_graph_through_remote_engines_equals_builtin(
             got = await run_graph(server, frame, num)
             assert {k: v["text"] for k, v in got.items()} == await reference(builtin, frame, num)
         assert sum(e.num_requests for e in backend.pool.engines) == 5 + 4
+        stats = backend.stats()  # what the server's /metrics reports as its engine
+        assert stats.generated_tokens >= 4 * 24 and stats.extra["failovers"] == 0
         if policy is RoutingPolicy.ROUND_ROBIN:
             assert all(e.num_requests >= 4 for e in backend.pool.engines)
 
