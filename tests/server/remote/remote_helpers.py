@@ -131,15 +131,18 @@ async def serve_http(handler: Handler) -> tuple[HttpServer, str]:
 class RecordingProxy:
     """Forwards every request to an engine and records each JSON body it received."""
 
-    def __init__(self, target: str) -> None:
+    def __init__(self, target: str, fail_streams: bool = False) -> None:
         self.target_root = target.removesuffix("/v1")
         self.bodies: list[dict[str, Any]] = []
+        self.fail_streams = fail_streams  # answer every streamed completion with a 503
         self._http = httpx.AsyncClient(timeout=120)
 
     async def handle(self, request: HttpRequest) -> HttpResponse:
         body = json.loads(request.body) if request.body else None
         if body is not None and request.path == "/v1/completions":
             self.bodies.append(body)
+            if self.fail_streams and body.get("stream"):
+                return HttpResponse.json(503, {"error": {"message": "overloaded"}})
         upstream = self._http.build_request(
             request.method, self.target_root + request.path, content=request.body
         )

@@ -236,3 +236,21 @@ async def test_graph_routing_keeps_a_shared_prefix_on_one_engine(
         assert all(not e.pins for e in backend.pool.engines)  # unpinned once all went out
     else:
         assert used[0] > 0
+
+
+async def test_engine_answering_5xx_fails_over(
+    engines: list[EngineProcess], builtin: object
+) -> None:
+    """An engine that passes its checks but answers 503 to every generation: each call it
+    gets fails over to the other engine and completes once; it is marked down."""
+    proxy = RecordingProxy(engines[0].url, fail_streams=True)
+    http, url = await serve_http(proxy.handle)
+    backend = remote_backend([url, engines[1].url], routing=RoutingPolicy.ROUND_ROBIN)
+    try:
+        async with await start_server(ServerConfig(port=0), backend, owns_backend=True) as server:
+            got = await run_graph(server, fan_out(4), 4)
+        assert {k: v["text"] for k, v in got.items()} == await reference(builtin, fan_out(4), 4)
+        assert backend.num_failovers >= 1 and backend.pool.engines[0].num_failures >= 1
+    finally:
+        await http.close()
+        await proxy.aclose()
