@@ -35,6 +35,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def positive_seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
+    return value
+
+
 def positive_int_or_none(text: str) -> int | None:
     """An argparse type: an integer >= 1, or "none" (no limit)."""
     return None if text.strip().lower() == "none" else positive_int(text)
@@ -186,7 +197,7 @@ def add_remote_arguments(parser: argparse.ArgumentParser) -> None:
     from eclectus.server.remote.config import RemoteConfig
     from eclectus.server.remote.routing import RoutingPolicy
 
-    defaults = RemoteConfig(model="", engine_urls=("http://x",))
+    defaults = {f.name: f.default for f in fields(RemoteConfig)}
     remote = parser.add_argument_group("remote engines (docs/engines.md)")
     remote.add_argument(
         "--engine-url",
@@ -207,13 +218,13 @@ def add_remote_arguments(parser: argparse.ArgumentParser) -> None:
     remote.add_argument(
         "--routing",
         choices=[p.value for p in RoutingPolicy],
-        default=defaults.routing.value,
+        default=defaults["routing"].value,
         help="how calls are spread over the engines (graph: prefix- and group-aware)",
     )
     remote.add_argument(
         "--engine-max-inflight",
         type=positive_int,
-        default=defaults.max_inflight_per_engine,
+        default=defaults["max_inflight_per_engine"],
         help="our requests on one engine at once",
     )
     remote.add_argument(
@@ -223,14 +234,14 @@ def add_remote_arguments(parser: argparse.ArgumentParser) -> None:
     )
     remote.add_argument(
         "--engine-timeout",
-        type=float,
-        default=defaults.read_timeout_s,
+        type=positive_seconds,
+        default=defaults["read_timeout_s"],
         help="seconds to wait for an engine's next streamed piece before failing over",
     )
     remote.add_argument(
         "--engine-probe-interval",
-        type=float,
-        default=defaults.probe_interval_s,
+        type=positive_seconds,
+        default=defaults["probe_interval_s"],
         help="seconds between re-probes of a down engine (and /metrics scrapes)",
     )
 
