@@ -120,6 +120,11 @@ class RemoteBackend:
         max_attempts = len(self.pool.engines) + 1
         for number in range(max_attempts):
             attempt = self._attempt(request, prompt, progress, number)
+            if attempt is None and number == 0:
+                raise EngineError(
+                    f"prompt of {len(prompt)} tokens leaves no room in the context window "
+                    f"of {self.model.context_window}"
+                )
             if attempt is None:  # the budget ran out exactly at the failover
                 progress.finish_reason = "length"
                 break
@@ -154,7 +159,9 @@ class RemoteBackend:
                 f"{request.request_id} failed on {max_attempts} attempts ({self._down_reasons()})"
             )
         if progress.local is not None:
-            text, _ = progress.local.flush()
+            text, stopped = progress.local.flush()
+            if stopped:
+                progress.finish_reason = "stop"
             if text:
                 progress.text.append(text)
                 yield EngineOutput(request.request_id, text, ())
