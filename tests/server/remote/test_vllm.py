@@ -69,12 +69,18 @@ def builtin() -> Iterator[object]:
 
 
 async def test_graph_through_vllm_equals_builtin(vllm_url: str, builtin: object) -> None:
-    """vLLM passes the handshake (same tokenizer, priority scheduling) and a greedy graph
-    through it gives the built-in engine's text."""
+    """vLLM passes the handshake (same tokenizer, priority scheduling); greedy calls through
+    it give the built-in engine's text, and a map-reduce completes.
+
+    Exact text equality is asserted where every output runs to max_tokens: vLLM generates
+    the same ids, but drops an incomplete UTF-8 sequence left at the end of an output (the
+    random tiny model ends on stray bytes) where the built-in engine emits U+FFFD, and a
+    reduce whose prompt holds such outputs then sees another prompt (docs/engines.md)."""
     backend = remote_backend([vllm_url])
     async with await start_server(ServerConfig(port=0), backend, owns_backend=True) as server:
         member = backend.pool.engines[0].member
         assert member.info is not None and member.info.priority  # type: ignore[attr-defined]
-        for frame, num in ((map_reduce(3), 1), (fan_out(3), 3)):
-            got = await run_graph(server, frame, num)
-            assert {k: v["text"] for k, v in got.items()} == await reference(builtin, frame, num)
+        got = await run_graph(server, fan_out(4), 4)
+        assert {k: v["text"] for k, v in got.items()} == await reference(builtin, fan_out(4), 4)
+        final = (await run_graph(server, map_reduce(3), 1))["final"]
+        assert final["type"] == "value" and final["finish_reason"] in ("stop", "length")
