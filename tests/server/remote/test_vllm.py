@@ -20,6 +20,7 @@ from eclectus.server.app import start_server
 from eclectus.server.config import ServerConfig
 
 VLLM_PYTHON = os.environ.get("VLLM_PYTHON")
+BAD = "\ufffd"  # what the built-in engine emits for bytes that do not decode
 pytestmark = [
     pytest.mark.vllm,
     pytest.mark.slow,
@@ -72,15 +73,18 @@ async def test_graph_through_vllm_equals_builtin(vllm_url: str, builtin: object)
     """vLLM passes the handshake (same tokenizer, priority scheduling); greedy calls through
     it give the built-in engine's text, and a map-reduce completes.
 
-    Exact text equality is asserted where every output runs to max_tokens: vLLM generates
-    the same ids, but drops an incomplete UTF-8 sequence left at the end of an output (the
-    random tiny model ends on stray bytes) where the built-in engine emits U+FFFD, and a
-    reduce whose prompt holds such outputs then sees another prompt (docs/engines.md)."""
+    vLLM generates the same ids, but drops the bytes that do not decode at the end of an
+    output (the random tiny model often ends on stray bytes) where the built-in engine emits
+    U+FFFD for each: texts are compared without that tail, and a reduce whose prompt holds
+    such outputs sees another prompt, so it is only checked to complete (docs/engines.md)."""
     backend = remote_backend([vllm_url])
     async with await start_server(ServerConfig(port=0), backend, owns_backend=True) as server:
         member = backend.pool.engines[0].member
         assert member.info is not None and member.info.priority  # type: ignore[attr-defined]
         got = await run_graph(server, fan_out(4), 4)
-        assert {k: v["text"] for k, v in got.items()} == await reference(builtin, fan_out(4), 4)
+        expected = await reference(builtin, fan_out(4), 4)
+        assert {k: v["text"].rstrip(BAD) for k, v in got.items()} == {
+            k: text.rstrip(BAD) for k, text in expected.items()
+        }
         final = (await run_graph(server, map_reduce(3), 1))["final"]
         assert final["type"] == "value" and final["finish_reason"] in ("stop", "length")
