@@ -52,11 +52,11 @@ def document_frame(tag: str, num_docs: int, num_questions: int) -> dict[str, Any
 def start_engine() -> tuple[subprocess.Popen[str], str]:
     """An engine process and its OpenAI base URL (blocks until it listens)."""
     command = [sys.executable, "-m", "eclectus", "serve", "--model", "tiny", "--port", "0"]
-    command += ["--openai-port", "0", "--num-threads", "1", "--num-kv-blocks", "1024"]
+    command += ["--num-threads", "1", "--num-kv-blocks", "1024"]
     proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None
     for line in proc.stderr:
-        match = re.search(r"OpenAI-compatible API on (http://\S+/v1)", line)
+        match = re.search(r"OpenAI API: (http://\S+/v1)\)", line)
         if match:
             return proc, match.group(1)
     raise RuntimeError("engine did not start")

@@ -3,8 +3,7 @@ serving the OpenAI-compatible API, and small real HTTP servers that stand in for
 (a recording proxy, a fake engine with another tokenizer).
 
 Where an engine's OpenAI base URL is found is decided in :func:`engine_command` and
-:func:`engine_url_in`: today the OpenAI API is a second port (``--openai-port``); when it
-moves onto the main port (``http://host:PORT/v1``), only these two change.
+:func:`engine_url_in`: the OpenAI API is on the main port (``http://host:PORT/v1``).
 """
 
 from __future__ import annotations
@@ -44,8 +43,6 @@ def engine_command(port: int, model: str = "tiny") -> list[str]:
         "--model",
         model,
         "--port",
-        "0",
-        "--openai-port",
         str(port),
         "--num-threads",
         "1",
@@ -56,7 +53,7 @@ def engine_command(port: int, model: str = "tiny") -> list[str]:
 
 def engine_url_in(line: str) -> str | None:
     """The OpenAI base URL an engine's start-up line announces, if this is that line."""
-    match = re.search(r"OpenAI-compatible API on (http://\S+/v1)", line)
+    match = re.search(r"OpenAI API: (http://\S+/v1)\)", line)
     return match.group(1) if match else None
 
 
