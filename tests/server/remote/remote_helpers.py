@@ -20,8 +20,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-
-from eclectus.server.http_server import HttpRequest, HttpResponse, HttpServer, start_http_server
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
 
 STARTUP_TIMEOUT_S = 120.0
 
@@ -115,14 +118,32 @@ def start_engines(count: int) -> list[EngineProcess]:
     return engines
 
 
-Handler = Callable[[HttpRequest], Awaitable[HttpResponse]]
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+@dataclass
+class HttpServer:
+    """A loopback uvicorn server running one Starlette handler for every path."""
+
+    server: uvicorn.Server
+    port: int
+
+    async def close(self) -> None:
+        await self.server.shutdown()
 
 
 async def serve_http(handler: Handler) -> tuple[HttpServer, str]:
-    """A real loopback HTTP server (Eclectus's own listener) running ``handler``; its
-    OpenAI-style base URL."""
-    server = await start_http_server(handler, "127.0.0.1", 0, max_body_bytes=1 << 22)
-    return server, f"http://127.0.0.1:{server.port}/v1"
+    """A real loopback HTTP server (Starlette on uvicorn, as Eclectus's own) running
+    ``handler`` for every request; its OpenAI-style base URL."""
+    app = Starlette(routes=[Route("/{path:path}", handler, methods=["GET", "POST"])])
+    sock = socket.create_server(("127.0.0.1", 0))
+    config = uvicorn.Config(app, lifespan="off", log_config=None, access_log=False)
+    config.load()
+    server = uvicorn.Server(config)
+    server.lifespan = config.lifespan_class(config)
+    await server.startup(sockets=[sock])
+    port = int(sock.getsockname()[1])
+    return HttpServer(server, port), f"http://127.0.0.1:{port}/v1"
 
 
 class RecordingProxy:
@@ -134,21 +155,25 @@ class RecordingProxy:
         self.fail_streams = fail_streams  # answer every streamed completion with a 503
         self._http = httpx.AsyncClient(timeout=120)
 
-    async def handle(self, request: HttpRequest) -> HttpResponse:
-        body = json.loads(request.body) if request.body else None
-        if body is not None and request.path == "/v1/completions":
+    async def handle(self, request: Request) -> Response:
+        raw = await request.body()
+        body = json.loads(raw) if raw else None
+        if body is not None and request.url.path == "/v1/completions":
             self.bodies.append(body)
             if self.fail_streams and body.get("stream"):
-                return HttpResponse.json(503, {"error": {"message": "overloaded"}})
+                return JSONResponse({"error": {"message": "overloaded"}}, status_code=503)
+        headers = {"content-type": "application/json"} if raw else {}
         upstream = self._http.build_request(
-            request.method, self.target_root + request.path, content=request.body
+            request.method, self.target_root + request.url.path, content=raw, headers=headers
         )
         response = await self._http.send(upstream, stream=True)
         kind = response.headers.get("content-type", "application/json")
         if "event-stream" in kind:
-            return HttpResponse(response.status_code, _relay(response), content_type=kind)
+            return StreamingResponse(
+                _relay(response), status_code=response.status_code, media_type=kind
+            )
         content = await response.aread()
-        return HttpResponse(response.status_code, content, content_type=kind)
+        return Response(content, status_code=response.status_code, media_type=kind)
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -166,13 +191,13 @@ def fake_engine(tokens: list[int], max_model_len: int = 4096) -> Handler:
     """An engine that answers /v1/models and /tokenize (with ``tokens`` for any text) and
     nothing else: a server running a model with another tokenizer."""
 
-    async def handle(request: HttpRequest) -> HttpResponse:
-        if request.path == "/v1/models":
+    async def handle(request: Request) -> Response:
+        if request.url.path == "/v1/models":
             card = {"id": "other-model", "object": "model", "max_model_len": max_model_len}
-            return HttpResponse.json(200, {"object": "list", "data": [card]})
-        if request.path == "/tokenize":
+            return JSONResponse({"object": "list", "data": [card]})
+        if request.url.path == "/tokenize":
             answer = {"tokens": tokens, "count": len(tokens), "max_model_len": max_model_len}
-            return HttpResponse.json(200, answer)
-        return HttpResponse.json(404, {"error": {"message": "not found"}})
+            return JSONResponse(answer)
+        return JSONResponse({"error": {"message": "not found"}}, status_code=404)
 
     return handle
