@@ -117,11 +117,12 @@ async def test_engines_receive_ids_priority_and_salt(
     http, url = await serve_http(proxy.handle)
     backend = remote_backend([url])
     try:
-        async with await start_server(ServerConfig(port=0), backend, owns_backend=True) as server:
+        config = ServerConfig(port=0, token="tok-d", tenant_tokens=(("acme", "tok-a"),))
+        async with await start_server(config, backend, owns_backend=True) as server:
             slow = fan_out(1, criteria="throughput")
-            got = await run_graph(server, slow, 1, tenant="acme")
+            got = await run_graph(server, slow, 1, token="tok-a")  # tenant acme
             fast = fan_out(1, criteria="latency")
-            await run_graph(server, fast, 1)
+            await run_graph(server, fast, 1, token="tok-d")  # tenant default
         completions = [b for b in proxy.bodies if b.get("stream")]
         assert len(completions) == 2
         throughput, latency = completions
@@ -132,7 +133,7 @@ async def test_engines_receive_ids_priority_and_salt(
             )
         )
         assert throughput["prompt"] == list(prompt.token_ids)
-        assert throughput["cache_salt"] == "acme" and "cache_salt" not in latency
+        assert throughput["cache_salt"] == "acme" and latency["cache_salt"] == "default"
         assert isinstance(latency["priority"], int) and latency["priority"] < throughput["priority"]
         assert throughput["return_token_ids"] is True and throughput["max_tokens"] == 24
         assert got["a0"]["text"] == (await reference(builtin, slow, 1))["a0"]
