@@ -233,7 +233,11 @@ async def test_graph_routing_keeps_a_shared_prefix_on_one_engine(
     used = sorted(e.num_requests for e in backend.pool.engines)
     if policy is RoutingPolicy.GRAPH:
         assert used == [0, 6]
-        assert backend.pool.decisions == {"least-loaded": 1, "pinned-prefix": 5}
+        # followers placed while the pin lives follow it; one placed after the last sharer's
+        # dispatch released the pin follows the cached prefix instead
+        decisions = backend.pool.decisions
+        assert decisions["least-loaded"] == 1 and decisions["pinned-prefix"] >= 1
+        assert decisions["pinned-prefix"] + decisions["prefix"] == 5
         assert all(not e.pins for e in backend.pool.engines)  # unpinned once all went out
     else:
         assert used[0] > 0
