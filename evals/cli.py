@@ -37,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--baseline",
         action="append",
         default=[],
-        help="self | vllm | openai=URL (repeatable; default: self)",
+        help="self | vllm | eclectus-vllm | openai=URL (repeatable; default: self)",
     )
     parser.add_argument("--model", default="tiny", help="preset name or HF directory")
     parser.add_argument("--quick", action="store_true", help="small sizes, 3 repetitions")

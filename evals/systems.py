@@ -4,6 +4,8 @@
 - ``self``: the same Eclectus engine behind its OpenAI-compatible endpoint, driven by the stock
   ``langchain_openai`` classes (what the engine alone buys);
 - ``vllm`` / ``vllm-nopc``: stock vLLM with prefix caching on / off, stock classes;
+- ``eclectus-vllm``: the app's graph through Eclectus (as ``eclectus``), whose scheduler sends
+  the calls to a stock vLLM with priority scheduling (``eclectus serve --engine-url``);
 - ``openai``: any OpenAI-compatible server already running, stock classes.
 
 With a round-trip delay, every client connection goes through a :class:`DelayProxy`; the

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from eclectus.protocol import ModelCard, SamplingParams
+from eclectus.protocol import ErrorCode, ModelCard, SamplingParams
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +90,17 @@ class EngineStats:
 
 
 class EngineError(RuntimeError):
-    """The engine failed a request; the message says why."""
+    """The engine failed a request; the message says why. ``code``: the wire error code the
+    failed call's gets answer with."""
+
+    code: ErrorCode = "engine_error"
+
+
+class EngineUnavailableError(EngineError):
+    """No engine can take the request (every remote engine is down); retrying later may
+    succeed."""
+
+    code: ErrorCode = "engine_unavailable"
 
 
 class Backend(Protocol):

@@ -35,6 +35,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def positive_seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
+    return value
+
+
 def positive_int_or_none(text: str) -> int | None:
     """An argparse type: an integer >= 1, or "none" (no limit)."""
     return None if text.strip().lower() == "none" else positive_int(text)
@@ -212,7 +223,63 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=str.upper,
         help="server log verbosity (stderr)",
     )
+    add_remote_arguments(parser)
     add_engine_arguments(parser)
+
+
+def add_remote_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags that put engines other processes serve behind the scheduler (vLLM, SGLang,
+    another Eclectus; docs/engines.md) (mutates ``parser``)."""
+    from eclectus.server.remote.config import RemoteConfig
+    from eclectus.server.remote.routing import RoutingPolicy
+
+    defaults = {f.name: f.default for f in fields(RemoteConfig)}
+    remote = parser.add_argument_group("remote engines (docs/engines.md)")
+    remote.add_argument(
+        "--engine-url",
+        dest="engine_urls",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="an OpenAI-compatible engine to schedule for (vLLM, SGLang: http://host:port/v1); "
+        "repeat for a fleet. --model then only gives the tokenizer and chat template",
+    )
+    remote.add_argument(
+        "--engine",
+        choices=["builtin"],
+        default=None,
+        help="with --engine-url: also run the built-in engine as one member of the pool "
+        "(without --engine-url the built-in engine always serves)",
+    )
+    remote.add_argument(
+        "--routing",
+        choices=[p.value for p in RoutingPolicy],
+        default=defaults["routing"].value,
+        help="how calls are spread over the engines (graph: prefix- and group-aware)",
+    )
+    remote.add_argument(
+        "--engine-max-inflight",
+        type=positive_int,
+        default=defaults["max_inflight_per_engine"],
+        help="our requests on one engine at once",
+    )
+    remote.add_argument(
+        "--engine-api-key",
+        default=None,
+        help="bearer token for the engines (vLLM --api-key; default: $ECLECTUS_ENGINE_API_KEY)",
+    )
+    remote.add_argument(
+        "--engine-timeout",
+        type=positive_seconds,
+        default=defaults["read_timeout_s"],
+        help="seconds to wait for an engine's next streamed piece before failing over",
+    )
+    remote.add_argument(
+        "--engine-probe-interval",
+        type=positive_seconds,
+        default=defaults["probe_interval_s"],
+        help="seconds between re-probes of a down engine (and /metrics scrapes)",
+    )
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
@@ -325,6 +392,32 @@ def load_engine(
     return engine if wrap is None else wrap(engine)
 
 
+def load_remote(args: argparse.Namespace, wrap: Callable[[Backend], Backend] | None) -> Backend:
+    """The remote pool the flags describe (blocking: reads the tokenizer, and the built-in
+    engine's weights with ``--engine builtin``), wrapped by ``wrap``. ValueError for bad
+    flags or a model directory without a tokenizer."""
+    import os
+
+    from eclectus.server.remote import RemoteConfig, RoutingPolicy, build_remote_backend
+
+    config = RemoteConfig(
+        model=args.model,
+        engine_urls=tuple(args.engine_urls),
+        builtin=args.engine == "builtin",
+        routing=RoutingPolicy(args.routing),
+        max_inflight_per_engine=args.engine_max_inflight,
+        api_key=args.engine_api_key or os.environ.get("ECLECTUS_ENGINE_API_KEY"),
+        read_timeout_s=args.engine_timeout,
+        probe_interval_s=args.engine_probe_interval,
+        max_model_len=args.max_model_len,
+    )
+    engine_config = engine_config_from_args(args) if config.builtin else None
+    backend = build_remote_backend(
+        config, lambda: load_engine(engine_config) if engine_config is not None else None
+    )
+    return backend if wrap is None else wrap(backend)
+
+
 async def serve_forever(config: ServerConfig, backend: Backend) -> None:
     """Serve ``backend`` until SIGINT/SIGTERM, then drain: stop accepting, let in-flight work
     finish within ``config.shutdown_timeout_s`` (a second signal cuts it short), fail the
@@ -368,13 +461,22 @@ def run(args: argparse.Namespace, wrap: Callable[[Backend], Backend] | None = No
             "on --port under /v1",
             file=sys.stderr,
         )
+    from eclectus.server.remote.errors import RemoteStartError
+
     try:
         config = config_from_args(args)
-        backend = load_engine(engine_config_from_args(args), wrap)
+        if args.engine_urls:
+            backend = load_remote(args, wrap)
+        else:
+            backend = load_engine(engine_config_from_args(args), wrap)
     except ValueError as exc:
         print(f"eclectus serve: {exc}", file=sys.stderr)
         return 2
-    asyncio.run(serve_forever(config, backend))
+    try:
+        asyncio.run(serve_forever(config, backend))
+    except RemoteStartError as exc:  # an engine is unreachable or has another tokenizer
+        print(f"eclectus serve: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -28,6 +28,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 import anyio
+from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
@@ -50,6 +51,13 @@ from eclectus.server.openai_schema import (
     sse_chunk,
     to_sampling,
     usage_of,
+)
+from eclectus.server.openai_token_ids import (
+    TokenizeRequest,
+    check_token_ids,
+    run_token_prompts,
+    token_prompts,
+    tokenize,
 )
 from eclectus.server.scheduler import AppState
 from eclectus.server.session import ServerContext
@@ -84,6 +92,7 @@ class OpenAIApi:
     def routes(self) -> list[BaseRoute]:
         return [
             Route("/v1/models", self.models, methods=["GET"]),
+            Route("/tokenize", self.tokenize, methods=["POST"]),  # vLLM's, at the root
             Route("/v1/completions", self.completions, methods=["POST"]),
             Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
             Route("/v1/{rest:path}", self.not_found, methods=["GET", "POST"]),
@@ -117,11 +126,49 @@ class OpenAIApi:
         try:
             tenant = self._admit(request)
             body: CompletionRequest = parse(CompletionRequest, await self._body(request))
+            token_ids = token_prompts(body.prompt)
+            if token_ids is not None:
+                return self._count(request, await self._run_token_ids(tenant, body, token_ids))
             prompts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
             self._check_prompts(prompts, body.stream)
             return await self._run(request, tenant, body, prompts, chat=False)
         except ApiError as exc:
             return self._error(request, exc)
+
+    async def tokenize(self, request: Request) -> Response:
+        """vLLM's ``POST /tokenize`` (openai_token_ids.py)."""
+        try:
+            self._admit(request)
+            body = await self._body(request)
+            try:
+                tokenize_request = TokenizeRequest.model_validate_json(body)
+            except ValidationError as exc:
+                raise ApiError(400, str(exc.errors()[0]["msg"])) from None
+            return JSONResponse(tokenize(self.ctx.backend, tokenize_request))
+        except ApiError as exc:
+            return self._error(request, exc)
+
+    async def _run_token_ids(
+        self, tenant: str | None, body: CompletionRequest, prompts: list[list[int]]
+    ) -> Response:
+        """Token-id prompts go straight to the engine (openai_token_ids.py)."""
+        self._check_model(body.model)
+        self._check_prompts(prompts, body.stream)  # type: ignore[arg-type]
+        tokenizer = getattr(getattr(self.ctx.backend, "engine", None), "tokenizer", None)
+        check_token_ids(prompts, getattr(tokenizer, "vocab_size", None))
+        sampling = to_sampling(body, COMPLETIONS_DEFAULT_MAX_TOKENS)
+        base = f"cmpl-{secrets.token_hex(8)}"
+        name = self._name(body.model)
+        return await run_token_prompts(
+            self.ctx.backend,
+            base,
+            name,
+            prompts,
+            sampling,
+            tenant=tenant,
+            stream=body.stream,
+            include_usage=body.include_usage,
+        )
 
     async def chat_completions(self, request: Request) -> Response:
         try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from starlette.responses import JSONResponse
@@ -63,6 +63,7 @@ class OpenAIRequest(BaseModel):
     n: int = 1
     ignore_eos: bool = False  # vLLM's extension
     stop_token_ids: list[int] | None = None  # vLLM's extension
+    return_token_ids: bool = False  # vLLM's extension (token-id prompts list their ids)
 
     @model_validator(mode="after")
     def _refuse_unsupported(self) -> OpenAIRequest:
@@ -106,7 +107,13 @@ def to_sampling(request: OpenAIRequest, default_max_tokens: int | None) -> Sampl
 
 
 class CompletionRequest(OpenAIRequest):
-    prompt: str | list[str]
+    # text, or token ids as vLLM takes them (served by openai_token_ids.py)
+    prompt: (
+        str
+        | list[str]
+        | list[Annotated[int, Field(ge=0)]]
+        | list[list[Annotated[int, Field(ge=0)]]]
+    )
 
 
 class ChatMessage(BaseModel):

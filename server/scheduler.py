@@ -205,7 +205,7 @@ class Scheduler:
             raise
         except EngineError as exc:
             self.metrics.calls_failed += 1
-            self._drop(app, app.graph.fail(node, "engine_error", str(exc) or "engine error"))
+            self._drop(app, app.graph.fail(node, exc.code, str(exc) or "engine error"))
         except ServerError as exc:  # e.g. the resolved prompt is over max_prompt_tokens
             self.metrics.calls_failed += 1
             self._drop(app, app.graph.fail(node, exc.code, exc.message))

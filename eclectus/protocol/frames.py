@@ -330,6 +330,7 @@ ErrorCode = Literal[
     "limit_exceeded",
     "unauthorized",
     "engine_error",
+    "engine_unavailable",
     "cancelled",
     "protocol_version",
     "internal",

@@ -58,3 +58,24 @@ def test_the_eval_server_needs_no_token(monkeypatch: pytest.MonkeyPatch, tmp_pat
     monkeypatch.setenv("ECLECTUS_TOKEN", "secret")
     process = EclectusProcess("eclectus", tmp_path, BUDGET, tmp_path / "log")
     assert "ECLECTUS_TOKEN" not in process.environment()
+
+
+def test_eclectus_vllm_puts_eclectus_in_front_of_a_priority_vllm(tmp_path: Path) -> None:
+    """The eclectus-vllm baseline starts a vLLM with priority scheduling, then Eclectus with
+    --engine-url at it; token counts and cache resets are the engine's."""
+    from eclectus.evals.launch import LaunchPlan, _remote_servers
+    from eclectus.evals.servers import EclectusRemoteProcess, VllmProcess
+
+    plan = LaunchPlan(
+        tmp_path, "tiny", BUDGET, ("eclectus-vllm",), tmp_path, vllm_python="/venv/bin/python"
+    )
+    engine, front = _remote_servers(plan)
+    assert isinstance(engine, VllmProcess) and isinstance(front, EclectusRemoteProcess)
+    command = engine.command()
+    assert command[command.index("--scheduling-policy") + 1] == "priority"
+    args = build_parser().parse_args(front.command()[3:])
+    assert args.engine_urls == [engine.openai_url] and args.trace_file is not None
+    counters = {"vllm:prompt_tokens_total": 10.0, "vllm:prefix_cache_hits_total": 4.0}
+    assert front.token_counts(counters) == (10.0, 4.0)
+    with pytest.raises(ValueError, match="eclectus-vllm baseline needs --vllm-python"):
+        LaunchPlan(tmp_path, "tiny", BUDGET, ("eclectus-vllm",), tmp_path)

@@ -196,3 +196,36 @@ async def test_cached_tokens_never_reflect_another_tenants_prompts(
         value = (await client.values(1))["out"]
     assert value["usage"]["cached_tokens"] > 0  # bob's own /v1 prompt, shared within bob
     assert await cached(alice) > 0
+
+
+async def test_token_id_prompts_and_tokenize(engine: object, base_url: str) -> None:
+    """vLLM's forms (what a remote Eclectus engine is sent): /tokenize gives the ids a text
+    prompt becomes; those ids as the prompt (alone or in a list) answer exactly as the text
+    does; return_token_ids lists the generated ids, streamed or not; ids the model has no
+    embedding for are a 400."""
+    root = base_url.removesuffix("/v1")
+    headers = {"Authorization": "Bearer sk-test"}
+    async with httpx.AsyncClient(headers=headers, timeout=60) as http:
+        tokenized = (await http.post(f"{root}/tokenize", json={"prompt": "Once upon"})).json()
+        ids = list(engine.tokenize_prompt(("Once upon",)).token_ids)  # type: ignore[attr-defined]
+        assert tokenized["tokens"] == ids and tokenized["count"] == len(ids)
+        bare = {"prompt": "Once upon", "add_special_tokens": False}
+        assert (await http.post(f"{root}/tokenize", json=bare)).json()["tokens"] == ids[1:]
+        body = {"max_tokens": 8, "temperature": 0, "return_token_ids": True}
+        by_text = await http.post(f"{base_url}/completions", json={**body, "prompt": "Once upon"})
+        by_ids = await http.post(f"{base_url}/completions", json={**body, "prompt": [ids, ids]})
+        texts = [c["text"] for c in by_ids.json()["choices"]]
+        assert texts == [by_text.json()["choices"][0]["text"]] * 2
+        generated = by_ids.json()["choices"][0]["token_ids"]
+        assert len(generated) == 8
+        bad = await http.post(f"{base_url}/completions", json={**body, "prompt": [10**6]})
+        assert bad.status_code == 400 and "token id" in bad.json()["error"]["message"]
+        stream = {**body, "prompt": ids, "stream": True}
+        async with http.stream("POST", f"{base_url}/completions", json=stream) as response:
+            chunks = [
+                json.loads(line[6:])
+                async for line in response.aiter_lines()
+                if line.startswith("data: {")
+            ]
+        streamed = [i for c in chunks if c["choices"] for i in c["choices"][0]["token_ids"]]
+        assert streamed == generated

@@ -1,0 +1,284 @@
+"""RemoteBackend: the scheduler's Backend over a pool of engines (vLLM, SGLang, Eclectus,
+and optionally the built-in engine).
+
+Failover without duplicates. Text reaches the graph as the engine produces it (streamed
+deltas), so an attempt that fails after yielding text cannot be taken back. A failover
+therefore *continues* the request instead of restarting it: the next engine gets the
+original prompt's ids followed by the ids generated so far, and ``max_tokens`` minus their
+count, so the stream goes on where it stopped and nothing is yielded twice. Under greedy
+decoding the result is the text one uninterrupted engine gives (the continuation's prompt is
+exactly the sequence that engine would have decoded from); a sampled request continues with
+a fresh random stream. Ids come from the engine (``return_token_ids``, vLLM >= 0.10.2); an
+engine that does not return them is continued from the local tokenizer's ids of the text so
+far. A stop string that straddles the failover point is not caught (each engine sees only
+its own text); ``stop_token_ids`` and EOS are.
+
+What the graph knows, the engines get: the scheduler's rank as ``priority`` (engines that
+accept one), the tenant as ``cache_salt``, and the prompt's segment structure for routing
+(pool.py, routing.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from eclectus.protocol import ModelCard
+from eclectus.server.backend import (
+    EngineError,
+    EngineOutput,
+    EngineRequest,
+    EngineStats,
+    EngineUnavailableError,
+    TokenizedPrompt,
+)
+from eclectus.server.engine.tokenizer import Tokenizer
+from eclectus.server.remote.continuation import LocalText
+from eclectus.server.remote.errors import EngineDown, EngineRejected, RemoteStartError
+from eclectus.server.remote.members import Attempt, Piece
+from eclectus.server.remote.pool import EnginePool
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class _Progress:
+    """One request's output so far, across attempts."""
+
+    token_ids: list[int] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)
+    exact_ids: bool = True  # every id came from an engine (else: re-tokenize the text)
+    finish_reason: str | None = None
+    num_cached_tokens: int = 0
+    local: LocalText | None = None  # after a failover: text decoded here from the ids
+
+
+class RemoteBackend:
+    """Implements ``eclectus.server.backend.Backend`` over an :class:`EnginePool`. The
+    tokenizer is the local model directory's (no weights are loaded)."""
+
+    def __init__(
+        self,
+        pool: EnginePool,
+        tokenizer: Tokenizer,
+        name: str,
+        *,
+        max_model_len: int | None = None,
+    ) -> None:
+        self.pool = pool
+        self.tokenizer = tokenizer
+        self.name = name
+        self.max_model_len = max_model_len
+        self.num_failovers = 0
+        self.num_generated_tokens = 0
+        self.num_prompt_tokens = 0
+        self.num_cached_tokens = 0
+        self._card: ModelCard | None = None
+        self._started = False
+
+    @property
+    def model(self) -> ModelCard:
+        if self._card is None:
+            raise RuntimeError("RemoteBackend.model is known once start() has run")
+        return self._card
+
+    async def start(self) -> None:
+        """Handshake every engine and start probing (mutates; idempotent). Raises
+        RemoteStartError when the pool cannot serve."""
+        if self._started:
+            return
+        await self.pool.start()
+        self._started = True
+        windows = [w for w in (self.pool.window, self.max_model_len) if w is not None]
+        if not windows:
+            raise RemoteStartError(
+                "no engine reports its max_model_len in /v1/models: pass --max-model-len"
+            )
+        eos = self.tokenizer.eos_token_ids
+        self._card = ModelCard(
+            name=self.name,
+            context_window=min(windows),
+            eos_token_id=eos[0] if eos else None,
+            chat_template=self.tokenizer.effective_chat_template,
+            template_vars=self.tokenizer.template_vars,
+        )
+
+    async def shutdown(self) -> None:
+        """Stop probing and close every engine's connections (mutates; idempotent)."""
+        await self.pool.close()
+
+    # -- requests ---------------------------------------------------------------------------
+
+    async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
+        """Stream ``request`` from the engine the pool picks, failing over as the module
+        says (mutates: engine state). EngineUnavailableError when no engine is left,
+        EngineError when an engine refuses the request itself."""
+        prompt = request.tokens or self.tokenize_prompt(request.segments)
+        progress = _Progress()
+        max_attempts = len(self.pool.engines) + 1
+        for number in range(max_attempts):
+            attempt = self._attempt(request, prompt, progress, number)
+            if attempt is None and number == 0:
+                raise EngineError(
+                    f"prompt of {len(prompt)} tokens leaves no room in the context window "
+                    f"of {self.model.context_window}"
+                )
+            if attempt is None:  # the budget ran out exactly at the failover
+                progress.finish_reason = "length"
+                break
+            placement = await self.pool.acquire(request, attempt.prompt)
+            if placement is None:
+                raise EngineUnavailableError(
+                    f"no engine is available for {request.request_id} ({self._down_reasons()})"
+                )
+            try:
+                stream = placement.engine.member.stream(attempt, self.model.context_window)
+                async with contextlib.aclosing(stream):  # closing it aborts the request
+                    async for piece in stream:
+                        output = self._absorb(request.request_id, piece, progress)
+                        if output is not None:
+                            yield output
+                        if progress.finish_reason == "stop" and progress.local is not None:
+                            break  # the local text met a stop string
+                break
+            except EngineDown as exc:
+                if progress.finish_reason is not None:
+                    break  # it failed after saying it was done: nothing is missing
+                self.pool.mark_down(placement.engine, str(exc))
+                self.num_failovers += 1
+                log.warning("failing over %s: %s", request.request_id, exc)
+                self._go_local(request, progress)
+            except EngineRejected as exc:
+                raise EngineError(str(exc)) from None
+            finally:
+                self.pool.release(placement)
+        else:
+            raise EngineUnavailableError(
+                f"{request.request_id} failed on {max_attempts} attempts ({self._down_reasons()})"
+            )
+        if progress.local is not None:
+            text, stopped = progress.local.flush()
+            if stopped:
+                progress.finish_reason = "stop"
+            if text:
+                progress.text.append(text)
+                yield EngineOutput(request.request_id, text, ())
+        yield self._final(request.request_id, prompt, progress)
+
+    def _go_local(self, request: EngineRequest, progress: _Progress) -> None:
+        """From the first failover on, decode the text here from all ids (continuation.py)
+        when the ids are exact (mutates ``progress``)."""
+        if progress.local is None and progress.exact_ids:
+            progress.local = LocalText.resume(
+                self.tokenizer, progress.token_ids, "".join(progress.text), request.sampling.stop
+            )
+
+    def _attempt(
+        self, request: EngineRequest, prompt: TokenizedPrompt, progress: _Progress, number: int
+    ) -> Attempt | None:
+        """The next try (pure): the prompt continued by what is generated so far; None when
+        nothing is left to generate."""
+        generated = self._generated_ids(progress)
+        max_tokens = request.sampling.max_tokens
+        if max_tokens is not None:
+            max_tokens -= len(generated)
+        window_left = self.model.context_window - len(prompt) - len(generated)
+        if (max_tokens is not None and max_tokens <= 0) or window_left <= 0:
+            return None
+        if generated:
+            ends = (*prompt.segment_ends, len(prompt) + len(generated))
+            prompt = TokenizedPrompt((*prompt.token_ids, *generated), ends)
+        return Attempt(request, prompt, max_tokens, number)
+
+    def _generated_ids(self, progress: _Progress) -> list[int]:
+        if progress.exact_ids:
+            return progress.token_ids
+        return self.tokenizer.encode("".join(progress.text), add_bos=False)
+
+    def _absorb(self, request_id: str, piece: Piece, progress: _Progress) -> EngineOutput | None:
+        """Fold a piece into the progress (mutates it); the output to yield, if any."""
+        if piece.finish_reason is not None:
+            progress.finish_reason = piece.finish_reason
+        if piece.num_cached_tokens is not None:
+            progress.num_cached_tokens += piece.num_cached_tokens
+        if piece.token_ids is None:
+            progress.exact_ids = False
+        ids = piece.token_ids or ()
+        progress.token_ids += ids
+        text = piece.text
+        if progress.local is not None:
+            text, stopped = progress.local.feed(ids)
+            if stopped:
+                progress.finish_reason = "stop"
+        if not text and not ids:
+            return None
+        progress.text.append(text)
+        return EngineOutput(request_id, text, tuple(ids))
+
+    def _final(self, request_id: str, prompt: TokenizedPrompt, progress: _Progress) -> EngineOutput:
+        num_output = len(self._generated_ids(progress))
+        self.num_prompt_tokens += len(prompt)
+        self.num_generated_tokens += num_output
+        self.num_cached_tokens += progress.num_cached_tokens
+        return EngineOutput(
+            request_id,
+            "",
+            (),
+            finished=True,
+            finish_reason=progress.finish_reason or "stop",
+            num_prompt_tokens=len(prompt),
+            num_cached_tokens=progress.num_cached_tokens,
+            num_output_tokens=num_output,
+        )
+
+    def _down_reasons(self) -> str:
+        down = [f"{e.member.name}: {e.down_reason}" for e in self.pool.engines if not e.healthy]
+        return "; ".join(down) or "every engine is busy"
+
+    async def abort(self, request_id: str) -> None:
+        """No-op: closing the generate() stream closes the HTTP stream, which aborts the
+        request in vLLM and SGLang (the runner always closes it first)."""
+
+    async def unpin(self, request_id: str) -> None:
+        """Forget the prefix ``request_id`` pinned for routing (mutates)."""
+        await self.pool.unpin(request_id)
+
+    def tokenize(self, text: str) -> list[int]:
+        """Ids of ``text`` as a segment that is not the first (pure)."""
+        return self.tokenizer.encode(text, add_bos=False)
+
+    def tokenize_prompt(self, segments: tuple[str, ...]) -> TokenizedPrompt:
+        """Ids of a prompt given as segments, BOS first, and each segment's end (pure): the
+        built-in engine's rule, so both backends see the same ids."""
+        token_ids: list[int] = []
+        ends: list[int] = []
+        for i, segment in enumerate(segments):
+            token_ids += self.tokenizer.encode(segment, add_bos=i == 0)
+            ends.append(len(token_ids))
+        return TokenizedPrompt(tuple(token_ids), tuple(ends))
+
+    def stats(self) -> EngineStats:
+        """Load summed over healthy engines, from their /metrics where they serve it, else
+        our in-flight counts; each engine's health and in-flight count, failovers and
+        routing decisions in ``extra`` (pure)."""
+        running = waiting = 0
+        extra: dict[str, float] = {"failovers": float(self.num_failovers)}
+        for e in self.pool.engines:
+            extra[f"engine{e.index}_healthy"] = float(e.healthy)
+            extra[f"engine{e.index}_inflight"] = float(e.num_inflight)
+            if not e.healthy:
+                continue  # its last load is stale
+            running += e.load.num_running if e.load.num_running is not None else e.num_inflight
+            waiting += e.load.num_waiting or 0
+        for reason, count in self.pool.decisions.items():
+            extra[f"routed_{reason}"] = float(count)
+        return EngineStats(
+            num_running=running,
+            num_waiting=waiting,
+            prompt_tokens=self.num_prompt_tokens,
+            cache_hit_tokens=self.num_cached_tokens,
+            generated_tokens=self.num_generated_tokens,
+            extra=extra,
+        )

@@ -1,0 +1,47 @@
+"""RemoteConfig: how ``eclectus serve`` reaches the engines it schedules for (frozen,
+validated)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from eclectus.server.remote.routing import RoutingParams, RoutingPolicy
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteConfig:
+    """``model``: the local model directory (or preset) whose tokenizer and chat template
+    the engines must share. ``engine_urls``: each engine's OpenAI base (``.../v1``).
+    ``builtin``: also run the built-in engine as one member of the pool.
+    ``max_inflight_per_engine``: our requests on one engine at once. ``read_timeout_s``: the
+    longest wait for the next piece of a stream (a queued request waits for its first token
+    too) before the engine counts as down. ``probe_interval_s``: how often down engines are
+    re-probed and healthy ones' /metrics scraped. ``max_model_len``: a cap on the context
+    window (the engines' own is used otherwise)."""
+
+    model: str
+    engine_urls: tuple[str, ...] = ()
+    builtin: bool = False
+    routing: RoutingPolicy = RoutingPolicy.GRAPH
+    routing_params: RoutingParams = field(default_factory=RoutingParams)
+    max_inflight_per_engine: int = 256
+    api_key: str | None = None
+    connect_timeout_s: float = 5.0
+    read_timeout_s: float = 600.0
+    probe_interval_s: float = 2.0
+    max_model_len: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.engine_urls and not self.builtin:
+            raise ValueError("a remote pool needs at least one --engine-url")
+        for url in self.engine_urls:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"--engine-url {url!r}: must start with http:// or https://")
+        if len({u.rstrip("/") for u in self.engine_urls}) != len(self.engine_urls):
+            raise ValueError("--engine-url: the same URL is given twice")
+        for name in ("max_inflight_per_engine",):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        for name in ("connect_timeout_s", "read_timeout_s", "probe_interval_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0")

@@ -1,0 +1,60 @@
+"""An engine's load as its ``/metrics`` page reports it (vLLM, SGLang, Eclectus names).
+
+Each engine's counts are summed over label sets (a data-parallel vLLM reports one series per
+engine core); the KV usage is the largest reported fraction. An engine that exports none of
+these names gets an empty :class:`EngineLoad` and the pool routes on its own in-flight counts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+RUNNING = ("vllm:num_requests_running", "sglang:num_running_reqs", "eclectus_engine_running")
+WAITING = ("vllm:num_requests_waiting", "sglang:num_queue_reqs", "eclectus_engine_waiting")
+# vLLM V1 renamed gpu_cache_usage_perc to kv_cache_usage_perc; both are fractions in [0, 1]
+KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage")
+
+
+@dataclass(frozen=True, slots=True)
+class EngineLoad:
+    """Requests running and waiting in the engine (all its clients, not only us) and the
+    fraction of its KV cache in use; None where the engine does not say."""
+
+    num_running: int | None = None
+    num_waiting: int | None = None
+    kv_usage: float | None = None
+
+
+def parse_load(text: str) -> EngineLoad:
+    """The load a Prometheus text page reports (pure)."""
+    sums: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name_part, _, value = line.rpartition(" ")
+        name = name_part.split("{", 1)[0].strip()
+        try:
+            number = float(value)
+        except ValueError:
+            continue
+        if name in KV_USAGE:
+            sums[name] = max(sums.get(name, 0.0), number)
+        else:
+            sums[name] = sums.get(name, 0.0) + number
+    return EngineLoad(
+        num_running=_first_int(sums, RUNNING),
+        num_waiting=_first_int(sums, WAITING),
+        kv_usage=next((sums[n] for n in KV_USAGE if n in sums), _eclectus_usage(sums)),
+    )
+
+
+def _first_int(sums: dict[str, float], names: tuple[str, ...]) -> int | None:
+    return next((round(sums[n]) for n in names if n in sums), None)
+
+
+def _eclectus_usage(sums: dict[str, float]) -> float | None:
+    total = sums.get("eclectus_engine_total_blocks")
+    free = sums.get("eclectus_engine_free_blocks")
+    if not total or free is None:
+        return None
+    return 1.0 - free / total

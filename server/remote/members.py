@@ -1,0 +1,207 @@
+"""The engines a pool routes between: remote ones over HTTP, and the built-in engine.
+
+Both stream one *attempt* at a request as :class:`Piece`s. An attempt's prompt is the
+request's prompt plus whatever earlier attempts already generated (a failover continues, it
+does not restart), and its ``max_tokens`` is what is left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from eclectus.server.backend import Backend, EngineError, EngineRequest, TokenizedPrompt
+from eclectus.server.engine.tokenizer import Tokenizer
+from eclectus.server.remote.client import EngineClient
+from eclectus.server.remote.errors import EngineDown, EngineRejected
+from eclectus.server.remote.handshake import EngineInfo, handshake
+from eclectus.server.remote.load import EngineLoad, parse_load
+
+PRIORITY_SCALE = 1000  # vLLM's priority is an int: the scheduler's seconds, to milliseconds
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One try at ``request``: ``prompt`` (the request's ids plus those generated so far),
+    ``max_tokens`` left (None: until EOS or the context window), and its number (0 first)."""
+
+    request: EngineRequest
+    prompt: TokenizedPrompt
+    max_tokens: int | None
+    number: int
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """Part of an attempt's stream: new text and its ids (None: the engine did not say),
+    and, once known, the finish reason and the usage counts (None: not in this piece)."""
+
+    text: str = ""
+    token_ids: tuple[int, ...] | None = ()
+    finish_reason: str | None = None
+    num_prompt_tokens: int | None = None
+    num_cached_tokens: int | None = None
+
+
+class Member(Protocol):
+    """One engine of the pool."""
+
+    name: str
+
+    def stream(self, attempt: Attempt, window: int = 0) -> AsyncIterator[Piece]:
+        """Run the attempt (mutates the engine); ``window`` is the pool's context window.
+        EngineDown: fail over; EngineRejected: the request itself was refused."""
+        ...
+
+    async def probe(self) -> int | None:
+        """Check the engine can serve (network); its context window. Raises EngineDown or
+        RemoteStartError."""
+        ...
+
+    async def load(self) -> EngineLoad:
+        """The engine's reported load (network; EngineDown if unreachable)."""
+        ...
+
+    async def unpin(self, request_id: str) -> None:
+        """Release a prefix the engine pinned for ``request_id`` (mutates; may be a no-op)."""
+
+    async def aclose(self) -> None:
+        """Release connections (mutates)."""
+
+
+class RemoteMember:
+    """A vLLM / SGLang / Eclectus engine at an OpenAI-compatible URL."""
+
+    def __init__(self, client: EngineClient, tokenizer: Tokenizer) -> None:
+        self.client = client
+        self.name = client.url
+        self.tokenizer = tokenizer
+        self.info: EngineInfo | None = None  # set by probe
+        self.received: list[dict[str, Any]] = []  # bodies sent, when record_bodies (tests)
+        self.record_bodies = False
+
+    async def probe(self) -> int | None:
+        self.info = await handshake(self.client, self.tokenizer)
+        return self.info.max_model_len
+
+    async def load(self) -> EngineLoad:
+        text = await self.client.metrics()
+        return EngineLoad() if text is None else parse_load(text)
+
+    async def unpin(self, request_id: str) -> None:
+        """No-op: vLLM and SGLang have no pins (their caches evict by LRU)."""
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+    def body(self, attempt: Attempt, window: int) -> dict[str, Any]:
+        """The /v1/completions body for an attempt (pure). ``window``: the context window,
+        for ``max_tokens`` None (vLLM's completions default would be 16)."""
+        assert self.info is not None, "probe first"
+        request, sampling = attempt.request, attempt.request.sampling
+        max_tokens = attempt.max_tokens or window - len(attempt.prompt)
+        body: dict[str, Any] = {
+            "model": self.info.model_id,
+            "prompt": list(attempt.prompt.token_ids),
+            "max_tokens": max_tokens,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "top_k": sampling.top_k,
+            "ignore_eos": sampling.ignore_eos,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "return_token_ids": True,  # vLLM >= 0.10.2; a failover continues from exact ids
+        }
+        optional = {
+            "seed": sampling.seed,
+            "stop": list(sampling.stop) or None,
+            "stop_token_ids": list(sampling.stop_token_ids) or None,
+            "cache_salt": request.tenant,  # tenants never share KV
+            "priority": round(request.priority * PRIORITY_SCALE) if self.info.priority else None,
+        }
+        body.update({k: v for k, v in optional.items() if v is not None})
+        return body
+
+    async def stream(self, attempt: Attempt, window: int = 0) -> AsyncIterator[Piece]:
+        body = self.body(attempt, window)
+        if self.record_bodies:
+            self.received.append(body)
+        chunks = self.client.stream_completion(body)
+        async with contextlib.aclosing(chunks):  # closes the HTTP stream when we stop
+            async for chunk in chunks:
+                yield _piece(chunk)
+
+
+def _piece(chunk: dict[str, Any]) -> Piece:
+    """One SSE chunk as a Piece (pure); a usage-only chunk has no choices."""
+    usage = chunk.get("usage") or {}
+    details = usage.get("prompt_tokens_details") or {}
+    choices = chunk.get("choices") or [{}]
+    choice = choices[0]
+    ids = choice.get("token_ids")
+    return Piece(
+        text=choice.get("text") or "",
+        token_ids=None if ids is None and choice.get("text") else tuple(ids or ()),
+        finish_reason=choice.get("finish_reason"),
+        num_prompt_tokens=usage.get("prompt_tokens"),
+        num_cached_tokens=details.get("cached_tokens"),
+    )
+
+
+class LocalMember:
+    """The built-in engine (``--engine builtin``) as one member of the pool. It runs in this
+    process, so it is never marked down; its failures fail the request."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self.name = "builtin"
+
+    async def probe(self) -> int | None:
+        await self.backend.start()
+        return self.backend.model.context_window
+
+    async def load(self) -> EngineLoad:
+        stats = self.backend.stats()
+        total = stats.num_total_blocks
+        usage = 1.0 - stats.num_free_blocks / total if total else None
+        return EngineLoad(stats.num_running, stats.num_waiting, usage)
+
+    async def unpin(self, request_id: str) -> None:
+        await self.backend.unpin(request_id)
+
+    async def aclose(self) -> None:
+        await self.backend.shutdown()
+
+    async def stream(self, attempt: Attempt, window: int = 0) -> AsyncIterator[Piece]:
+        request = attempt.request
+        first = attempt.number == 0
+        local = EngineRequest(
+            # a retry gets its own id: the engine may still hold the first one's state
+            request_id=request.request_id if first else f"{request.request_id}#{attempt.number}",
+            segments=request.segments,
+            sampling=request.sampling.model_copy(update={"max_tokens": attempt.max_tokens}),
+            priority=request.priority,
+            group=request.group,
+            tenant=request.tenant,
+            pin_prefix_segments=request.pin_prefix_segments if first else 0,
+            tokens=attempt.prompt,
+            background=request.background,
+        )
+        outputs = self.backend.generate(local)
+        try:
+            async with contextlib.aclosing(outputs):  # type: ignore[type-var]
+                async for out in outputs:
+                    yield Piece(
+                        text=out.text,
+                        token_ids=out.token_ids,
+                        finish_reason=out.finish_reason if out.finished else None,
+                        num_prompt_tokens=out.num_prompt_tokens if out.finished else None,
+                        num_cached_tokens=out.num_cached_tokens if out.finished else None,
+                    )
+        except EngineError as exc:
+            raise EngineRejected(f"builtin: {exc}", 500) from None
+
+
+__all__ = ["Attempt", "EngineDown", "LocalMember", "Member", "Piece", "RemoteMember"]

@@ -1,0 +1,255 @@
+"""The engines behind one server: their health, load and prefix knowledge, and routing.
+
+Health. An engine starts healthy once its handshake passes. Any EngineDown (refused
+connection, timeout, 5xx, a dropped stream, a failed /metrics scrape) marks it down: its
+prefix knowledge and pins are forgotten (its cache may be gone) and nothing is routed to it.
+A background task re-runs the handshake on down engines every ``probe_interval_s`` (a
+restarted engine must still have our tokenizer) and returns them to the pool; on healthy
+ones it scrapes ``/metrics`` for load.
+
+Routing state per engine: our requests in flight on it, the prefixes it has seen
+(prefix_index.py), the prefixes pinned there and the task groups running there; the choice
+itself is :func:`routing.route`, a pure function of :meth:`EnginePool.views`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+
+from eclectus.server.backend import EngineRequest, TokenizedPrompt
+from eclectus.server.remote.errors import EngineDown, RemoteStartError
+from eclectus.server.remote.load import EngineLoad
+from eclectus.server.remote.members import Member
+from eclectus.server.remote.prefix_index import PrefixIndex, PrefixKey, prefix_keys
+from eclectus.server.remote.routing import (
+    Decision,
+    EngineView,
+    RoutingParams,
+    RoutingPolicy,
+    route,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True, eq=False)
+class PoolEngine:
+    """One member and what the pool knows about it."""
+
+    index: int
+    member: Member
+    max_inflight: int
+    healthy: bool = False
+    window: int | None = None  # its context window, once probed
+    num_inflight: int = 0
+    load: EngineLoad = field(default_factory=EngineLoad)
+    prefixes: PrefixIndex = field(default_factory=PrefixIndex)
+    pins: dict[str, tuple[PrefixKey, ...]] = field(default_factory=dict)  # request id -> keys
+    groups: Counter[str] = field(default_factory=Counter)  # group -> requests in flight
+    down_reason: str | None = None
+    num_requests: int = 0
+    num_failures: int = 0
+
+    def pinned_match(self, keys: tuple[PrefixKey, ...]) -> int:
+        """Tokens of the longest of ``keys`` pinned here (pure)."""
+        wanted = {k.key for k in keys}
+        return max(
+            (k.num_tokens for pinned in self.pins.values() for k in pinned if k.key in wanted),
+            default=0,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a request's attempt runs and what the pool recorded for it (to undo)."""
+
+    engine: PoolEngine
+    decision: Decision
+    request_id: str
+    group: str | None
+
+
+class EnginePool:
+    """Routes attempts to members. All methods run on the server's event loop."""
+
+    def __init__(
+        self,
+        members: list[Member],
+        *,
+        policy: RoutingPolicy = RoutingPolicy.GRAPH,
+        params: RoutingParams | None = None,
+        max_inflight_per_engine: int = 256,
+        probe_interval_s: float = 2.0,
+    ) -> None:
+        self.engines = [PoolEngine(i, m, max_inflight_per_engine) for i, m in enumerate(members)]
+        self.policy = policy
+        self.params = params or RoutingParams()
+        self.probe_interval_s = probe_interval_s
+        self.window: int | None = None  # the smallest context window of all engines
+        self.decisions: Counter[str] = Counter()  # reason -> count (metrics, tests)
+        self._last_index = -1
+        self._changed = asyncio.Event()  # set when a slot frees or an engine returns
+        self._prober: asyncio.Task[None] | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Probe every engine at once, then keep probing in the background (mutates).
+        RemoteStartError when an engine must not be used or none can be reached."""
+        results = await asyncio.gather(
+            *(self._probe(e) for e in self.engines), return_exceptions=True
+        )
+        for engine, result in zip(self.engines, results, strict=True):
+            if isinstance(result, RemoteStartError):
+                raise result
+            if isinstance(result, BaseException) and not isinstance(result, EngineDown):
+                raise result
+            if isinstance(result, EngineDown):
+                self.mark_down(engine, str(result))
+        if not any(e.healthy for e in self.engines):
+            reasons = "; ".join(f"{e.member.name}: {e.down_reason}" for e in self.engines)
+            raise RemoteStartError(f"no engine can be reached ({reasons})")
+        self._prober = asyncio.get_running_loop().create_task(self._probe_forever())
+
+    async def close(self) -> None:
+        """Stop probing and close every member (mutates; idempotent)."""
+        if self._prober is not None:
+            self._prober.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._prober
+            self._prober = None
+        for engine in self.engines:
+            with contextlib.suppress(Exception):
+                await engine.member.aclose()
+
+    # -- routing ------------------------------------------------------------------------
+
+    def views(self, request: EngineRequest, prompt: TokenizedPrompt) -> list[EngineView]:
+        """Each engine as the router sees it for ``request`` (pure)."""
+        keys = prefix_keys(prompt, request.tenant)
+        return [
+            EngineView(
+                index=e.index,
+                healthy=e.healthy,
+                num_inflight=e.num_inflight,
+                max_inflight=e.max_inflight,
+                num_running=e.load.num_running,
+                num_waiting=e.load.num_waiting,
+                kv_usage=e.load.kv_usage,
+                match_tokens=e.prefixes.match(keys),
+                pinned_match_tokens=e.pinned_match(keys),
+                num_group_inflight=e.groups[request.group] if request.group else 0,
+            )
+            for e in self.engines
+        ]
+
+    def has_healthy(self) -> bool:
+        return any(e.healthy for e in self.engines)
+
+    async def acquire(self, request: EngineRequest, prompt: TokenizedPrompt) -> Placement | None:
+        """Route an attempt and take a slot on the chosen engine, waiting while every healthy
+        engine is at its cap (mutates). None when no engine is healthy."""
+        while True:
+            if not self.has_healthy():
+                return None
+            views = self.views(request, prompt)
+            decision = route(
+                self.policy, views, len(prompt), last_index=self._last_index, params=self.params
+            )
+            if decision is not None:
+                return self._place(request, prompt, decision)
+            self._changed.clear()
+            await self._changed.wait()
+
+    def _place(
+        self, request: EngineRequest, prompt: TokenizedPrompt, decision: Decision
+    ) -> Placement:
+        """Record the attempt on its engine (mutates): a slot, its prefixes (the engine
+        will hold them once it has prefilled; followers may already follow), its pin, its
+        group."""
+        engine = self.engines[decision.index]
+        self._last_index = decision.index
+        self.decisions[decision.reason] += 1
+        engine.num_inflight += 1
+        engine.num_requests += 1
+        keys = prefix_keys(prompt, request.tenant)
+        engine.prefixes.insert(keys)
+        if request.pin_prefix_segments > 0 and request.request_id not in engine.pins:
+            end = prompt.segment_ends[
+                min(request.pin_prefix_segments, len(prompt.segment_ends)) - 1
+            ]
+            engine.pins[request.request_id] = tuple(k for k in keys if k.num_tokens <= end)
+        if request.group is not None:
+            engine.groups[request.group] += 1
+        log.debug("%s -> %s (%s)", request.request_id, engine.member.name, decision.reason)
+        return Placement(engine, decision, request.request_id, request.group)
+
+    def release(self, placement: Placement) -> None:
+        """The attempt ended (mutates): free its slot and its group count."""
+        engine = placement.engine
+        engine.num_inflight -= 1
+        if placement.group is not None:
+            engine.groups[placement.group] -= 1
+            if engine.groups[placement.group] <= 0:
+                del engine.groups[placement.group]
+        self._changed.set()
+
+    async def unpin(self, request_id: str) -> None:
+        """The graph no longer needs ``request_id``'s prefix (mutates)."""
+        for engine in self.engines:
+            if engine.pins.pop(request_id, None) is not None:
+                await engine.member.unpin(request_id)
+
+    # -- health -------------------------------------------------------------------------
+
+    def mark_down(self, engine: PoolEngine, reason: str) -> None:
+        """Take ``engine`` out of routing until a probe passes (mutates): its prefix
+        knowledge and pins go (a restarted engine has an empty cache)."""
+        if engine.healthy or engine.down_reason is None:
+            log.warning("engine %s is down: %s", engine.member.name, reason)
+        engine.healthy = False
+        engine.down_reason = reason
+        engine.num_failures += 1
+        engine.prefixes.clear()
+        engine.pins.clear()
+        self._changed.set()
+
+    async def _probe(self, engine: PoolEngine) -> None:
+        """Handshake ``engine`` and return it to the pool (mutates). Raises EngineDown or
+        RemoteStartError; an engine whose window is smaller than the pool's stays out."""
+        window = await engine.member.probe()
+        if window is not None and self.window is not None and window < self.window:
+            raise RemoteStartError(
+                f"engine {engine.member.name} came back with a context window of {window}, "
+                f"smaller than the pool's {self.window}"
+            )
+        engine.window = window
+        if self.window is None or (window is not None and window < self.window):
+            self.window = window
+        if engine.down_reason is not None:
+            log.warning("engine %s is back in the pool", engine.member.name)
+        engine.healthy, engine.down_reason = True, None
+        self._changed.set()
+
+    async def _probe_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.probe_interval_s)
+            await asyncio.gather(*(self._check(e) for e in self.engines))
+
+    async def _check(self, engine: PoolEngine) -> None:
+        """One round for one engine: scrape a healthy one's load, re-probe a down one."""
+        try:
+            if engine.healthy:
+                engine.load = await engine.member.load()
+            else:
+                await self._probe(engine)
+        except (EngineDown, RemoteStartError) as exc:
+            if engine.healthy or str(exc) != engine.down_reason:
+                self.mark_down(engine, str(exc))
+        except Exception as exc:  # a bug in one probe must not stop the prober
+            log.exception("probing %s failed", engine.member.name)
+            self.mark_down(engine, f"probe error: {exc}")

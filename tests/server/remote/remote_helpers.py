@@ -1,0 +1,203 @@
+"""Real engines for the remote backend's tests: ``eclectus serve --model tiny`` processes
+serving the OpenAI-compatible API, and small real HTTP servers that stand in for an engine
+(a recording proxy, a fake engine with another tokenizer).
+
+Where an engine's OpenAI base URL is found is decided in :func:`engine_command` and
+:func:`engine_url_in`: the OpenAI API is on the main port (``http://host:PORT/v1``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+STARTUP_TIMEOUT_S = 120.0
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on now (a restarted engine takes it again)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def engine_command(port: int, model: str = "tiny") -> list[str]:
+    """The command line of an engine whose OpenAI API listens on ``port``."""
+    return [
+        sys.executable,
+        "-m",
+        "eclectus",
+        "serve",
+        "--model",
+        model,
+        "--port",
+        str(port),
+        "--num-threads",
+        "1",
+        "--num-kv-blocks",
+        "512",
+    ]
+
+
+def engine_url_in(line: str) -> str | None:
+    """The OpenAI base URL an engine's start-up line announces, if this is that line."""
+    match = re.search(r"OpenAI API: (http://\S+/v1)\)", line)
+    return match.group(1) if match else None
+
+
+@dataclass
+class EngineProcess:
+    """One ``eclectus serve`` engine process; :meth:`kill` and :meth:`restart` for
+    failover tests (same port, so the pool finds it again)."""
+
+    port: int
+    proc: subprocess.Popen[str] | None = None
+    url: str = ""
+    log: list[str] = field(default_factory=list)
+
+    def start(self) -> EngineProcess:
+        """Launch without waiting (mutates); :meth:`wait_ready` waits."""
+        self.proc = subprocess.Popen(
+            engine_command(self.port), stderr=subprocess.PIPE, text=True, bufsize=1
+        )
+        return self
+
+    def wait_ready(self) -> str:
+        """Block until the engine announces its URL; return it."""
+        assert self.proc is not None and self.proc.stderr is not None
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        for line in self.proc.stderr:
+            self.log.append(line)
+            url = engine_url_in(line)
+            if url is not None:
+                self.url = url
+                return url
+            if time.monotonic() > deadline:
+                break
+        raise RuntimeError("engine never became ready:\n" + "".join(self.log[-20:]))
+
+    def kill(self) -> None:
+        """SIGKILL: the engine vanishes mid-stream, as a crashed one does (mutates)."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def restart(self) -> str:
+        self.start()
+        return self.wait_ready()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def start_engines(count: int) -> list[EngineProcess]:
+    """``count`` engines started in parallel, each ready."""
+    engines = [EngineProcess(free_port()).start() for _ in range(count)]
+    for engine in engines:
+        engine.wait_ready()
+    return engines
+
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+@dataclass
+class HttpServer:
+    """A loopback uvicorn server running one Starlette handler for every path."""
+
+    server: uvicorn.Server
+    port: int
+
+    async def close(self) -> None:
+        await self.server.shutdown()
+
+
+async def serve_http(handler: Handler) -> tuple[HttpServer, str]:
+    """A real loopback HTTP server (Starlette on uvicorn, as Eclectus's own) running
+    ``handler`` for every request; its OpenAI-style base URL."""
+    app = Starlette(routes=[Route("/{path:path}", handler, methods=["GET", "POST"])])
+    sock = socket.create_server(("127.0.0.1", 0))
+    config = uvicorn.Config(app, lifespan="off", log_config=None, access_log=False)
+    config.load()
+    server = uvicorn.Server(config)
+    server.lifespan = config.lifespan_class(config)
+    await server.startup(sockets=[sock])
+    port = int(sock.getsockname()[1])
+    return HttpServer(server, port), f"http://127.0.0.1:{port}/v1"
+
+
+class RecordingProxy:
+    """Forwards every request to an engine and records each JSON body it received."""
+
+    def __init__(self, target: str, fail_streams: bool = False) -> None:
+        self.target_root = target.removesuffix("/v1")
+        self.bodies: list[dict[str, Any]] = []
+        self.fail_streams = fail_streams  # answer every streamed completion with a 503
+        self._http = httpx.AsyncClient(timeout=120)
+
+    async def handle(self, request: Request) -> Response:
+        raw = await request.body()
+        body = json.loads(raw) if raw else None
+        if body is not None and request.url.path == "/v1/completions":
+            self.bodies.append(body)
+            if self.fail_streams and body.get("stream"):
+                return JSONResponse({"error": {"message": "overloaded"}}, status_code=503)
+        headers = {"content-type": "application/json"} if raw else {}
+        upstream = self._http.build_request(
+            request.method, self.target_root + request.url.path, content=raw, headers=headers
+        )
+        response = await self._http.send(upstream, stream=True)
+        kind = response.headers.get("content-type", "application/json")
+        if "event-stream" in kind:
+            return StreamingResponse(
+                _relay(response), status_code=response.status_code, media_type=kind
+            )
+        content = await response.aread()
+        return Response(content, status_code=response.status_code, media_type=kind)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+
+async def _relay(response: httpx.Response) -> AsyncIterator[bytes]:
+    try:
+        async for chunk in response.aiter_raw():
+            yield chunk
+    finally:
+        await response.aclose()
+
+
+def fake_engine(tokens: list[int], max_model_len: int = 4096) -> Handler:
+    """An engine that answers /v1/models and /tokenize (with ``tokens`` for any text) and
+    nothing else: a server running a model with another tokenizer."""
+
+    async def handle(request: Request) -> Response:
+        if request.url.path == "/v1/models":
+            card = {"id": "other-model", "object": "model", "max_model_len": max_model_len}
+            return JSONResponse({"object": "list", "data": [card]})
+        if request.url.path == "/tokenize":
+            answer = {"tokens": tokens, "count": len(tokens), "max_model_len": max_model_len}
+            return JSONResponse(answer)
+        return JSONResponse({"error": {"message": "not found"}}, status_code=404)
+
+    return handle

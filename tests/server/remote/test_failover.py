@@ -1,0 +1,117 @@
+"""Faults: an engine killed mid-graph, every engine gone, an engine coming back. The engines
+are real ``eclectus serve`` processes; SIGKILL drops their streams as a crash does."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from remote_helpers import EngineProcess, start_engines
+from test_remote_engines import fan_out, reference, remote_backend, run_graph
+from websockets.asyncio.client import connect
+from ws_helpers import RawClient
+
+from eclectus.server.app import start_server
+from eclectus.server.config import ServerConfig
+from eclectus.server.remote import RoutingPolicy
+from eclectus.server.remote.backend import RemoteBackend
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def engines() -> Iterator[list[EngineProcess]]:
+    procs = start_engines(2)
+    yield procs
+    for proc in procs:
+        proc.stop()
+
+
+@pytest.fixture(scope="module")
+def builtin() -> Iterator[object]:
+    from eclectus.server.engine import AsyncEngine
+
+    engine = AsyncEngine.from_config(model="tiny", num_kv_blocks=512, num_threads=1)
+    yield engine
+    asyncio.run(engine.shutdown())
+
+
+async def wait_for(predicate: Any, timeout: float = 60.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        assert asyncio.get_running_loop().time() < deadline, "condition never held"
+        await asyncio.sleep(0.05)
+
+
+async def streamed_graph(
+    url: str, frame: dict[str, Any], num: int, on_delta: Any
+) -> tuple[dict[str, Any], dict[str, list[str]]]:
+    """Run ``frame`` with streaming gets: (answers, deltas per var); ``on_delta`` runs once,
+    at the first delta."""
+    frame = frame | {"gets": [g | {"stream": True} for g in frame["gets"]]}
+    deltas: dict[str, list[str]] = {}
+    answers: dict[str, Any] = {}
+    async with connect(url) as ws:
+        client = RawClient(ws)
+        await client.hello()
+        await client.send(frame)
+        while len(answers) < num:
+            got = await client.recv(timeout=120)
+            if got["type"] == "delta":
+                if not deltas:
+                    await on_delta()
+                deltas.setdefault(got["var"], []).append(got["text"])
+            elif got["type"] in ("value", "error") and "var" in got:
+                answers[got["var"]] = got
+    return answers, deltas
+
+
+async def test_engine_killed_mid_graph(engines: list[EngineProcess], builtin: object) -> None:
+    """SIGKILL one engine while both stream: every call still completes exactly once, with
+    the text an uninterrupted engine gives (the failover continues from the ids already
+    streamed, nothing is duplicated); the restarted engine returns to the pool."""
+    victim = engines[0]
+    backend = remote_backend([e.url for e in engines], routing=RoutingPolicy.ROUND_ROBIN)
+    frame = fan_out(6, max_tokens=96)
+    async with await start_server(ServerConfig(port=0), backend, owns_backend=True) as server:
+
+        async def kill_while_streaming() -> None:
+            await wait_for(lambda: backend.pool.engines[0].num_inflight > 0)
+            victim.kill()
+
+        answers, deltas = await streamed_graph(server.url, frame, 6, kill_while_streaming)
+        assert all(a["type"] == "value" for a in answers.values()), answers
+        expected = await reference(builtin, frame, 6)
+        assert {k: a["text"] for k, a in answers.items()} == expected
+        assert {k: "".join(d) for k, d in deltas.items()} == expected  # nothing twice
+        assert backend.num_failovers >= 1 and not backend.pool.engines[0].healthy
+
+        victim.restart()
+        await wait_for(lambda: backend.pool.engines[0].healthy)
+        before = backend.pool.engines[0].num_requests
+        got = await run_graph(server, fan_out(4), 4)
+        assert all(a["type"] == "value" for a in got.values())
+        assert backend.pool.engines[0].num_requests > before  # routed to again
+
+
+async def test_no_engine_left_answers_engine_unavailable(
+    engines: list[EngineProcess], builtin: object
+) -> None:
+    """With every engine down a call fails with engine_unavailable, the server keeps
+    serving, and once an engine is back calls succeed again."""
+    backend: RemoteBackend = remote_backend([engines[1].url])
+    async with await start_server(ServerConfig(port=0), backend, owns_backend=True) as server:
+        engines[1].kill()
+        got = await run_graph(server, fan_out(1), 1)
+        assert got["a0"]["type"] == "error" and got["a0"]["code"] == "engine_unavailable"
+        assert engines[1].url in got["a0"]["message"]
+        async with httpx.AsyncClient() as http:  # the server lives on this loop
+            health = await http.get(server.http_url + "/healthz", timeout=5)
+        assert health.json()["status"] == "ok"
+        engines[1].restart()
+        await wait_for(lambda: backend.pool.has_healthy())
+        got = await run_graph(server, fan_out(1), 1)
+        assert got["a0"]["text"] == (await reference(builtin, fan_out(1), 1))["a0"]

