@@ -15,7 +15,7 @@ JSON tokens.
 
 Validated at the edge (the schema is a JSON object, the regex compiles...); the engine
 compiles the grammar once per distinct constraint (:attr:`StructuredOutputs.key`). Frozen
-and hashable: the schema is kept as canonical JSON text.
+and hashable: the schema is kept as compact JSON text.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class StructuredOutputs(BaseModel):
         """A schema given as an object becomes its canonical JSON text (hashable, one key
         per schema); given as text, it must parse to an object."""
         if isinstance(value, dict):
-            return _json.dumps(value, sort_keys=True, separators=(",", ":"))
+            return _canonical(value)
         if isinstance(value, str):
             try:
                 parsed = _json.loads(value)
@@ -62,9 +62,9 @@ class StructuredOutputs(BaseModel):
                 raise ValueError(f"json: not valid JSON ({exc})") from None
             if not isinstance(parsed, dict):
                 raise ValueError("json: a JSON Schema is a JSON object")
-            return _json.dumps(parsed, sort_keys=True, separators=(",", ":"))
+            return _canonical(parsed)
         if isinstance(value, type) and hasattr(value, "model_json_schema"):
-            return _json.dumps(value.model_json_schema(), sort_keys=True, separators=(",", ":"))
+            return _canonical(value.model_json_schema())
         return value
 
     @field_validator("json_object")
@@ -131,6 +131,12 @@ class StructuredOutputs(BaseModel):
         if kind == "choice":
             return kind, _json.dumps(list(value))
         return kind, value if isinstance(value, str) else ""
+
+
+def _canonical(schema: dict[str, Any]) -> str:
+    """Compact JSON text of a schema. Keys keep their order: the order of ``properties`` is
+    the order the output writes them in."""
+    return _json.dumps(schema, separators=(",", ":"), ensure_ascii=False)
 
 
 def _attr(kind: str) -> str:
