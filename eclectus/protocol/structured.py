@@ -8,7 +8,11 @@ vLLM request carries over as it is: exactly one of
 * ``json_object``: true; the output is any JSON object (OpenAI's ``json_object`` mode);
 * ``regex``: a regular expression the whole output matches;
 * ``choice``: a list of strings; the output is exactly one of them;
-* ``grammar``: an EBNF grammar (xgrammar's / GBNF dialect, ``root ::= ...``).
+* ``grammar``: an EBNF grammar (xgrammar's / GBNF dialect, ``root ::= ...``);
+* ``structural_tag``: an xgrammar structural tag (its JSON text or object,
+  ``{"type": "structural_tag", "format": {...}}``): tagged regions such as
+  ``<tool_call>{...}</tool_call>`` whose contents follow JSON Schemas, optionally triggered
+  inside free text. Tool calls (eclectus.protocol.tools) are built on it.
 
 ``disable_any_whitespace`` (vLLM's too) keeps the json kinds compact: no whitespace between
 JSON tokens.
@@ -29,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 MAX_CHOICES = 1024
 MAX_CONSTRAINT_CHARS = 1 << 20  # a schema/regex/grammar of up to 1 MiB of text
 
-_KINDS = ("json", "json_object", "regex", "choice", "grammar")
+_KINDS = ("json", "json_object", "regex", "choice", "grammar", "structural_tag")
 
 
 class StructuredOutputs(BaseModel):
@@ -46,6 +50,7 @@ class StructuredOutputs(BaseModel):
     regex: str | None = Field(default=None, max_length=MAX_CONSTRAINT_CHARS)
     choice: tuple[str, ...] | None = Field(default=None, min_length=1, max_length=MAX_CHOICES)
     grammar: str | None = Field(default=None, max_length=MAX_CONSTRAINT_CHARS)
+    structural_tag: str | None = Field(default=None, max_length=MAX_CONSTRAINT_CHARS)
     disable_any_whitespace: bool = False  # json kinds: no whitespace between tokens (vLLM)
 
     @field_validator("json_schema", mode="before")
@@ -65,6 +70,22 @@ class StructuredOutputs(BaseModel):
             return _canonical(parsed)
         if isinstance(value, type) and hasattr(value, "model_json_schema"):
             return _canonical(value.model_json_schema())
+        return value
+
+    @field_validator("structural_tag", mode="before")
+    @classmethod
+    def _tag_text(cls, value: object) -> object:
+        if isinstance(value, str):
+            try:
+                value = _json.loads(value)
+            except ValueError as exc:
+                raise ValueError(f"structural_tag: not valid JSON ({exc})") from None
+        if isinstance(value, dict):
+            if value.get("type") != "structural_tag" or not isinstance(value.get("format"), dict):
+                raise ValueError(
+                    'structural_tag: an object {"type": "structural_tag", "format": {...}}'
+                )
+            return _canonical(value)
         return value
 
     @field_validator("json_object")

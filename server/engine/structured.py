@@ -121,16 +121,22 @@ class GrammarBackend:
         if kind in ("json", "json_object"):
             schema = constraint.json_schema if kind == "json" else '{"type": "object"}'
             grammar = xgr.Grammar.from_json_schema(schema, any_whitespace=whitespace)
-            # xgrammar 0.2.9 lets a length-bounded string hold raw control characters,
-            # which JSON forbids: its character class is narrowed to JSON's
-            text = str(grammar).replace(_LOOSE_STRING_CHAR, _JSON_STRING_CHAR)
-            return self.compiler.compile_grammar(xgr.Grammar.from_ebnf(text))
+            return self._compile_json(grammar)
+        if kind == "structural_tag":
+            return self._compile_json(xgr.Grammar.from_structural_tag(constraint.structural_tag))
         if kind == "regex":
             return self.compiler.compile_regex(constraint.regex)
         if kind == "choice":
             choices = " | ".join(_ebnf_literal(c) for c in constraint.choice or ())
             return self.compiler.compile_grammar(f"root ::= {choices}")
         return self.compiler.compile_grammar(constraint.grammar)
+
+    def _compile_json(self, grammar: xgr.Grammar) -> xgr.CompiledGrammar:
+        """Compile a grammar that holds JSON Schemas. xgrammar 0.2.9 lets a length-bounded
+        string hold raw control characters, which JSON forbids: that character class is
+        narrowed to JSON's first."""
+        text = str(grammar).replace(_LOOSE_STRING_CHAR, _JSON_STRING_CHAR)
+        return self.compiler.compile_grammar(xgr.Grammar.from_ebnf(text))
 
     def new_state(self, constraint: StructuredOutputs, max_tokens: int | None) -> GrammarState:
         """A fresh matcher for one request. Raises GrammarError when the constraint does not

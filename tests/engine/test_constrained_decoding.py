@@ -220,3 +220,63 @@ def test_a_grammar_that_is_complete_ends_the_request_without_an_eos_step(
 ) -> None:
     out = run(engine, {"c": ("Pick:", SamplingParams(structured_outputs={"choice": ["done"]}))})
     assert out["c"] == ("done", "stop", len(engine.tokenizer.encode("done", add_bos=False)))
+
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string", "maxLength": 12}},
+                "required": ["city"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "add",
+            "parameters": {
+                "type": "object",
+                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                "required": ["a", "b"],
+            },
+        },
+    },
+]
+
+
+@pytest.mark.parametrize(
+    ("choice", "parallel", "names"),
+    [
+        ("required", True, {"get_weather", "add"}),
+        ("required", False, {"get_weather", "add"}),
+        ({"type": "function", "function": {"name": "add"}}, True, {"add"}),
+    ],
+)
+def test_required_and_named_tool_choice_give_only_valid_calls(
+    engine: LLMEngine, choice: object, parallel: bool, names: set[str]
+) -> None:
+    from eclectus.protocol.tools import parse_tool_calls, tool_call_constraint, tool_specs
+
+    specs = tool_specs(TOOLS)
+    constraint = tool_call_constraint(specs, choice, parallel)  # type: ignore[arg-type]
+    schemas = {s.name: s.parameters for s in specs}
+    requests = {
+        f"r{seed}": (
+            "Call a tool:",
+            SamplingParams(
+                max_tokens=120, temperature=1.0, seed=seed, structured_outputs=constraint
+            ),
+        )
+        for seed in range(3)
+    }
+    for text, _, _ in run(engine, requests).values():
+        content, calls = parse_tool_calls(text)
+        assert content == "" and calls, text
+        assert len(calls) == 1 or parallel
+        for call in calls:
+            assert call.name in names
+            jsonschema.validate(call.arguments, schemas[call.name])
