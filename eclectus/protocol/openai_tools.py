@@ -9,9 +9,12 @@ parsed for calls. Response side, :func:`assistant_message` and :class:`ChatDelta
 generated text into OpenAI's ``message`` (``content``, ``tool_calls``, finish reason
 ``tool_calls``) and streamed ``delta`` objects.
 
-Kept apart from openai_api.py (whose HTTP layer is being replaced) so that wiring it in is
-a few lines: render with ``tools=constraint.tools``, build the sampling with
-:func:`with_constraint`, shape the reply with :func:`assistant_message` / :class:`ChatDeltas`.
+Torch-free, in the protocol package: the server's OpenAI endpoint and the client adapters
+(ChatEclectus.bind_tools, with_structured_output, ``extra_body``) read requests the same way.
+Wiring it into the endpoint is a few lines: ``chat_constraint(body)``, render the messages
+with ``tools=constraint.tools``, build the sampling with :func:`with_constraint`, shape the
+reply with :func:`assistant_message` / :class:`ChatDeltas`, and answer a ToolRequestError as
+400 with its ``param``.
 """
 
 from __future__ import annotations

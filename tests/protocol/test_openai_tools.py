@@ -11,7 +11,7 @@ import pytest
 from eclectus.protocol import SamplingParams
 from eclectus.protocol.chat_template import render_chat
 from eclectus.protocol.tools import format_tool_call
-from eclectus.server.openai_tools import (
+from eclectus.protocol.openai_tools import (
     ChatConstraint,
     ChatDeltas,
     ToolRequestError,
