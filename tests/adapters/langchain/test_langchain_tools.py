@@ -197,3 +197,19 @@ def test_langgraph_react_agent_runs_to_completion() -> None:
             for call in message.tool_calls:
                 jsonschema.validate(call["args"], SCHEMAS["add"])
     assert len([m for m in messages if isinstance(m, ToolMessage)]) == len(calls)
+
+
+def test_the_compiler_cuts_a_model_bound_with_tools() -> None:
+    """A tool-bound or structured model in a compiled chain runs on the client (its reply is
+    parsed there); explain() says so, and the chain still gives valid calls."""
+    from langchain_core.prompts import ChatPromptTemplate
+
+    from eclectus.adapters.langchain import compile
+
+    prompt = ChatPromptTemplate.from_messages([("human", "Weather in {city}?")])
+    chain = prompt | model().bind_tools([Weather], tool_choice="Weather")
+    compiled = compile(chain)
+    check_calls(compiled.invoke({"city": "Oslo"}), {"Weather"})
+    assert "bound with tools or an output format" in compiled.explain()
+    structured = compile(prompt | model().with_structured_output(Weather))
+    assert isinstance(structured.invoke({"city": "Oslo"}), Weather)
