@@ -167,9 +167,8 @@ class LLMEngine:
             )
         grammar = None
         if sampling.structured_outputs is not None:  # GrammarError (a ValueError) if bad
-            grammar = self.grammar_backend.new_state(
-                sampling.structured_outputs, sampling.max_tokens
-            )
+            budget = sampling.max_tokens if self.config.budget_guarantee else None
+            grammar = self.grammar_backend.new_state(sampling.structured_outputs, budget)
         seq = Sequence(
             request_id,
             list(token_ids),
@@ -361,7 +360,8 @@ class LLMEngine:
         """Add a constrained request's sampled token (replaced by the closing policy's
         when the budget needs it), then the grammar's forced continuation (jump-forward),
         each accepted by its matcher. Finishes when the grammar is done (mutates)."""
-        token = grammar.check_budget(token, self._tokens_left(seq))
+        if self.config.budget_guarantee:
+            token = grammar.check_budget(token, self._tokens_left(seq))
         grammar.accept(token)
         reason = self._append(seq, token)
         if reason is None and self.config.jump_forward:

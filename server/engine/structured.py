@@ -251,8 +251,9 @@ class GrammarState:
     def _policy(self, bits: Tensor) -> int | None:
         """The first allowed token of the closing order, else the first allowed
         non-whitespace ordinary token (pure)."""
+        words = bits.tolist()  # plain ints: one conversion, then cheap bit tests
         for token_id in self.backend.closing_order:
-            if bits[token_id // 32] >> (token_id % 32) & 1:
+            if words[token_id // 32] >> (token_id % 32) & 1:
                 return token_id
         stops = self.backend.stop_token_ids
         return next((t for t in _allowed(bits, self.backend.vocab_size) if t not in stops), None)

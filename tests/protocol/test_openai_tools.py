@@ -10,7 +10,6 @@ import pytest
 
 from eclectus.protocol import SamplingParams
 from eclectus.protocol.chat_template import render_chat
-from eclectus.protocol.tools import format_tool_call
 from eclectus.protocol.openai_tools import (
     ChatConstraint,
     ChatDeltas,
@@ -19,6 +18,7 @@ from eclectus.protocol.openai_tools import (
     chat_constraint,
     with_constraint,
 )
+from eclectus.protocol.tools import format_tool_call
 
 WEATHER = {
     "type": "function",
