@@ -25,6 +25,7 @@ from eclectus.protocol import (
     GenSegment,
     SamplingParams,
     Segment,
+    StructuredOutputs,
     TextSegment,
     VarSegment,
     VarSpec,
@@ -49,7 +50,13 @@ class SamplingArgs(TypedDict, total=False):
     stop: list[str] | str
     stop_token_ids: list[int]
     ignore_eos: bool
-    # structured outputs, each a shorthand for ``structured_outputs={...}`` (one at most)
+    structured_outputs: StructuredOutputs | Mapping[str, Any] | None
+
+
+class GenArgs(SamplingArgs, total=False):
+    """SamplingArgs plus the structured-output shorthands, each one meaning
+    ``structured_outputs={...}`` (one at most): what ``Gen`` and output specs accept."""
+
     json_schema: dict[str, Any] | str | type
     json_object: bool
     regex: str
@@ -110,7 +117,7 @@ class Gen:
         *,
         name: str | None = None,
         sampling: SamplingParams | None = None,
-        **kwargs: Unpack[SamplingArgs],
+        **kwargs: Unpack[GenArgs],
     ) -> None:
         if sampling is not None and kwargs:
             raise TypeError("Gen takes either sampling= or sampling keywords, not both")
