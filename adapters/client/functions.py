@@ -156,9 +156,10 @@ def declare_call(
             segments.append(VarSegment(var=piece.id))
         elif isinstance(piece, Gen):
             var = session.new_variable(name=piece.name)
-            var._constraint = piece.sampling.structured_outputs
+            segment = GenSegment(gen=var.id, sampling=piece.sampling)
+            var._constraint = segment.sampling.structured_outputs
             outputs.append(var)
-            segments.append(GenSegment(gen=var.id, sampling=piece.sampling))
+            segments.append(segment)
         else:
             raise TypeError(f"a call piece must be str, SemanticVariable or Gen, not {piece!r}")
     if not outputs:
