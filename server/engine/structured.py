@@ -216,7 +216,10 @@ class GrammarState:
                 self.last_closing_length = after
                 return token_id
         path = self.closing_path(self.matcher.fork())
-        assert path, "the budget invariant guarantees a closing path here"
+        assert path is not None, "the budget invariant guarantees a closing path here"
+        if not path:  # complete already, and the token would open more than fits: end here
+            self.last_closing_length = 0
+            return min(self.backend.stop_token_ids, default=token_id)
         self.last_closing_length = len(path) - 1
         return path[0]
 

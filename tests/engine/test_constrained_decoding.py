@@ -284,3 +284,16 @@ def test_required_and_named_tool_choice_give_only_valid_calls(
         for call in calls:
             assert call.name in names
             jsonschema.validate(call.arguments, schemas[call.name])
+
+
+def test_a_complete_output_that_could_grow_past_the_budget_ends_instead(
+    engine: LLMEngine,
+) -> None:
+    """``a|abcdef`` at max_tokens 3: after "a" the grammar could go on, but "abcdef" would
+    not fit; whatever is sampled, the output is a full match within the budget."""
+    for seed in range(6):
+        sampling = SamplingParams(
+            max_tokens=3, temperature=2.0, seed=seed, structured_outputs={"regex": "a|abcdef"}
+        )
+        text, _, num_tokens = run(engine, {f"r{seed}": ("x", sampling)})[f"r{seed}"]
+        assert text in ("a", "abcdef") and num_tokens <= 3
