@@ -50,7 +50,7 @@ CLOSING_MARGIN = 32
 # at once), digits and letters (keys, enums). Whitespace is never in the list, so the policy
 # never idles, and a separator comes before a digit, so a number never grows.
 _CLOSING_ORDER = (
-    '"}],:0tfn[{-' + "123456789" + "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ" + "._/"
+    '"}])>,:0tfn[{-' + "123456789" + "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ" + "._/"
 )
 
 # The character class xgrammar gives a string with minLength/maxLength, and JSON's own

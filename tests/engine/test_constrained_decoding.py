@@ -222,8 +222,9 @@ def test_a_grammar_that_is_complete_ends_the_request_without_an_eos_step(
     out = run(engine, {"c": ("Pick:", SamplingParams(structured_outputs={"choice": ["done"]}))})
     text, reason, num_tokens = out["c"]
     assert (text, reason) == ("done", "stop") and 1 <= num_tokens <= len("done")
-    # one step: the first token is sampled, the rest jumps forward, and no EOS step follows
-    assert engine.counters.num_steps - steps == 1
+    # no step is spent on an EOS: at most one step per output token (jump-forward may
+    # save some, depending on how the tokenizer splits "done")
+    assert engine.counters.num_steps - steps <= num_tokens
 
 
 TOOLS = [
