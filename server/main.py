@@ -348,6 +348,18 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         help="shared-prefix decode attention when it pays",
     )
     engine.add_argument(
+        "--jump-forward",
+        action=argparse.BooleanOptionalAction,
+        default=defaults.jump_forward,
+        help="structured outputs: append a grammar's forced continuation without sampling",
+    )
+    engine.add_argument(
+        "--budget-guarantee",
+        action=argparse.BooleanOptionalAction,
+        default=defaults.budget_guarantee,
+        help="structured outputs: close the structure within max_tokens (off: to measure it)",
+    )
+    engine.add_argument(
         "--num-threads",
         type=positive_int,
         default=defaults.num_threads,

@@ -25,6 +25,7 @@ from eclectus.protocol import (
     GenSegment,
     SamplingParams,
     Segment,
+    StructuredOutputs,
     TextSegment,
     VarSegment,
     VarSpec,
@@ -49,7 +50,28 @@ class SamplingArgs(TypedDict, total=False):
     stop: list[str] | str
     stop_token_ids: list[int]
     ignore_eos: bool
+    structured_outputs: StructuredOutputs | Mapping[str, Any] | None
 
+
+class GenArgs(SamplingArgs, total=False):
+    """SamplingArgs plus the structured-output shorthands, each one meaning
+    ``structured_outputs={...}`` (one at most): what ``Gen`` and output specs accept."""
+
+    json_schema: dict[str, Any] | str | type
+    json_object: bool
+    regex: str
+    choice: list[str]
+    grammar: str
+
+
+# SDK shorthand -> the StructuredOutputs key it sets (vLLM's names on the wire)
+CONSTRAINT_KEYS = {
+    "json_schema": "json",
+    "json_object": "json_object",
+    "regex": "regex",
+    "choice": "choice",
+    "grammar": "grammar",
+}
 
 SamplingLike = SamplingParams | Mapping[str, Any] | bool
 
@@ -67,6 +89,11 @@ def to_sampling(spec: SamplingLike, where: str) -> SamplingParams:
     fields = dict(spec)
     if isinstance(fields.get("stop"), str):
         fields["stop"] = [fields["stop"]]
+    constraint = {CONSTRAINT_KEYS[k]: fields.pop(k) for k in list(fields) if k in CONSTRAINT_KEYS}
+    if constraint:
+        if "structured_outputs" in fields:
+            raise ValueError(f"{where}: give structured_outputs= or a shorthand, not both")
+        fields["structured_outputs"] = constraint
     try:
         return SamplingParams.model_validate(fields)
     except ValueError as exc:  # pydantic's ValidationError is a ValueError
@@ -77,7 +104,10 @@ class Gen:
     """Marks an output in :meth:`Session.call`: the model generates a new variable here.
 
     ``Gen(max_tokens=32, stop="\\n", name="answer")``; ``sampling=`` takes a ready
-    SamplingParams instead of keywords. Immutable.
+    SamplingParams instead of keywords. A constraint keyword (``json_schema=`` a schema dict
+    or Pydantic class, ``json_object=True``, ``regex=``, ``choice=``, ``grammar=``) makes the
+    value valid by construction; ``await var.aget(parse=True)`` then returns it parsed.
+    Immutable.
     """
 
     __slots__ = ("_name", "_sampling")
@@ -87,7 +117,7 @@ class Gen:
         *,
         name: str | None = None,
         sampling: SamplingParams | None = None,
-        **kwargs: Unpack[SamplingArgs],
+        **kwargs: Unpack[GenArgs],
     ) -> None:
         if sampling is not None and kwargs:
             raise TypeError("Gen takes either sampling= or sampling keywords, not both")
@@ -126,8 +156,10 @@ def declare_call(
             segments.append(VarSegment(var=piece.id))
         elif isinstance(piece, Gen):
             var = session.new_variable(name=piece.name)
+            segment = GenSegment(gen=var.id, sampling=piece.sampling)
+            var._constraint = segment.sampling.structured_outputs
             outputs.append(var)
-            segments.append(GenSegment(gen=var.id, sampling=piece.sampling))
+            segments.append(segment)
         else:
             raise TypeError(f"a call piece must be str, SemanticVariable or Gen, not {piece!r}")
     if not outputs:

@@ -13,10 +13,11 @@ live in the session, which routes the server's answer back to :meth:`_resolve` o
 from __future__ import annotations
 
 import enum
+import json
 from collections.abc import AsyncIterator, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from eclectus.protocol import Criteria, Usage
+from eclectus.protocol import Criteria, StructuredOutputs, Usage
 
 if TYPE_CHECKING:
     from eclectus.adapters.client.session import Session
@@ -33,6 +34,7 @@ class SemanticVariable:
 
     __slots__ = (
         "__weakref__",
+        "_constraint",
         "_error",
         "_finish_reason",
         "_id",
@@ -54,6 +56,7 @@ class SemanticVariable:
         self._error: BaseException | None = None
         self._usage: Usage | None = None
         self._finish_reason: str | None = None
+        self._constraint: StructuredOutputs | None = None  # set by the call that produces it
 
     # -- read-only views ----------------------------------------------------------------
 
@@ -96,6 +99,21 @@ class SemanticVariable:
         """``stop``/``length``/... of the producing call, once its value arrived."""
         return self._finish_reason
 
+    @property
+    def constraint(self) -> StructuredOutputs | None:
+        """The structured-output constraint of the producing call's output, if any."""
+        return self._constraint
+
+    def parsed(self) -> Any:
+        """The value parsed (pure; the variable must be READY): a JSON value for an output
+        constrained by ``json_schema``/``json_object``, else the text itself. ValueError
+        when the variable has no value yet."""
+        if self._value is None:
+            raise ValueError(f"{self!r} has no value yet: aget() it first")
+        if self._constraint is not None and self._constraint.kind in ("json", "json_object"):
+            return json.loads(self._value)
+        return self._value
+
     def done(self) -> bool:
         """True once the variable is READY or FAILED."""
         return self._state is not VarState.PENDING
@@ -107,13 +125,18 @@ class SemanticVariable:
     # -- asking for the value (the session does the work) --------------------------------
 
     async def aget(
-        self, criteria: Criteria = "latency", *, deadline_ms: float | None = None
-    ) -> str:
+        self,
+        criteria: Criteria = "latency",
+        *,
+        deadline_ms: float | None = None,
+        parse: bool = False,
+    ) -> Any:
         """Waits for the text, shipping everything pending in one frame first. Callable from
         any event loop. Raises VariableFailed/ServerError/ConnectionError. Mutates only
-        through the answer (state becomes READY or FAILED)."""
+        through the answer (state becomes READY or FAILED). ``parse=True`` returns
+        :meth:`parsed` (the JSON value of a json-constrained output)."""
         (text,) = await self._session.aget_many([self], criteria, deadline_ms=deadline_ms)
-        return text
+        return self.parsed() if parse else text
 
     def get(
         self,
@@ -121,10 +144,11 @@ class SemanticVariable:
         *,
         deadline_ms: float | None = None,
         timeout: float | None = None,
-    ) -> str:
+        parse: bool = False,
+    ) -> Any:
         """Blocking twin of :meth:`aget` (not from the session's own loop thread)."""
         (text,) = self._session.get_many([self], criteria, deadline_ms=deadline_ms, timeout=timeout)
-        return text
+        return self.parsed() if parse else text
 
     def astream(
         self, criteria: Criteria = "latency", *, deadline_ms: float | None = None

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from langchain_core.messages import BaseMessage, ChatMessage, get_buffer_string
 
@@ -59,12 +60,19 @@ def message_role(message: BaseMessage) -> str:
     return _TYPE_TO_ROLE.get(message.type, message.type)
 
 
+# Content blocks that restate an assistant's tool calls (Anthropic's "tool_use", LangChain's
+# standard "tool_call"): the calls are rendered from ``AIMessage.tool_calls``.
+_CALL_BLOCKS = frozenset({"tool_use", "tool_call"})
+
+
 def message_text(message: BaseMessage) -> str:
     """A message's text: string content, or its text blocks joined; raises ValueError for
     non-text content (images, audio), which this adapter does not send."""
     if isinstance(message.content, str):
         return message.content
     for block in message.content:
+        if isinstance(block, dict) and block.get("type") in _CALL_BLOCKS:
+            continue  # a call is rendered from message.tool_calls, not from its block
         if not (isinstance(block, str) or block.get("type") == "text"):
             raise ValueError(f"content block of type {block.get('type')!r} is not supported")
     return message.text
@@ -75,7 +83,9 @@ def _text_of(piece: Value | Ref) -> str | None:
 
 
 def render_chat(
-    messages: Sequence[tuple[str, Sequence[Piece]]], template: ChatTemplate = DEFAULT_TEMPLATE
+    messages: Sequence[tuple[str, Sequence[Piece]]],
+    template: ChatTemplate = DEFAULT_TEMPLATE,
+    tools: Sequence[Mapping[str, Any]] | None = None,
 ) -> list[Piece]:
     """Render ``(role, pieces)`` messages into one prompt with ``template``, ending with the
     generation prompt.
@@ -83,10 +93,15 @@ def render_chat(
     Each message's pieces stay pieces, so variable boundaries survive rendering, except
     where the template transforms a message's content (then that message is plain text).
     Raises ``ChatTemplateError`` (a ValueError) when such a message holds a :class:`Ref`.
+    ``tools`` (OpenAI tool objects) reach the template as its ``tools`` variable.
     """
     return normalize(
         render_chat_pieces(
-            template.source, messages, text_of=_text_of, template_vars=template.template_vars
+            template.source,
+            messages,
+            text_of=_text_of,
+            template_vars=template.template_vars,
+            tools=tools,
         )
     )
 

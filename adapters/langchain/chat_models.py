@@ -11,7 +11,7 @@ prefix sharing.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
@@ -20,7 +20,9 @@ from langchain_core.language_models.chat_models import LangSmithParams
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.messages.ai import InputTokenDetails, UsageMetadata
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
-from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables import Runnable, RunnableConfig
+from langchain_core.tools import BaseTool
+from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from eclectus.adapters.langchain._calls import (
     ModelCore,
@@ -38,9 +40,19 @@ from eclectus.adapters.langchain.chat_format import (
     message_role,
     render_chat,
 )
-from eclectus.adapters.langchain.pieces import Piece, concrete_text
+from eclectus.adapters.langchain.pieces import Piece, Value, concrete_text
+from eclectus.adapters.langchain.tools import (
+    ChunkReader,
+    StructuredMethod,
+    ai_message_text,
+    reply_parts,
+    split_call_kwargs,
+    structured_runnable,
+    tool_choice_of,
+)
 from eclectus.adapters.langchain.tracing import TRACER
 from eclectus.protocol import SamplingParams
+from eclectus.protocol.openai_tools import ChatConstraint
 
 # (prompt pieces, sampling, model) of one chat call
 Request = tuple[list[Piece], SamplingParams, str | None]
@@ -86,9 +98,56 @@ class ChatEclectus(EclectusParams, BaseChatModel):
         ```
     """
 
+    extra_body: dict[str, Any] | None = None
+    """vLLM's request extensions, as ChatOpenAI passes them: ``top_k``, ``ignore_eos``,
+    ``structured_outputs`` (or ``guided_json``/``guided_regex``/``guided_choice``/
+    ``guided_grammar``). A call's ``extra_body`` adds to it."""
+
     @property
     def _llm_type(self) -> str:
         return "eclectus-chat"
+
+    # -- tools and structured output ------------------------------------------------------
+
+    def bind_tools(
+        self,
+        tools: Sequence[dict[str, Any] | type | Callable[..., Any] | BaseTool],
+        *,
+        tool_choice: dict[str, Any] | str | bool | None = None,
+        parallel_tool_calls: bool | None = None,
+        strict: bool | None = None,
+        **kwargs: Any,
+    ) -> Runnable[LanguageModelInput, AIMessage]:
+        """Bind tools (OpenAI tool schemas, LangChain tools, Pydantic classes, functions).
+        ``tool_choice``: "auto" (default), "none", "required"/"any", a tool's name, True (the
+        only tool) or OpenAI's ``{"type": "function", "function": {"name": ...}}``; required
+        and named choices are enforced by the server's grammar, and every call's arguments
+        are valid against its tool's schema. Pure (returns a bound runnable)."""
+        formatted = [convert_to_openai_tool(t, strict=strict) for t in tools]
+        bound: dict[str, Any] = {"tools": formatted, **kwargs}
+        if tool_choice is not None:
+            bound["tool_choice"] = tool_choice_of(tool_choice, formatted)
+        if parallel_tool_calls is not None:
+            bound["parallel_tool_calls"] = parallel_tool_calls
+        return self.bind(**bound)
+
+    def with_structured_output(
+        self,
+        schema: dict[str, Any] | type | None = None,
+        *,
+        method: StructuredMethod = "json_schema",
+        include_raw: bool = False,
+        strict: bool | None = None,
+        **kwargs: Any,
+    ) -> Runnable[LanguageModelInput, Any]:
+        """A runnable whose output is ``schema``'s instance (a Pydantic object, else a dict).
+        ``method``: "json_schema" (the reply is constrained to the schema), "function_calling"
+        (one forced call of the schema as a tool) or "json_mode" (any JSON object). The
+        server's grammar makes the JSON valid by construction. ``include_raw``: a dict with
+        ``raw``, ``parsed`` and ``parsing_error``. Pure."""
+        if kwargs:
+            raise ValueError(f"unsupported arguments {sorted(kwargs)}")
+        return structured_runnable(self.bind, self.bind_tools, schema, method, include_raw)
 
     def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
         params = self.ls_params(stop, kwargs)
@@ -97,14 +156,22 @@ class ChatEclectus(EclectusParams, BaseChatModel):
     # -- building one request --------------------------------------------------------------
 
     def prompt_pieces(
-        self, messages: Sequence[BaseMessage], template: ChatTemplate = DEFAULT_TEMPLATE
+        self,
+        messages: Sequence[BaseMessage],
+        template: ChatTemplate = DEFAULT_TEMPLATE,
+        tools: Sequence[dict[str, Any]] | None = None,
     ) -> list[Piece]:
         """The prompt for ``messages``, rendered with ``template`` (the served model's, see
-        :meth:`_request`); known template boundaries (tracing hook) become segment
-        boundaries. Pure apart from the lookup."""
+        :meth:`_request`) and ``tools``; known template boundaries (tracing hook) become
+        segment boundaries; an assistant turn's tool calls are written after its text as the
+        model writes them. Pure apart from the lookup."""
         per_message = TRACER.message_pieces(messages)
+        for i, message in enumerate(messages):
+            if getattr(message, "tool_calls", None):
+                text = concrete_text(per_message[i])
+                per_message[i] = [Value(ai_message_text(message, text))]
         roles = [message_role(m) for m in messages]
-        return render_chat(list(zip(roles, per_message, strict=True)), template)
+        return render_chat(list(zip(roles, per_message, strict=True)), template, tools)
 
     def _request(
         self,
@@ -114,10 +181,20 @@ class ChatEclectus(EclectusParams, BaseChatModel):
         core: ModelCore,
     ) -> Request:
         """Pieces (in the chat template ``core``'s server announces: connects on first
-        use), sampling payload and model of one call."""
+        use), sampling payload (with the tools' or format's constraint) and model of one
+        call."""
+        kwargs, constraint = split_call_kwargs(kwargs, self.extra_body)
         model = self.model_for(kwargs)
-        pieces = self.prompt_pieces(messages, core.chat_template(model))
-        return pieces, self.sampling(stop, kwargs), model
+        pieces = self.prompt_pieces(messages, core.chat_template(model), constraint.tools)
+        sampling = self.sampling(stop, kwargs)
+        if constraint.structured_outputs is not None:
+            update = {"structured_outputs": constraint.structured_outputs}
+            sampling = sampling.model_copy(update=update)
+        return pieces, sampling, model
+
+    def _constraint(self, kwargs: dict[str, Any]) -> ChatConstraint:
+        """The tools/format constraint of a call's kwargs (pure)."""
+        return split_call_kwargs(kwargs, self.extra_body)[1]
 
     def _core(self, run_manager: Any) -> ModelCore:
         run_id = getattr(run_manager, "run_id", None)
@@ -137,7 +214,7 @@ class ChatEclectus(EclectusParams, BaseChatModel):
         result = take_prefetched(prefetch_key(pieces, sampling, model))
         if result is None:
             (result,) = core.run([(pieces, sampling)], model)
-        return _chat_result(result)
+        return _chat_result(result, self._constraint(kwargs))
 
     async def _agenerate(
         self,
@@ -151,7 +228,7 @@ class ChatEclectus(EclectusParams, BaseChatModel):
         result = take_prefetched(prefetch_key(pieces, sampling, model))
         if result is None:
             (result,) = await core.arun([(pieces, sampling)], model)
-        return _chat_result(result)
+        return _chat_result(result, self._constraint(kwargs))
 
     def _stream(
         self,
@@ -162,11 +239,12 @@ class ChatEclectus(EclectusParams, BaseChatModel):
     ) -> Iterator[ChatGenerationChunk]:
         core = self._core(run_manager)
         pieces, sampling, model = self._request(messages, stop, kwargs, core)
+        reader = ChunkReader(self._constraint(kwargs))
         for item in core.stream(pieces, sampling, model):
-            chunk = _chunk(item)
-            if run_manager and isinstance(item, str):
-                run_manager.on_llm_new_token(item, chunk=chunk)
-            yield chunk
+            for chunk in _chunks(item, reader):
+                if run_manager and isinstance(item, str):
+                    run_manager.on_llm_new_token(chunk.text, chunk=chunk)
+                yield chunk
 
     async def _astream(
         self,
@@ -177,11 +255,12 @@ class ChatEclectus(EclectusParams, BaseChatModel):
     ) -> AsyncIterator[ChatGenerationChunk]:
         core = self._core(run_manager)
         pieces, sampling, model = self._request(messages, stop, kwargs, core)
+        reader = ChunkReader(self._constraint(kwargs))
         async for item in core.astream(pieces, sampling, model):
-            chunk = _chunk(item)
-            if run_manager and isinstance(item, str):
-                await run_manager.on_llm_new_token(item, chunk=chunk)
-            yield chunk
+            for chunk in _chunks(item, reader):
+                if run_manager and isinstance(item, str):
+                    await run_manager.on_llm_new_token(chunk.text, chunk=chunk)
+                yield chunk
 
     # -- batches: one group on the server ------------------------------------------------------
 
@@ -258,7 +337,9 @@ class ChatEclectus(EclectusParams, BaseChatModel):
     ) -> int:
         """Tokens of the whole rendered chat prompt, generation prompt included."""
         template = ModelCore(self, None).chat_template(self.model_name)
-        return self.get_num_tokens(concrete_text(self.prompt_pieces(messages, template)))
+        formatted = [convert_to_openai_tool(t) for t in tools or ()]
+        pieces = self.prompt_pieces(messages, template, formatted or None)
+        return self.get_num_tokens(concrete_text(pieces))
 
 
 def _batch_app(config: RunnableConfig | list[RunnableConfig] | None) -> str | None:
@@ -285,12 +366,40 @@ def _table(
     return table
 
 
-def _chat_result(result: Generated) -> ChatResult:
+def _chat_result(result: Generated, constraint: ChatConstraint | None = None) -> ChatResult:
     message = message_of(result)
+    if constraint is not None and constraint.parse_tool_calls:
+        content, calls = reply_parts(result.text, constraint)
+        if calls:
+            metadata = {**metadata_of(result), "finish_reason": "tool_calls"}
+            message = AIMessage(
+                content=content,
+                tool_calls=calls,
+                usage_metadata=usage_of(result),
+                response_metadata=metadata,
+            )
     return ChatResult(
         generations=[ChatGeneration(message=message)],
         llm_output={"model_name": result.model_name},
     )
+
+
+def _chunks(item: str | Generated, reader: ChunkReader) -> list[ChatGenerationChunk]:
+    """The chunks of one streamed item: text and tool-call chunks as the reader completes
+    them, then (for the closing record) what it held back and the closing chunk."""
+    pieces = reader.feed(item) if isinstance(item, str) else reader.finish()
+    out = [
+        ChatGenerationChunk(message=AIMessageChunk(content=text, tool_call_chunks=calls))
+        for text, calls in pieces
+        if text or calls
+    ]
+    if not isinstance(item, str):
+        last = _chunk(item)
+        if reader.num_calls:
+            last.message.response_metadata["finish_reason"] = "tool_calls"
+            last.generation_info = {"finish_reason": "tool_calls"}
+        out.append(last)
+    return out
 
 
 def _chunk(item: str | Generated) -> ChatGenerationChunk:

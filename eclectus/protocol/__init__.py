@@ -44,6 +44,7 @@ from eclectus.protocol.frames import (
 from eclectus.protocol.limits import MAX_RELEASE_IDS, Limits
 from eclectus.protocol.model_card import ModelCard
 from eclectus.protocol.sampling import COMPLETIONS_DEFAULT_MAX_TOKENS, SamplingParams
+from eclectus.protocol.structured import StructuredOutputs
 from eclectus.protocol.templates import TemplateError, parse_template, template_placeholders
 
 __all__ = [
@@ -74,6 +75,7 @@ __all__ = [
     "Segment",
     "ServerFrame",
     "Set",
+    "StructuredOutputs",
     "Submit",
     "TemplateError",
     "TextSegment",

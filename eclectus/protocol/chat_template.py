@@ -42,10 +42,25 @@ import jinja2.sandbox
 T = TypeVar("T")
 
 # "<|role|>\ncontent\n" per message, then "<|assistant|>\n" to prompt the reply: the template
-# of the built-in presets, and a tokenizer's template when its directory has none.
+# of the built-in presets, and a tokenizer's template when its directory has none. With
+# ``tools`` it opens with a system turn listing them and the Hermes call format
+# (eclectus.protocol.tools); an assistant turn's ``tool_calls`` are written in that format.
 DEFAULT_CHAT_TEMPLATE = (
+    "{% if tools %}"
+    "{{ '<|system|>\n# Tools\nYou may call functions. Their signatures:\n' }}"
+    "{% for tool in tools %}{{ tool | tojson }}{{ '\n' }}{% endfor %}"
+    '{{ \'For each call write <tool_call>\n{"name": <name>, "arguments": <json>}\n'
+    "</tool_call>\n' }}"
+    "{% endif %}"
     "{% for message in messages %}"
-    "{{ '<|' + message['role'] + '|>\n' + message['content'] + '\n' }}"
+    "{{ '<|' + message['role'] + '|>\n' }}{{ message['content'] or '' }}"
+    "{% for call in message['tool_calls'] or [] %}"
+    "{% set args = call['function']['arguments'] %}"
+    "{{ '\n' if loop.index > 1 or message['content'] else '' }}"
+    "{{ '<tool_call>\n{\"name\": ' + call['function']['name'] | tojson + ', \"arguments\": ' }}"
+    "{{ args if args is string else args | tojson }}{{ '}\n</tool_call>' }}"
+    "{% endfor %}"
+    "{{ '\n' }}"
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% endif %}"
 )
@@ -101,10 +116,11 @@ def render_chat(
     template_vars: Mapping[str, str] | None = None,
     tools: Sequence[Mapping[str, Any]] | None = None,
 ) -> str:
-    """``messages`` ([{"role", "content"}]) rendered with the Jinja ``template`` source
-    (None: :data:`DEFAULT_CHAT_TEMPLATE`) as transformers renders it; ``template_vars`` are
-    the special-token strings (``bos_token``...) the template may use; ``tools`` the JSON
-    schemas transformers' ``apply_chat_template(..., tools=)`` passes. Pure."""
+    """``messages`` ([{"role", "content"}], plus ``tool_calls`` on an assistant turn)
+    rendered with the Jinja ``template`` source (None: :data:`DEFAULT_CHAT_TEMPLATE`) as
+    transformers renders it; ``template_vars`` are the special-token strings (``bos_token``...)
+    the template may use; ``tools`` (OpenAI tool objects) reach the template as ``tools``, as
+    ``apply_chat_template(tools=...)`` passes them. Pure."""
     compiled = _compile(template or DEFAULT_CHAT_TEMPLATE)
     return compiled.render(
         messages=[dict(m) for m in messages],
@@ -121,13 +137,15 @@ def render_chat_pieces(
     text_of: Callable[[T], str | None],
     add_generation_prompt: bool = True,
     template_vars: Mapping[str, str] | None = None,
+    tools: Sequence[Mapping[str, Any]] | None = None,
 ) -> list[str | T]:
     """``(role, pieces)`` messages rendered with ``template`` into one list of pieces, each
     message's pieces kept as they are (the module docstring gives the fallback rule).
 
     A piece is a ``str`` (constant text) or an opaque value; ``text_of`` gives an opaque
     piece's text, or None when it is not known on the client. Constant template text comes
-    out as ``str``; adjacent strings are not merged. Pure; raises :class:`ChatTemplateError`
+    out as ``str``; adjacent strings are not merged. ``tools`` as :func:`render_chat`. Pure;
+    raises :class:`ChatTemplateError`
     when a message with an unknown piece cannot be spliced, and the template's own errors.
     """
 
@@ -137,6 +155,7 @@ def render_chat_pieces(
             [{"role": role, "content": c} for (role, _), c in zip(messages, contents, strict=True)],
             add_generation_prompt=add_generation_prompt,
             template_vars=template_vars,
+            tools=tools,
         )
 
     texts = [_known_text(pieces, text_of) for _, pieces in messages]

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from eclectus.protocol.structured import StructuredOutputs
+
 # The defaults a user of OpenAI / vLLM expects, stated once (docs/protocol.md has the table):
 # ``max_tokens`` None generates until EOS or the context window, as chat completions do;
 # the legacy ``/v1/completions`` endpoint documents 16 when the request names none.
@@ -34,6 +36,9 @@ class SamplingParams(BaseModel):
     are matched on the decoded text and are not part of the output; ``stop_token_ids`` end the
     request after that token (also not part of the text). ``ignore_eos`` keeps generating
     past the end-of-sequence token until ``max_tokens`` or the context window.
+    ``structured_outputs`` (vLLM's name and shape: one of ``json``, ``json_object``,
+    ``regex``, ``choice``, ``grammar``) constrains the text by construction: the engine masks
+    every token the grammar does not allow, and the request ends when the grammar does.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -46,6 +51,7 @@ class SamplingParams(BaseModel):
     stop: tuple[str, ...] = Field(default=(), max_length=MAX_STOP_STRINGS)
     stop_token_ids: tuple[int, ...] = Field(default=(), max_length=MAX_STOP_STRINGS)
     ignore_eos: bool = False
+    structured_outputs: StructuredOutputs | None = None
 
     @field_validator("top_k")
     @classmethod

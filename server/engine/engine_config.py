@@ -37,6 +37,10 @@ class EngineConfig:
     max_model_len: int | None = None  # None: the model's context window
     enable_prefix_caching: bool = True
     cascade_attention: bool = True  # shared-prefix decode attention when it pays
+    # structured outputs: append a grammar's forced continuation without sampling it
+    jump_forward: bool = True
+    # structured outputs: close the structure within max_tokens (off: for measuring it)
+    budget_guarantee: bool = True
     num_threads: int | None = None  # torch threads on CPU; None: all cores but one
     seed: int = 0  # the generator of unseeded sampled requests
 

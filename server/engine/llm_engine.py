@@ -7,7 +7,7 @@ import itertools
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -22,6 +22,9 @@ from eclectus.server.engine.sampler import Sampler
 from eclectus.server.engine.scheduler import ScheduledSeq, Scheduler, SchedulerOutput
 from eclectus.server.engine.sequence import FinishReason, Sequence
 from eclectus.server.engine.tokenizer import Tokenizer
+
+if TYPE_CHECKING:  # xgrammar is imported on the first constrained request
+    from eclectus.server.engine.structured import GrammarBackend, GrammarState
 
 
 def default_num_threads() -> int:
@@ -89,6 +92,8 @@ class LLMEngine:
         self.failures: dict[str, str] = {}
         self._seqs: dict[str, Sequence] = {}
         self._states: dict[str, OutputState] = {}
+        self._grammars: dict[str, GrammarState] = {}  # constrained requests' matchers
+        self._grammar_backend: GrammarBackend | None = None
         self._arrivals = itertools.count()
 
     # ---- requests -------------------------------------------------------------------------
@@ -160,6 +165,10 @@ class LLMEngine:
                 f"prompt of {len(token_ids)} tokens leaves no room for an output token: a "
                 f"request holds at most {self.max_model_len} (context window and KV pool)"
             )
+        grammar = None
+        if sampling.structured_outputs is not None:  # GrammarError (a ValueError) if bad
+            budget = sampling.max_tokens if self.config.budget_guarantee else None
+            grammar = self.grammar_backend.new_state(sampling.structured_outputs, budget)
         seq = Sequence(
             request_id,
             list(token_ids),
@@ -172,6 +181,8 @@ class LLMEngine:
             seq.generator = self.sampler.new_generator(sampling.seed)
         self._seqs[request_id] = seq
         self._states[request_id] = OutputState(sampling, self.tokenizer)
+        if grammar is not None:
+            self._grammars[request_id] = grammar
         self.counters.prompt_tokens += seq.num_prompt_tokens
         return seq
 
@@ -191,6 +202,15 @@ class LLMEngine:
         if seq is not None:
             seq.pin_prefix_segments = 0
         self.block_manager.unpin(request_id)
+
+    @property
+    def grammar_backend(self) -> GrammarBackend:
+        """The xgrammar compiler and cache, built on first use (mutates once)."""
+        if self._grammar_backend is None:
+            from eclectus.server.engine.structured import GrammarBackend
+
+            self._grammar_backend = GrammarBackend(self.tokenizer, self.model_config.vocab_size)
+        return self._grammar_backend
 
     @property
     def has_unfinished(self) -> bool:
@@ -249,19 +269,30 @@ class LLMEngine:
         """One token per row (mutates the generators). The batch is sampled in one call; if
         that raises, row by row, so a request whose parameters break the sampler gets its
         exception in place of a token and nobody else's fails with it."""
+        bitmask = self._bitmask(seqs)  # constrained rows: only what their grammar allows
         try:
             return list(
-                self.sampler(logits, [s.sampling for s in seqs], [s.generator for s in seqs])
+                self.sampler(
+                    logits, [s.sampling for s in seqs], [s.generator for s in seqs], bitmask
+                )
             )
         except Exception:
             pass
         tokens: list[int | Exception] = []
         for row, seq in enumerate(seqs):
+            rows = slice(row, row + 1)
+            mask = None if bitmask is None else bitmask[rows]
             try:
-                tokens += self.sampler(logits[row : row + 1], [seq.sampling], [seq.generator])
+                tokens += self.sampler(logits[rows], [seq.sampling], [seq.generator], mask)
             except Exception as exc:
                 tokens.append(exc)
         return tokens
+
+    def _bitmask(self, seqs: list[Sequence]) -> torch.Tensor | None:
+        """The step's allowed-token bitmask, None when no request is constrained (pure)."""
+        if not self._grammars:
+            return None
+        return self.grammar_backend.bitmask([self._grammars.get(s.request_id) for s in seqs])
 
     def _fail_step(self, out: SchedulerOutput) -> list[str]:
         request_ids = []
@@ -288,9 +319,11 @@ class LLMEngine:
             try:
                 if isinstance(token, Exception):
                     raise token
-                seq.token_ids.append(token)
-                self.counters.generated_tokens += 1
-                reason = self._check_finish(seq, token)
+                grammar = self._grammars.get(seq.request_id)
+                if grammar is None:
+                    reason = self._append(seq, token)
+                else:
+                    reason = self._append_constrained(seq, grammar, token)
                 if reason is not None:
                     self.scheduler.finish(seq, reason)
                 outputs.append(self._output(seq, finished=reason is not None))
@@ -314,6 +347,38 @@ class LLMEngine:
             num_cached_tokens=seq.num_cached_tokens,
             num_output_tokens=seq.num_output_tokens,
         )
+
+    def _append(self, seq: Sequence, token: int) -> FinishReason | None:
+        """Add one output token; the finish reason if it ends the request (mutates)."""
+        seq.token_ids.append(token)
+        self.counters.generated_tokens += 1
+        return self._check_finish(seq, token)
+
+    def _append_constrained(
+        self, seq: Sequence, grammar: GrammarState, token: int
+    ) -> FinishReason | None:
+        """Add a constrained request's sampled token (replaced by the closing policy's
+        when the budget needs it), then the grammar's forced continuation (jump-forward),
+        each accepted by its matcher. Finishes when the grammar is done (mutates)."""
+        if self.config.budget_guarantee:
+            token = grammar.check_budget(token, self._tokens_left(seq))
+        grammar.accept(token)
+        reason = self._append(seq, token)
+        if reason is None and self.config.jump_forward:
+            for forced in grammar.jump_forward(self._tokens_left(seq)):
+                reason = self._append(seq, forced)
+                if reason is not None:
+                    break
+        if reason is None and (grammar.is_terminated or grammar.must_stop()):
+            reason = self._states[seq.request_id].flush() or FinishReason.STOP
+        return reason
+
+    def _tokens_left(self, seq: Sequence) -> int:
+        """Output tokens ``seq`` may still add: max_tokens and the context window (pure)."""
+        left = seq.max_total_tokens - seq.num_tokens
+        if seq.sampling.max_tokens is not None:
+            left = min(left, seq.sampling.max_tokens - seq.num_output_tokens)
+        return left
 
     def _check_finish(self, seq: Sequence, token: int) -> FinishReason | None:
         state = self._states[seq.request_id]
@@ -346,3 +411,4 @@ class LLMEngine:
     def _forget(self, request_id: str) -> None:
         self._seqs.pop(request_id, None)
         self._states.pop(request_id, None)
+        self._grammars.pop(request_id, None)

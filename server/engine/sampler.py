@@ -29,9 +29,17 @@ class Sampler:
         return torch.Generator(device=self.device).manual_seed(seed)
 
     def __call__(
-        self, logits: Tensor, params: Seq[SamplingParams], generators: Seq[torch.Generator | None]
+        self,
+        logits: Tensor,
+        params: Seq[SamplingParams],
+        generators: Seq[torch.Generator | None],
+        bitmask: Tensor | None = None,
     ) -> list[int]:
-        """logits [B, V] (any float dtype) -> B token ids. Mutates the generators it draws from."""
+        """logits [B, V] (any float dtype) -> B token ids. ``bitmask`` int32 [B, ceil(V/32)]
+        (xgrammar's packed bits, 1 = allowed) masks every row, greedy ones too; free rows
+        carry all ones. Mutates the generators it draws from."""
+        if bitmask is not None:
+            logits = _masked(logits, bitmask)
         greedy = [p.greedy for p in params]
         if all(greedy):
             return logits.argmax(dim=-1).tolist()
@@ -74,3 +82,13 @@ class Sampler:
             if gen is not None:
                 uniform[i] = torch.rand(1, generator=gen, device=self.device)[0]
         return uniform
+
+
+def _masked(logits: Tensor, bitmask: Tensor) -> Tensor:
+    """``logits`` with disallowed tokens at -inf (pure: the runner's logits are inference
+    tensors). Unpacks the bits with one vectorised shift: bit j of word w allows token
+    32 * w + j."""
+    shifts = torch.arange(32, dtype=torch.int32, device=logits.device)
+    bits = (bitmask.to(logits.device)[:, :, None] >> shifts) & 1
+    allowed = bits.flatten(1)[:, : logits.shape[1]].bool()
+    return logits.masked_fill(~allowed, -torch.inf)

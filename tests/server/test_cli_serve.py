@@ -131,11 +131,18 @@ def test_every_engine_flag_reaches_the_engine_config() -> None:
         "seed": 7,
     }
     argv = [str(part) for k, v in flags.items() for part in (f"--{k.replace('_', '-')}", v)]
-    switches = ["--no-enable-prefix-caching", "--no-cascade-attention"]
+    switches = [
+        "--no-enable-prefix-caching",
+        "--no-cascade-attention",
+        "--no-jump-forward",
+        "--no-budget-guarantee",
+    ]
     config = engine_config_from_args(parser.parse_args([*argv, *switches, "--kv-cache-gib", "2"]))
     expected = flags | {
         "enable_prefix_caching": False,
         "cascade_attention": False,
+        "jump_forward": False,
+        "budget_guarantee": False,
         "kv_cache_bytes": 2 * GiB,
     }
     assert {f.name for f in dataclasses.fields(EngineConfig)} == set(expected)

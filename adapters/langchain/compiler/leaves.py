@@ -42,6 +42,7 @@ from eclectus.adapters.langchain.pieces import (
     contains_symbolic,
 )
 from eclectus.adapters.langchain.prompts import chat_prompt_messages, string_prompt_pieces
+from eclectus.adapters.langchain.tools import TOOL_KWARGS
 from eclectus.adapters.langchain.tracing import TRACER
 from eclectus.adapters.sampling import explicit
 from eclectus.protocol.chat_template import ChatTemplateError
@@ -134,6 +135,13 @@ async def lower_model(model: Any, value: Any, ctx: Lowering, kwargs: dict[str, A
     """One declared call of ``model`` (with ``.bind`` kwargs) on ``value``."""
     if (ws_url(model.eclectus_url), model.token) != ctx.server:
         raise NotLowerable("the model talks to another server")
+    if any(kwargs.get(k) is not None for k in (*TOOL_KWARGS, "extra_body")) or getattr(
+        model, "extra_body", None
+    ):
+        raise NotLowerable(
+            "bound with tools or an output format: the call runs on the client, where its "
+            "reply is parsed into tool calls or a structure"
+        )
     sampling, name = model.sampling(None, kwargs), model.model_for(kwargs)
     if isinstance(model, ChatEclectus):
         template = ChatTemplate.of(model_info(ctx.session, name))

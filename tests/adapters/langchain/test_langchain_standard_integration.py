@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk
 from langchain_tests.integration_tests import ChatModelIntegrationTests
 
@@ -16,12 +17,18 @@ SHARED_PREAMBLE = "You are a careful assistant. Answer briefly and plainly. " * 
 
 pytestmark = pytest.mark.usefixtures("eclectus_server")
 
+_CHOICE_REASON = (
+    "asserts a capable model's choice ({}); the random-weight tiny model makes a valid but "
+    "arbitrary one"
+)
+
 
 class TestChatEclectusIntegration(ChatModelIntegrationTests):
-    """Every standard test that applies runs; tool calling, structured output, JSON mode
-    and multimodal inputs are off through the capability flags (the server generates text
-    only). The model name is left to the server's default so that ``model="tiny"`` is a
-    real per-call override."""
+    """Every standard test that applies runs, tool calling (with tool_choice), structured
+    output and JSON mode included; only multimodal inputs are off (the server generates
+    text). Tests that assert what a capable model would choose are xfail (below). The model
+    name is left to the server's default so that ``model="tiny"`` is a real per-call
+    override."""
 
     @property
     def chat_model_class(self) -> type[ChatEclectus]:
@@ -30,19 +37,25 @@ class TestChatEclectusIntegration(ChatModelIntegrationTests):
     @property
     def chat_model_params(self) -> dict[str, Any]:
         # ignore_eos: the random-weight tiny model may pick EOS first; the suite needs text.
-        return {"max_tokens": 12, "temperature": 0.0, "model_kwargs": {"ignore_eos": True}}
+        # 128 tokens hold a whole Hermes tool call even with a byte-level tokenizer (a
+        # smaller budget is refused: no valid call fits).
+        return {"max_tokens": 128, "temperature": 0.0, "model_kwargs": {"ignore_eos": True}}
 
     @property
     def has_tool_calling(self) -> bool:
-        return False
+        return True
+
+    @property
+    def has_tool_choice(self) -> bool:
+        return True
 
     @property
     def has_structured_output(self) -> bool:
-        return False
+        return True
 
     @property
     def supports_json_mode(self) -> bool:
-        return False
+        return True
 
     @property
     def model_override_value(self) -> str:
@@ -51,6 +64,39 @@ class TestChatEclectusIntegration(ChatModelIntegrationTests):
     @property
     def supported_usage_metadata_details(self) -> dict[str, list[Any]]:
         return {"invoke": ["cache_read_input"], "stream": ["cache_read_input"]}
+
+    # -- tests of what a capable model would choose: the tiny model's weights are random.
+    # The mechanics in each (the call is well-formed, its arguments validate against the
+    # schema, the message round-trips) are asserted by the tests that pass and by
+    # tests/adapters/langchain/test_langchain_tools.py.
+
+    @pytest.mark.xfail(reason=_CHOICE_REASON.format("tool arguments {'input': 3}"))
+    def test_tool_calling(self, model: BaseChatModel) -> None:
+        super().test_tool_calling(model)
+
+    @pytest.mark.xfail(reason=_CHOICE_REASON.format("tool arguments {'input': 3}"))
+    async def test_tool_calling_async(self, model: BaseChatModel) -> None:
+        await super().test_tool_calling_async(model)
+
+    @pytest.mark.xfail(reason=_CHOICE_REASON.format("a non-empty answer_style argument"))
+    def test_bind_runnables_as_tools(self, model: BaseChatModel) -> None:
+        super().test_bind_runnables_as_tools(model)
+
+    @pytest.mark.xfail(reason=_CHOICE_REASON.format("calling the tool, then answering"))
+    def test_agent_loop(self, model: BaseChatModel) -> None:
+        super().test_agent_loop(model)
+
+    @pytest.mark.xfail(reason=_CHOICE_REASON.format("the unicode text asked for, as an argument"))
+    def test_unicode_tool_call_integration(
+        self,
+        model: BaseChatModel,
+        *,
+        tool_choice: str | None = None,
+        force_tool_call: bool = True,
+    ) -> None:
+        super().test_unicode_tool_call_integration(
+            model, tool_choice=tool_choice, force_tool_call=force_tool_call
+        )
 
     def invoke_with_cache_read_input(self, *, stream: bool = False) -> AIMessage:
         """The second call with a long shared prompt reads its prefix from the cache."""

@@ -26,11 +26,15 @@ class TestChatEclectusUnit(ChatModelUnitTests):
 
     @property
     def has_tool_calling(self) -> bool:
-        return False
+        return True
+
+    @property
+    def has_tool_choice(self) -> bool:
+        return True
 
     @property
     def has_structured_output(self) -> bool:
-        return False
+        return True
 
     @property
     def init_from_env_params(self) -> tuple[dict[str, str], dict[str, Any], dict[str, Any]]:
