@@ -55,7 +55,7 @@ def build_backend(model: str) -> Backend:
     return AsyncEngine.from_config(model=model)
 
 
-def chat_renderer(card: ModelCard) -> Callable[[list[dict[str, str]]], str]:
+def chat_renderer(card: ModelCard) -> Callable[..., str]:
     """Chat messages rendered with the model card's template, as clients render them (the
     default template when the card has none). Pure: the contract, not the engine."""
     return functools.partial(render_chat, card.chat_template, template_vars=card.template_vars)

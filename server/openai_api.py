@@ -11,9 +11,11 @@ Supported: ``POST /v1/completions`` (prompt: a string or a list of at most
 ``max_prompts_per_request`` strings), ``POST /v1/chat/completions`` (string or text-part
 message contents), ``GET /v1/models``; ``stream`` with ``stream_options.include_usage``;
 ``max_tokens`` / ``max_completion_tokens``, ``temperature``, ``top_p``, ``seed``, ``stop`` and
-the vLLM extensions ``top_k`` and ``ignore_eos``. Anything else that would change the output
-(``n`` > 1, logprobs, penalties, tools) is refused with a 400 naming the field, never silently
-ignored. Errors have OpenAI's body shape, ``{"error": {"message", "type", "param", "code"}}``,
+the vLLM extensions ``top_k``, ``ignore_eos`` and ``stop_token_ids``; on chat, tools and
+structured outputs (read by :mod:`eclectus.protocol.openai_tools`: ``tools``, ``tool_choice``,
+``parallel_tool_calls``, ``response_format``, vLLM's ``structured_outputs``). Anything else
+that would change the output (``n`` > 1, logprobs, penalties, ``functions``) is refused with a
+400 naming the field, never silently ignored. Errors have OpenAI's body shape, ``{"error": {"message", "type", "param", "code"}}``,
 with vLLM's status codes: 400 bad request, 401 bad token, 404 unknown model or route, 413 body
 too large, 429 too many failed tokens, 500 engine failure, 503 shutting down.
 """
@@ -34,6 +36,13 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
 from eclectus.protocol import CallSpec, GenSegment, SamplingParams, Submit, TextSegment
+from eclectus.protocol.openai_tools import (
+    ChatConstraint,
+    ChatDeltas,
+    ToolRequestError,
+    chat_constraint,
+    with_constraint,
+)
 from eclectus.protocol.sampling import COMPLETIONS_DEFAULT_MAX_TOKENS
 from eclectus.server.auth import AuthFailure, bearer_token
 from eclectus.server.errors import ServerError
@@ -62,7 +71,7 @@ from eclectus.server.openai_token_ids import (
 from eclectus.server.scheduler import AppState
 from eclectus.server.session import ServerContext
 
-ChatRenderer = Callable[[list[dict[str, str]]], str]
+ChatRenderer = Callable[..., str]  # (messages, *, tools=None) -> prompt
 SHUTTING_DOWN = "the server is shutting down"
 
 
@@ -175,10 +184,17 @@ class OpenAIApi:
             tenant = self._admit(request)
             body: ChatCompletionRequest = parse(ChatCompletionRequest, await self._body(request))
             try:
-                messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+                constraint = chat_constraint(body.model_extra or {})
+            except ToolRequestError as exc:
+                raise ApiError(400, str(exc), exc.param) from None
+            try:
+                messages = [m.for_template() for m in body.messages]
             except ValueError as exc:
                 raise ApiError(400, str(exc), "messages") from None
-            return await self._run(request, tenant, body, [self.render_chat(messages)], chat=True)
+            prompt = self.render_chat(messages, tools=constraint.tools or None)
+            return await self._run(
+                request, tenant, body, [prompt], chat=True, constraint=constraint
+            )
         except ApiError as exc:
             return self._error(request, exc)
 
@@ -233,13 +249,19 @@ class OpenAIApi:
         body: OpenAIRequest,
         prompts: list[str],
         chat: bool,
+        constraint: ChatConstraint | None = None,
     ) -> Response:
+        """Serve ``prompts`` as one-call graphs; a chat's ``constraint`` (tools, response
+        format) constrains the sampling and shapes the reply."""
         self._check_model(body.model)
+        constraint = constraint or ChatConstraint()
         sampling = to_sampling(body, None if chat else COMPLETIONS_DEFAULT_MAX_TOKENS)
+        sampling = with_constraint(sampling, constraint)
         base = f"{'chatcmpl' if chat else 'cmpl'}-{secrets.token_hex(8)}"
         job = self._submit(base, tenant, prompts, sampling)
         if body.stream:
-            stream = self._stream(job, base, self._name(body.model), chat, body.include_usage)
+            name = self._name(body.model)
+            stream = self._stream(job, base, name, chat, body.include_usage, constraint)
             return self._count(request, StreamingResponse(stream, media_type="text/event-stream"))
         try:
             results = await self._wait(request, job)
@@ -251,7 +273,10 @@ class OpenAIApi:
         if failed is not None:
             return self._error(request, _var_error(failed))
         return self._count(
-            request, JSONResponse(completion_response(base, self._name(body.model), chat, results))
+            request,
+            JSONResponse(
+                completion_response(base, self._name(body.model), chat, results, constraint)
+            ),
         )
 
     def _submit(
@@ -302,12 +327,19 @@ class OpenAIApi:
         return [job.app.graph.vars[v] for v in job.outputs]
 
     async def _stream(
-        self, job: _Job, base: str, name: str, chat: bool, include_usage: bool
+        self,
+        job: _Job,
+        base: str,
+        name: str,
+        chat: bool,
+        include_usage: bool,
+        constraint: ChatConstraint,
     ) -> AsyncIterator[bytes]:
         """The SSE events of a one-prompt request. A disconnect cancels this generator
         (Starlette), and its ``finally`` aborts the request."""
         created = int(time.time())
         kind = "chat.completion.chunk" if chat else "text_completion"
+        deltas = ChatDeltas(constraint)  # content, and a tool_calls delta per complete call
         try:
             if chat:  # the first chunk carries the role, as OpenAI's does
                 yield sse(
@@ -316,14 +348,19 @@ class OpenAIApi:
             while True:
                 item = await job.chunks.get()
                 if not isinstance(item, Variable):
-                    delta = {"content": item[1]} if chat else item[1]
-                    yield sse(sse_chunk(base, kind, name, created, delta))
+                    for delta in deltas.feed(item[1]) if chat else [item[1]]:
+                        yield sse(sse_chunk(base, kind, name, created, delta))
                     continue
                 if item.state is VarState.FAILED:
                     yield sse(_var_error(item).body())
                     break
+                finish = item.finish_reason
+                if chat:
+                    held, finish = deltas.finish(finish)
+                    for delta in held:
+                        yield sse(sse_chunk(base, kind, name, created, delta))
                 empty = {} if chat else ""
-                yield sse(sse_chunk(base, kind, name, created, empty, item.finish_reason))
+                yield sse(sse_chunk(base, kind, name, created, empty, finish))
                 if include_usage:
                     usage = usage_of([item])
                     yield sse(sse_chunk(base, kind, name, created, None, usage=usage))

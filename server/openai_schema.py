@@ -4,6 +4,7 @@ sampling parameters, OpenAI-shaped errors, and the response and SSE payload buil
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -12,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from starlette.responses import JSONResponse
 
 from eclectus.protocol import SamplingParams
+from eclectus.protocol.openai_tools import ChatConstraint, assistant_message
 
 if TYPE_CHECKING:
     from eclectus.server.graph import Variable
@@ -70,7 +72,7 @@ class OpenAIRequest(BaseModel):
         if self.n != 1:
             raise ValueError("n: only n=1 is supported")
         extra = self.model_extra or {}
-        for name in ("logprobs", "top_logprobs", "tools", "functions", "logit_bias", "echo"):
+        for name in ("logprobs", "top_logprobs", "functions", "logit_bias", "echo"):
             if extra.get(name) not in (None, False, 0, [], {}):
                 raise ValueError(f"{name}: not supported by this server")
         for name in ("frequency_penalty", "presence_penalty"):
@@ -118,8 +120,20 @@ class CompletionRequest(OpenAIRequest):
 
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
-    role: Literal["system", "user", "assistant", "developer"]
+    role: Literal["system", "user", "assistant", "developer", "tool"]
     content: str | list[dict[str, Any]] | None = None
+    tool_calls: list[dict[str, Any]] | None = None  # an assistant turn's calls
+    tool_call_id: str | None = None  # a tool turn answers this call
+
+    def for_template(self) -> dict[str, Any]:
+        """The message as chat templates take it (transformers' shape); raises ValueError
+        for a content part that is not text."""
+        message: dict[str, Any] = {"role": self.role, "content": self.text()}
+        if self.tool_calls:
+            message["tool_calls"] = [_template_call(c) for c in self.tool_calls]
+        if self.tool_call_id is not None:
+            message["tool_call_id"] = self.tool_call_id
+        return message
 
     def text(self) -> str:
         if self.content is None or isinstance(self.content, str):
@@ -130,6 +144,16 @@ class ChatMessage(BaseModel):
                 raise ValueError(f"messages.content: part type {part.get('type')!r} unsupported")
             parts.append(str(part.get("text", "")))
         return "".join(parts)
+
+
+def _template_call(call: dict[str, Any]) -> dict[str, Any]:
+    """An OpenAI tool call with its JSON-string arguments parsed, as templates render them."""
+    function = dict(call.get("function") or {})
+    arguments = function.get("arguments")
+    if isinstance(arguments, str):
+        with contextlib.suppress(json.JSONDecodeError):  # else rendered as the string it is
+            function["arguments"] = json.loads(arguments)
+    return {**call, "function": function}
 
 
 class ChatCompletionRequest(OpenAIRequest):
@@ -159,13 +183,22 @@ def usage_of(variables: list[Variable]) -> dict[str, Any]:
 
 
 def completion_response(
-    base: str, name: str, chat: bool, results: list[Variable]
+    base: str,
+    name: str,
+    chat: bool,
+    results: list[Variable],
+    constraint: ChatConstraint | None = None,
 ) -> dict[str, Any]:
+    """The whole (non-streamed) response; a chat reply's tool calls parsed per
+    ``constraint`` (pure)."""
     choices = []
     for index, variable in enumerate(results):
         choice: dict[str, Any] = {"index": index, "finish_reason": variable.finish_reason}
         if chat:
-            choice["message"] = {"role": "assistant", "content": variable.value or ""}
+            message, finish = assistant_message(
+                variable.value or "", variable.finish_reason, constraint or ChatConstraint()
+            )
+            choice.update(message=message, finish_reason=finish)
         else:
             choice.update(text=variable.value or "", logprobs=None)
         choices.append(choice)

@@ -1,0 +1,128 @@
+"""Tools and structured outputs through /v1/chat/completions, with the stock `openai` client,
+on the real engine: the constraint holds by construction, the reply is OpenAI's shape."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Iterator
+
+import openai
+import pytest
+
+from eclectus.server.app import EclectusServer, start_server
+from eclectus.server.config import ServerConfig
+
+pytestmark = pytest.mark.slow
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+}
+ASK = [{"role": "user", "content": "What is the weather in Lisbon?"}]
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[object]:
+    from eclectus.server.engine import AsyncEngine
+
+    engine = AsyncEngine.from_config(model="tiny", num_kv_blocks=256)
+    yield engine
+    asyncio.run(engine.shutdown())
+
+
+@pytest.fixture
+async def client(engine: object) -> AsyncIterator[openai.AsyncOpenAI]:
+    server: EclectusServer = await start_server(
+        ServerConfig(port=0),
+        engine,
+        owns_backend=False,  # type: ignore[arg-type]
+    )
+    yield openai.AsyncOpenAI(base_url=server.openai_url, api_key="none")
+    await server.close()
+
+
+async def test_a_required_tool_call_comes_back_as_tool_calls(client: openai.AsyncOpenAI) -> None:
+    """tool_choice=required: the reply is a well-formed call of an offered tool."""
+    reply = await client.chat.completions.create(
+        model="tiny", messages=ASK, tools=[WEATHER], tool_choice="required", max_tokens=64
+    )
+    choice = reply.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    (call,) = choice.message.tool_calls or []
+    assert call.function.name == "get_weather"
+    assert isinstance(json.loads(call.function.arguments)["city"], str)
+
+
+async def test_a_tool_result_round_trips(client: openai.AsyncOpenAI) -> None:
+    """An assistant turn with tool_calls and a tool turn render and are answered."""
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city": "Lisbon"}'},
+    }
+    messages = [
+        *ASK,
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "11 degrees, foggy"},
+    ]
+    reply = await client.chat.completions.create(
+        model="tiny",
+        messages=messages,
+        tools=[WEATHER],
+        max_tokens=24,  # type: ignore[arg-type]
+    )
+    assert reply.choices[0].message.role == "assistant"
+
+
+async def test_response_format_json_schema_is_valid_json(client: openai.AsyncOpenAI) -> None:
+    """response_format json_schema: the content parses and has the required keys."""
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+        "required": ["name", "age"],
+        "additionalProperties": False,
+    }
+    reply = await client.chat.completions.create(
+        model="tiny",
+        messages=[{"role": "user", "content": "Describe Maya, 41, as JSON."}],
+        response_format={"type": "json_schema", "json_schema": {"name": "p", "schema": schema}},
+        max_tokens=64,
+    )
+    value = json.loads(reply.choices[0].message.content or "")
+    assert set(value) == {"name", "age"} and isinstance(value["age"], int)
+
+
+async def test_streamed_tool_calls_arrive_as_deltas(client: openai.AsyncOpenAI) -> None:
+    """Streaming: the call arrives as a tool_calls delta; the finish reason says so."""
+    stream = await client.chat.completions.create(
+        model="tiny",
+        messages=ASK,
+        tools=[WEATHER],
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        max_tokens=64,
+        stream=True,
+    )
+    calls, finish = [], None
+    async for chunk in stream:
+        if chunk.choices:
+            calls += chunk.choices[0].delta.tool_calls or []
+            finish = chunk.choices[0].finish_reason or finish
+    assert finish == "tool_calls"
+    assert [c.function.name for c in calls] == ["get_weather"]
+    json.loads(calls[0].function.arguments or "")
+
+
+async def test_a_malformed_tools_field_is_a_400_naming_it(client: openai.AsyncOpenAI) -> None:
+    with pytest.raises(openai.BadRequestError, match="tool_choice"):
+        await client.chat.completions.create(
+            model="tiny", messages=ASK, tool_choice="required", max_tokens=4
+        )
