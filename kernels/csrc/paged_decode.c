@@ -170,11 +170,43 @@ typedef float vrow __attribute__((vector_size(ROW_CHUNK * sizeof(float)), aligne
 static inline vrow load_row(const float *p) { return *(const vrow *)p; }
 static inline void store_row(float *p, vrow x) { *(vrow *)p = x; }
 
-/* scores[t][r] = q_r . k_t for the n keys at k (row stride s_slot), r in [0, Rp). Four keys
- * per sweep over d: one load of q feeds four FMAs. */
+/* scores[t][r] = q_r . k_t for the n keys at k (row stride s_slot), r in [0, Rp). Two row
+ * vectors x four keys per sweep over d: eight accumulators, each load of q feeds four FMAs
+ * and each key element two. */
 static void tile_scores(const float *restrict qt, int Rp, const float *k, int64_t s_slot, int n,
                         int D, float *restrict scores) {
-    for (int r0 = 0; r0 < Rp; r0 += ROW_CHUNK) {
+    int r0 = 0;
+    for (; r0 + 2 * ROW_CHUNK <= Rp; r0 += 2 * ROW_CHUNK) {
+        int t = 0;
+        for (; t + 4 <= n; t += 4) {
+            const float *k0 = k + t * s_slot, *k1 = k0 + s_slot, *k2 = k1 + s_slot,
+                        *k3 = k2 + s_slot;
+            vrow a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, b0 = {0}, b1 = {0}, b2 = {0}, b3 = {0};
+            for (int d = 0; d < D; ++d) {
+                const vrow qa = load_row(qt + (int64_t)d * Rp + r0);
+                const vrow qb = load_row(qt + (int64_t)d * Rp + r0 + ROW_CHUNK);
+                const float x0 = k0[d], x1 = k1[d], x2 = k2[d], x3 = k3[d];
+                a0 += x0 * qa, a1 += x1 * qa, a2 += x2 * qa, a3 += x3 * qa;
+                b0 += x0 * qb, b1 += x1 * qb, b2 += x2 * qb, b3 += x3 * qb;
+            }
+            float *s = scores + (int64_t)t * Rp + r0;
+            store_row(s, a0), store_row(s + ROW_CHUNK, b0);
+            store_row(s + Rp, a1), store_row(s + Rp + ROW_CHUNK, b1);
+            store_row(s + 2 * Rp, a2), store_row(s + 2 * Rp + ROW_CHUNK, b2);
+            store_row(s + 3 * Rp, a3), store_row(s + 3 * Rp + ROW_CHUNK, b3);
+        }
+        for (; t < n; ++t) {
+            const float *kt = k + t * s_slot;
+            vrow a = {0}, b = {0};
+            for (int d = 0; d < D; ++d) {
+                a += kt[d] * load_row(qt + (int64_t)d * Rp + r0);
+                b += kt[d] * load_row(qt + (int64_t)d * Rp + r0 + ROW_CHUNK);
+            }
+            store_row(scores + (int64_t)t * Rp + r0, a);
+            store_row(scores + (int64_t)t * Rp + r0 + ROW_CHUNK, b);
+        }
+    }
+    for (; r0 < Rp; r0 += ROW_CHUNK) { /* an odd last vector of rows */
         int t = 0;
         for (; t + 4 <= n; t += 4) {
             const float *k0 = k + t * s_slot, *k1 = k0 + s_slot, *k2 = k1 + s_slot,
@@ -233,7 +265,39 @@ static void tile_softmax(float *restrict scores, int Rp, int n, float *restrict 
  * the weights feeds four FMAs. */
 static void tile_values(float *restrict ot, int Rp, const float *v, int64_t s_slot, int n, int D,
                         const float *restrict weights, const float *restrict corr) {
-    for (int r0 = 0; r0 < Rp; r0 += ROW_CHUNK) {
+    int r0 = 0;
+    for (; r0 + 2 * ROW_CHUNK <= Rp; r0 += 2 * ROW_CHUNK) { /* two row vectors x four d */
+        const vrow ca = load_row(corr + r0), cb = load_row(corr + r0 + ROW_CHUNK);
+        int d = 0;
+        for (; d + 4 <= D; d += 4) {
+            float *o0 = ot + (int64_t)d * Rp + r0, *o1 = o0 + Rp, *o2 = o1 + Rp, *o3 = o2 + Rp;
+            vrow a0 = load_row(o0) * ca, a1 = load_row(o1) * ca, a2 = load_row(o2) * ca,
+                 a3 = load_row(o3) * ca;
+            vrow b0 = load_row(o0 + ROW_CHUNK) * cb, b1 = load_row(o1 + ROW_CHUNK) * cb,
+                 b2 = load_row(o2 + ROW_CHUNK) * cb, b3 = load_row(o3 + ROW_CHUNK) * cb;
+            for (int t = 0; t < n; ++t) {
+                const float *vt = v + t * s_slot + d;
+                const float *w = weights + (int64_t)t * Rp + r0;
+                const vrow wa = load_row(w), wb = load_row(w + ROW_CHUNK);
+                const float x0 = vt[0], x1 = vt[1], x2 = vt[2], x3 = vt[3];
+                a0 += x0 * wa, a1 += x1 * wa, a2 += x2 * wa, a3 += x3 * wa;
+                b0 += x0 * wb, b1 += x1 * wb, b2 += x2 * wb, b3 += x3 * wb;
+            }
+            store_row(o0, a0), store_row(o1, a1), store_row(o2, a2), store_row(o3, a3);
+            store_row(o0 + ROW_CHUNK, b0), store_row(o1 + ROW_CHUNK, b1);
+            store_row(o2 + ROW_CHUNK, b2), store_row(o3 + ROW_CHUNK, b3);
+        }
+        for (; d < D; ++d) {
+            float *od = ot + (int64_t)d * Rp + r0;
+            vrow a = load_row(od) * ca, b = load_row(od + ROW_CHUNK) * cb;
+            for (int t = 0; t < n; ++t) {
+                const float x = v[t * s_slot + d], *w = weights + (int64_t)t * Rp + r0;
+                a += x * load_row(w), b += x * load_row(w + ROW_CHUNK);
+            }
+            store_row(od, a), store_row(od + ROW_CHUNK, b);
+        }
+    }
+    for (; r0 < Rp; r0 += ROW_CHUNK) { /* an odd last vector of rows */
         const vrow c = load_row(corr + r0);
         int d = 0;
         for (; d + 4 <= D; d += 4) {
