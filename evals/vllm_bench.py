@@ -31,7 +31,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eclectus.evals.budget import Budget
-from eclectus.evals.servers import EclectusProcess, ServerProcess, ServerStartError, VllmProcess
+from eclectus.evals.servers import (
+    EclectusProcess,
+    ServerProcess,
+    ServerStartError,
+    VllmProcess,
+    http_get,
+)
 
 # name -> vllm bench serve dataset arguments (the workloads of issue #18), as one string each
 _WORKLOAD_ARGS = {
@@ -67,10 +73,23 @@ def bench_base_url(server: ServerProcess) -> str:
     return server.openai_url.removesuffix("/v1")
 
 
+def served_model(server: ServerProcess) -> str:
+    """The model id the server answers to (its ``/v1/models``; blocking I/O): vLLM serves the
+    name it was given, Eclectus the model directory's path."""
+    return str(json.loads(http_get(f"{server.openai_url}/models"))["data"][0]["id"])
+
+
 def bench_command(
-    python: str, server: ServerProcess, model_dir: Path, workload: str, seed: int, out: Path
+    python: str,
+    server: ServerProcess,
+    model: str,
+    model_dir: Path,
+    workload: str,
+    seed: int,
+    out: Path,
 ) -> list[str]:
-    """The ``vllm bench serve`` command for one run, writing its JSON result to ``out``."""
+    """The ``vllm bench serve`` command for one run against ``server`` serving ``model``,
+    writing its JSON result to ``out``."""
     return [
         python,
         "-c",
@@ -82,9 +101,7 @@ def bench_command(
         "--endpoint",
         "/v1/completions",
         "--model",
-        model_dir.name,
-        "--served-model-name",
-        model_dir.name,
+        model,
         "--tokenizer",
         str(model_dir),
         *WORKLOADS[workload],
@@ -117,7 +134,7 @@ def run_bench(
     """One client run (blocking); its metrics. Raises RuntimeError with the client's output
     when it fails."""
     out = out_dir / f"{server.name}-{workload}-{seed}.json"
-    cmd = bench_command(python, server, model_dir, workload, seed, out)
+    cmd = bench_command(python, server, served_model(server), model_dir, workload, seed, out)
     server.reset_prefix_cache()
     done = subprocess.run(
         cmd, capture_output=True, text=True, cwd=tempfile.gettempdir(), timeout=3600, check=False
@@ -125,6 +142,12 @@ def run_bench(
     if done.returncode != 0 or not out.exists():
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{(done.stdout + done.stderr)[-3000:]}")
     result = json.loads(out.read_text())
+    if result.get("completed") != result.get("num_prompts"):
+        errors = [e for e in result.get("errors", []) if e][:3]
+        raise RuntimeError(
+            f"{server.name}: {result.get('completed')} of {result.get('num_prompts')} requests "
+            f"completed ({errors or 'no error text'}); command: {' '.join(cmd)}"
+        )
     return {m: float(result[m]) for m in METRICS}
 
 
@@ -235,7 +258,7 @@ def run(args: argparse.Namespace) -> int:
                             print(
                                 f"{model} {workload} {server.name} round {r}: {metrics}", flush=True
                             )
-        except ServerStartError as exc:
+        except RuntimeError as exc:  # a server that did not start, a client run that failed
             print(f"error: {exc}", file=sys.stderr)
             return 2
     text = table(runs)

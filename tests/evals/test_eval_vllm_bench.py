@@ -17,12 +17,15 @@ def test_client_targets_each_servers_openai_root(tmp_path: Path) -> None:
     ours = EclectusProcess("eclectus", model, Budget(), tmp_path / "log")
     theirs = VllmProcess("vllm", model, Budget(), tmp_path / "log2", python="py")
     for server in (ours, theirs):
-        cmd = vllm_bench.bench_command("py", server, model, "prefix-1x2048", 7, tmp_path / "r.json")
+        cmd = vllm_bench.bench_command(
+            "py", server, "served", model, "prefix-1x2048", 7, tmp_path / "r.json"
+        )
         assert cmd[cmd.index("--base-url") + 1] == f"http://127.0.0.1:{server.port}"
         assert server.openai_url == cmd[cmd.index("--base-url") + 1] + "/v1"
         assert cmd[cmd.index("--prefix-repetition-prefix-len") + 1] == "2048"
         assert cmd[cmd.index("--seed") + 1] == "7"
-        assert cmd[cmd.index("--model") + 1] == "tiny-abc"
+        assert cmd[cmd.index("--model") + 1] == "served"
+        assert cmd[cmd.index("--tokenizer") + 1] == str(model)
         assert {"--ignore-eos", "/v1/completions", "inf"} <= set(cmd)
 
 
