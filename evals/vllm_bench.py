@@ -34,7 +34,6 @@ from eclectus.evals.budget import Budget
 from eclectus.evals.servers import (
     EclectusProcess,
     ServerProcess,
-    ServerStartError,
     VllmProcess,
     http_get,
 )
