@@ -152,7 +152,7 @@ def run_bench(
 
 @contextlib.contextmanager
 def servers(
-    model_dir: Path, budget: Budget, python: str, log_dir: Path
+    model_dir: Path, budget: Budget, python: str, log_dir: Path, startup_timeout_s: float
 ) -> Iterator[list[ServerProcess]]:
     """Stock vLLM and Eclectus on ``model_dir``, started one after the other, stopped after."""
     started: list[ServerProcess] = []
@@ -165,8 +165,15 @@ def servers(
                 log_dir / "server-vllm.log",
                 python=python,
                 served_name=model_dir.name,
+                startup_timeout_s=startup_timeout_s,
             ),
-            EclectusProcess("eclectus", model_dir, budget, log_dir / "server-eclectus.log"),
+            EclectusProcess(
+                "eclectus",
+                model_dir,
+                budget,
+                log_dir / "server-eclectus.log",
+                startup_timeout_s=startup_timeout_s,
+            ),
         ):
             server.start()
             started.append(server)
@@ -222,6 +229,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--rounds", type=int, default=3, help="measured rounds (+1 warm-up)")
     parser.add_argument("--out", type=Path, default=Path("vllm-bench-results"))
+    parser.add_argument(
+        "--startup-timeout",
+        type=float,
+        default=900.0,
+        help="seconds a server may take to answer (vLLM needs minutes on a busy CPU)",
+    )
     Budget.add_arguments(parser)
 
 
@@ -244,7 +257,9 @@ def run(args: argparse.Namespace) -> int:
     for model in args.models.split(","):
         model_dir = resolve_model_dir(model)
         try:
-            with servers(model_dir, budget, args.vllm_python, args.out) as started:
+            with servers(
+                model_dir, budget, args.vllm_python, args.out, args.startup_timeout
+            ) as started:
                 for r in range(args.rounds + 1):  # round 0 warms up
                     order = started[r % 2 :] + started[: r % 2]
                     for workload in workloads:
