@@ -183,6 +183,11 @@ def servers(
             server.stop()
 
 
+def _ratio(ours: float, theirs: float) -> str:
+    """ours / theirs, or "-" where theirs is 0 (no TPOT with one output token)."""
+    return f"{ours / theirs:.2f}x" if theirs else "-"
+
+
 def table(runs: list[Run]) -> str:
     """Markdown: per model and workload, each system's medians, then Eclectus / vLLM."""
     lines = [
@@ -214,7 +219,7 @@ def table(runs: list[Run]) -> str:
             lines.append(
                 f"| {model} | {workload} | eclectus / vllm | {e['duration'] / v['duration']:.2f}x"
                 f" | {e['mean_ttft_ms'] / v['mean_ttft_ms']:.2f}x | "
-                f"{e['mean_tpot_ms'] / max(v['mean_tpot_ms'], 1e-9):.2f}x | "
+                f"{_ratio(e['mean_tpot_ms'], v['mean_tpot_ms'])} | "
                 f"{e['output_throughput'] / v['output_throughput']:.2f}x | |"
             )
     return "\n".join(lines)
