@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from eclectus.kernels import dispatch
+from eclectus.kernels import dispatch, native_cascade
 from eclectus.kernels.plans import DecodePlan, plan_decode
 
 GPU_SIZES = [(b, p, s) for b, p, s in itertools.product((16, 64), (2048, 8192), (16, 256))]
@@ -161,9 +161,10 @@ def prefix_pass(inputs: Inputs, scale: float) -> Callable[[], object]:
         )
     from eclectus.kernels.torch_ops import cascade_prefix_torch
 
-    return lambda: cascade_prefix_torch(
-        inputs.q, inputs.k_cache, inputs.v_cache, inputs.cascade_plan, scale
-    )
+    prefix = cascade_prefix_torch
+    if dispatch.use_native(inputs.q, inputs.k_cache):
+        prefix = native_cascade.cascade_prefix
+    return lambda: prefix(inputs.q, inputs.k_cache, inputs.v_cache, inputs.cascade_plan, scale)
 
 
 @dataclass(frozen=True)
@@ -227,7 +228,7 @@ def decode_path(device: torch.device, dtype: torch.dtype) -> str:
     if dispatch.use_triton(probe):
         return "triton kernels"
     if dispatch.use_native(probe, probe[None]):
-        return "native C paged decode (cascade: torch group pass + native suffix)"
+        return "native C paged decode and cascade (prefix pass, suffix pass, merge)"
     return "torch paths"
 
 

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor
 
-from eclectus.kernels import native, torch_ops
+from eclectus.kernels import native, native_cascade, torch_ops
 from eclectus.kernels.plans import (
     CASCADE_MIN_GROUP_SIZE,
     CASCADE_MIN_SHARED_TOKENS,
@@ -88,13 +88,12 @@ def _native_allowed(k_cache: Tensor) -> bool:
     return k_cache.device.type == "cpu" and k_cache.dtype == torch.float32 and native.available()
 
 
-# The native kernel reads a shared prefix from cache for every request at little cost, so a
-# cascade group pays only when it is large. `python -m eclectus.kernels.bench --threads 1
-# --sizes 8:2048:64,16:1024:64,32:2048:64,64:2048:64,32:4000:32` (one layer, cascade over
-# native paged decode): 0.78x, 0.88x, 1.29x, 1.41x, 1.49x; the engine end to end (decode of
-# 100 tokens, docs/benchmarks.md): 8 x 2,048 and 16 x 1,024 shared 0.90x and 0.84x, 32-64 x
-# 2,048 and 32 x 4,000 1.10-1.19x.
-NATIVE_CASCADE_THRESHOLDS = (1024, 24)  # (min shared tokens, min group size)
+# With the native prefix pass (native_cascade) a group pays from 8 requests over 256 shared
+# tokens: `python -m eclectus.kernels.bench --threads 1` style grid, one layer, paged time /
+# cascade time (CPU time, best of 15, docs/benchmarks.md): 8 requests 0.86x at 128 tokens,
+# 1.18x at 256, 2.0x at 2,048; 4 requests 0.65-1.05x; 2 requests 0.4-0.63x; 16-64 requests
+# 1.0-1.3x at 128 tokens, 1.2-1.6x at 256, 2.0-2.5x at 2,048.
+NATIVE_CASCADE_THRESHOLDS = (256, 8)  # (min shared tokens, min group size)
 
 
 def cascade_thresholds(k_cache: Tensor) -> tuple[int, int]:
@@ -171,8 +170,10 @@ def cascade_decode_attention(
         from eclectus.kernels.triton_cascade import cascade_decode_triton
 
         return cascade_decode_triton(q, k_cache, v_cache, plan, scale)
-    window = native.decode_window if use_native(q, k_cache) else torch_ops.decode_window
-    return torch_ops.cascade_decode_torch(q, k_cache, v_cache, plan, scale, window)
+    if use_native(q, k_cache):
+        o, lse = native_cascade.cascade_decode_native(q, k_cache, v_cache, plan, scale)
+        return o.to(q.dtype), lse
+    return torch_ops.cascade_decode_torch(q, k_cache, v_cache, plan, scale)
 
 
 def decode_attention(

@@ -275,3 +275,19 @@ def _declare(lib: ctypes.CDLL) -> None:
         i32, i32, i32, i32, i32,  # B, Hq, Hkv, D, block_size
         ctypes.c_float, i32,  # scale, num_threads
     ]  # fmt: skip
+    lib.cascade_merge_f32.restype = None
+    lib.cascade_merge_f32.argtypes = [
+        ptr, ptr, ptr, ptr,  # o, lse (merged in place), o_mem, lse_mem
+        ptr, ptr,  # request -> membership rows CSR: offsets, rows
+        i32, i32, i32,  # B, Hq, D
+    ]  # fmt: skip
+    lib.cascade_prefix_f32.restype = ctypes.c_int
+    lib.cascade_prefix_f32.argtypes = [
+        ptr, ptr, ptr,  # q, k_cache, v_cache
+        i64, i64, i64,  # cache strides: block, slot, head
+        ptr, i64,  # block_tables, its row stride
+        ptr, ptr, ptr, ptr, ptr,  # member ids, group offsets, table rows, starts, ends
+        ptr, ptr,  # o, lse
+        i32, i32, i32, i32, i32,  # num_groups, Hq, Hkv, D, block_size
+        ctypes.c_float, i32,  # scale, num_threads
+    ]  # fmt: skip

@@ -21,7 +21,7 @@ compress single-path chains (a radix tree), and walk it from the root:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -128,21 +128,27 @@ class CascadeGroup:
         return self.end_block - self.start_block
 
 
-@dataclass(slots=True)
-class _TrieNode:
-    depth: int  # number of blocks from the root to this node inclusive
-    request_ids: list[int] = field(default_factory=list)
-    children: dict[int, _TrieNode] = field(default_factory=dict)
+def _common_blocks(rows: list[list[int]]) -> int:
+    """Length of the longest common prefix of ``rows`` (pure). The lexicographic minimum and
+    maximum share exactly the prefix that all rows share, and comparing lists runs in C."""
+    lo, hi = min(rows), max(rows)
+    n = min(len(lo), len(hi))
+    if lo[:n] == hi[:n]:
+        return n
+    i = 0
+    while lo[i] == hi[i]:
+        i += 1
+    return i
 
 
-def _build_trie(block_tables: list[list[int]], seq_lens: list[int], block_size: int) -> _TrieNode:
-    root = _TrieNode(depth=0)
-    for i, (table, n) in enumerate(zip(block_tables, seq_lens, strict=True)):
-        node = root
-        for j in range(n // block_size):  # full blocks only: a partial block may diverge
-            node = node.children.setdefault(table[j], _TrieNode(depth=j + 1))
-            node.request_ids.append(i)
-    return root
+def _split(rows: list[list[int]], requests: Iterable[int], depth: int) -> list[list[int]]:
+    """The requests with a full block at ``depth``, split by its id, in order of first
+    appearance (pure): the trie's children below a node that ends at ``depth``."""
+    children: dict[int, list[int]] = {}
+    for i in requests:
+        if len(rows[i]) > depth:  # full blocks only: a partial block may diverge
+            children.setdefault(rows[i][depth], []).append(i)
+    return list(children.values())
 
 
 def find_cascade_groups(
@@ -158,30 +164,28 @@ def find_cascade_groups(
     Returns (groups, suffix_starts): groups in pre-order (a parent before its children);
     ``suffix_starts[i]`` is the first token position of request i not covered by a group.
     Pure function.
+
+    The trie is walked without building it: a node is a set of requests that agree on their
+    first ``depth`` full blocks; its children split that set by the block at ``depth``, and a
+    child's radix-compressed span runs as far as all its requests still agree (the longest
+    common prefix of their full-block rows). Children keep the order of their first request.
     """
+    rows = [table[: n // block_size] for table, n in zip(block_tables, seq_lens, strict=True)]
     suffix_starts = [0] * len(seq_lens)
     groups: list[CascadeGroup] = []
-    # stack of (node, first uncovered block, level for a group emitted here)
-    stack = [
-        (child, 0, 0)
-        for child in reversed(_build_trie(block_tables, seq_lens, block_size).children.values())
-    ]
+    # stack of (a node's requests, first block not covered by a group, level of a group here)
+    stack = [(members, 0, 0) for members in reversed(_split(rows, range(len(rows)), 0))]
     while stack:
-        node, start, level = stack.pop()
-        while len(node.children) == 1:  # radix compression: same requests continue
-            (only,) = node.children.values()
-            if len(only.request_ids) != len(node.request_ids):
-                break
-            node = only
-        members = node.request_ids
+        members, start, level = stack.pop()
         if len(members) < min_group_size:
             continue  # deeper nodes have even fewer requests
-        if (node.depth - start) * block_size >= min_shared_tokens:
-            groups.append(CascadeGroup(level, tuple(members), start, node.depth, members[0]))
+        end = _common_blocks([rows[i] for i in members])
+        if (end - start) * block_size >= min_shared_tokens:
+            groups.append(CascadeGroup(level, tuple(members), start, end, members[0]))
             for i in members:
-                suffix_starts[i] = node.depth * block_size
-            start, level = node.depth, level + 1
-        stack.extend((c, start, level) for c in reversed(node.children.values()))
+                suffix_starts[i] = end * block_size
+            start, level = end, level + 1
+        stack.extend((child, start, level) for child in reversed(_split(rows, members, end)))
     return groups, suffix_starts
 
 

@@ -233,6 +233,15 @@ class DecodeWindow(Protocol):
 decode_window: DecodeWindow = paged_decode_window_torch  # the torch path's window
 
 
+class CascadePrefix(Protocol):
+    """A cascade's shared-prefix pass: every group's members against its shared blocks,
+    (o [num_members, Hq, D] fp32, lse [num_members, Hq] fp32) in membership-row order."""
+
+    def __call__(
+        self, q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: DecodePlan, scale: float
+    ) -> tuple[Tensor, Tensor]: ...
+
+
 def cascade_decode_torch(
     q: Tensor,
     k_cache: Tensor,
@@ -240,14 +249,16 @@ def cascade_decode_torch(
     plan: DecodePlan,
     scale: float,
     window: DecodeWindow = decode_window,
+    prefix: CascadePrefix = cascade_prefix_torch,
 ) -> tuple[Tensor, Tensor]:
-    """Shared-prefix decode: group passes, suffix pass (``window``: this module's, or the
-    native kernel's), one scatter-logsumexp merge.
+    """Shared-prefix decode: group passes (``prefix``), suffix pass (``window``), one
+    scatter-logsumexp merge; ``prefix`` and ``window`` are this module's or the native
+    kernel's.
 
     q [B, Hq, D] -> (o [B, Hq, D] in q's dtype, lse [B, Hq] fp32). Fills ``plan.scratch``.
     """
     cascade = plan.require_cascade()
-    o_mem, lse_mem = cascade_prefix_torch(q, k_cache, v_cache, plan, scale)
+    o_mem, lse_mem = prefix(q, k_cache, v_cache, plan, scale)
     o_suf, lse_suf = window(
         q, k_cache, v_cache, plan, scale, kv_starts=cascade.suffix_starts, tag="suffix"
     )

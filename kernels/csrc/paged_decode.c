@@ -150,3 +150,278 @@ int paged_decode_f32(const float *q, const float *k_cache, const float *v_cache,
     }
     return failed ? -1 : 0;
 }
+
+/* ---- The cascade's shared-prefix pass ------------------------------------------------------
+ * Every member of a group attends to the group's shared tokens [start, end), read through one
+ * member's table row. One task per (group, kv head) stacks the R = members x G query rows of
+ * that kv head and walks the shared blocks ONCE: each key/value tile, read from memory once,
+ * feeds all R rows (a matrix-matrix product), with an online softmax per row. Rows are the
+ * innermost (vector) dimension: q^T [D][Rp], scores [tile][Rp], o^T [D][Rp], so every inner
+ * loop is a broadcast-FMA over ROW_CHUNK rows with no horizontal reduction. Rp = R rounded up
+ * to ROW_CHUNK; the padding rows are zero queries whose results are dropped.
+ */
+#define ROW_CHUNK 16 /* rows per vector: one AVX-512 register of fp32 (two AVX2 ones) */
+#define TILE_MAX 64  /* keys per online-softmax step (at most one block's worth) */
+
+/* GCC/Clang vector extensions: the compiler keeps these in registers and lowers them to the
+ * target's widest vectors (auto-vectorising the loops instead gave 256-bit code that spilled
+ * its accumulators). vrow loads and stores unaligned rows of ROW_CHUNK floats. */
+typedef float vrow __attribute__((vector_size(ROW_CHUNK * sizeof(float)), aligned(4)));
+static inline vrow load_row(const float *p) { return *(const vrow *)p; }
+static inline void store_row(float *p, vrow x) { *(vrow *)p = x; }
+
+/* scores[t][r] = q_r . k_t for the n keys at k (row stride s_slot), r in [0, Rp). Two row
+ * vectors x four keys per sweep over d: eight accumulators, each load of q feeds four FMAs
+ * and each key element two. */
+static void tile_scores(const float *restrict qt, int Rp, const float *k, int64_t s_slot, int n,
+                        int D, float *restrict scores) {
+    int r0 = 0;
+    for (; r0 + 2 * ROW_CHUNK <= Rp; r0 += 2 * ROW_CHUNK) {
+        int t = 0;
+        for (; t + 4 <= n; t += 4) {
+            const float *k0 = k + t * s_slot, *k1 = k0 + s_slot, *k2 = k1 + s_slot,
+                        *k3 = k2 + s_slot;
+            vrow a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, b0 = {0}, b1 = {0}, b2 = {0}, b3 = {0};
+            for (int d = 0; d < D; ++d) {
+                const vrow qa = load_row(qt + (int64_t)d * Rp + r0);
+                const vrow qb = load_row(qt + (int64_t)d * Rp + r0 + ROW_CHUNK);
+                const float x0 = k0[d], x1 = k1[d], x2 = k2[d], x3 = k3[d];
+                a0 += x0 * qa, a1 += x1 * qa, a2 += x2 * qa, a3 += x3 * qa;
+                b0 += x0 * qb, b1 += x1 * qb, b2 += x2 * qb, b3 += x3 * qb;
+            }
+            float *s = scores + (int64_t)t * Rp + r0;
+            store_row(s, a0), store_row(s + ROW_CHUNK, b0);
+            store_row(s + Rp, a1), store_row(s + Rp + ROW_CHUNK, b1);
+            store_row(s + 2 * Rp, a2), store_row(s + 2 * Rp + ROW_CHUNK, b2);
+            store_row(s + 3 * Rp, a3), store_row(s + 3 * Rp + ROW_CHUNK, b3);
+        }
+        for (; t < n; ++t) {
+            const float *kt = k + t * s_slot;
+            vrow a = {0}, b = {0};
+            for (int d = 0; d < D; ++d) {
+                a += kt[d] * load_row(qt + (int64_t)d * Rp + r0);
+                b += kt[d] * load_row(qt + (int64_t)d * Rp + r0 + ROW_CHUNK);
+            }
+            store_row(scores + (int64_t)t * Rp + r0, a);
+            store_row(scores + (int64_t)t * Rp + r0 + ROW_CHUNK, b);
+        }
+    }
+    for (; r0 < Rp; r0 += ROW_CHUNK) { /* an odd last vector of rows */
+        int t = 0;
+        for (; t + 4 <= n; t += 4) {
+            const float *k0 = k + t * s_slot, *k1 = k0 + s_slot, *k2 = k1 + s_slot,
+                        *k3 = k2 + s_slot;
+            vrow a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+            for (int d = 0; d < D; ++d) {
+                const vrow qd = load_row(qt + (int64_t)d * Rp + r0);
+                a0 += k0[d] * qd, a1 += k1[d] * qd, a2 += k2[d] * qd, a3 += k3[d] * qd;
+            }
+            store_row(scores + (int64_t)t * Rp + r0, a0);
+            store_row(scores + (int64_t)(t + 1) * Rp + r0, a1);
+            store_row(scores + (int64_t)(t + 2) * Rp + r0, a2);
+            store_row(scores + (int64_t)(t + 3) * Rp + r0, a3);
+        }
+        for (; t < n; ++t) {
+            const float *kt = k + t * s_slot;
+            vrow a = {0};
+            for (int d = 0; d < D; ++d) a += kt[d] * load_row(qt + (int64_t)d * Rp + r0);
+            store_row(scores + (int64_t)t * Rp + r0, a);
+        }
+    }
+}
+
+/* Online softmax step over n keys: turns scores into weights against the new running max,
+ * rescales the running sums by e^(m_old - m_new) (returned in corr). */
+static void tile_softmax(float *restrict scores, int Rp, int n, float *restrict m,
+                         float *restrict l, float *restrict corr) {
+    for (int r0 = 0; r0 < Rp; r0 += ROW_CHUNK) {
+        float mx[ROW_CHUNK];
+        memcpy(mx, m + r0, sizeof mx);
+        for (int t = 0; t < n; ++t) {
+            const float *s = scores + (int64_t)t * Rp + r0;
+#pragma omp simd
+            for (int i = 0; i < ROW_CHUNK; ++i) mx[i] = s[i] > mx[i] ? s[i] : mx[i];
+        }
+        float sum[ROW_CHUNK];
+#pragma omp simd
+        for (int i = 0; i < ROW_CHUNK; ++i) {
+            corr[r0 + i] = exp_nonpositive(m[r0 + i] - mx[i]); /* m = -inf at first: ~0 */
+            sum[i] = l[r0 + i] * corr[r0 + i];
+        }
+        for (int t = 0; t < n; ++t) {
+            float *s = scores + (int64_t)t * Rp + r0;
+#pragma omp simd
+            for (int i = 0; i < ROW_CHUNK; ++i) {
+                s[i] = exp_nonpositive(s[i] - mx[i]);
+                sum[i] += s[i];
+            }
+        }
+        memcpy(m + r0, mx, sizeof mx);
+        memcpy(l + r0, sum, sizeof sum);
+    }
+}
+
+/* o^T[d][r] = corr[r] * o^T[d][r] + sum_t w[t][r] * v_t[d]: four d at a time, so one load of
+ * the weights feeds four FMAs. */
+static void tile_values(float *restrict ot, int Rp, const float *v, int64_t s_slot, int n, int D,
+                        const float *restrict weights, const float *restrict corr) {
+    int r0 = 0;
+    for (; r0 + 2 * ROW_CHUNK <= Rp; r0 += 2 * ROW_CHUNK) { /* two row vectors x four d */
+        const vrow ca = load_row(corr + r0), cb = load_row(corr + r0 + ROW_CHUNK);
+        int d = 0;
+        for (; d + 4 <= D; d += 4) {
+            float *o0 = ot + (int64_t)d * Rp + r0, *o1 = o0 + Rp, *o2 = o1 + Rp, *o3 = o2 + Rp;
+            vrow a0 = load_row(o0) * ca, a1 = load_row(o1) * ca, a2 = load_row(o2) * ca,
+                 a3 = load_row(o3) * ca;
+            vrow b0 = load_row(o0 + ROW_CHUNK) * cb, b1 = load_row(o1 + ROW_CHUNK) * cb,
+                 b2 = load_row(o2 + ROW_CHUNK) * cb, b3 = load_row(o3 + ROW_CHUNK) * cb;
+            for (int t = 0; t < n; ++t) {
+                const float *vt = v + t * s_slot + d;
+                const float *w = weights + (int64_t)t * Rp + r0;
+                const vrow wa = load_row(w), wb = load_row(w + ROW_CHUNK);
+                const float x0 = vt[0], x1 = vt[1], x2 = vt[2], x3 = vt[3];
+                a0 += x0 * wa, a1 += x1 * wa, a2 += x2 * wa, a3 += x3 * wa;
+                b0 += x0 * wb, b1 += x1 * wb, b2 += x2 * wb, b3 += x3 * wb;
+            }
+            store_row(o0, a0), store_row(o1, a1), store_row(o2, a2), store_row(o3, a3);
+            store_row(o0 + ROW_CHUNK, b0), store_row(o1 + ROW_CHUNK, b1);
+            store_row(o2 + ROW_CHUNK, b2), store_row(o3 + ROW_CHUNK, b3);
+        }
+        for (; d < D; ++d) {
+            float *od = ot + (int64_t)d * Rp + r0;
+            vrow a = load_row(od) * ca, b = load_row(od + ROW_CHUNK) * cb;
+            for (int t = 0; t < n; ++t) {
+                const float x = v[t * s_slot + d], *w = weights + (int64_t)t * Rp + r0;
+                a += x * load_row(w), b += x * load_row(w + ROW_CHUNK);
+            }
+            store_row(od, a), store_row(od + ROW_CHUNK, b);
+        }
+    }
+    for (; r0 < Rp; r0 += ROW_CHUNK) { /* an odd last vector of rows */
+        const vrow c = load_row(corr + r0);
+        int d = 0;
+        for (; d + 4 <= D; d += 4) {
+            float *o0 = ot + (int64_t)d * Rp + r0, *o1 = o0 + Rp, *o2 = o1 + Rp, *o3 = o2 + Rp;
+            vrow a0 = load_row(o0) * c, a1 = load_row(o1) * c, a2 = load_row(o2) * c,
+                 a3 = load_row(o3) * c;
+            for (int t = 0; t < n; ++t) {
+                const float *vt = v + t * s_slot + d;
+                const vrow w = load_row(weights + (int64_t)t * Rp + r0);
+                a0 += vt[0] * w, a1 += vt[1] * w, a2 += vt[2] * w, a3 += vt[3] * w;
+            }
+            store_row(o0, a0), store_row(o1, a1), store_row(o2, a2), store_row(o3, a3);
+        }
+        for (; d < D; ++d) {
+            float *od = ot + (int64_t)d * Rp + r0;
+            vrow a = load_row(od) * c;
+            for (int t = 0; t < n; ++t)
+                a += v[t * s_slot + d] * load_row(weights + (int64_t)t * Rp + r0);
+            store_row(od, a);
+        }
+    }
+}
+
+/* One (group, kv head): rows r = j * G + g are member j's query head h * G + g. Writes the
+ * members' membership rows of o [M, Hq, D] and lse [M, Hq]. scratch holds 2 * D * Rp +
+ * TILE_MAX * Rp + 3 * Rp floats. */
+static void attend_group(const float *q, const float *k_cache, const float *v_cache,
+                         int64_t s_block, int64_t s_slot, int64_t s_head, const int32_t *table,
+                         const int32_t *members, int size, int start, int end, int h,
+                         int block_size, int Hq, int Hkv, int D, float scale, float *scratch,
+                         float *o, float *lse) {
+    const int G = Hq / Hkv, R = size * G;
+    const int Rp = (R + ROW_CHUNK - 1) / ROW_CHUNK * ROW_CHUNK;
+    float *qt = scratch, *ot = qt + (int64_t)D * Rp, *scores = ot + (int64_t)D * Rp;
+    float *m = scores + (int64_t)TILE_MAX * Rp, *l = m + Rp, *corr = l + Rp;
+    memset(qt, 0, sizeof(float) * (size_t)D * Rp);
+    memset(ot, 0, sizeof(float) * (size_t)D * Rp);
+    for (int r = 0; r < Rp; ++r) m[r] = -INFINITY, l[r] = 0.0f;
+    for (int j = 0; j < size; ++j)
+        for (int g = 0; g < G; ++g) {
+            const float *qr = q + ((int64_t)members[j] * Hq + h * G + g) * D;
+            for (int d = 0; d < D; ++d) qt[(int64_t)d * Rp + j * G + g] = qr[d] * scale;
+        }
+    for (int first = start; first < end;) {
+        const int within = first % block_size;
+        int n = (block_size - within < end - first) ? block_size - within : end - first;
+        n = n < TILE_MAX ? n : TILE_MAX;
+        const int64_t at = (int64_t)table[first / block_size] * s_block + h * s_head +
+                           (int64_t)within * s_slot;
+        tile_scores(qt, Rp, k_cache + at, s_slot, n, D, scores);
+        tile_softmax(scores, Rp, n, m, l, corr);
+        tile_values(ot, Rp, v_cache + at, s_slot, n, D, scores, corr);
+        first += n;
+    }
+    for (int j = 0; j < size; ++j)
+        for (int g = 0; g < G; ++g) {
+            const int r = j * G + g, qh = h * G + g;
+            const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+            float *out = o + ((int64_t)j * Hq + qh) * D;
+            for (int d = 0; d < D; ++d) out[d] = ot[(int64_t)d * Rp + r] * inv;
+            lse[(int64_t)j * Hq + qh] = l[r] > 0.0f ? m[r] + logf(l[r]) : -INFINITY;
+        }
+}
+
+/* The prefix pass of a cascade: group gi's members are member_ids[offsets[gi] .. offsets[gi+1])
+ * (batch indices into q), its tokens [starts[gi], ends[gi]) are read through block_tables row
+ * table_rows[gi]. Writes o [M, Hq, D] and lse [M, Hq] in membership-row order (natural log;
+ * an empty range gives o = 0, lse = -inf). Returns 0, or -1 when scratch allocation failed. */
+int cascade_prefix_f32(const float *q, const float *k_cache, const float *v_cache,
+                       int64_t s_block, int64_t s_slot, int64_t s_head,
+                       const int32_t *block_tables, int64_t bt_stride, const int32_t *member_ids,
+                       const int32_t *offsets, const int32_t *table_rows, const int32_t *starts,
+                       const int32_t *ends, float *o, float *lse, int num_groups, int Hq,
+                       int Hkv, int D, int block_size, float scale, int num_threads) {
+    int failed = 0;
+#pragma omp parallel for num_threads(num_threads) schedule(dynamic, 1) reduction(| : failed)
+    for (int task = 0; task < num_groups * Hkv; ++task) {
+        const int gi = task / Hkv, h = task % Hkv;
+        const int size = offsets[gi + 1] - offsets[gi];
+        const int Rp = (size * (Hq / Hkv) + ROW_CHUNK - 1) / ROW_CHUNK * ROW_CHUNK;
+        float *scratch = malloc(sizeof(float) * (size_t)Rp * (2 * D + TILE_MAX + 3));
+        if (scratch == NULL) {
+            failed = 1;
+            continue;
+        }
+        attend_group(q, k_cache, v_cache, s_block, s_slot, s_head,
+                     block_tables + (int64_t)table_rows[gi] * bt_stride, member_ids + offsets[gi],
+                     size, starts[gi], ends[gi], h, block_size, Hq, Hkv, D, scale, scratch,
+                     o + (int64_t)offsets[gi] * Hq * D, lse + (int64_t)offsets[gi] * Hq);
+        free(scratch);
+    }
+    return failed ? -1 : 0;
+}
+
+/* The cascade's merge: request b's own state (o, lse: its suffix pass, [B, Hq, D] and
+ * [B, Hq]) is merged IN PLACE with its membership rows req_rows[req_offsets[b] ..
+ * req_offsets[b + 1]) of (o_mem, lse_mem): the exact union of attentions over disjoint key
+ * sets, weights e^(lse_x - max); empty states (lse = -inf) weigh nothing, all empty gives
+ * (0, -inf). */
+void cascade_merge_f32(float *o, float *lse, const float *o_mem, const float *lse_mem,
+                       const int32_t *req_offsets, const int32_t *req_rows, int B, int Hq,
+                       int D) {
+    for (int b = 0; b < B; ++b)
+        for (int h = 0; h < Hq; ++h) {
+            float *out = o + ((int64_t)b * Hq + h) * D;
+            float m = lse[(int64_t)b * Hq + h];
+            for (int j = req_offsets[b]; j < req_offsets[b + 1]; ++j) {
+                const float x = lse_mem[(int64_t)req_rows[j] * Hq + h];
+                m = x > m ? x : m;
+            }
+            if (m == -INFINITY) continue; /* every part empty: the suffix's (0, -inf) stands */
+            const float w0 = exp_nonpositive(lse[(int64_t)b * Hq + h] - m);
+            float total = w0;
+#pragma omp simd
+            for (int d = 0; d < D; ++d) out[d] *= w0;
+            for (int j = req_offsets[b]; j < req_offsets[b + 1]; ++j) {
+                const float w = exp_nonpositive(lse_mem[(int64_t)req_rows[j] * Hq + h] - m);
+                const float *part = o_mem + ((int64_t)req_rows[j] * Hq + h) * D;
+                total += w;
+                axpy(out, w, part, D);
+            }
+            const float inv = 1.0f / total;
+#pragma omp simd
+            for (int d = 0; d < D; ++d) out[d] *= inv;
+            lse[(int64_t)b * Hq + h] = m + logf(total);
+        }
+}

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kernel_cases import PagedBatch, make_batch, nested_batch
 
 from eclectus.kernels import (
@@ -141,3 +143,73 @@ def test_plan_prefill_offsets() -> None:
 def test_plans_reject_bad_lengths(tables: list[list[int]], q: list[int], n: list[int]) -> None:
     with pytest.raises(ValueError):
         plan_prefill(tables, q, n, 4, CPU)
+
+
+def _trie_groups(
+    tables: list[list[int]], lens: list[int], bs: int, min_tokens: int, min_size: int
+) -> tuple[list[tuple[int, tuple[int, ...], int, int, int]], list[int]]:
+    """The grouping spelled out with an explicit trie (the original implementation): insert
+    each request's full blocks, collapse single-child chains with the same requests, walk in
+    pre-order."""
+    root: dict = {"depth": 0, "ids": [], "children": {}}
+    for i, (table, n) in enumerate(zip(tables, lens, strict=True)):
+        node = root
+        for j in range(n // bs):
+            fresh = {"depth": j + 1, "ids": [], "children": {}}
+            node = node["children"].setdefault(table[j], fresh)
+            node["ids"].append(i)
+    starts, groups = [0] * len(lens), []
+    stack = [(c, 0, 0) for c in reversed(root["children"].values())]
+    while stack:
+        node, start, level = stack.pop()
+        while len(node["children"]) == 1:
+            (only,) = node["children"].values()
+            if len(only["ids"]) != len(node["ids"]):
+                break
+            node = only
+        ids = node["ids"]
+        if len(ids) < min_size:
+            continue
+        if (node["depth"] - start) * bs >= min_tokens:
+            groups.append((level, tuple(ids), start, node["depth"], ids[0]))
+            for i in ids:
+                starts[i] = node["depth"] * bs
+            start, level = node["depth"], level + 1
+        stack.extend((c, start, level) for c in reversed(node["children"].values()))
+    return groups, starts
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    paths=st.lists(st.lists(st.integers(0, 2), min_size=0, max_size=4), min_size=1, max_size=12),
+    tails=st.lists(st.integers(0, 9), min_size=12, max_size=12),
+    block_size=st.sampled_from([1, 2, 4]),
+    min_tokens=st.sampled_from([1, 4, 9]),
+    min_size=st.sampled_from([2, 3]),
+)
+def test_grouping_equals_an_explicit_trie_walk(
+    paths: list[list[int]], tails: list[int], block_size: int, min_tokens: int, min_size: int
+) -> None:
+    """Random prefix forests (segment choices per level, shared by equal paths): the walk
+    without a trie emits the same groups, in the same order, and the same suffix starts."""
+    named = [tuple(f"{d}:{'.'.join(map(str, p[: d + 1]))}" for d in range(len(p))) for p in paths]
+    lens = {name: 3 + sum(map(ord, name)) % 5 for path in named for name in path}
+    batch = make_batch(
+        [p or ("solo",) for p in named],
+        lens | {"solo": 2},
+        [max(1, t) if not p else t for p, t in zip(named, tails, strict=False)],
+        block_size=block_size,
+        num_kv_heads=1,
+        head_dim=2,
+    )
+    groups, starts = find_cascade_groups(
+        batch.block_tables,
+        batch.seq_lens,
+        block_size,
+        min_shared_tokens=min_tokens,
+        min_group_size=min_size,
+    )
+    got = [(g.level, g.request_ids, g.start_block, g.end_block, g.table_row) for g in groups]
+    assert (got, starts) == _trie_groups(
+        batch.block_tables, batch.seq_lens, block_size, min_tokens, min_size
+    )
