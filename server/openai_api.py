@@ -15,8 +15,8 @@ the vLLM extensions ``top_k``, ``ignore_eos`` and ``stop_token_ids``; on chat, t
 structured outputs (read by :mod:`eclectus.protocol.openai_tools`: ``tools``, ``tool_choice``,
 ``parallel_tool_calls``, ``response_format``, vLLM's ``structured_outputs``). Anything else
 that would change the output (``n`` > 1, logprobs, penalties, ``functions``) is refused with a
-400 naming the field, never silently ignored. Errors have OpenAI's body shape, ``{"error": {"message", "type", "param", "code"}}``,
-with vLLM's status codes: 400 bad request, 401 bad token, 404 unknown model or route, 413 body
+400 naming the field, never silently ignored. Errors have OpenAI's body shape,
+``{"error": {"message", "type", "param", "code"}}``, with vLLM's status codes: 400 bad request, 401 bad token, 404 unknown model or route, 413 body
 too large, 429 too many failed tokens, 500 engine failure, 503 shutting down.
 """
 
