@@ -16,8 +16,9 @@ structured outputs (read by :mod:`eclectus.protocol.openai_tools`: ``tools``, ``
 ``parallel_tool_calls``, ``response_format``, vLLM's ``structured_outputs``). Anything else
 that would change the output (``n`` > 1, logprobs, penalties, ``functions``) is refused with a
 400 naming the field, never silently ignored. Errors have OpenAI's body shape,
-``{"error": {"message", "type", "param", "code"}}``, with vLLM's status codes: 400 bad request, 401 bad token, 404 unknown model or route, 413 body
-too large, 429 too many failed tokens, 500 engine failure, 503 shutting down.
+``{"error": {"message", "type", "param", "code"}}``, with vLLM's status codes: 400 bad
+request, 401 bad token, 404 unknown model or route, 413 body too large, 429 too many failed
+tokens, 500 engine failure, 503 shutting down.
 """
 
 from __future__ import annotations
