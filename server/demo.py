@@ -45,13 +45,17 @@ def scrape(server: EclectusServer) -> dict[str, float]:
         return parse_prometheus(response.read().decode())
 
 
+# each mode is its own authenticated tenant, so neither reads the prefix cache the other filled
+TOKENS = {name: f"{name}-token" for name in ("demo-warm-up", "demo-graph", "demo-one-by-one")}
+
+
 async def run_graph(
     server: EclectusServer, max_tokens: int, tenant: str = "demo-graph"
 ) -> tuple[str, int]:
     """The map-reduce as one graph; returns the final text and the graph's call depth."""
     from eclectus.adapters.client import connect
 
-    async with connect(server.url, app=tenant, tenant=tenant) as app:
+    async with connect(server.url, app=tenant, token=TOKENS[tenant]) as app:
         summarize = app.function(MAP, summary=dict(max_tokens=max_tokens))
         combine = app.function(REDUCE, final=dict(max_tokens=2 * max_tokens))
         sums = [summarize(doc=doc) for doc in DOCS]
@@ -66,7 +70,7 @@ async def run_one_by_one(server: EclectusServer, max_tokens: int) -> str:
     from eclectus.adapters.client import connect
 
     tenant = "demo-one-by-one"
-    async with connect(server.url, app=tenant, tenant=tenant) as app:
+    async with connect(server.url, app=tenant, token=TOKENS[tenant]) as app:
         summarize = app.function(MAP, summary=dict(max_tokens=max_tokens))
         combine = app.function(REDUCE, final=dict(max_tokens=2 * max_tokens))
         sums = [await summarize(doc=doc).aget() for doc in DOCS]
@@ -86,7 +90,7 @@ def readable(text: str, limit: int = 160) -> str:
 
 
 async def demo(model: str, max_tokens: int) -> int:
-    config = ServerConfig(port=0, model=model)
+    config = ServerConfig(port=0, model=model, tenant_tokens=tuple(TOKENS.items()))
     async with await start_server(config) as server:
         print(f"server: {server.url}  model: {server.backend.model.name}")
         print("warming up (one untimed run: kernel compile, first allocations)...")

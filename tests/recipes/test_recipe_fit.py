@@ -80,10 +80,10 @@ def test_chain_summary_of_a_short_document(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_shared_prompt_too_long_for_tiny_is_one_line() -> None:
-    done = eclectus_run("shared-prompt", "--param", "system_tokens=4096")
+    done = eclectus_run("shared-prompt", "--param", "system_tokens=16384")
     assert done.returncode == 2 and "Traceback" not in done.stderr
     (line,) = [x for x in done.stderr.splitlines() if x.startswith("eclectus run:")]
-    assert "system_tokens=4096" in line and "pass --param system_tokens=" in line
+    assert "system_tokens=16384" in line and "pass --param system_tokens=" in line
 
 
 @pytest.mark.slow
