@@ -3,10 +3,10 @@
     python -m eclectus.server.loadtest [--quick] [--url ws://127.0.0.1:PORT]
                                        [--openai-url http://127.0.0.1:PORT/v1] [--sessions 200]
 
-Without ``--url`` it starts ``eclectus serve --model tiny`` in a subprocess on free loopback
-ports (so the server's RSS is measured on its own) and stops it at the end. The OpenAI
-endpoints are found at ``--openai-url``, else at ``<server>/v1`` on the WebSocket's port, else
-on the separate ``--openai-port`` the server was started with.
+Without ``--url`` it starts ``eclectus serve --model tiny`` in a subprocess on a free
+loopback port (so the server's RSS is measured on its own), with the per-address and
+per-tenant caps lifted (every client here is one address and one tenant), and stops it at the
+end. The OpenAI endpoints are found at ``--openai-url``, else at ``<server>/v1``.
 
 While the scenarios run, a *canary* session (an innocent tenant) round-trips a tokenize frame
 every 20 ms and keeps a small generation going; its worst round trip during a scenario is that
@@ -634,20 +634,12 @@ def _free_port() -> int:
 def local_server() -> Iterator[tuple[str, str | None, int]]:
     """``eclectus serve --model tiny`` on free loopback ports; yields (ws url, separate
     OpenAI url or None, pid) and stops it on exit."""
-    from eclectus.server.main import add_arguments
-
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
     port = _free_port()
     cmd = [sys.executable, "-m", "eclectus", "serve", "--model", "tiny", "--port", str(port)]
     cmd += ["--log-level", "WARNING", "--max-sessions", "512"]
-    if "--max-connections-per-client" in parser._option_string_actions:
-        cmd += ["--max-connections-per-client", "1024"]  # every client here is 127.0.0.1
-    openai_url = None
-    if "--openai-port" in parser._option_string_actions:  # before the endpoint moved to port
-        openai_port = _free_port()
-        cmd += ["--openai-port", str(openai_port)]
-        openai_url = f"http://127.0.0.1:{openai_port}/v1"
+    # every client here is 127.0.0.1 and, without tokens, one tenant: lift both caps
+    cmd += ["--max-connections-per-client", "1024", "--max-sessions-per-tenant", "512"]
+    openai_url = None  # /v1 on the same port
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 120
