@@ -4,13 +4,11 @@ are real ``eclectus serve`` processes; SIGKILL drops their streams as a crash do
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
-from remote_helpers import EngineProcess, start_engines
-from test_remote_engines import fan_out, reference, remote_backend, run_graph
+from remote_helpers import EngineProcess, fan_out, reference, remote_backend, run_graph
 from websockets.asyncio.client import connect
 from ws_helpers import RawClient
 
@@ -20,23 +18,6 @@ from eclectus.server.remote import RoutingPolicy
 from eclectus.server.remote.backend import RemoteBackend
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def engines() -> Iterator[list[EngineProcess]]:
-    procs = start_engines(2)
-    yield procs
-    for proc in procs:
-        proc.stop()
-
-
-@pytest.fixture(scope="module")
-def builtin() -> Iterator[object]:
-    from eclectus.server.engine import AsyncEngine
-
-    engine = AsyncEngine.from_config(model="tiny", num_kv_blocks=512, num_threads=1)
-    yield engine
-    asyncio.run(engine.shutdown())
 
 
 async def wait_for(predicate: Any, timeout: float = 60.0) -> None:

@@ -4,81 +4,26 @@ speaking the OpenAI-compatible API, with the graph server in this process in fro
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from remote_helpers import EngineProcess, RecordingProxy, serve_http, start_engines
-from websockets.asyncio.client import connect
-from ws_helpers import RawClient, map_reduce
+from remote_helpers import (
+    EngineProcess,
+    RecordingProxy,
+    fan_out,
+    reference,
+    remote_backend,
+    run_graph,
+    serve_http,
+)
+from ws_helpers import map_reduce
 
 from eclectus.server.app import EclectusServer, start_server
 from eclectus.server.config import ServerConfig
 from eclectus.server.remote import RemoteConfig, RoutingPolicy, build_remote_backend
-from eclectus.server.remote.backend import RemoteBackend
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def engines() -> Iterator[list[EngineProcess]]:
-    procs = start_engines(2)
-    yield procs
-    for proc in procs:
-        proc.stop()
-
-
-@pytest.fixture(scope="module")
-def builtin() -> Iterator[object]:
-    from eclectus.server.engine import AsyncEngine
-
-    engine = AsyncEngine.from_config(model="tiny", num_kv_blocks=512, num_threads=1)
-    yield engine
-    asyncio.run(engine.shutdown())
-
-
-def remote_backend(urls: list[str], **config: Any) -> RemoteBackend:
-    config.setdefault("probe_interval_s", 0.2)
-    return build_remote_backend(RemoteConfig(model="tiny", engine_urls=tuple(urls), **config))
-
-
-async def run_graph(server: EclectusServer, frame: dict[str, Any], num: int, **hello: Any) -> Any:
-    """Submit ``frame`` in a new session and collect ``num`` answers (var -> frame)."""
-    async with connect(server.url) as ws:
-        client = RawClient(ws)
-        await client.hello(**hello)
-        await client.send(frame)
-        answers = {}
-        while len(answers) < num:
-            got = await client.recv(timeout=120)
-            if got["type"] in ("value", "error") and "var" in got:
-                answers[got["var"]] = got
-        return answers
-
-
-def fan_out(num: int, max_tokens: int = 24, criteria: str = "latency") -> dict[str, Any]:
-    """``num`` independent calls sharing a long constant prefix, each got."""
-    frame: dict[str, Any] = {"type": "submit", "vars": [], "calls": [], "gets": []}
-    for i in range(num):
-        frame["calls"].append(
-            {
-                "id": f"c{i}",
-                "template": "You are a careful assistant. Answer briefly.\n"
-                f"Question {i}: what is {i} plus {i}?\nAnswer:{{{{a{i}}}}}",
-                "bind": {f"a{i}": f"a{i}"},
-                "sampling": {f"a{i}": {"max_tokens": max_tokens, "ignore_eos": True}},
-            }
-        )
-        frame["gets"].append({"var": f"a{i}", "criteria": criteria})
-    return frame
-
-
-async def reference(builtin: object, frame: dict[str, Any], num: int) -> dict[str, str]:
-    server = await start_server(ServerConfig(port=0), builtin, owns_backend=False)  # type: ignore[arg-type]
-    try:
-        return {k: v["text"] for k, v in (await run_graph(server, frame, num)).items()}
-    finally:
-        await server.close()
 
 
 @pytest.fixture

@@ -12,8 +12,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from remote_helpers import free_port
-from test_remote_engines import fan_out, reference, remote_backend, run_graph
+from remote_helpers import fan_out, free_port, reference, remote_backend, run_graph
 from ws_helpers import map_reduce
 
 from eclectus.server.app import start_server
