@@ -113,6 +113,10 @@ class Report:
         return sum(r.lost for r in self.rows)
 
     @property
+    def errored(self) -> int:
+        return sum(r.errored for r in self.rows)
+
+    @property
     def innocent_failed(self) -> int:
         return sum(r.innocent_failed for r in self.rows)
 
@@ -131,6 +135,8 @@ class Report:
         out = []
         if self.lost:
             out.append(f"{self.lost} requests lost")
+        if self.errored:  # answered, but not as they should be (e.g. refused by a cap)
+            out.append(f"{self.errored} requests answered wrongly")
         if any(self.leaks.values()):
             out.append(f"left behind: {self.leaks}")
         if self.innocent_failed:

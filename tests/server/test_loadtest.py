@@ -7,7 +7,15 @@ import asyncio
 
 import pytest
 
-from eclectus.server.loadtest import Plan, find_openai, format_report, local_server, run
+from eclectus.server.loadtest import (
+    Plan,
+    Report,
+    Row,
+    find_openai,
+    format_report,
+    local_server,
+    run,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -25,3 +33,12 @@ def test_quick_loadtest_holds_and_leaks_nothing() -> None:
     # the stall target (100 ms) is for a quiet machine; CI shares its cores, so only a
     # freeze of seconds (what the fixed defects caused) fails here
     assert report.worst_stall_s < 3.0, format_report(report)
+
+
+def test_a_wrong_answer_is_a_missed_target() -> None:
+    """A request answered otherwise than it should be (a cap refusing ordinary load) misses
+    the targets even when nothing was lost."""
+
+    report = Report(rows=[Row("concurrent SDK sessions", held=126, errored=74)])
+    assert report.misses() == ["74 requests answered wrongly"]
+    assert Report(rows=[Row("concurrent SDK sessions", held=200)]).misses() == []
