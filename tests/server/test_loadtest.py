@@ -38,7 +38,6 @@ def test_quick_loadtest_holds_and_leaks_nothing() -> None:
 def test_a_wrong_answer_is_a_missed_target() -> None:
     """A request answered otherwise than it should be (a cap refusing ordinary load) misses
     the targets even when nothing was lost."""
-
     report = Report(rows=[Row("concurrent SDK sessions", held=126, errored=74)])
     assert report.misses() == ["74 requests answered wrongly"]
     assert Report(rows=[Row("concurrent SDK sessions", held=200)]).misses() == []
