@@ -124,18 +124,21 @@ def test_eval_vllm_python_missing() -> None:
 
 def test_ctrl_c_in_run_stops_with_one_line() -> None:
     """Ctrl-C (SIGINT) while a recipe runs: the embedded server stops, one line, exit 130."""
+    # 151 calls of up to 128 tokens (~10 s here), so the signal lands mid-run on a fast machine
+    # too: with the default 17 calls, CI once finished before the signal and exited at shutdown.
+    long_run = ["--chunk-tokens", "128", "--num-chunks", "150", "--output-tokens", "128"]
     proc = subprocess.Popen(
-        [*ECLECTUS, "run", "map-reduce"],
+        [*ECLECTUS, "run", "map-reduce", *long_run],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     assert proc.stderr is not None
-    for line in proc.stderr:  # the run is under way once the server is up
-        if "calls" in line or "starting the embedded server" in line:
+    for line in proc.stderr:  # the run is under way once the first call has answered
+        if "calls" in line:
             break
-    time.sleep(3)
+    time.sleep(1)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=120)
     done = subprocess.CompletedProcess(proc.args, proc.returncode, "", stderr)

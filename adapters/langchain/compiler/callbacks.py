@@ -102,8 +102,8 @@ async def _fire_one(
         return  # an input failed: the eager model would not have been called either
     prompt = model._convert_input(rebuild(record.input, table))
     manager = _manager(record, config, mode)
-    own = getattr(model, "_get_invocation_params", None)  # a chat model's; an LLM's dict()
-    params = {**(own(**record.kwargs) if own else model.dict()), **record.kwargs}
+    own = getattr(model, "_get_invocation_params", None)  # a chat model's; an LLM's asdict()
+    params = {**(own(**record.kwargs) if own else model.asdict()), **record.kwargs}
     serialized = dumpd(model)
     if isinstance(record.output, SymMessage):
         start = manager.on_chat_model_start(

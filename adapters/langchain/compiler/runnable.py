@@ -195,10 +195,20 @@ class CompiledRunnable(Runnable[Any, Any]):
             )
             self.last_graph = trace
             extra = [v for ctx in contexts for v in pending_vars(ctx.calls, ctx.config)]
-            return await _resolve_all(contexts[0], list(outputs), return_exceptions, extra)
-        finally:  # the model callbacks of every declared call, as the eager run fires them
-            for ctx in contexts:
-                await fire_callbacks(ctx.calls, ctx.config, mode, ctx.fetch)
+            results = await _resolve_all(contexts[0], list(outputs), return_exceptions, extra)
+        except asyncio.CancelledError:
+            raise  # interrupted (Ctrl-C): the callbacks would wait for calls nobody wants now
+        except BaseException:
+            await _fire_all(contexts, mode)
+            raise
+        await _fire_all(contexts, mode)
+        return results
+
+
+async def _fire_all(contexts: list[Lowering], mode: Literal["sync", "async"]) -> None:
+    """The model callbacks of every declared call, as the eager run fires them."""
+    for ctx in contexts:
+        await fire_callbacks(ctx.calls, ctx.config, mode, ctx.fetch)
 
 
 async def _resolve_all(
