@@ -11,6 +11,7 @@ the graph as constant text (a cut; see :meth:`CompiledRunnable.explain`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from typing import Any, Literal, TypeVar
@@ -33,6 +34,8 @@ from eclectus.adapters.langchain.compiler.symbols import ai_message, collect_ref
 from eclectus.adapters.langchain.pieces import Ref, SymMessage
 
 T = TypeVar("T")
+
+CANCEL_WAIT_S = 2.0  # how long an interrupted run waits for the server to drop its calls
 
 
 class CompiledRunnable(Runnable[Any, Any]):
@@ -197,12 +200,30 @@ class CompiledRunnable(Runnable[Any, Any]):
             extra = [v for ctx in contexts for v in pending_vars(ctx.calls, ctx.config)]
             results = await _resolve_all(contexts[0], list(outputs), return_exceptions, extra)
         except asyncio.CancelledError:
-            raise  # interrupted (Ctrl-C): the callbacks would wait for calls nobody wants now
+            # interrupted (Ctrl-C): stop the calls on the server, as closing an eager call's
+            # HTTP request aborts it, and skip the callbacks, which would wait for them
+            await _cancel_pending(contexts)
+            raise
         except BaseException:
             await _fire_all(contexts, mode)
             raise
         await _fire_all(contexts, mode)
         return results
+
+
+async def _cancel_pending(contexts: list[Lowering]) -> None:
+    """Cancels the run's calls still pending on the server, waiting at most
+    ``CANCEL_WAIT_S`` for the acknowledgements (an interrupted run must not hang on a server
+    that stopped answering). Mutates the server's graph."""
+    pending = [
+        record.ref.var
+        for ctx in contexts
+        for record in ctx.calls
+        if record.ref.var.state is VarState.PENDING
+    ]
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(CANCEL_WAIT_S):
+            await asyncio.gather(*(var.acancel() for var in pending), return_exceptions=True)
 
 
 async def _fire_all(contexts: list[Lowering], mode: Literal["sync", "async"]) -> None:
