@@ -14,6 +14,7 @@ from eclectus.kernels.dispatch import (
     merge_attention_states,
     paged_decode_attention,
     prefill_attention,
+    row_prefill_pays,
     store_kv,
     use_triton,
 )
@@ -62,6 +63,7 @@ __all__ = [
     "ref_merge_attention_states",
     "ref_paged_decode",
     "ref_prefill",
+    "row_prefill_pays",
     "store_kv",
     "use_triton",
 ]

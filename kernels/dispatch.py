@@ -104,6 +104,14 @@ def cascade_thresholds(k_cache: Tensor) -> tuple[int, int]:
     return CASCADE_MIN_SHARED_TOKENS, CASCADE_MIN_GROUP_SIZE
 
 
+def row_prefill_pays(k_cache: Tensor) -> bool:
+    """Whether short prefill chunks over a shared cached context should attend as decode rows
+    grouped by the cascade (the engine's model runner asks): on the native CPU kernels, whose
+    prefix pass reads a shared context once for all rows, where the torch prefill gathers it
+    per request (pure)."""
+    return _native_allowed(k_cache)
+
+
 def _check_attention_args(q: Tensor, k_cache: Tensor, v_cache: Tensor) -> None:
     if q.dim() != 3 or k_cache.dim() != 4 or k_cache.shape != v_cache.shape:
         raise ValueError(

@@ -4,6 +4,13 @@ Per step: one flat batch of tokens (decodes first, then
 prefill chunks) built from lists once, the attention plans built once, and one forward whose
 every layer stores its K/V and attends through ``eclectus.kernels``. Only the rows that sample
 get logits.
+
+Short prefill chunks over a cached context (a request's own tokens after a prefix-cache hit,
+the tail of a chunked prompt) may attend as decode rows: query j of a chunk that starts at
+position s is exactly a decode at position s + j over the same block table. When such rows
+share their context with other rows (one prefix behind many requests' suffixes, or the decodes
+of the step), the decode plan's cascade groups them, and the shared blocks are read once for
+all of them (the native prefix pass) instead of being gathered per request for a masked SDPA.
 """
 
 from __future__ import annotations
@@ -48,11 +55,17 @@ def _slots(block_table: list[int], start: int, end: int, block_size: int) -> lis
     return slots[offset : offset + end - start]
 
 
+# a prefill chunk of at most this many tokens after a cached context may attend as decode rows
+# (longer chunks are mostly their own causal square, which SDPA computes as one GEMM)
+MAX_ROW_PREFILL_TOKENS = 128
+
+
 @dataclass(slots=True)
 class StepAttention:
     """The AttentionFn of one step: plans built once, used by every layer.
 
-    Rows [0, num_decodes) of q are decodes (one query per request), the rest prefill chunks.
+    Rows [0, num_decodes) of q are decode rows (one query each: a decode, or one token of a
+    short prefill chunk attending as a decode), the rest prefill chunks.
     Calling it MUTATES the caches (stores this step's K/V before attending).
     """
 
@@ -100,6 +113,10 @@ class ModelRunner:
         self.k_caches = torch.zeros(shape, dtype=model.dtype, device=self.device)
         self.v_caches = torch.zeros(shape, dtype=model.dtype, device=self.device)
         self.scale = model_config.head_dim**-0.5
+        # prefill chunks up to this long after a cached context may attend as decode rows
+        # (0: never; the benchmarks' A/B sets it)
+        self.max_row_prefill_tokens = MAX_ROW_PREFILL_TOKENS
+        self.num_row_prefill_tokens = 0  # prefill tokens that attended as decode rows, ever
 
     @torch.inference_mode()
     def execute(self, out: SchedulerOutput) -> tuple[list[ScheduledSeq], Tensor]:
@@ -107,6 +124,8 @@ class ModelRunner:
         logits [num_sampling, vocab] fp32. Mutates the KV cache."""
         decodes = [s for s in out.scheduled if s.num_new_tokens == 1]
         prefills = [s for s in out.scheduled if s.num_new_tokens > 1]
+        rows = [s for s in prefills if self._row_prefill(s)]  # may attend as decode rows
+        prefills = rows + [s for s in prefills if not self._row_prefill(s)]
         items = decodes + prefills
         input_ids: list[int] = []
         positions: list[int] = []
@@ -121,7 +140,7 @@ class ModelRunner:
             slots += _slots(seq.block_table, start, end, bs)
             if item.samples:
                 sample_row[id(item)] = len(input_ids) - 1
-        attn = self._attention(decodes, prefills, slots)
+        attn = self._attention(decodes, rows, prefills, slots)
         dev = self.device
         hidden = self.model(
             torch.tensor(input_ids, device=dev), torch.tensor(positions, device=dev), attn
@@ -133,20 +152,33 @@ class ModelRunner:
         return sampling, self.model.compute_logits(hidden[rows])
 
     def _attention(
-        self, decodes: list[ScheduledSeq], prefills: list[ScheduledSeq], slots: list[int]
+        self,
+        decodes: list[ScheduledSeq],
+        rows: list[ScheduledSeq],
+        prefills: list[ScheduledSeq],
+        slots: list[int],
     ) -> StepAttention:
+        """The step's plans. ``rows`` (the head of ``prefills``) attend as decode rows when
+        that makes a cascade group form; else every prefill runs as a chunk. Mutates only
+        ``num_row_prefill_tokens``."""
         bs, dev = self.block_size, self.device
         decode_plan = prefill_plan = None
-        if decodes:
-            decode_plan = kernels.plan_decode(
-                [s.seq.block_table for s in decodes],
-                [s.seq.num_computed_tokens + 1 for s in decodes],
-                bs,
-                dev,
-                cascade=self.config.cascade_attention,
-                # when a shared prefix pays as a group depends on the decode backend
-                thresholds=kernels.cascade_thresholds(self.k_caches[0]),
-            )
+        num_decodes = len(decodes)
+        tables = [s.seq.block_table for s in decodes]
+        seq_lens = [s.seq.num_computed_tokens + 1 for s in decodes]
+        if rows and self.config.cascade_attention and kernels.row_prefill_pays(self.k_caches[0]):
+            row_tables, row_lens = list(tables), list(seq_lens)
+            for s in rows:
+                start = s.seq.num_computed_tokens
+                row_tables += [s.seq.block_table] * s.num_new_tokens
+                row_lens += range(start + 1, start + s.num_new_tokens + 1)
+            plan = self._decode_plan(row_tables, row_lens)
+            if plan.cascade is not None:  # the rows share context: attend as decodes
+                decode_plan, num_decodes = plan, len(row_lens)
+                self.num_row_prefill_tokens += len(row_lens) - len(decodes)
+                prefills = prefills[len(rows) :]
+        if decode_plan is None and decodes:
+            decode_plan = self._decode_plan(tables, seq_lens)
         if prefills:
             prefill_plan = kernels.plan_prefill(
                 [s.seq.block_table for s in prefills],
@@ -159,8 +191,28 @@ class ModelRunner:
             self.k_caches,
             self.v_caches,
             torch.tensor(slots, dtype=torch.int64, device=dev),
-            len(decodes),
+            num_decodes,
             decode_plan,
             prefill_plan,
             self.scale,
+        )
+
+    def _decode_plan(
+        self, block_tables: list[list[int]], seq_lens: list[int]
+    ) -> kernels.DecodePlan:
+        return kernels.plan_decode(
+            block_tables,
+            seq_lens,
+            self.block_size,
+            self.device,
+            cascade=self.config.cascade_attention,
+            # when a shared prefix pays as a group depends on the decode backend
+            thresholds=kernels.cascade_thresholds(self.k_caches[0]),
+        )
+
+    def _row_prefill(self, item: ScheduledSeq) -> bool:
+        """Whether a prefill chunk may attend as decode rows: short, after a cached context
+        (a chunk from position 0 is a plain causal square) (pure)."""
+        return item.seq.num_computed_tokens > 0 and item.num_new_tokens <= (
+            self.max_row_prefill_tokens
         )

@@ -10,6 +10,7 @@ import random
 import pytest
 import torch
 
+from eclectus.kernels import native
 from eclectus.kernels.dispatch import force_backend
 from eclectus.server.engine import LLM, EngineConfig, SamplingParams
 from eclectus.server.engine.presets import resolve_model_dir
@@ -141,6 +142,25 @@ def test_common_1k_prefix_is_prefilled_once(hf_greedy: object) -> None:
     assert [o.num_cached_tokens for o in outs] == [0] + [1024] * 7
     for prompt, out in list(zip(prompts, outs, strict=True))[:2]:
         assert out.token_ids == hf_greedy(prompt)
+
+
+@pytest.mark.skipif(not native.available(), reason="no working C compiler")
+def test_suffix_prefills_over_a_shared_prefix_attend_as_decode_rows(hf_greedy: object) -> None:
+    """Eight requests admitted on the prefix-cache hits of a ninth's 320 tokens prefill their
+    own 10 tokens as decode rows in one cascade group (the shared blocks read once for all
+    80 rows): token-identical to transformers, and to the chunked SDPA path."""
+    rng = random.Random(7)
+    shared = random_prompt(rng, 320)
+    prompts = [random_prompt(rng, 330, shared) for _ in range(9)]
+    outs = {}
+    for rows in (True, False):
+        llm = engine()
+        if not rows:
+            llm.engine.runner.max_row_prefill_tokens = 0
+        outs[rows] = [o.token_ids for o in check(llm, hf_greedy, prompts)]
+        assert llm.engine.counters.prefill_tokens == 320 + 9 * 10
+        assert llm.engine.runner.num_row_prefill_tokens == (8 * 10 if rows else 0)
+    assert outs[True] == outs[False]
 
 
 @pytest.mark.skipif(

@@ -73,6 +73,31 @@ def test_many_rows_and_long_blocks() -> None:
     _assert_prefix_matches_torch(batch, q, 0.25)
 
 
+def test_groups_larger_than_a_member_tile(backend_choice: contextlib.ExitStack) -> None:
+    """A group of 150 requests (cut into tiles of 64 members: 64, 64, 22, each sweeping the
+    keys on its own) beside a group of 9 and a loner: every membership row lands where the
+    one-sweep torch pass puts it."""
+    paths = [("p", "x")] * 150 + [("q",)] * 9 + [("r",)]
+    batch = make_batch(
+        paths,
+        {"p": 40, "x": 12, "q": 24, "r": 8},
+        [i % 5 + 1 for i in range(len(paths))],
+        block_size=4,
+        num_kv_heads=2,
+        head_dim=16,
+    )
+    q = _queries(len(paths), 4, 16)
+    plan = _plan(batch)
+    assert max(len(g.request_ids) for g in plan.require_cascade().groups) == 150
+    _assert_prefix_matches_torch(batch, q, 0.25)
+    backend_choice.enter_context(force_backend("native"))
+    o = decode_attention(q, batch.k_cache, batch.v_cache, plan, 0.25)
+    o_ref, _ = ref_paged_decode(
+        q, batch.k_cache, batch.v_cache, batch.block_tables, batch.seq_lens, 0.25
+    )
+    torch.testing.assert_close(o, o_ref, atol=2e-5, rtol=2e-5)
+
+
 def test_strided_cache_views() -> None:
     """The caches may be slices of a bigger pool (layer 1 of 2)."""
     batch = nested_batch(block_size=4, num_kv_heads=2, head_dim=16)
