@@ -1,8 +1,10 @@
 """Engine benchmark: prefill and decode tokens/s beside transformers, prefix sharing on/off,
-and the native CPU decode kernel against the torch path, and the vLLM CPU anchor workload. A
-benchmark, not a test: it prints a markdown table.
+the native CPU decode kernel against the torch path, a burst of requests over one shared
+prefix (prefill tokens computed, first-token time with the suffixes as decode rows or as
+chunks), and the vLLM CPU anchor workload. A benchmark, not a test: it prints a markdown
+table.
 
-    python -m eclectus.server.engine.bench [--model tiny] [--quick] [--threads N]
+    python -m eclectus.server.engine.bench [--model tiny] [--quick] [--threads N] [--only burst]
 
 Every figure is measured in this run; ratios compare against transformers' batched
 ``generate`` on the same weights and thread count, or against this engine with prefix caching
@@ -164,6 +166,70 @@ def cpu_decode_kernels(b: Bench, runs: int) -> None:
     )
 
 
+@dataclass(slots=True)
+class Burst:
+    """One burst's counts and times (thread CPU seconds: this thread steps the engine)."""
+
+    prefill_tokens: int  # known tokens the engine computed
+    mean_ttft: float  # mean over requests of the CPU time until its first token
+    first_token_step: int  # the step by which every request had its first token
+
+
+def run_burst(llm: LLM, prompts: list[list[int]], max_tokens: int, tag: str) -> Burst:
+    """Add every prompt, then step until all finish; mutates the engine (its counters)."""
+    engine = llm.engine
+    params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+    before = engine.counters.prefill_tokens
+    for i, ids in enumerate(prompts):
+        engine.add_tokens(f"{tag}-{i}", ids, params)
+    first: dict[str, tuple[int, float]] = {}
+    start, step = time.thread_time(), 0
+    while engine.has_unfinished:
+        outputs = engine.step()
+        step += 1
+        for out in outputs:
+            if out.token_ids and out.request_id not in first:
+                first[out.request_id] = (step, time.thread_time() - start)
+    return Burst(
+        engine.counters.prefill_tokens - before,
+        sum(t for _, t in first.values()) / len(first),
+        max(s for s, _ in first.values()),
+    )
+
+
+def shared_prefix_burst(b: Bench, runs: int, batch: int = 64, prefix: int = 2048) -> None:
+    """``batch`` requests over one ``prefix``-token prefix (+ 32 own tokens each, 64 out)
+    added together, as vLLM's client sends them (issue #18's prefix-1x2048). Counts the
+    prefill tokens computed against the ideal (the prefix once, every suffix once), and the
+    first-token CPU time with the suffixes attending as decode rows in one cascade group vs
+    as per-request SDPA chunks (``max_row_prefill_tokens`` 0), interleaved, best of runs."""
+    runner = b.llm.engine.runner
+    default = runner.max_row_prefill_tokens
+    bursts: dict[bool, list[Burst]] = {True: [], False: []}
+    for r in range(runs):
+        for rows in (True, False):
+            runner.max_row_prefill_tokens = default if rows else 0
+            prompts = b.prompts(batch, prefix + 32, shared=prefix)
+            bursts[rows].append(run_burst(b.llm, prompts, 64, f"burst-{r}-{rows}"))
+    runner.max_row_prefill_tokens = default
+    ideal = prefix + batch * 32
+    on = min(bursts[True], key=lambda x: x.mean_ttft)
+    off = min(bursts[False], key=lambda x: x.mean_ttft)
+    counts = {x.prefill_tokens for x in bursts[True] + bursts[False]}
+    b.add(
+        f"{batch} x ({prefix} shared + 32) -> 64 at once: prefill tokens (ideal {ideal:,})",
+        ", ".join(f"{n:,}" for n in sorted(counts)),
+        f"all first tokens by step {on.first_token_step}",
+        float("nan"),
+    )
+    b.add(
+        f"{batch} x ({prefix} shared + 32) -> 64: mean TTFT (CPU), suffixes as rows vs chunks",
+        f"{on.mean_ttft * 1000:.0f} ms",
+        f"{off.mean_ttft * 1000:.0f} ms",
+        off.mean_ttft / on.mean_ttft,
+    )
+
+
 def vllm_anchor(b: Bench, runs: int) -> None:
     """The workload measured on stock vLLM CPU: 16 x 501-token prompts x 64 tokens."""
     for shared in (0, 450):
@@ -192,6 +258,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="tiny")
     parser.add_argument(
+        "--only",
+        choices=("burst",),
+        default=None,
+        help="run one case: burst (many requests over one shared prefix, no transformers)",
+    )
+    parser.add_argument(
         "--quick", action="store_true", help="fewer sizes, one run each (default: best of 3)"
     )
     parser.add_argument(
@@ -211,10 +283,14 @@ def main(argv: list[str] | None = None) -> int:
     bench.run_hf(bench.prompts(2, 32), 4)
     print(f"model {args.model}, torch threads {threads}, {time.strftime('%Y-%m-%d %H:%M')}")
     print("| case | engine | baseline | speed-up |\n|---|---|---|---|")
+    if args.only == "burst":
+        shared_prefix_burst(bench, runs)
+        return 0
     batches = [1, 32] if args.quick else [1, 8, 32]
     prefill_and_decode(bench, batches, 128 if args.quick else 256, 32 if args.quick else 64, runs)
     shared_prefix(bench, 1024, runs)
     cpu_decode_kernels(bench, runs)
+    shared_prefix_burst(bench, runs)
     vllm_anchor(bench, runs)
     return 0
 
