@@ -41,10 +41,20 @@ def _cdiv(a: int, b: int) -> int:
 
 
 def _table_tensor(block_tables: list[list[int]], device: torch.device) -> Tensor:
-    """Pad ragged block tables with block 0 into int32 [batch, max_blocks_per_seq]."""
+    """Pad ragged block tables with block 0 into int32 [batch, max_blocks_per_seq] (pure).
+
+    A list object given for several rows (a prefill chunk's tokens attending as decode rows
+    all read their request's table) is converted once and its row repeated by index: building
+    a tensor from Python ints costs ~0.1 us each, 30 ms for 2,048 rows of 66 blocks."""
     width = max((len(t) for t in block_tables), default=0)
-    rows = [list(t) + [0] * (width - len(t)) for t in block_tables]
-    return torch.tensor(rows, dtype=torch.int32, device=device).reshape(len(rows), width)
+    first_row: dict[int, int] = {}  # id() of a table -> its row among the distinct tables
+    index = [first_row.setdefault(id(t), len(first_row)) for t in block_tables]
+    distinct = list({id(t): t for t in block_tables}.values())  # first-appearance order
+    rows = [list(t) + [0] * (width - len(t)) for t in distinct]
+    table = torch.tensor(rows, dtype=torch.int32, device=device).reshape(len(rows), width)
+    if len(distinct) == len(block_tables):
+        return table
+    return table[torch.tensor(index, device=device)]
 
 
 def _check_lengths(block_tables: list[list[int]], seq_lens: list[int], block_size: int) -> None:
