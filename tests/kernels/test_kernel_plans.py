@@ -81,6 +81,23 @@ def test_plan_decode_tensors_and_host_sizes() -> None:
     assert cascade.max_suffix_blocks == 2
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 3), min_size=1, max_size=12), st.integers(1, 5))
+def test_a_table_given_for_many_rows_is_padded_like_distinct_ones(
+    picks: list[int], width: int
+) -> None:
+    """Rows that pass the same list object (a prefill chunk's tokens as decode rows) get the
+    same tensor as distinct equal lists would: each row padded with 0 to the widest."""
+    tables = [list(range(10 * i, 10 * i + width + i % 2)) for i in range(4)]
+    rows = [tables[i] for i in picks]  # the same objects, repeated, in any order
+    lens = [len(t) for t in rows]
+    plan = plan_decode(rows, lens, 1, CPU, cascade=False)
+    copies = [list(t) for t in rows]  # distinct objects
+    assert torch.equal(plan.block_tables, plan_decode(copies, lens, 1, CPU).block_tables)
+    widest = max(lens)
+    assert plan.block_tables.tolist() == [t + [0] * (widest - len(t)) for t in rows]
+
+
 def test_cascade_tables_for_the_triton_kernels() -> None:
     """The int32 CSR tensors the Triton path builds from a host-side cascade plan."""
     batch = nested_batch(block_size=4, num_kv_heads=1, head_dim=4)
