@@ -10,13 +10,15 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
-from langchain_core.language_models import BaseLLM
+from langchain_core.language_models import BaseLLM, LanguageModelInput
 from langchain_core.language_models.llms import LangSmithParams
 from langchain_core.outputs import Generation, GenerationChunk, LLMResult
+from langchain_core.runnables import Runnable
 
 from eclectus.adapters.langchain._calls import ModelCore
 from eclectus.adapters.langchain._client import Generated
 from eclectus.adapters.langchain._common import EclectusParams
+from eclectus.adapters.langchain.llm_structured import completion_structured_runnable
 from eclectus.adapters.langchain.pieces import Piece
 from eclectus.adapters.langchain.tracing import TRACER
 from eclectus.protocol import SamplingParams
@@ -65,6 +67,25 @@ class EclectusLLM(EclectusParams, BaseLLM):
     @property
     def _llm_type(self) -> str:
         return "eclectus"
+
+    def with_structured_output(
+        self,
+        schema: dict[str, Any] | type | None = None,
+        *,
+        method: str = "json_schema",
+        include_raw: bool = False,
+        **kwargs: Any,
+    ) -> Runnable[LanguageModelInput, Any]:
+        """A runnable whose output is ``schema``'s instance (a Pydantic object, else a
+        dict), as ChatEclectus's: ``schema`` is a Pydantic class, a TypedDict or a JSON
+        Schema dict. ``method``: "json_schema" (the completion is constrained to the
+        schema) or "json_mode" (to the schema when given, else to any JSON object); the
+        server's grammar makes the JSON valid by construction (LangChain's BaseLLM has no
+        structured output at all). ``include_raw``: a dict with ``raw`` (the text),
+        ``parsed`` and ``parsing_error``. Pure."""
+        if kwargs:
+            raise ValueError(f"unsupported arguments {sorted(kwargs)}")
+        return completion_structured_runnable(self.bind, schema, method, include_raw)
 
     def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
         params = self.ls_params(stop, kwargs)
