@@ -151,10 +151,19 @@ class CapturingLLM(LLM):
         its call (pure otherwise: the call is declared when it is asked for)."""
         dispatcher.event(LLMPredictStartEvent(template=prompt, template_args=prompt_args))
         self._log_template_data(prompt, **prompt_args)
+        return self.template_request(prompt, prompt_args, {})
+
+    def template_request(
+        self, prompt: BasePromptTemplate, prompt_args: Mapping[str, Any], kwargs: Mapping[str, Any]
+    ) -> tuple[str, Build]:
+        """The rendered prompt and the builder of its call, sampled with ``kwargs`` over the
+        LLM's settings (pure: the call is declared when it is asked for). Feed both to the
+        ``*_captured`` methods."""
         text = self._get_prompt(prompt, **prompt_args)
 
         def build(session: SyncSession) -> SemanticVariable:
-            return self._declare(session, self._template_segments(session, prompt, prompt_args), {})
+            segments = self._template_segments(session, prompt, prompt_args)
+            return self._declare(session, segments, kwargs)
 
         return text, build
 

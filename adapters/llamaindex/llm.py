@@ -8,6 +8,12 @@ plain completion client:
 - Prompt capture: ``predict``/``apredict``/``stream``/``astream`` send the template's constant
   text and its variables as separate segments (see :mod:`.prompts`), so the server sees
   which part of the prompt is shared and which is per-call.
+- Function calling: a LlamaIndex ``FunctionCallingLLM`` (``chat_with_tools``,
+  ``get_tool_calls_from_response``; FunctionAgent runs on it): the tools reach the served
+  model's chat template, and required or named calls are enforced by the server's grammar
+  (see :mod:`.tools`).
+- Structured output: ``structured_predict`` and ``as_structured_llm`` constrain the output
+  to the class's JSON Schema, so it validates by construction (see :mod:`.structured`).
 - Graph building: :meth:`Eclectus.template_call` adds a call to the session's graph without
   waiting for it; a template variable may be another call's output. The graph synthesizers
   (:mod:`.tree_summarize`, :mod:`.refine`) use it to submit a whole tree or chain at once.
@@ -19,14 +25,9 @@ with its retries, request timeout, criteria and deadline (:mod:`eclectus.adapter
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
-from llama_index.core.base.llms.generic_utils import (
-    astream_completion_response_to_chat_response,
-    completion_response_to_chat_response,
-    stream_completion_response_to_chat_response,
-)
 from llama_index.core.base.llms.types import (
     ChatMessage,
     ChatResponse,
@@ -38,16 +39,28 @@ from llama_index.core.base.llms.types import (
     LLMMetadata,
 )
 from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
+from llama_index.core.llms.function_calling import FunctionCallingLLM
+from llama_index.core.llms.llm import ToolSelection
+from llama_index.core.tools.types import BaseTool
 from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
 from eclectus.adapters.calls import DEFAULT_MAX_RETRIES, Caller, CallOptions
 from eclectus.adapters.client import Gen, SemanticVariable, SyncSession
 from eclectus.adapters.connection import connection_for, default_token, default_url
-from eclectus.adapters.llamaindex.capture import Build, CapturingLLM
+from eclectus.adapters.llamaindex.capture import Build
 from eclectus.adapters.llamaindex.prompts import ServedChatTemplate, messages_to_prompt
+from eclectus.adapters.llamaindex.structured import ConstrainedLLM
 from eclectus.adapters.llamaindex.token_cache import TokenCache
+from eclectus.adapters.llamaindex.tools import (
+    ReplyReader,
+    prepare_chat_with_tools,
+    reply_of,
+    split_tool_kwargs,
+    tool_selections,
+)
 from eclectus.adapters.sampling import SAMPLING_KEYS, build_sampling
 from eclectus.protocol import ModelCard, SamplingParams
+from eclectus.protocol.openai_tools import ChatConstraint
 
 # ids in all: room for a few long documents and the words LlamaIndex's splitters count
 DEFAULT_TOKENIZER_CACHE_TOKENS = 1 << 18
@@ -67,7 +80,7 @@ NAMED_SAMPLING_FIELDS = (
 UNBOUNDED_NUM_OUTPUT = -1
 
 
-class Eclectus(CapturingLLM):
+class Eclectus(ConstrainedLLM, FunctionCallingLLM):
     """A LlamaIndex LLM whose calls run on an Eclectus server.
 
     Sampling fields left None take the contract's defaults (``max_tokens`` None: until the
@@ -192,14 +205,15 @@ class Eclectus(CapturingLLM):
         """Context window and model name from the server. ``num_output`` is ``max_tokens``,
         capped by the model's ``max_output_tokens`` when the server announces one; with
         ``max_tokens`` None it is that cap, else -1, as LlamaIndex's OpenAI LLM says
-        (nothing reserved for the answer). Connects on first use. A completion model:
-        templates are formatted as text."""
+        (nothing reserved for the answer). Connects on first use. A completion model
+        (templates are formatted as text) that does function calling."""
         info = self._model_info()
         caps = [n for n in (self.max_tokens, info.max_output_tokens) if n is not None]
         return LLMMetadata(
             context_window=self.context_window or info.context_window,
             num_output=min(caps) if caps else UNBOUNDED_NUM_OUTPUT,
             is_chat_model=False,
+            is_function_calling_model=True,
             model_name=info.name,
         )
 
@@ -252,13 +266,20 @@ class Eclectus(CapturingLLM):
         activates what the variables depend on)."""
         return await self._caller.aget(list(variables))
 
-    def _message_segments(self, messages: Sequence[ChatMessage]) -> list[str]:
-        """Chat messages as text segments: in the chat template the server announces for
-        the model (the built-in one when it announces none), unless the user installed
-        their own ``messages_to_prompt`` (then its string is one segment). Connects on
-        first use."""
+    def _message_segments(
+        self, messages: Sequence[ChatMessage], tools: Sequence[Mapping[str, Any]] = ()
+    ) -> list[str]:
+        """Chat messages (and ``tools``, OpenAI tool objects) as text segments: in the chat
+        template the server announces for the model (the built-in one when it announces
+        none), unless the user installed their own ``messages_to_prompt`` (then its string
+        is one segment, and it cannot show tools: ValueError). Connects on first use."""
         if isinstance(self.messages_to_prompt, ServedChatTemplate):
-            return self.messages_to_prompt.pieces(messages)
+            return self.messages_to_prompt.pieces(messages, tools)
+        if tools:
+            raise ValueError(
+                "Eclectus: tools need the served chat template; a custom messages_to_prompt "
+                "cannot render them"
+            )
         return [self.messages_to_prompt(messages)]
 
     def _prompt_build(self, prompt: str, formatted: bool, kwargs: Any) -> Build:
@@ -266,9 +287,20 @@ class Eclectus(CapturingLLM):
             prompt = self.completion_to_prompt(prompt)
         return lambda session: self._declare(session, [prompt], kwargs)
 
-    def _chat_build(self, messages: Sequence[ChatMessage], kwargs: Any) -> Build:
-        segments = self._message_segments(messages)
-        return lambda session: self._declare(session, segments, kwargs)
+    def _chat_build(
+        self, messages: Sequence[ChatMessage], kwargs: Mapping[str, Any]
+    ) -> tuple[Build, ChatConstraint]:
+        """The builder of a chat call and its tools' constraint (pure). The tools' grammar
+        (a required or named call) joins the sampling kwargs; a ``structured_outputs``
+        given beside tools wins, as OpenAI's response_format does (the tools are still
+        shown, the reply is not parsed for calls)."""
+        rest, constraint = split_tool_kwargs(kwargs)
+        if rest.get("structured_outputs") is not None:
+            constraint = ChatConstraint(tools=constraint.tools)
+        elif constraint.structured_outputs is not None:
+            rest["structured_outputs"] = constraint.structured_outputs
+        segments = self._message_segments(messages, constraint.tools)
+        return (lambda session: self._declare(session, segments, rest)), constraint
 
     # -- the LLM interface ------------------------------------------------------------------
 
@@ -296,22 +328,100 @@ class Eclectus(CapturingLLM):
 
     @llm_chat_callback()
     def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
-        build = self._chat_build(messages, kwargs)
-        return completion_response_to_chat_response(self._fetch(build))
+        build, constraint = self._chat_build(messages, kwargs)
+        return _chat_response(self._fetch(build), constraint)
 
     @llm_chat_callback()
     async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
-        build = self._chat_build(messages, kwargs)
-        return completion_response_to_chat_response(await self._afetch(build))
+        build, constraint = self._chat_build(messages, kwargs)
+        return _chat_response(await self._afetch(build), constraint)
 
     @llm_chat_callback()
     def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
-        build = self._chat_build(messages, kwargs)
-        return stream_completion_response_to_chat_response(self._stream(build))
+        build, constraint = self._chat_build(messages, kwargs)
+        return _chat_stream(self._stream(build), ReplyReader(constraint))
 
     @llm_chat_callback()
     async def astream_chat(
         self, messages: Sequence[ChatMessage], **kwargs: Any
     ) -> ChatResponseAsyncGen:
-        build = self._chat_build(messages, kwargs)
-        return astream_completion_response_to_chat_response(self._astream(build))
+        build, constraint = self._chat_build(messages, kwargs)
+        return _achat_stream(self._astream(build), ReplyReader(constraint))
+
+    # -- function calling -------------------------------------------------------------------
+
+    def _prepare_chat_with_tools(
+        self,
+        tools: Sequence[BaseTool],
+        user_msg: str | ChatMessage | None = None,
+        chat_history: list[ChatMessage] | None = None,
+        verbose: bool = False,
+        allow_parallel_tool_calls: bool = False,
+        tool_required: bool = False,
+        tool_choice: Any = None,
+        **kwargs: Any,
+    ) -> dict[str, Any]:
+        """``chat`` kwargs for ``chat_with_tools`` and its twins (pure): the tools as
+        OpenAI tool objects; ``tool_choice`` "auto" (default), "none", "required" (or
+        ``tool_required=True``), a tool's name or OpenAI's named form; with
+        ``allow_parallel_tool_calls`` False (LlamaIndex's default) at most one call. The
+        grammar enforces required and named choices and every call's arguments."""
+        return prepare_chat_with_tools(
+            tools,
+            user_msg,
+            chat_history,
+            allow_parallel_tool_calls,
+            tool_required,
+            tool_choice,
+            kwargs,
+        )
+
+    def get_tool_calls_from_response(
+        self,
+        response: ChatResponse,
+        error_on_no_tool_call: bool = True,
+        **kwargs: Any,
+    ) -> list[ToolSelection]:
+        """The calls of a reply (pure); ValueError when there are none and
+        ``error_on_no_tool_call``."""
+        selections = tool_selections(response.message)
+        if not selections and error_on_no_tool_call:
+            raise ValueError("Expected at least one tool call, but the reply made none.")
+        return selections
+
+
+def _chat_response(completion: CompletionResponse, constraint: ChatConstraint) -> ChatResponse:
+    """A finished chat call's response, its tool calls parsed (pure)."""
+    return ChatResponse(
+        message=reply_of(completion.text, constraint),
+        raw=completion.raw,
+        additional_kwargs=completion.additional_kwargs,
+    )
+
+
+def _chat_streamed(reader: ReplyReader, delta: str) -> list[ChatResponse]:
+    """The response for ``delta`` just read: none when it released nothing (text held back
+    while it may begin a call), else the reply so far (mutates the reader's count of
+    calls reported)."""
+    if not delta and len(reader.calls) == reader.num_reported:
+        return []
+    reader.num_reported = len(reader.calls)
+    return [ChatResponse(message=reader.message(), delta=delta)]
+
+
+def _chat_stream(completions: Iterator[CompletionResponse], reader: ReplyReader) -> ChatResponseGen:
+    """Streamed text as chat responses: content so far and each call once complete."""
+    for completion in completions:
+        yield from _chat_streamed(reader, reader.feed(completion.delta or ""))
+    yield from _chat_streamed(reader, reader.finish())
+
+
+async def _achat_stream(
+    completions: AsyncIterator[CompletionResponse], reader: ReplyReader
+) -> ChatResponseAsyncGen:
+    """Async twin of :func:`_chat_stream`."""
+    async for completion in completions:
+        for response in _chat_streamed(reader, reader.feed(completion.delta or "")):
+            yield response
+    for response in _chat_streamed(reader, reader.finish()):
+        yield response

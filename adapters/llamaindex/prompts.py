@@ -24,6 +24,7 @@ from typing import Any
 from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.prompts import BasePromptTemplate
 
+from eclectus.adapters.llamaindex.tools import template_text
 from eclectus.protocol import ModelCard
 from eclectus.protocol.chat_template import DEFAULT_CHAT_TEMPLATE, render_chat_pieces
 
@@ -99,14 +100,16 @@ ASSISTANT_HEADER = "<|assistant|>\n"
 
 
 def message_text(message: ChatMessage) -> str:
-    """A message's text content ("" when it has none)."""
-    return message.content or ""
+    """A message's text content ("" when it has none); an assistant turn's tool calls
+    written after it as the model writes them (:func:`.tools.template_text`)."""
+    return template_text(message)
 
 
 def chat_pieces(
     messages: Sequence[ChatMessage],
     template: str | None = None,
     template_vars: Mapping[str, str] | None = None,
+    tools: Sequence[Mapping[str, Any]] | None = None,
 ) -> list[str]:
     """Messages as text pieces in the model's chat template (pure).
 
@@ -117,8 +120,9 @@ def chat_pieces(
     (eclectus.protocol.chat_template.render_chat_pieces; a message whose content the template
     transforms is merged into the text around it). Either way every message boundary is a
     prefix-reuse point, so a conversation that grows by a turn reuses the KV of all earlier
-    turns."""
-    if template is None or template == DEFAULT_CHAT_TEMPLATE:
+    turns. ``tools`` (OpenAI tool objects) reach the template as its ``tools`` variable
+    (the built-in template then opens with a system turn listing them)."""
+    if not tools and (template is None or template == DEFAULT_CHAT_TEMPLATE):
         pieces = [f"<|{m.role.value}|>\n{message_text(m)}\n" for m in messages]
         pieces.append(ASSISTANT_HEADER)
         return pieces
@@ -127,6 +131,7 @@ def chat_pieces(
         [(m.role.value, [message_text(m)]) for m in messages],
         text_of=str,
         template_vars=template_vars,
+        tools=tools or None,
     )
     return [p for p in rendered if p]
 
@@ -154,10 +159,15 @@ class ServedChatTemplate:
     def __init__(self, model_info: Callable[[], ModelCard]) -> None:
         self._model_info = model_info
 
-    def pieces(self, messages: Sequence[ChatMessage]) -> list[str]:
-        """The messages as text pieces, as :func:`chat_pieces` cuts them (may connect)."""
+    def pieces(
+        self,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> list[str]:
+        """The messages (and ``tools``) as text pieces, as :func:`chat_pieces` cuts them
+        (may connect)."""
         info = self._model_info()
-        return chat_pieces(messages, info.chat_template, info.template_vars)
+        return chat_pieces(messages, info.chat_template, info.template_vars, tools)
 
     def __call__(self, messages: Sequence[ChatMessage]) -> str:
         """The messages as one prompt string (may connect)."""

@@ -1,0 +1,203 @@
+"""Function calling for ``Eclectus``: LlamaIndex tools in, ``ToolSelection`` s out.
+
+A chat call's tool kwargs (``tools``, ``tool_choice``, ``parallel_tool_calls``: what
+:func:`prepare_chat_with_tools` returns for ``FunctionCallingLLM.chat_with_tools``) are read
+the way the OpenAI endpoint reads a request body (eclectus.protocol.openai_tools): the tools
+reach the chat template as ``tools=``, a required or named call is enforced by the engine's
+grammar (``structured_outputs``), and the reply's calls (Hermes ``<tool_call>`` blocks,
+parsed by eclectus.protocol.tools) become ``ToolCallBlock`` s of the assistant message, with
+OpenAI's ``tool_calls`` in its ``additional_kwargs`` for code that reads them there.
+
+Assistant turns with calls are written back into the prompt as the model writes them, and
+tool results are ``MessageRole.TOOL`` messages (``additional_kwargs["tool_call_id"]``), so a
+FunctionAgent's scratchpad round-trips through the chat template.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from llama_index.core.base.llms.types import (
+    ChatMessage,
+    MessageRole,
+    TextBlock,
+    ToolCallBlock,
+)
+from llama_index.core.llms.llm import ToolSelection
+from llama_index.core.tools.types import BaseTool
+
+from eclectus.protocol.openai_tools import ChatConstraint, chat_constraint
+from eclectus.protocol.tools import (
+    ToolCall,
+    ToolCallStream,
+    ToolChoice,
+    format_tool_call,
+    parse_tool_calls,
+)
+
+# Chat kwargs that describe tools rather than sampling.
+TOOL_KWARGS = ("tools", "tool_choice", "parallel_tool_calls")
+NO_CONSTRAINT = ChatConstraint()
+
+
+def tool_choice_of(tool_choice: Any, tool_required: bool) -> ToolChoice:
+    """LlamaIndex's ``tool_choice`` forms in OpenAI's shape (pure): None ("required" when
+    ``tool_required``, else "auto"), "auto" / "none" / "required" ("any" too), a tool's
+    name, or OpenAI's ``{"type": "function", "function": {"name": ...}}``."""
+    if tool_choice is None:
+        return "required" if tool_required else "auto"
+    if tool_choice == "any":
+        return "required"
+    if tool_choice in ("auto", "none", "required"):
+        return tool_choice
+    if isinstance(tool_choice, str):
+        return {"type": "function", "function": {"name": tool_choice}}
+    if isinstance(tool_choice, Mapping):
+        return dict(tool_choice)
+    raise ValueError(f"unsupported tool_choice {tool_choice!r}")
+
+
+def prepare_chat_with_tools(
+    tools: Sequence[BaseTool],
+    user_msg: str | ChatMessage | None,
+    chat_history: Sequence[ChatMessage] | None,
+    allow_parallel_tool_calls: bool,
+    tool_required: bool,
+    tool_choice: Any,
+    kwargs: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The ``chat`` kwargs of one ``chat_with_tools`` call (pure): the messages, the tools
+    as OpenAI tool objects, the choice and whether calls may be parallel."""
+    messages = list(chat_history or [])
+    if isinstance(user_msg, str):
+        user_msg = ChatMessage(role=MessageRole.USER, content=user_msg)
+    if user_msg is not None:
+        messages.append(user_msg)
+    chat: dict[str, Any] = {"messages": messages, **kwargs}
+    if tools:
+        chat["tools"] = [t.metadata.to_openai_tool() for t in tools]
+        chat["tool_choice"] = tool_choice_of(tool_choice, tool_required)
+        chat["parallel_tool_calls"] = allow_parallel_tool_calls
+    return chat
+
+
+def split_tool_kwargs(kwargs: Mapping[str, Any]) -> tuple[dict[str, Any], ChatConstraint]:
+    """A chat call's kwargs as (the rest, the tools' constraint) (pure). ValueError (a
+    ToolRequestError naming the field) for a malformed tool or choice."""
+    rest = {k: v for k, v in kwargs.items() if k not in TOOL_KWARGS}
+    body = {k: kwargs[k] for k in TOOL_KWARGS if kwargs.get(k) is not None}
+    return rest, (chat_constraint(body) if body else NO_CONSTRAINT)
+
+
+# -- messages -------------------------------------------------------------------------------
+
+
+def calls_of(message: ChatMessage) -> list[ToolCall]:
+    """The tool calls an assistant message carries (pure): its ``ToolCallBlock`` s, else
+    OpenAI-shaped ``additional_kwargs["tool_calls"]`` (what older LlamaIndex code stores)."""
+    blocks = [b for b in message.blocks if isinstance(b, ToolCallBlock)]
+    if blocks:
+        return [ToolCall(b.tool_call_id or "", b.tool_name, _args(b.tool_kwargs)) for b in blocks]
+    calls = []
+    for entry in message.additional_kwargs.get("tool_calls") or ():
+        entry = entry if isinstance(entry, Mapping) else _as_dict(entry)
+        function = entry.get("function") or {}
+        calls.append(
+            ToolCall(entry.get("id") or "", function["name"], _args(function.get("arguments")))
+        )
+    return calls
+
+
+def _as_dict(obj: Any) -> dict[str, Any]:
+    dump = getattr(obj, "model_dump", None)
+    if dump is None:
+        raise ValueError(f"a tool call is an OpenAI tool_calls entry, not {obj!r}")
+    return dump()
+
+
+def _args(arguments: Any) -> dict[str, Any]:
+    if isinstance(arguments, str):
+        arguments = json.loads(arguments) if arguments.strip() else {}
+    if not isinstance(arguments, Mapping):
+        raise ValueError(f"tool call arguments must be a JSON object, not {arguments!r}")
+    return dict(arguments)
+
+
+def template_text(message: ChatMessage) -> str:
+    """A message's text as the chat template gets it (pure): its content, and for an
+    assistant turn its calls written as the model writes them, so a replayed conversation
+    shows the model its own calls."""
+    text = message.content or ""
+    calls = calls_of(message) if message.role == MessageRole.ASSISTANT else []
+    if not calls:
+        return text
+    written = "\n".join(format_tool_call(c.name, c.arguments) for c in calls)
+    return f"{text}\n{written}" if text else written
+
+
+def reply_message(content: str, calls: Sequence[ToolCall]) -> ChatMessage:
+    """The assistant message of a reply (pure): a text block, then one ToolCallBlock per
+    call; OpenAI's ``tool_calls`` in ``additional_kwargs`` as well."""
+    blocks: list[Any] = [TextBlock(text=content)]
+    blocks += [
+        ToolCallBlock(tool_call_id=c.id, tool_name=c.name, tool_kwargs=dict(c.arguments))
+        for c in calls
+    ]
+    extra = {"tool_calls": [c.openai() for c in calls]} if calls else {}
+    return ChatMessage(role=MessageRole.ASSISTANT, blocks=blocks, additional_kwargs=extra)
+
+
+def reply_of(text: str, constraint: ChatConstraint) -> ChatMessage:
+    """The assistant message of generated ``text``, its calls parsed when tools were given
+    (pure)."""
+    if not constraint.parse_tool_calls:
+        return reply_message(text, [])
+    return reply_message(*parse_tool_calls(text))
+
+
+def tool_selections(message: ChatMessage) -> list[ToolSelection]:
+    """The message's calls as LlamaIndex ToolSelections (pure)."""
+    return [
+        ToolSelection(tool_id=c.id, tool_name=c.name, tool_kwargs=c.arguments)
+        for c in calls_of(message)
+    ]
+
+
+class ReplyReader:
+    """A streamed reply as assistant messages (mutated by :meth:`feed` / :meth:`finish`):
+    the content so far, and each call once it is complete. Text that may begin a call is
+    held back until it does not."""
+
+    def __init__(self, constraint: ChatConstraint) -> None:
+        self._stream = ToolCallStream() if constraint.parse_tool_calls else None
+        self.content = ""
+        self.calls: list[ToolCall] = []
+        self.num_reported = 0  # calls already shown in a streamed response
+
+    def feed(self, delta: str) -> str:
+        """Take ``delta``; return the content it releases (mutates)."""
+        if self._stream is None:
+            self.content += delta
+            return delta
+        return self._take(self._stream.feed(delta))
+
+    def finish(self) -> str:
+        """Release what is held back (mutates: the stream is drained)."""
+        return "" if self._stream is None else self._take(self._stream.finish())
+
+    def _take(self, events: Sequence[Any]) -> str:
+        released = ""
+        for event in events:
+            if event.call is not None:
+                self.calls.append(event.call)
+            released += event.content
+        self.content += released
+        return released
+
+    def message(self) -> ChatMessage:
+        """The reply so far (pure); content stripped once calls are present, as
+        :func:`~eclectus.protocol.tools.parse_tool_calls` strips it."""
+        content = self.content.strip() if self.calls else self.content
+        return reply_message(content, self.calls)
