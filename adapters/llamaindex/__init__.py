@@ -12,6 +12,7 @@ See docs/llamaindex.md.
 """
 
 from eclectus.adapters.llamaindex.llm import Eclectus
+from eclectus.adapters.llamaindex.react import react_constraint
 from eclectus.adapters.llamaindex.refine import EclectusCompactAndRefine, EclectusRefine
 from eclectus.adapters.llamaindex.synthesizers import get_response_synthesizer
 from eclectus.adapters.llamaindex.tree_summarize import EclectusTreeSummarize
@@ -22,4 +23,5 @@ __all__ = [
     "EclectusRefine",
     "EclectusTreeSummarize",
     "get_response_synthesizer",
+    "react_constraint",
 ]
