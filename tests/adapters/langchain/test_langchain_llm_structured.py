@@ -12,7 +12,7 @@ from langchain_core.prompts import PromptTemplate
 from pydantic import BaseModel, Field
 from typing_extensions import TypedDict
 
-from eclectus.adapters.langchain import EclectusLLM
+from eclectus.adapters.langchain import EclectusLLM, compile
 from eclectus.adapters.langchain.llm_structured import completion_constraint
 
 pytestmark = pytest.mark.usefixtures("eclectus_server")
@@ -92,6 +92,16 @@ def test_in_a_chain_batch_and_async() -> None:
     ) | llm().with_structured_output(City)
     outs = chain.batch([{"place": "the sea"}, {"place": "the hills"}])
     assert all(isinstance(o, City) for o in outs)
+
+
+def test_compiled_chain_matches_the_eager_one() -> None:
+    """The compiler runs the bound model on the server and cuts at the parser (a client
+    step, as explain() says); the result is the eager chain's."""
+    prompt = PromptTemplate.from_template("Name a city near {place}:")
+    chain = prompt | llm(temperature=0).with_structured_output(City)
+    compiled = compile(chain)
+    assert "PydanticOutputParser -> CUT" in compiled.explain()
+    assert compiled.invoke({"place": "the sea"}) == chain.invoke({"place": "the sea"})
 
 
 async def test_ainvoke_and_astream() -> None:

@@ -4,11 +4,14 @@ output to the class's JSON Schema."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from enum import StrEnum
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from llama_index.core.program.utils import FlexibleModel
 from llama_index.core.prompts import ChatPromptTemplate, PromptTemplate
@@ -106,6 +109,26 @@ def test_partial_objects_reads_growing_json() -> None:
     ]
     assert seen[-1].model_dump() == {"name": "Rome", "rank": 3}
     assert partials.finish() == City(name="Rome", rank=3)
+
+
+@given(
+    name=st.text(max_size=12),
+    rank=st.integers(min_value=1, max_value=50),
+    cuts=st.lists(st.integers(min_value=0, max_value=60), max_size=8),
+)
+def test_partial_objects_any_chunking(name: str, rank: int, cuts: list[int]) -> None:
+    """However the JSON is cut into deltas, every partial holds only fields of the class
+    with values the whole object has or prefixes of them, and finish gives the object."""
+    city = City(name=name, rank=rank)
+    text = city.model_dump_json()
+    bounds = sorted({min(c, len(text)) for c in cuts} | {0, len(text)})
+    partials = PartialObjects(City)
+    seen = [p for a, b in itertools.pairwise(bounds) for p in partials.feed(text[a:b])]
+    for partial in seen:
+        data = partial.model_dump(exclude_none=True)
+        assert set(data) <= {"name", "rank"}
+        assert data.get("name", "") == name[: len(data.get("name", ""))]
+    assert partials.finish() == city
 
 
 def test_other_program_modes_use_llamaindexs_programs(server: EclectusServer) -> None:

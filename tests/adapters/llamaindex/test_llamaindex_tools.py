@@ -9,7 +9,12 @@ from typing import Any
 
 import jsonschema
 import pytest
-from llama_index.core.base.llms.types import ChatMessage, MessageRole, ToolCallBlock
+from llama_index.core.base.llms.types import (
+    ChatMessage,
+    ChatResponse,
+    MessageRole,
+    ToolCallBlock,
+)
 from llama_index.core.llms.function_calling import FunctionCallingLLM
 from llama_index.core.tools import FunctionTool
 
@@ -49,18 +54,12 @@ def tool_llm(server: EclectusServer) -> Iterator[Eclectus]:
 
 def check_calls(llm: Eclectus, message: ChatMessage, names: set[str]) -> list[Any]:
     """Every call names one of ``names`` and has arguments valid for its tool."""
-    selections = llm.get_tool_calls_from_response(_response(message), error_on_no_tool_call=True)
+    selections = llm.get_tool_calls_from_response(ChatResponse(message=message))
     assert selections
     for selection in selections:
         assert selection.tool_name in names and selection.tool_id.startswith("call_")
         jsonschema.validate(selection.tool_kwargs, SCHEMAS[selection.tool_name])
     return selections
-
-
-def _response(message: ChatMessage) -> Any:
-    from llama_index.core.base.llms.types import ChatResponse
-
-    return ChatResponse(message=message)
 
 
 def test_is_a_function_calling_llm(tool_llm: Eclectus) -> None:
