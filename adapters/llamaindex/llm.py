@@ -25,7 +25,7 @@ with its retries, request timeout, criteria and deadline (:mod:`eclectus.adapter
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from llama_index.core.base.llms.types import (
@@ -53,8 +53,10 @@ from eclectus.adapters.llamaindex.structured import ConstrainedLLM
 from eclectus.adapters.llamaindex.token_cache import TokenCache
 from eclectus.adapters.llamaindex.tools import (
     ReplyReader,
+    achat_stream,
+    chat_response,
+    chat_stream,
     prepare_chat_with_tools,
-    reply_of,
     split_tool_kwargs,
     tool_selections,
 )
@@ -290,15 +292,9 @@ class Eclectus(ConstrainedLLM, FunctionCallingLLM):
     def _chat_build(
         self, messages: Sequence[ChatMessage], kwargs: Mapping[str, Any]
     ) -> tuple[Build, ChatConstraint]:
-        """The builder of a chat call and its tools' constraint (pure). The tools' grammar
-        (a required or named call) joins the sampling kwargs; a ``structured_outputs``
-        given beside tools wins, as OpenAI's response_format does (the tools are still
-        shown, the reply is not parsed for calls)."""
+        """The builder of a chat call and its tools' constraint (pure; ValueError for
+        malformed tools, see :func:`.tools.split_tool_kwargs`)."""
         rest, constraint = split_tool_kwargs(kwargs)
-        if rest.get("structured_outputs") is not None:
-            constraint = ChatConstraint(tools=constraint.tools)
-        elif constraint.structured_outputs is not None:
-            rest["structured_outputs"] = constraint.structured_outputs
         segments = self._message_segments(messages, constraint.tools)
         return (lambda session: self._declare(session, segments, rest)), constraint
 
@@ -329,24 +325,24 @@ class Eclectus(ConstrainedLLM, FunctionCallingLLM):
     @llm_chat_callback()
     def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
         build, constraint = self._chat_build(messages, kwargs)
-        return _chat_response(self._fetch(build), constraint)
+        return chat_response(self._fetch(build), constraint)
 
     @llm_chat_callback()
     async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
         build, constraint = self._chat_build(messages, kwargs)
-        return _chat_response(await self._afetch(build), constraint)
+        return chat_response(await self._afetch(build), constraint)
 
     @llm_chat_callback()
     def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
         build, constraint = self._chat_build(messages, kwargs)
-        return _chat_stream(self._stream(build), ReplyReader(constraint))
+        return chat_stream(self._stream(build), ReplyReader(constraint))
 
     @llm_chat_callback()
     async def astream_chat(
         self, messages: Sequence[ChatMessage], **kwargs: Any
     ) -> ChatResponseAsyncGen:
         build, constraint = self._chat_build(messages, kwargs)
-        return _achat_stream(self._astream(build), ReplyReader(constraint))
+        return achat_stream(self._astream(build), ReplyReader(constraint))
 
     # -- function calling -------------------------------------------------------------------
 
@@ -388,40 +384,3 @@ class Eclectus(ConstrainedLLM, FunctionCallingLLM):
         if not selections and error_on_no_tool_call:
             raise ValueError("Expected at least one tool call, but the reply made none.")
         return selections
-
-
-def _chat_response(completion: CompletionResponse, constraint: ChatConstraint) -> ChatResponse:
-    """A finished chat call's response, its tool calls parsed (pure)."""
-    return ChatResponse(
-        message=reply_of(completion.text, constraint),
-        raw=completion.raw,
-        additional_kwargs=completion.additional_kwargs,
-    )
-
-
-def _chat_streamed(reader: ReplyReader, delta: str) -> list[ChatResponse]:
-    """The response for ``delta`` just read: none when it released nothing (text held back
-    while it may begin a call), else the reply so far (mutates the reader's count of
-    calls reported)."""
-    if not delta and len(reader.calls) == reader.num_reported:
-        return []
-    reader.num_reported = len(reader.calls)
-    return [ChatResponse(message=reader.message(), delta=delta)]
-
-
-def _chat_stream(completions: Iterator[CompletionResponse], reader: ReplyReader) -> ChatResponseGen:
-    """Streamed text as chat responses: content so far and each call once complete."""
-    for completion in completions:
-        yield from _chat_streamed(reader, reader.feed(completion.delta or ""))
-    yield from _chat_streamed(reader, reader.finish())
-
-
-async def _achat_stream(
-    completions: AsyncIterator[CompletionResponse], reader: ReplyReader
-) -> ChatResponseAsyncGen:
-    """Async twin of :func:`_chat_stream`."""
-    async for completion in completions:
-        for response in _chat_streamed(reader, reader.feed(completion.delta or "")):
-            yield response
-    for response in _chat_streamed(reader, reader.finish()):
-        yield response

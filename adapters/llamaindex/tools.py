@@ -16,11 +16,15 @@ FunctionAgent's scratchpad round-trips through the chat template.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
 
 from llama_index.core.base.llms.types import (
     ChatMessage,
+    ChatResponse,
+    ChatResponseAsyncGen,
+    ChatResponseGen,
+    CompletionResponse,
     MessageRole,
     TextBlock,
     ToolCallBlock,
@@ -84,11 +88,22 @@ def prepare_chat_with_tools(
 
 
 def split_tool_kwargs(kwargs: Mapping[str, Any]) -> tuple[dict[str, Any], ChatConstraint]:
-    """A chat call's kwargs as (the rest, the tools' constraint) (pure). ValueError (a
-    ToolRequestError naming the field) for a malformed tool or choice."""
+    """A chat call's kwargs as (sampling and other kwargs, the tools' constraint) (pure).
+    The constraint's ``structured_outputs`` (the tools' grammar, or a format given beside
+    the tools) is put in the sampling kwargs. Read as the OpenAI endpoint reads a body: a
+    ``structured_outputs`` beside tools wins over "auto" (the tools are shown, the reply
+    is not parsed for calls) and conflicts with a required or named choice. ValueError (a
+    ToolRequestError naming the field) for a malformed tool, choice or conflict."""
     rest = {k: v for k, v in kwargs.items() if k not in TOOL_KWARGS}
     body = {k: kwargs[k] for k in TOOL_KWARGS if kwargs.get(k) is not None}
-    return rest, (chat_constraint(body) if body else NO_CONSTRAINT)
+    if not body:
+        return rest, NO_CONSTRAINT
+    if rest.get("structured_outputs") is not None:
+        body["structured_outputs"] = rest.pop("structured_outputs")
+    constraint = chat_constraint(body)
+    if constraint.structured_outputs is not None:
+        rest["structured_outputs"] = constraint.structured_outputs
+    return rest, constraint
 
 
 # -- messages -------------------------------------------------------------------------------
@@ -174,7 +189,7 @@ class ReplyReader:
         self._stream = ToolCallStream() if constraint.parse_tool_calls else None
         self.content = ""
         self.calls: list[ToolCall] = []
-        self.num_reported = 0  # calls already shown in a streamed response
+        self._num_reported = 0  # calls already shown in a streamed response
 
     def feed(self, delta: str) -> str:
         """Take ``delta``; return the content it releases (mutates)."""
@@ -196,8 +211,45 @@ class ReplyReader:
         self.content += released
         return released
 
+    def responses(self, released: str) -> list[ChatResponse]:
+        """The streamed response for content just ``released``: none when nothing new was
+        released (text held back while it may begin a call), else the reply so far
+        (mutates: counts the calls shown)."""
+        if not released and len(self.calls) == self._num_reported:
+            return []
+        self._num_reported = len(self.calls)
+        return [ChatResponse(message=self.message(), delta=released)]
+
     def message(self) -> ChatMessage:
         """The reply so far (pure); content stripped once calls are present, as
         :func:`~eclectus.protocol.tools.parse_tool_calls` strips it."""
         content = self.content.strip() if self.calls else self.content
         return reply_message(content, self.calls)
+
+
+def chat_response(completion: CompletionResponse, constraint: ChatConstraint) -> ChatResponse:
+    """A finished chat call's response, its tool calls parsed (pure)."""
+    return ChatResponse(
+        message=reply_of(completion.text, constraint),
+        raw=completion.raw,
+        additional_kwargs=completion.additional_kwargs,
+    )
+
+
+def chat_stream(completions: Iterator[CompletionResponse], reader: ReplyReader) -> ChatResponseGen:
+    """Streamed text as chat responses: the content so far and each call once complete
+    (mutates ``reader``)."""
+    for completion in completions:
+        yield from reader.responses(reader.feed(completion.delta or ""))
+    yield from reader.responses(reader.finish())
+
+
+async def achat_stream(
+    completions: AsyncIterator[CompletionResponse], reader: ReplyReader
+) -> ChatResponseAsyncGen:
+    """Async twin of :func:`chat_stream`."""
+    async for completion in completions:
+        for response in reader.responses(reader.feed(completion.delta or "")):
+            yield response
+    for response in reader.responses(reader.finish()):
+        yield response

@@ -192,3 +192,17 @@ def test_custom_messages_to_prompt_cannot_show_tools(server: EclectusServer) -> 
     llm = Eclectus(url=server.url, messages_to_prompt=lambda ms: "".join(m.content for m in ms))
     with pytest.raises(ValueError, match="tools need the served chat template"):
         llm.chat_with_tools(TOOLS, user_msg=QUESTION)
+
+
+def test_a_format_beside_tools_is_read_as_the_openai_endpoint_reads_it(
+    tool_llm: Eclectus,
+) -> None:
+    """With tool_choice "auto" a structured_outputs format wins (tools shown, no calls
+    parsed); with a forced choice the two conflict and the error names the field."""
+    choice = {"choice": ["yes", "no"]}
+    reply = tool_llm.chat_with_tools(TOOLS, user_msg=QUESTION, structured_outputs=choice)
+    assert reply.message.content in ("yes", "no") and not calls_of(reply.message)
+    with pytest.raises(ValueError, match="cannot be combined"):
+        tool_llm.chat_with_tools(
+            TOOLS, user_msg=QUESTION, tool_required=True, structured_outputs=choice
+        )
