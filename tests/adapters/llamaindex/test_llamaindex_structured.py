@@ -131,6 +131,20 @@ def test_partial_objects_any_chunking(name: str, rank: int, cuts: list[int]) -> 
     assert partials.finish() == city
 
 
+@pytest.mark.parametrize("seed", [1, 2])
+def test_llamaindexs_function_program_validates_too(server: EclectusServer, seed: int) -> None:
+    """pydantic_program_mode=FUNCTION: LlamaIndex's FunctionCallingProgram forces a call of
+    the class as a tool (tool_required), which the grammar holds to its schema."""
+    llm = Eclectus(
+        url=server.url,
+        max_tokens=160,
+        temperature=0.9,
+        seed=seed,
+        pydantic_program_mode=PydanticProgramMode.FUNCTION,
+    )
+    assert isinstance(llm.structured_predict(Trip, PROMPT, place="the sea"), Trip)
+
+
 def test_other_program_modes_use_llamaindexs_programs(server: EclectusServer) -> None:
     """The constrained program is the default; another pydantic_program_mode opts out."""
     default = Eclectus(url=server.url)
