@@ -228,11 +228,13 @@ class ReplyReader:
 
 
 def chat_response(completion: CompletionResponse, constraint: ChatConstraint) -> ChatResponse:
-    """A finished chat call's response, its tool calls parsed (pure)."""
+    """A finished chat call's response, its tool calls parsed (pure). The call's token
+    counts are in the message's ``additional_kwargs`` (where a plain chat reply kept them
+    before tools) and the response's."""
+    message = reply_of(completion.text, constraint)
+    message.additional_kwargs = {**completion.additional_kwargs, **message.additional_kwargs}
     return ChatResponse(
-        message=reply_of(completion.text, constraint),
-        raw=completion.raw,
-        additional_kwargs=completion.additional_kwargs,
+        message=message, raw=completion.raw, additional_kwargs=completion.additional_kwargs
     )
 
 

@@ -95,6 +95,8 @@ def test_tool_required_gives_valid_calls(tool_llm: Eclectus, seed: int) -> None:
     response = tool_llm.chat_with_tools(TOOLS, user_msg=QUESTION, tool_required=True, seed=seed)
     (selection,) = check_calls(tool_llm, response.message, {"add", "weather"})  # not parallel
     assert response.message.additional_kwargs["tool_calls"][0]["id"] == selection.tool_id
+    assert response.additional_kwargs["completion_tokens"] > 0  # usage, as for any chat
+    assert response.message.additional_kwargs["prompt_tokens"] > 0
 
 
 def test_named_tool_choice_calls_that_tool(tool_llm: Eclectus) -> None:
