@@ -13,13 +13,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
+from llama_index.core.program.function_program import get_function_tool
 from llama_index.core.program.utils import FlexibleModel
 from llama_index.core.prompts import ChatPromptTemplate, PromptTemplate
 from llama_index.core.types import PydanticProgramMode
 from pydantic import BaseModel, Field
 
 from eclectus.adapters.llamaindex import Eclectus
-from eclectus.adapters.llamaindex.structured import JsonSchemaProgram, PartialObjects
+from eclectus.adapters.llamaindex.structured import (
+    JsonSchemaProgram,
+    PartialObjects,
+    json_constraint,
+)
 from eclectus.server.app import EclectusServer
 
 PROMPT = PromptTemplate("Name a city near {place}.")
@@ -144,6 +149,28 @@ def test_llamaindexs_function_program_validates_too(server: EclectusServer, seed
         pydantic_program_mode=PydanticProgramMode.FUNCTION,
     )
     assert isinstance(llm.structured_predict(Trip, PROMPT, place="the sea"), Trip)
+
+
+def test_the_constraint_costs_fewer_tokens_than_a_forced_tool_call(
+    server: EclectusServer,
+) -> None:
+    """The same question, answered as the JSON-schema program asks (the constraint only)
+    and as LlamaIndex's FunctionCallingProgram asks (the class as a forced tool): the tools
+    preamble and the call's wrapper cost prompt and completion tokens the constraint does
+    not. Counts from the server (docs/llamaindex.md, "Structured output")."""
+    llm = Eclectus(url=server.url, max_tokens=64)
+    messages = [ChatMessage(role=MessageRole.USER, content="Name a city near the sea.")]
+    direct = llm.chat(messages, structured_outputs=json_constraint(City)).additional_kwargs
+    tool = get_function_tool(City)
+    forced = llm.chat_with_tools([tool], chat_history=messages, tool_required=True)
+    via_tool = forced.additional_kwargs
+    print(
+        f"prompt/completion tokens: constraint {direct['prompt_tokens']}/"
+        f"{direct['completion_tokens']}, forced tool call {via_tool['prompt_tokens']}/"
+        f"{via_tool['completion_tokens']}"
+    )
+    assert direct["prompt_tokens"] < via_tool["prompt_tokens"]
+    assert direct["completion_tokens"] < via_tool["completion_tokens"]
 
 
 def test_other_program_modes_use_llamaindexs_programs(server: EclectusServer) -> None:
