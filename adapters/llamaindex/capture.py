@@ -98,9 +98,10 @@ class CapturingLLM(LLM):
     # -- answers: through the shared client layer (retries, timeout, criteria, deadline) ----
 
     def _response(self, var: SemanticVariable, text: str) -> CompletionResponse:
-        # token counts of the producing call, for LlamaIndex's token-counting handlers
+        # the producing call's token counts, where LlamaIndex's TokenCountingHandler reads
+        # them (raw["usage"], as from OpenAI) and in additional_kwargs as before
         extra = var.usage.model_dump() if var.usage is not None else {}
-        return CompletionResponse(text=text, additional_kwargs=extra)
+        return CompletionResponse(text=text, additional_kwargs=extra, raw={"usage": extra})
 
     def _fetch(self, build: Build) -> CompletionResponse:
         ((var, text),) = self.caller.run(lambda session: [build(session)])

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
+from llama_index.core.callbacks import CallbackManager, TokenCountingHandler
 from llama_index.core.prompts import PromptTemplate
 from llamaindex_support import TEST_CONTEXT_WINDOW, TEST_MAX_TOKENS
 
@@ -90,6 +91,22 @@ async def test_usage_is_reported(llm: Eclectus) -> None:
     response = await llm.acomplete("Count:")
     assert response.additional_kwargs["prompt_tokens"] > 0
     assert 0 < response.additional_kwargs["completion_tokens"] <= TEST_MAX_TOKENS
+
+
+def test_token_counting_handler_counts_the_servers_tokens(llm: Eclectus) -> None:
+    """LlamaIndex's TokenCountingHandler reads the server's counts, not its own estimate
+    (its tokenizer here splits on spaces, so an estimate would differ)."""
+    counter = TokenCountingHandler(tokenizer=str.split)
+    llm.callback_manager = CallbackManager([counter])
+    completion = llm.complete("Once upon a time")
+    chat = llm.chat([ChatMessage(role=MessageRole.USER, content="Say hello.")])
+    usage = [completion.additional_kwargs, chat.additional_kwargs]
+    assert [e.prompt_token_count for e in counter.llm_token_counts] == [
+        u["prompt_tokens"] for u in usage
+    ]
+    assert [e.completion_token_count for e in counter.llm_token_counts] == [
+        u["completion_tokens"] for u in usage
+    ]
 
 
 async def test_async_methods_never_call_the_sync_ones(
