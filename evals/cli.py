@@ -20,7 +20,7 @@ from typing import Any
 
 from eclectus.evals.budget import Budget
 from eclectus.evals.harness import Harness
-from eclectus.evals.launch import LaunchPlan, launched
+from eclectus.evals.launch import LaunchPlan, launched, system_names
 from eclectus.evals.plots import sweep_plot, timeline_plot
 from eclectus.evals.report import render_report, write_results
 from eclectus.evals.summary import summarize
@@ -37,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--baseline",
         action="append",
         default=[],
-        help="self | vllm | eclectus-vllm | openai=URL (repeatable; default: self)",
+        help="self | vllm | eclectus-vllm | pool | openai=URL (repeatable; default: self)",
     )
     parser.add_argument("--model", default="tiny", help="preset name or HF directory")
     parser.add_argument("--quick", action="store_true", help="small sizes, 3 repetitions")
@@ -85,6 +85,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--vllm-no-eager",
         action="store_true",
         help="let vLLM compile (slower start) instead of --enforce-eager",
+    )
+    parser.add_argument(
+        "--reference",
+        default="eclectus",
+        help="the system the ratios are taken against (default eclectus)",
     )
     parser.add_argument("--no-plots", action="store_true", help="write no PNG plots")
     Budget.add_arguments(parser)
@@ -134,7 +139,7 @@ def _config(
         "reps": reps,
         "rtt_ms": args.rtt_ms,
         "budget": plan.budget.as_dict(),
-        "reference": "eclectus",
+        "reference": args.reference,
         "systems": [
             {
                 "name": s.name,
@@ -170,6 +175,11 @@ def run(args: argparse.Namespace) -> int:
             args.vllm_prefix_caching,
             not args.vllm_no_eager,
         )
+        if args.reference not in system_names(plan):
+            raise ValueError(
+                f"--reference {args.reference}: not a system of this run; choose from "
+                + ", ".join(system_names(plan))
+            )
     except ValueError as exc:
         print(f"eclectus eval: {exc}", file=sys.stderr)
         return 2
@@ -182,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
             harness.run_workload(chosen)
         config = _config(args, plan, systems, reps)
     engines = {s["name"]: s["engine"] for s in config["systems"]}
-    summary = summarize(harness.runs, harness.bounds, engines, "eclectus")
+    summary = summarize(harness.runs, harness.bounds, engines, args.reference)
     plots: dict[str, list[str]] = {}
     if not args.no_plots:
         for chosen in workloads:

@@ -4,9 +4,10 @@ calls, each sent alone, one after the other, straight to the server (no added de
 The chain is rebuilt from the recipe's own prompts and sizes — for map-reduce one map (the
 longest chunk), each collapse level and the reduce; for chain-summary every step; for
 multi-agent the architect, the file list, one file's draft and its review/revise rounds; for
-shared-prompt one chat. Outputs an earlier call would have produced are stood in for by text of
-its output length in bytes (exact in tokens with a byte-level tokenizer, as every call generates
-exactly ``max_tokens``; shorter with a BPE such as ``tiny``'s, which keeps it a lower bound).
+shared-prompt one chat; for plan-execute the plan, one step and the answer. Outputs an
+earlier call would have produced are stood in for by text of its output length in bytes
+(exact in tokens with a byte-level tokenizer, as every call generates exactly
+``max_tokens``; shorter with a BPE such as ``tiny``'s, which keeps it a lower bound).
 No system can finish the run faster than this chain runs on its engine alone.
 """
 
@@ -22,7 +23,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
-from eclectus.recipes import chain_summary, map_reduce, multi_agent, shared_prompt
+from eclectus.recipes import chain_summary, map_reduce, multi_agent, plan_execute, shared_prompt
 from eclectus.recipes.text import split_chunks
 
 ROLES = {"system": "system", "human": "user", "ai": "assistant"}
@@ -134,11 +135,27 @@ def shared_prompt_chain(params: shared_prompt.SharedPromptParams, text: str) -> 
     return [_chat(prime, params.answer_tokens, prime=True), _chat(timed, params.answer_tokens)]
 
 
+def plan_execute_chain(params: plan_execute.PlanExecuteParams, text: str) -> list[ChainCall]:
+    """The plan, one step's execution, the answer over every step's result (pure)."""
+    goal = split_chunks(text, params.goal_tokens, 1)[0]
+    plan = plan_execute.plan_prompt.format_messages(goal=goal)
+    step = plan_execute.step_prompt.format_messages(goal=goal, step=stand_in(params.plan_tokens))
+    results = "\n\n".join(stand_in(params.step_tokens) for _ in range(params.steps))
+    answer = plan_execute.answer_prompt.format_messages(goal=goal, results=results)
+    return [
+        _chat(plan, params.plan_tokens),
+        _chat(step, params.step_tokens),
+        _chat(answer, params.answer_tokens),
+    ]
+
+
 CHAINS: dict[str, Callable[[Any, str], list[ChainCall]]] = {
     "map-reduce": map_reduce_chain,
     "chain-summary": chain_summary_chain,
     "multi-agent": multi_agent_chain,
     "shared-prompt": shared_prompt_chain,
+    "plan-execute": plan_execute_chain,
+    "multi-agent-graph": multi_agent_chain,  # the same prompts and calls as a StateGraph
 }
 
 

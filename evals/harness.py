@@ -22,12 +22,14 @@ from eclectus.evals.fresh import fresh_text
 from eclectus.evals.servers import EclectusProcess
 from eclectus.evals.systems import System
 from eclectus.evals.trace import read_spans
-from eclectus.evals.workloads import Sweep, Workload, replace_path
+from eclectus.evals.workloads import RTT_FIELD, Sweep, Workload, replace_path
 from eclectus.recipes import RECIPES, run_recipe
 from eclectus.recipes.shared_prompt import drop_cached_async_clients
 from eclectus.recipes.text import load_sample
 
 UNKNOWN_RATIO_NOTE = "prefix-cache hit ratio unknown"  # run_recipe's note; we measure it here
+LATENCY_SUFFIX = "latency s"  # recipe details kept per run: "chat mean latency s", ...
+FRAMES_COUNTER = "eclectus_client_frames_total"
 
 
 # an engine-traced call's timeline label: whether it was throughput work nobody waited on
@@ -53,12 +55,23 @@ class RunRecord:
     spans: list[tuple[float, float, str]] = field(default_factory=list)
     span_source: str = ""  # "engine" (server-side trace) or "client" (callbacks)
     notes: list[str] = field(default_factory=list)
+    # client round trips: a compiled graph's frames, else one request per model call
+    round_trips: int | None = None
+    # the recipe's latency details (chat mean, p50, p90 ...), seconds by name
+    latencies: dict[str, float] = field(default_factory=dict)
 
     @property
     def cache_hit_ratio(self) -> float | None:
         if not self.prompt_tokens or self.cached_tokens is None:
             return None
         return self.cached_tokens / self.prompt_tokens
+
+    @property
+    def prefilled_tokens(self) -> float | None:
+        """Prompt tokens the engine(s) computed: not served from a prefix cache."""
+        if self.prompt_tokens is None or self.cached_tokens is None:
+            return None
+        return self.prompt_tokens - self.cached_tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +118,7 @@ class Harness:
 
     def __post_init__(self) -> None:
         self._seeds = itertools.count(self.seed * 1_000_003)
+        self._rtt_s = {s.name: s.rtt_s for s in self.systems}  # outside an rtt_ms sweep
 
     def run_workload(self, workload: Workload) -> None:
         """Every point of every sweep of ``workload`` (mutates: appends records)."""
@@ -113,8 +127,13 @@ class Harness:
                 self.run_point(workload, sweep, value)
 
     def run_point(self, workload: Workload, sweep: Sweep, value: Any) -> None:
-        """Warm-up, ``reps`` rotated rounds, then the lower bounds (mutates)."""
-        params = replace_path(workload.base, sweep.field, value)
+        """Warm-up, ``reps`` rotated rounds, then the lower bounds (mutates). A point of an
+        ``rtt_ms`` sweep runs the base params with that client round trip on every system;
+        the servers, and the lower bound (measured without a delay), are the same."""
+        swept_rtt = sweep.field == RTT_FIELD
+        params = workload.base if swept_rtt else replace_path(workload.base, sweep.field, value)
+        for system in self.systems:
+            system.set_rtt(value / 1000 if swept_rtt else self._rtt_s[system.name])
         for rep in range(-1, self.reps):
             shift = max(rep, 0) % len(self.systems)
             for system in self.systems[shift:] + self.systems[:shift]:
@@ -167,6 +186,7 @@ class Harness:
             result.wall_s if workload.metric == "wall_s" else float(result.details[workload.metric])
         )
         notes = [n for n in result.notes if not n.startswith(UNKNOWN_RATIO_NOTE)]
+        latencies = {k: float(v) for k, v in result.details.items() if k.endswith(LATENCY_SUFFIX)}
         return RunRecord(
             workload.name,
             field_name,
@@ -182,6 +202,8 @@ class Harness:
             spans,
             source,
             notes,
+            _round_trips(system, result),
+            latencies,
         )
 
     def measure_bound(
@@ -199,7 +221,7 @@ class Harness:
             calls = critical_chain(workload.recipe, params, self._fresh_document(workload))
             if system.server is not None:
                 system.server.reset_prefix_cache()
-            samples.append(measure_chain(system.openai_url, system.model, calls))
+            samples.append(measure_chain(*system.bound_endpoint(), calls))
         timed = sum(not call.prime for call in calls)
         self.log(
             f"{workload.name} {field_name}={value} lower bound on {engine}: "
@@ -225,6 +247,19 @@ class Harness:
                 (s.start - offset, s.end - offset, ENGINE_LABELS[s.background]) for s in traced
             ], "engine"
         return [(s.start_s, s.end_s, s.label) for s in result.timeline], "client"
+
+
+def _round_trips(system: System, result: Any) -> int | None:
+    """The run's client round trips: the frames a compiled graph sent (the recipe's count,
+    else the Eclectus server's received-frames counter, which includes the session's
+    hello); a stock client's one request per model call (pure)."""
+    frames = result.details.get("client frames")
+    if frames is not None:
+        return int(frames)
+    if system.backend == "eclectus":
+        counted = result.server_counters.get(FRAMES_COUNTER)
+        return None if counted is None else int(counted)
+    return int(result.num_calls)
 
 
 def _counters(system: System) -> dict[str, float] | None:

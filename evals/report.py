@@ -16,14 +16,15 @@ from eclectus.recipes import (
     ChainSummaryParams,
     MapReduceParams,
     MultiAgentParams,
+    PlanExecuteParams,
     SharedPromptParams,
 )
 
 HEADER = (
     "| point | system | median s | min–max s | ÷ reference | lower bound s | ÷ bound "
-    "| prefix-cache hits | calls | prompt tokens |"
+    "| prefix-cache hits | calls | prompt tokens | prefilled tokens | round trips |"
 )
-RULE = "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+RULE = "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 
 
 def write_results(
@@ -56,9 +57,27 @@ def table_rows(summary: list[PointSummary]) -> list[str]:
         f"| {s.field}={s.value} | {s.system} | {s.median:.3f} | {s.low:.3f}–{s.high:.3f} "
         f"| {_num(s.vs_reference, '{:.2f}×')} | {_num(s.bound_s)} "
         f"| {_num(s.vs_bound, '{:.2f}×')} | {_num(s.cache_hit_ratio, '{:.0%}')} "
-        f"| {s.num_calls} | {_num(s.prompt_tokens, '{:.0f}')} |"
+        f"| {s.num_calls} | {_num(s.prompt_tokens, '{:.0f}')} "
+        f"| {_num(s.prefilled_tokens, '{:.0f}')} | {_num(s.round_trips, '{:.0f}')} |"
         for s in summary
     ]
+
+
+def latency_rows(summary: list[PointSummary]) -> list[str]:
+    """A table of the recipes' latency details (chat mean, p50, p90: medians over the
+    runs), when any run reported them (pure)."""
+    names = list(dict.fromkeys(n for s in summary for n in s.latencies))
+    if not names:
+        return []
+    head = "| point | system | " + " | ".join(names) + " |"
+    rule = "|---|---|" + "---:|" * len(names)
+    rows = [
+        f"| {s.field}={s.value} | {s.system} | "
+        + " | ".join(_num(s.latencies.get(n)) for n in names)
+        + " |"
+        for s in summary
+    ]
+    return [head, rule, *rows, ""]
 
 
 def _map_reduce_shape(p: MapReduceParams) -> str:
@@ -89,6 +108,12 @@ def describe(workload: Workload) -> str:
         return (
             f"an architect, then {p.files} engineers writing files in parallel on the shared "
             f"design ({p.code_tokens} tokens each), {p.rounds} review round(s)"
+        )
+    if isinstance(p, PlanExecuteParams):
+        return (
+            f"a planner ({p.plan_tokens} tokens) over a {p.goal_tokens}-token goal, then "
+            f"{p.steps} executors in parallel ({p.step_tokens} tokens each), then the "
+            f"synthesizer ({p.answer_tokens} tokens)"
         )
     if isinstance(p, SharedPromptParams):
         shape = (
@@ -132,7 +157,11 @@ def render_report(
         f"Reference for the ratios: `{config['reference']}` (÷ reference above 1: "
         "the reference was faster). Lower bound: the engine's time for the run's longest "
         "chain of dependent calls, sent alone one after another; ÷ bound is the "
-        "system's median over its own engine's bound.",
+        "system's median over its own engine's bound. Prefilled tokens: prompt tokens the "
+        "engine(s) computed (prompt tokens minus prefix-cache hits, from the servers' own "
+        "counters). Round trips: client frames of a compiled graph, one request per model "
+        "call for a stock client. A point `rtt_ms=V` ran the base parameters with a "
+        "V ms client round trip on every system.",
         "",
     ]
     for workload in workloads:
@@ -149,6 +178,7 @@ def render_report(
             RULE,
             *table_rows(rows),
             "",
+            *latency_rows(rows),
         ]
         lines += [f"![{name}]({name})" for name in plots.get(workload.name, [])]
         lines.append("")

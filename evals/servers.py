@@ -151,6 +151,12 @@ class ServerProcess:
         """Empty the prefix cache if the server allows it; whether it did (mutates)."""
         return False
 
+    @property
+    def engine_name(self) -> str:
+        """The engine that runs this server's calls (systems on one engine share a lower
+        bound)."""
+        return self.name
+
     def threads(self) -> str:
         """How many model threads this server runs, in words (pure)."""
         return f"{self.budget.num_threads} torch thread(s)"
@@ -200,32 +206,42 @@ class EclectusProcess(ServerProcess):
 
 @dataclass
 class EclectusRemoteProcess(EclectusProcess):
-    """Eclectus's graph scheduler in front of a stock vLLM (``--engine-url``): the graph,
-    the ranks and the routing are Eclectus's, the engine is vLLM's. Prompt tokens and
-    prefix-cache hits are the engine's, read from its /metrics; its prefix cache is the one
-    emptied between runs."""
+    """Eclectus's graph scheduler in front of stock vLLM engines (``--engine-url`` once per
+    engine, ``--routing``): the graph, the ranks and the routing are Eclectus's, the engines
+    are vLLM's. Prompt tokens and prefix-cache hits are the engines' own, read from their
+    /metrics and summed; their prefix caches are the ones emptied between runs. Several
+    fronts may share engines (the pool's routing policies, side by side)."""
 
-    engine: VllmProcess | None = None
+    engines: list[VllmProcess] = field(default_factory=list)
+    routing: str | None = None  # None: the server's default (graph)
 
     def command(self) -> list[str]:
-        assert self.engine is not None, "an engine to schedule for"
-        return [*super().command(), "--engine-url", self.engine.openai_url]
+        assert self.engines, "an engine to schedule for"
+        urls = [arg for e in self.engines for arg in ("--engine-url", e.openai_url)]
+        routing = ["--routing", self.routing] if self.routing else []
+        return [*super().command(), *urls, *routing]
+
+    @property
+    def engine_name(self) -> str:
+        return self.engines[0].name
 
     def counters(self) -> dict[str, float]:
-        assert self.engine is not None
-        return self.engine.counters()
+        """The engines' counters, summed name by name (blocking I/O)."""
+        total: dict[str, float] = {}
+        for engine in self.engines:
+            for name, value in engine.counters().items():
+                total[name] = total.get(name, 0.0) + value
+        return total
 
     def token_counts(self, counters: dict[str, float]) -> tuple[float, float]:
-        assert self.engine is not None
-        return self.engine.token_counts(counters)
+        return self.engines[0].token_counts(counters)
 
     def reset_prefix_cache(self) -> bool:
-        assert self.engine is not None
-        return self.engine.reset_prefix_cache()
+        return all([e.reset_prefix_cache() for e in self.engines])
 
     def threads(self) -> str:
-        assert self.engine is not None
-        return self.engine.threads()
+        each = self.engines[0].threads()
+        return each if len(self.engines) == 1 else f"{len(self.engines)} engines, each {each}"
 
 
 @dataclass

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from eclectus.evals.harness import BoundRecord, RunRecord
@@ -32,6 +32,9 @@ class PointSummary:
     cache_hit_ratio: float | None
     num_calls: int
     prompt_tokens: float | None
+    prefilled_tokens: float | None = None  # prompt tokens not served from a prefix cache
+    round_trips: float | None = None  # client round trips per run
+    latencies: dict[str, float] = field(default_factory=dict)  # median of each, seconds
 
 
 def summarize(
@@ -51,6 +54,12 @@ def summarize(
         bound = bound_of.get((workload, field_name, value, engines.get(system, system)))
         ratios = [r.cache_hit_ratio for r in mine if r.cache_hit_ratio is not None]
         prompts = [r.prompt_tokens for r in mine if r.prompt_tokens is not None]
+        prefilled = [p for r in mine if (p := r.prefilled_tokens) is not None]
+        trips = [r.round_trips for r in mine if r.round_trips is not None]
+        names = dict.fromkeys(n for r in mine for n in r.latencies)
+        latencies = {
+            n: statistics.median(r.latencies[n] for r in mine if n in r.latencies) for n in names
+        }
         median = medians[key]
         out.append(
             PointSummary(
@@ -68,6 +77,9 @@ def summarize(
                 statistics.median(ratios) if ratios else None,
                 int(statistics.median(r.num_calls for r in mine)),
                 statistics.median(prompts) if prompts else None,
+                statistics.median(prefilled) if prefilled else None,
+                statistics.median(trips) if trips else None,
+                latencies,
             )
         )
     return out

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
 from eclectus.evals.proxy import DelayProxy
-from eclectus.evals.servers import EclectusProcess, ServerProcess
+from eclectus.evals.servers import EclectusProcess, EclectusRemoteProcess, ServerProcess
 from eclectus.recipes.target import Backend, Target
 
 
@@ -39,12 +39,15 @@ class System:
     @property
     def engine(self) -> str:
         """The engine this system runs on (systems on one engine share a lower bound)."""
-        return self.server.name if self.server is not None else self.name
+        return self.server.engine_name if self.server is not None else self.name
 
-    @property
-    def openai_url(self) -> str:
-        """Direct OpenAI-compatible URL of this system's engine (for the lower bound)."""
-        return self.server.openai_url if self.server is not None else self.url
+    def bound_endpoint(self) -> tuple[str, str]:
+        """(OpenAI-compatible URL, model id) of this system's engine itself, bypassing any
+        proxy and any Eclectus in front of it: where the lower-bound chain runs (pure)."""
+        if isinstance(self.server, EclectusRemoteProcess):
+            engine = self.server.engines[0]
+            return engine.openai_url, engine.served_name
+        return (self.server.openai_url if self.server is not None else self.url), self.model
 
     def client_url(self) -> str:
         """The URL the app connects to: through the delay proxy when there is a delay
@@ -57,6 +60,13 @@ class System:
             self._proxy = DelayProxy(parts.hostname, parts.port, self.rtt_s)
         netloc = f"127.0.0.1:{self._proxy.port}"
         return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+    def set_rtt(self, rtt_s: float) -> None:
+        """Use client round trip ``rtt_s`` from the next run on (mutates: a changed delay
+        stops the old proxy; the next :meth:`client_url` starts one with the new delay)."""
+        if rtt_s != self.rtt_s:
+            self.close()
+            self.rtt_s = rtt_s
 
     def target(self) -> Target:
         """The recipe Target for this system (starts the proxy when needed)."""

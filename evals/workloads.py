@@ -18,12 +18,14 @@ from eclectus.recipes import (
     ChainSummaryParams,
     MapReduceParams,
     MultiAgentParams,
+    PlanExecuteParams,
     SharedPromptParams,
 )
 from eclectus.recipes.params import parse_field, replace_path, set_from_text
 
 __all__ = [  # replace_path is the recipes' own, re-exported for the harness
     "CHAT_LATENCY",
+    "RTT_FIELD",
     "Sweep",
     "Workload",
     "full_workloads",
@@ -33,6 +35,9 @@ __all__ = [  # replace_path is the recipes' own, re-exported for the harness
 ]
 
 CHAT_LATENCY = "chat mean latency s"  # a shared-prompt detail: what its chat users feel
+# A sweep over this pseudo-field varies the client round trip (ms) of every system, not a
+# recipe parameter: the servers stay up across its points (vLLM takes minutes to start).
+RTT_FIELD = "rtt_ms"
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +104,30 @@ def full_workloads() -> dict[str, Workload]:
                 ),
                 (Sweep("files", (4, 8, 16)),),
                 description="architect, then one engineer per file sharing the design",
+            ),
+            Workload(
+                "plan-execute",
+                "plan-execute",
+                PlanExecuteParams(
+                    steps=8, goal_tokens=256, plan_tokens=64, step_tokens=32, answer_tokens=64
+                ),
+                (Sweep(RTT_FIELD, (0.0, 100.0, 250.0)), Sweep("steps", (4, 8, 16))),
+                description="LangGraph: planner, one executor per step (Send), synthesizer",
+            ),
+            Workload(
+                "multi-agent-graph",
+                "multi-agent-graph",
+                MultiAgentParams(
+                    files=8,
+                    rounds=1,
+                    design_tokens=100,
+                    list_tokens=30,
+                    code_tokens=60,
+                    review_tokens=30,
+                    width=16,
+                ),
+                (Sweep(RTT_FIELD, (0.0, 100.0, 250.0)), Sweep("files", (4, 8, 16))),
+                description="LangGraph: architect, then one engineer per file (Send)",
             ),
             Workload(
                 "shared-prompt",
@@ -170,6 +199,26 @@ def quick_workloads() -> dict[str, Workload]:
             review_tokens=8,
             width=4,
         ),
+        "plan-execute": shrink(
+            "plan-execute",
+            Sweep(RTT_FIELD, (0.0, 100.0)),
+            steps=4,
+            goal_tokens=128,
+            plan_tokens=16,
+            step_tokens=8,
+            answer_tokens=8,
+        ),
+        "multi-agent-graph": shrink(
+            "multi-agent-graph",
+            Sweep(RTT_FIELD, (0.0, 100.0)),
+            files=4,
+            requirements_tokens=256,
+            design_tokens=16,
+            list_tokens=16,
+            code_tokens=16,
+            review_tokens=8,
+            width=8,
+        ),
         "shared-prompt": shrink(
             "shared-prompt",
             Sweep("rate", (4.0, 16.0)),
@@ -194,11 +243,24 @@ def quick_workloads() -> dict[str, Workload]:
 
 def _sweep(base: Any, path: str, text: str) -> Sweep:
     """The sweep ``path`` = "v1,v2", each value parsed by the field's declared type and
-    tried on ``base``, so a bad value fails here rather than mid-run (pure)."""
+    tried on ``base``, so a bad value fails here rather than mid-run (pure). ``rtt_ms``
+    takes round trips in milliseconds, each >= 0."""
+    if path == RTT_FIELD:
+        return Sweep(path, tuple(_rtt(v) for v in text.split(",")))
     values = tuple(parse_field(type(base), path, v) for v in text.split(","))
     for value in values:
         replace_path(base, path, value)  # validates: unknown field, None on the way, bounds
     return Sweep(path, values)
+
+
+def _rtt(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{RTT_FIELD} takes milliseconds, got {text!r}") from None
+    if not value >= 0:
+        raise ValueError(f"{RTT_FIELD} must be >= 0, got {text!r}")
+    return value
 
 
 def workload(name: str, quick: bool, overrides: dict[str, str], sweeps: dict[str, str]) -> Workload:

@@ -63,13 +63,15 @@ def test_the_eval_server_needs_no_token(monkeypatch: pytest.MonkeyPatch, tmp_pat
 def test_eclectus_vllm_puts_eclectus_in_front_of_a_priority_vllm(tmp_path: Path) -> None:
     """The eclectus-vllm baseline starts a vLLM with priority scheduling, then Eclectus with
     --engine-url at it; token counts and cache resets are the engine's."""
-    from eclectus.evals.launch import LaunchPlan, _remote_servers
+    from eclectus.evals.launch import LaunchPlan, plan_servers
     from eclectus.evals.servers import EclectusRemoteProcess, VllmProcess
 
     plan = LaunchPlan(
         tmp_path, "tiny", BUDGET, ("eclectus-vllm",), tmp_path, vllm_python="/venv/bin/python"
     )
-    engine, front = _remote_servers(plan)
+    servers = plan_servers(plan)
+    (engine,), (front,) = servers.engines, servers.fronts
+    assert servers.vllms == [] and servers.all() == [engine, front]  # the engine starts first
     assert isinstance(engine, VllmProcess) and isinstance(front, EclectusRemoteProcess)
     command = engine.command()
     assert command[command.index("--scheduling-policy") + 1] == "priority"
@@ -77,5 +79,41 @@ def test_eclectus_vllm_puts_eclectus_in_front_of_a_priority_vllm(tmp_path: Path)
     assert args.engine_urls == [engine.openai_url] and args.trace_file is not None
     counters = {"vllm:prompt_tokens_total": 10.0, "vllm:prefix_cache_hits_total": 4.0}
     assert front.token_counts(counters) == (10.0, 4.0)
+    assert front.engine_name == engine.name
     with pytest.raises(ValueError, match="eclectus-vllm baseline needs --vllm-python"):
         LaunchPlan(tmp_path, "tiny", BUDGET, ("eclectus-vllm",), tmp_path)
+
+
+def test_vllm_and_the_fronts_share_one_engine_and_the_pool_adds_one(tmp_path: Path) -> None:
+    """With vllm, eclectus-vllm and pool: one priority vLLM serves the stock client and
+    every front, a second joins it for the pool, and one front per routing policy."""
+    from eclectus.evals.launch import POOL_ROUTINGS, LaunchPlan, plan_servers
+    from eclectus.evals.servers import EclectusRemoteProcess
+
+    plan = LaunchPlan(
+        tmp_path,
+        "tiny",
+        BUDGET,
+        ("vllm", "eclectus-vllm", "pool"),
+        tmp_path,
+        vllm_python="/venv/bin/python",
+        vllm_prefix_caching="both",
+    )
+    servers = plan_servers(plan)
+    shared, nopc = servers.vllms
+    assert (shared.name, shared.priority, nopc.name, nopc.priority) == (
+        "vllm",
+        True,
+        "vllm-nopc",
+        False,
+    )
+    (second,) = servers.engines
+    assert second.priority and second.prefix_caching
+    fronts = [f for f in servers.fronts if isinstance(f, EclectusRemoteProcess)]
+    assert [f.name for f in fronts] == ["eclectus-vllm", *(f"pool-{r}" for r in POOL_ROUTINGS)]
+    assert fronts[0].engines == [shared]
+    for front, routing in zip(fronts[1:], POOL_ROUTINGS, strict=True):
+        assert front.engines == [shared, second] and front.engine_name == "vllm"
+        args = build_parser().parse_args(front.command()[3:])
+        assert args.engine_urls == [shared.openai_url, second.openai_url]
+        assert args.routing == routing
