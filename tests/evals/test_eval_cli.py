@@ -73,3 +73,40 @@ def test_a_failing_system_is_reported_and_the_rest_still_measured(tmp_path: Path
     assert all("Error" in f["error"] for f in failed)
     report = (tmp_path / "report.md").read_text()
     assert "## Failed runs" in report and "| map_tokens=4 | self |" in report
+
+
+def test_an_rtt_sweep_reuses_the_servers_and_counts_round_trips(tmp_path: Path) -> None:
+    """A LangGraph app at two round trips on the same servers: the compiled graph sends
+    O(1) frames, the stock client one request per call; the delay shows in the times."""
+    results = _eval(
+        tmp_path,
+        "plan-execute",
+        "--set",
+        "steps=2",
+        "--sweep",
+        "rtt_ms=0,150",
+        "--reference",
+        "self",
+        "--no-plots",
+    )
+    measured = {(r["value"], r["system"]): r for r in results["runs"] if r["rep"] == 0}
+    assert set(measured) == {(v, s) for v in (0.0, 150.0) for s in ("eclectus", "self")}
+    for rtt in (0.0, 150.0):
+        assert measured[rtt, "eclectus"]["round_trips"] == 2  # the router's cut, then the rest
+        assert measured[rtt, "self"]["round_trips"] == measured[rtt, "self"]["num_calls"] == 4
+    # plan, the steps in parallel, the answer: three dependent requests, each 150 ms more
+    assert measured[150.0, "self"]["wall_s"] >= 0.45
+    assert {b["value"] for b in results["bounds"]} == {0.0, 150.0}
+    assert results["config"]["reference"] == "self"
+    report = (tmp_path / "report.md").read_text()
+    assert "| rtt_ms=150.0 | self |" in report and "round trips" in report
+
+
+def test_a_reference_that_is_not_a_system_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--reference names a system of the run, or the command exits 2 before starting any."""
+    assert main(["eval", "map-reduce", "--reference", "vllm", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "--reference vllm: not a system of this run; choose from eclectus, self" in err
+    assert not (tmp_path / "results.json").exists()

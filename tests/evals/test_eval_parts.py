@@ -18,6 +18,7 @@ from eclectus.recipes import (
     ChainSummaryParams,
     MapReduceParams,
     MultiAgentParams,
+    PlanExecuteParams,
     SharedPromptParams,
 )
 from eclectus.recipes.map_reduce import planned_calls
@@ -113,8 +114,63 @@ def test_shared_prompt_chain_times_one_warm_chat() -> None:
     assert calls[0].messages[1] != calls[1].messages[1]  # type: ignore[index]
 
 
-def _run(system: str, rep: int, metric: float) -> RunRecord:
-    return RunRecord("w", "x", 1, system, rep, metric, metric, 3, 2, 100.0, 25.0)
+def test_plan_execute_chain_is_plan_one_step_answer() -> None:
+    """The plan, one step, then the answer over every step's result; the LangGraph team
+    makes the multi-agent recipe's calls."""
+    params = PlanExecuteParams(steps=5, goal_tokens=64, plan_tokens=16, step_tokens=10)
+    plan, step, answer = critical_chain("plan-execute", params, SAMPLE)
+    assert [c.max_tokens for c in (plan, step, answer)] == [16, 10, params.answer_tokens]
+    assert answer.messages is not None
+    assert answer.messages[1]["content"].count(stand_in(10)) == 5
+    team = MultiAgentParams(files=3, rounds=1)
+    assert critical_chain("multi-agent-graph", team, SAMPLE) == critical_chain(
+        "multi-agent", team, SAMPLE
+    )
+
+
+def test_rtt_sweeps_take_milliseconds_on_any_workload() -> None:
+    """`--sweep rtt_ms=0,100` varies the round trip, not a recipe field, on every workload;
+    a bad value names the field."""
+    for name in ("map-reduce", "mixed", "plan-execute"):
+        (sweep,) = workload(name, True, {}, {"rtt_ms": "0,100,250"}).sweeps
+        assert (sweep.field, sweep.values) == ("rtt_ms", (0.0, 100.0, 250.0))
+    for bad in ("-5", "fast"):
+        with pytest.raises(ValueError, match="workload map-reduce: rtt_ms"):
+            workload("map-reduce", True, {}, {"rtt_ms": f"0,{bad}"})
+    for name in ("plan-execute", "multi-agent-graph"):
+        assert full_workloads()[name].sweeps[0].values == (0.0, 100.0, 250.0)
+
+
+def _run(
+    system: str,
+    rep: int,
+    metric: float,
+    round_trips: int | None = None,
+    latencies: dict[str, float] | None = None,
+) -> RunRecord:
+    return RunRecord(
+        "w",
+        "x",
+        1,
+        system,
+        rep,
+        metric,
+        metric,
+        3,
+        2,
+        100.0,
+        25.0,
+        round_trips=round_trips,
+        latencies=latencies or {},
+    )
+
+
+def test_summary_prefilled_tokens_round_trips_and_latencies() -> None:
+    """Prefilled = prompt - cached; round trips and each latency detail are medians."""
+    runs = [_run("eclectus", i, 1.0, 2, {"chat p50 latency s": v}) for i, v in enumerate([1, 3, 2])]
+    (row,) = summarize(runs, [], {}, "eclectus")
+    assert row.prefilled_tokens == 75 and row.round_trips == 2
+    assert row.latencies == {"chat p50 latency s": 2}
 
 
 def test_summary_medians_ratios_and_bounds() -> None:
