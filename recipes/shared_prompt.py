@@ -175,6 +175,7 @@ def run(
     latencies = sorted(latency for _, latency in answers)
     details: dict[str, object] = {
         "chat mean latency s": statistics.fmean(latencies),
+        "chat p50 latency s": statistics.median(latencies),
         "chat p90 latency s": latencies[int(0.9 * (len(latencies) - 1))],
     }
     output = f"first answer: {answers[0][0]}"

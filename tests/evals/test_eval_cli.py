@@ -56,7 +56,7 @@ def test_eval_shared_prompt_runs_an_async_app_repeatedly(tmp_path: Path) -> None
     measured = [r for r in results["runs"] if r["rep"] == 0]
     assert len(measured) == 2 and all(r["metric"] >= 0.02 for r in measured)
     assert results["config"]["rtt_ms"] == 20
-    assert "chat mean latency" in (tmp_path / "report.md").read_text()
+    assert "chat p50 latency" in (tmp_path / "report.md").read_text()
 
 
 def test_a_failing_system_is_reported_and_the_rest_still_measured(tmp_path: Path) -> None:
