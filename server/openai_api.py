@@ -13,7 +13,9 @@ message contents), ``GET /v1/models``; ``stream`` with ``stream_options.include_
 ``max_tokens`` / ``max_completion_tokens``, ``temperature``, ``top_p``, ``seed``, ``stop`` and
 the vLLM extensions ``top_k``, ``ignore_eos`` and ``stop_token_ids``; on chat, tools and
 structured outputs (read by :mod:`eclectus.protocol.openai_tools`: ``tools``, ``tool_choice``,
-``parallel_tool_calls``, ``response_format``, vLLM's ``structured_outputs``). Anything else
+``parallel_tool_calls``, ``response_format``, vLLM's ``structured_outputs``); on completions
+the same structured outputs without tools (vLLM's /v1/completions takes them, and an Eclectus
+serving as another's engine must enforce them). Anything else
 that would change the output (``n`` > 1, logprobs, penalties, ``functions``) is refused with a
 400 naming the field, never silently ignored. Errors have OpenAI's body shape,
 ``{"error": {"message", "type", "param", "code"}}``, with vLLM's status codes: 400 bad
@@ -29,6 +31,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
 from pydantic import ValidationError
@@ -136,12 +139,14 @@ class OpenAIApi:
         try:
             tenant = self._admit(request)
             body: CompletionRequest = parse(CompletionRequest, await self._body(request))
+            constraint = completion_constraint(body.model_extra or {})
             token_ids = token_prompts(body.prompt)
             if token_ids is not None:
-                return self._count(request, await self._run_token_ids(tenant, body, token_ids))
+                response = await self._run_token_ids(tenant, body, token_ids, constraint)
+                return self._count(request, response)
             prompts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
             self._check_prompts(prompts, body.stream)
-            return await self._run(request, tenant, body, prompts, chat=False)
+            return await self._run(request, tenant, body, prompts, False, constraint)
         except ApiError as exc:
             return self._error(request, exc)
 
@@ -159,14 +164,18 @@ class OpenAIApi:
             return self._error(request, exc)
 
     async def _run_token_ids(
-        self, tenant: str | None, body: CompletionRequest, prompts: list[list[int]]
+        self,
+        tenant: str | None,
+        body: CompletionRequest,
+        prompts: list[list[int]],
+        constraint: ChatConstraint,
     ) -> Response:
         """Token-id prompts go straight to the engine (openai_token_ids.py)."""
         self._check_model(body.model)
         self._check_prompts(prompts, body.stream)  # type: ignore[arg-type]
         tokenizer = getattr(getattr(self.ctx.backend, "engine", None), "tokenizer", None)
         check_token_ids(prompts, getattr(tokenizer, "vocab_size", None))
-        sampling = to_sampling(body, COMPLETIONS_DEFAULT_MAX_TOKENS)
+        sampling = with_constraint(to_sampling(body, COMPLETIONS_DEFAULT_MAX_TOKENS), constraint)
         base = f"cmpl-{secrets.token_hex(8)}"
         name = self._name(body.model)
         return await run_token_prompts(
@@ -422,3 +431,16 @@ def _var_error(variable: Variable) -> ApiError:
     if code == "cancelled":
         return ApiError(503, message)
     return ApiError(500, f"engine error: {message}")
+
+
+def completion_constraint(extra: dict[str, Any]) -> ChatConstraint:
+    """A completions request's structured output (``response_format``, vLLM's
+    ``structured_outputs`` or a ``guided_*`` field), as vLLM's /v1/completions takes it, so
+    an Eclectus serves as another Eclectus's engine with constraints (pure). ApiError(400)
+    for a malformed one, or for ``tools`` (a chat field)."""
+    if extra.get("tools"):
+        raise ApiError(400, "tools: only /v1/chat/completions takes tools", "tools")
+    try:
+        return chat_constraint(extra)
+    except ToolRequestError as exc:
+        raise ApiError(400, str(exc), exc.param) from None

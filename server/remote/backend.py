@@ -13,6 +13,11 @@ engine that does not return them is continued from the local tokenizer's ids of 
 far. A stop string that straddles the failover point is not caught (each engine sees only
 its own text); ``stop_token_ids`` and EOS are.
 
+Structured outputs travel in each engine's own request fields (dialect.py) and go only to
+engines that can enforce them. A constrained call that fails after streaming text cannot be
+continued elsewhere (the next engine's grammar would start over mid-structure): it fails with
+``engine_error``; one that failed before any text fails over as usual.
+
 What the graph knows, the engines get: the scheduler's rank as ``priority`` (engines that
 accept one), the tenant as ``cache_salt``, and the prompt's segment structure for routing
 (pool.py, routing.py).
@@ -116,6 +121,7 @@ class RemoteBackend:
         says (mutates: engine state). EngineUnavailableError when no engine is left,
         EngineError when an engine refuses the request itself."""
         prompt = request.tokens or self.tokenize_prompt(request.segments)
+        self._check_constraint(request)
         progress = _Progress()
         max_attempts = len(self.pool.engines) + 1
         for number in range(max_attempts):
@@ -147,6 +153,11 @@ class RemoteBackend:
                 if progress.finish_reason is not None:
                     break  # it failed after saying it was done: nothing is missing
                 self.pool.mark_down(placement.engine, str(exc))
+                if request.sampling.structured_outputs is not None and progress.token_ids:
+                    raise EngineError(
+                        f"{request.request_id}: {exc}; a constrained output cannot continue "
+                        "on another engine after it has begun"
+                    ) from None
                 self.num_failovers += 1
                 log.warning("failing over %s: %s", request.request_id, exc)
                 self._go_local(request, progress)
@@ -166,6 +177,22 @@ class RemoteBackend:
                 progress.text.append(text)
                 yield EngineOutput(request.request_id, text, ())
         yield self._final(request.request_id, prompt, progress)
+
+    def _check_constraint(self, request: EngineRequest) -> None:
+        """EngineError when no engine of the pool can enforce the request's structured
+        outputs (pure): it is refused, never decoded unconstrained."""
+        constraint = request.sampling.structured_outputs
+        engines = self.pool.engines
+        if constraint is None or any(e.member.supports(request.sampling) for e in engines):
+            return
+        dialects = ", ".join(
+            f"{e.member.name}: {getattr(getattr(e.member, 'info', None), 'dialect', 'unknown')}"
+            for e in self.pool.engines
+        )
+        raise EngineError(
+            f"no engine of the pool can enforce structured outputs of kind "
+            f"{constraint.kind!r} ({dialects}; docs/engines.md)"
+        )
 
     def _go_local(self, request: EngineRequest, progress: _Progress) -> None:
         """From the first failover on, decode the text here from all ids (continuation.py)
@@ -190,7 +217,7 @@ class RemoteBackend:
         if generated:
             ends = (*prompt.segment_ends, len(prompt) + len(generated))
             prompt = TokenizedPrompt((*prompt.token_ids, *generated), ends)
-        return Attempt(request, prompt, max_tokens, number)
+        return Attempt(request, prompt, max_tokens, number, "".join(progress.text))
 
     def _generated_ids(self, progress: _Progress) -> list[int]:
         if progress.exact_ids:

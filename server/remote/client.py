@@ -62,6 +62,14 @@ class EngineClient:
                 return [int(t) for t in tokens]
         return None
 
+    async def model_info(self) -> dict[str, Any] | None:
+        """SGLang's ``GET /get_model_info`` (``model_path``, ``is_generation``...); None
+        where the engine serves no such route (vLLM, Eclectus)."""
+        try:
+            return await self._json("GET", f"{self.root}/get_model_info")
+        except EngineRejected:
+            return None
+
     async def complete(self, body: dict[str, Any]) -> dict[str, Any]:
         """One non-streamed ``POST /v1/completions``."""
         return await self._json("POST", f"{self.url}/completions", body)

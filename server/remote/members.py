@@ -8,13 +8,16 @@ does not restart), and its ``max_tokens`` is what is left.
 from __future__ import annotations
 
 import contextlib
+import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from eclectus.protocol import SamplingParams
 from eclectus.server.backend import Backend, EngineError, EngineRequest, TokenizedPrompt
 from eclectus.server.engine.tokenizer import Tokenizer
 from eclectus.server.remote.client import EngineClient
+from eclectus.server.remote.dialect import Unenforceable, constraint_fields, supports
 from eclectus.server.remote.errors import EngineDown, EngineRejected
 from eclectus.server.remote.handshake import EngineInfo, handshake
 from eclectus.server.remote.load import EngineLoad, parse_load
@@ -25,12 +28,14 @@ PRIORITY_SCALE = 1000  # vLLM's priority is an int: the scheduler's seconds, to 
 @dataclass(frozen=True, slots=True)
 class Attempt:
     """One try at ``request``: ``prompt`` (the request's ids plus those generated so far),
-    ``max_tokens`` left (None: until EOS or the context window), and its number (0 first)."""
+    ``max_tokens`` left (None: until EOS or the context window), its number (0 first), and
+    the text generated so far (for engines that take text prompts)."""
 
     request: EngineRequest
     prompt: TokenizedPrompt
     max_tokens: int | None
     number: int
+    generated_text: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +54,10 @@ class Member(Protocol):
     """One engine of the pool."""
 
     name: str
+
+    def supports(self, sampling: SamplingParams) -> bool:
+        """Whether the engine can honour ``sampling`` (its structured outputs) (pure)."""
+        ...
 
     def stream(self, attempt: Attempt, window: int = 0) -> AsyncIterator[Piece]:
         """Run the attempt (mutates the engine); ``window`` is the pool's context window.
@@ -81,10 +90,18 @@ class RemoteMember:
         self.info: EngineInfo | None = None  # set by probe
         self.received: list[dict[str, Any]] = []  # bodies sent, when record_bodies (tests)
         self.record_bodies = False
+        # SGLang refuses an rid already in flight: ours are unique to this process
+        self._rid_prefix = f"eclectus-{secrets.token_hex(4)}"
 
     async def probe(self) -> int | None:
         self.info = await handshake(self.client, self.tokenizer)
         return self.info.max_model_len
+
+    def supports(self, sampling: SamplingParams) -> bool:
+        """False for a constraint its dialect cannot express, or before its first handshake."""
+        if sampling.structured_outputs is None:
+            return True
+        return self.info is not None and supports(self.info.dialect, sampling.structured_outputs)
 
     async def load(self) -> EngineLoad:
         text = await self.client.metrics()
@@ -98,13 +115,14 @@ class RemoteMember:
 
     def body(self, attempt: Attempt, window: int) -> dict[str, Any]:
         """The /v1/completions body for an attempt (pure). ``window``: the context window,
-        for ``max_tokens`` None (vLLM's completions default would be 16)."""
+        for ``max_tokens`` None (vLLM's completions default would be 16). EngineRejected
+        for a constraint the engine's dialect cannot express (never sent unconstrained)."""
         assert self.info is not None, "probe first"
         request, sampling = attempt.request, attempt.request.sampling
         max_tokens = attempt.max_tokens or window - len(attempt.prompt)
         body: dict[str, Any] = {
             "model": self.info.model_id,
-            "prompt": list(attempt.prompt.token_ids),
+            "prompt": self._prompt(attempt),
             "max_tokens": max_tokens,
             "temperature": sampling.temperature,
             "top_p": sampling.top_p,
@@ -119,10 +137,41 @@ class RemoteMember:
             "stop": list(sampling.stop) or None,
             "stop_token_ids": list(sampling.stop_token_ids) or None,
             "cache_salt": request.tenant,  # tenants never share KV
-            "priority": round(request.priority * PRIORITY_SCALE) if self.info.priority else None,
+            "priority": self._priority(request) if self.info.priority else None,
+            "rid": f"{self._rid_prefix}-{request.request_id}-{attempt.number}"
+            if self.info.sglang
+            else None,
         }
         body.update({k: v for k, v in optional.items() if v is not None})
+        if sampling.structured_outputs is not None:
+            try:
+                body.update(constraint_fields(self.info.dialect, sampling.structured_outputs))
+            except Unenforceable as exc:
+                raise EngineRejected(f"{self.name}: {exc}", 400) from None
         return body
+
+    def _priority(self, request: EngineRequest) -> int:
+        """The scheduler's rank as the engine's integer priority: vLLM runs lower values
+        first; SGLang (by default, without --schedule-low-priority-values-first) higher."""
+        assert self.info is not None
+        rank = round(request.priority * PRIORITY_SCALE)
+        return -rank if self.info.sglang else rank
+
+    def _prompt(self, attempt: Attempt) -> list[int] | str:
+        """The ids, or for an engine that takes text: the prompt's text (its segments, or
+        the decoded ids of a token-id request) followed by the text generated so far."""
+        assert self.info is not None
+        if self.info.token_prompts:
+            return list(attempt.prompt.token_ids)
+        request = attempt.request
+        if any(request.segments) or request.tokens is None:
+            text = "".join(request.segments)
+        else:
+            ids = list(request.tokens.token_ids)
+            if ids[:1] == [self.tokenizer.bos_token_id]:
+                ids = ids[1:]  # the engine adds its own
+            text = self.tokenizer.decode(ids)
+        return text + attempt.generated_text
 
     async def stream(self, attempt: Attempt, window: int = 0) -> AsyncIterator[Piece]:
         body = self.body(attempt, window)
@@ -157,6 +206,9 @@ class LocalMember:
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
         self.name = "builtin"
+
+    def supports(self, sampling: SamplingParams) -> bool:
+        return True  # the built-in engine takes every SamplingParams
 
     async def probe(self) -> int | None:
         await self.backend.start()

@@ -129,12 +129,13 @@ class EnginePool:
     # -- routing ------------------------------------------------------------------------
 
     def views(self, request: EngineRequest, prompt: TokenizedPrompt) -> list[EngineView]:
-        """Each engine as the router sees it for ``request`` (pure)."""
+        """Each engine as the router sees it for ``request`` (pure). An engine that cannot
+        enforce the request's structured outputs counts as unhealthy for it."""
         keys = prefix_keys(prompt, request.tenant)
         return [
             EngineView(
                 index=e.index,
-                healthy=e.healthy,
+                healthy=e.healthy and e.member.supports(request.sampling),
                 num_inflight=e.num_inflight,
                 max_inflight=e.max_inflight,
                 num_running=e.load.num_running,
@@ -147,14 +148,18 @@ class EnginePool:
             for e in self.engines
         ]
 
-    def has_healthy(self) -> bool:
-        return any(e.healthy for e in self.engines)
+    def has_healthy(self, request: EngineRequest | None = None) -> bool:
+        """Whether an engine is healthy (and can serve ``request``, when given)."""
+        return any(
+            e.healthy and (request is None or e.member.supports(request.sampling))
+            for e in self.engines
+        )
 
     async def acquire(self, request: EngineRequest, prompt: TokenizedPrompt) -> Placement | None:
         """Route an attempt and take a slot on the chosen engine, waiting while every healthy
         engine is at its cap (mutates). None when no engine is healthy."""
         while True:
-            if not self.has_healthy():
+            if not self.has_healthy(request):
                 return None
             views = self.views(request, prompt)
             decision = route(

@@ -154,21 +154,44 @@ async def serve_http(handler: Handler) -> tuple[HttpServer, str]:
 
 
 class RecordingProxy:
-    """Forwards every request to an engine and records each JSON body it received."""
+    """Forwards every request to an engine and records each JSON body it received. It can
+    take capabilities away from the real engine behind it, as other engines lack them:
+    ``drop_fields`` are removed from completion bodies before forwarding (an engine that
+    ignores fields it does not know), ``no_tokenize`` answers 404 on the tokenize routes,
+    ``text_only`` refuses token-id prompts with a 400."""
 
-    def __init__(self, target: str, fail_streams: bool = False) -> None:
+    def __init__(
+        self,
+        target: str,
+        fail_streams: bool = False,
+        *,
+        drop_fields: tuple[str, ...] = (),
+        no_tokenize: bool = False,
+        text_only: bool = False,
+    ) -> None:
         self.target_root = target.removesuffix("/v1")
         self.bodies: list[dict[str, Any]] = []
         self.fail_streams = fail_streams  # answer every streamed completion with a 503
+        self.drop_fields = drop_fields
+        self.no_tokenize = no_tokenize
+        self.text_only = text_only
         self._http = httpx.AsyncClient(timeout=120)
 
     async def handle(self, request: Request) -> Response:
         raw = await request.body()
         body = json.loads(raw) if raw else None
+        if self.no_tokenize and request.url.path in ("/tokenize", "/v1/tokenize"):
+            return JSONResponse({"error": {"message": "not found"}}, status_code=404)
         if body is not None and request.url.path == "/v1/completions":
             self.bodies.append(body)
             if self.fail_streams and body.get("stream"):
                 return JSONResponse({"error": {"message": "overloaded"}}, status_code=503)
+            if self.text_only and isinstance(body.get("prompt"), list):
+                message = "prompt: a string is needed"
+                return JSONResponse({"error": {"message": message}}, status_code=400)
+            if any(name in body for name in self.drop_fields):
+                body = {k: v for k, v in body.items() if k not in self.drop_fields}
+                raw = json.dumps(body).encode()
         headers = {"content-type": "application/json"} if raw else {}
         upstream = self._http.build_request(
             request.method, self.target_root + request.url.path, content=raw, headers=headers
