@@ -278,3 +278,60 @@ async def reference(builtin: object, frame: dict[str, Any], num: int) -> dict[st
         return {k: v["text"] for k, v in (await run_graph(server, frame, num)).items()}
     finally:
         await server.close()
+
+
+# -- structured outputs ------------------------------------------------------------------
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 8},
+        "count": {"type": "integer", "minimum": 0, "maximum": 99},
+        "ok": {"type": "boolean"},
+    },
+    "required": ["name", "count", "ok"],
+}
+REGEX = "[a-z]{2,5}-[0-9]{2}"
+CHOICES = ["red", "green", "blue"]
+GRAMMAR = 'root ::= "yes" | "no" | "maybe"'
+CONSTRAINTS: dict[str, dict[str, Any]] = {
+    "json": {"json": SCHEMA},
+    "json_object": {"json_object": True},
+    "regex": {"regex": REGEX},
+    "choice": {"choice": CHOICES},
+    "grammar": {"grammar": GRAMMAR},
+}
+
+
+def constrained_frame(kinds: list[str]) -> dict[str, Any]:
+    """One call per constraint kind, each output constrained and got."""
+    frame: dict[str, Any] = {"type": "submit", "vars": [], "calls": [], "gets": []}
+    for kind in kinds:
+        frame["calls"].append(
+            {
+                "id": f"c_{kind}",
+                "template": f"Reply in {kind} form.\nReply:{{{{{kind}}}}}",
+                "bind": {kind: kind},
+                "sampling": {kind: {"max_tokens": 48, "structured_outputs": CONSTRAINTS[kind]}},
+            }
+        )
+        frame["gets"].append({"var": kind})
+    return frame
+
+
+def assert_valid(kind: str, text: str) -> None:
+    """``text`` satisfies the constraint of ``kind``."""
+    if kind == "json":
+        value = json.loads(text)
+        assert set(value) == {"name", "count", "ok"}
+        assert isinstance(value["name"], str) and len(value["name"]) <= 8
+        assert isinstance(value["count"], int) and 0 <= value["count"] <= 99
+        assert isinstance(value["ok"], bool)
+    elif kind == "json_object":
+        assert isinstance(json.loads(text), dict)
+    elif kind == "regex":
+        assert re.fullmatch(REGEX, text), text
+    elif kind == "choice":
+        assert text in CHOICES
+    else:
+        assert text in ("yes", "no", "maybe")

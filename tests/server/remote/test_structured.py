@@ -6,14 +6,18 @@ cannot enforce a constraint never decodes it unconstrained."""
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import httpx
 import pytest
 from remote_helpers import (
+    CHOICES,
+    CONSTRAINTS,
+    SCHEMA,
     EngineProcess,
     RecordingProxy,
+    assert_valid,
+    constrained_frame,
     reference,
     remote_backend,
     run_graph,
@@ -26,25 +30,6 @@ from eclectus.server.remote.dialect import Dialect
 
 pytestmark = pytest.mark.slow
 
-SCHEMA = {
-    "type": "object",
-    "properties": {
-        "name": {"type": "string", "maxLength": 8},
-        "count": {"type": "integer", "minimum": 0, "maximum": 99},
-        "ok": {"type": "boolean"},
-    },
-    "required": ["name", "count", "ok"],
-}
-REGEX = "[a-z]{2,5}-[0-9]{2}"
-CHOICES = ["red", "green", "blue"]
-GRAMMAR = 'root ::= "yes" | "no" | "maybe"'
-CONSTRAINTS: dict[str, dict[str, Any]] = {
-    "json": {"json": SCHEMA},
-    "json_object": {"json_object": True},
-    "regex": {"regex": REGEX},
-    "choice": {"choice": CHOICES},
-    "grammar": {"grammar": GRAMMAR},
-}
 WEATHER = {
     "type": "function",
     "function": {
@@ -58,40 +43,6 @@ WEATHER = {
     },
 }
 ASK = [{"role": "user", "content": "What is the weather in Lisbon?"}]
-
-
-def constrained_frame(kinds: list[str]) -> dict[str, Any]:
-    """One call per constraint kind, each output constrained and got."""
-    frame: dict[str, Any] = {"type": "submit", "vars": [], "calls": [], "gets": []}
-    for kind in kinds:
-        frame["calls"].append(
-            {
-                "id": f"c_{kind}",
-                "template": f"Reply in {kind} form.\nReply:{{{{{kind}}}}}",
-                "bind": {kind: kind},
-                "sampling": {kind: {"max_tokens": 48, "structured_outputs": CONSTRAINTS[kind]}},
-            }
-        )
-        frame["gets"].append({"var": kind})
-    return frame
-
-
-def assert_valid(kind: str, text: str) -> None:
-    """``text`` satisfies the constraint of ``kind``."""
-    if kind == "json":
-        value = json.loads(text)
-        assert set(value) == {"name", "count", "ok"}
-        assert isinstance(value["name"], str) and len(value["name"]) <= 8
-        assert isinstance(value["count"], int) and 0 <= value["count"] <= 99
-        assert isinstance(value["ok"], bool)
-    elif kind == "json_object":
-        assert isinstance(json.loads(text), dict)
-    elif kind == "regex":
-        assert re.fullmatch(REGEX, text), text
-    elif kind == "choice":
-        assert text in CHOICES
-    else:
-        assert text in ("yes", "no", "maybe")
 
 
 async def test_every_constraint_kind_reaches_the_engine_and_holds(
