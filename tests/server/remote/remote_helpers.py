@@ -158,7 +158,8 @@ class RecordingProxy:
     take capabilities away from the real engine behind it, as other engines lack them:
     ``drop_fields`` are removed from completion bodies before forwarding (an engine that
     ignores fields it does not know), ``no_tokenize`` answers 404 on the tokenize routes,
-    ``text_only`` refuses token-id prompts with a 400."""
+    ``text_only`` refuses token-id prompts with a 400, ``cut_after`` ends every completion
+    stream after that many events, without ``[DONE]`` (a dropped connection)."""
 
     def __init__(
         self,
@@ -168,6 +169,7 @@ class RecordingProxy:
         drop_fields: tuple[str, ...] = (),
         no_tokenize: bool = False,
         text_only: bool = False,
+        cut_after: int | None = None,
     ) -> None:
         self.target_root = target.removesuffix("/v1")
         self.bodies: list[dict[str, Any]] = []
@@ -175,6 +177,7 @@ class RecordingProxy:
         self.drop_fields = drop_fields
         self.no_tokenize = no_tokenize
         self.text_only = text_only
+        self.cut_after = cut_after
         self._http = httpx.AsyncClient(timeout=120)
 
     async def handle(self, request: Request) -> Response:
@@ -199,9 +202,8 @@ class RecordingProxy:
         response = await self._http.send(upstream, stream=True)
         kind = response.headers.get("content-type", "application/json")
         if "event-stream" in kind:
-            return StreamingResponse(
-                _relay(response), status_code=response.status_code, media_type=kind
-            )
+            relay = _relay(response) if self.cut_after is None else _cut(response, self.cut_after)
+            return StreamingResponse(relay, status_code=response.status_code, media_type=kind)
         content = await response.aread()
         return Response(content, status_code=response.status_code, media_type=kind)
 
@@ -213,6 +215,19 @@ async def _relay(response: httpx.Response) -> AsyncIterator[bytes]:
     try:
         async for chunk in response.aiter_raw():
             yield chunk
+    finally:
+        await response.aclose()
+
+
+async def _cut(response: httpx.Response, num_events: int) -> AsyncIterator[bytes]:
+    """Relay the first ``num_events`` SSE events, then stop as a broken connection does."""
+    try:
+        async for line in response.aiter_lines():
+            if line.startswith("data:") and num_events <= 0:
+                return
+            yield (line + "\n").encode()
+            if line.startswith("data:"):
+                num_events -= 1
     finally:
         await response.aclose()
 
@@ -335,3 +350,18 @@ def assert_valid(kind: str, text: str) -> None:
         assert text in CHOICES
     else:
         assert text in ("yes", "no", "maybe")
+
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "maxLength": 12}},
+            "required": ["city"],
+        },
+    },
+}
+ASK = [{"role": "user", "content": "What is the weather in Lisbon?"}]

@@ -11,9 +11,11 @@ from typing import Any
 import httpx
 import pytest
 from remote_helpers import (
+    ASK,
     CHOICES,
     CONSTRAINTS,
     SCHEMA,
+    WEATHER,
     EngineProcess,
     RecordingProxy,
     assert_valid,
@@ -26,23 +28,10 @@ from remote_helpers import (
 
 from eclectus.server.app import start_server
 from eclectus.server.config import ServerConfig
+from eclectus.server.remote import RoutingPolicy
 from eclectus.server.remote.dialect import Dialect
 
 pytestmark = pytest.mark.slow
-
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "The weather in a city.",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string", "maxLength": 12}},
-            "required": ["city"],
-        },
-    },
-}
-ASK = [{"role": "user", "content": "What is the weather in Lisbon?"}]
 
 
 async def test_every_constraint_kind_reaches_the_engine_and_holds(
@@ -145,6 +134,37 @@ async def test_a_constraint_no_engine_enforces_is_refused_never_ignored(
     finally:
         await http.close()
         await deaf.aclose()
+
+
+async def test_a_constrained_call_fails_over_only_before_its_output(
+    engines: list[EngineProcess], builtin: object
+) -> None:
+    """An engine that fails before any output: the constrained call fails over and is valid
+    (the built-in engine's text). One that drops the stream mid-output: the call fails with
+    ``engine_error`` (another engine's grammar would start over mid-structure), and what it
+    streamed is not streamed again."""
+    failing = RecordingProxy(engines[0].url, fail_streams=True)
+    cutting = RecordingProxy(engines[0].url, cut_after=2)
+    servers = [await serve_http(failing.handle), await serve_http(cutting.handle)]
+    frame = constrained_frame(["json"])
+    try:
+        for (_, url), expect_value in zip(servers, (True, False), strict=True):
+            backend = remote_backend([url, engines[1].url], routing=RoutingPolicy.ROUND_ROBIN)
+            config = ServerConfig(port=0)
+            async with await start_server(config, backend, owns_backend=True) as server:
+                got = (await run_graph(server, frame, 1))["json"]
+            if expect_value:
+                assert got["type"] == "value" and backend.num_failovers == 1
+                assert got["text"] == (await reference(builtin, frame, 1))["json"]
+            else:
+                assert got["type"] == "error" and got["code"] == "engine_error", got
+                assert "constrained output cannot continue" in got["message"]
+                assert backend.num_failovers == 0
+    finally:
+        for http, _ in servers:
+            await http.close()
+        await failing.aclose()
+        await cutting.aclose()
 
 
 async def chat(base_url: str, **body: Any) -> dict[str, Any]:

@@ -4,6 +4,7 @@ as it is."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import tempfile
@@ -12,11 +13,23 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from remote_helpers import fan_out, free_port, reference, remote_backend, run_graph
+from remote_helpers import (
+    ASK,
+    CONSTRAINTS,
+    WEATHER,
+    assert_valid,
+    constrained_frame,
+    fan_out,
+    free_port,
+    reference,
+    remote_backend,
+    run_graph,
+)
 from ws_helpers import map_reduce
 
 from eclectus.server.app import start_server
 from eclectus.server.config import ServerConfig
+from eclectus.server.remote.dialect import Dialect
 
 VLLM_PYTHON = os.environ.get("VLLM_PYTHON")
 BAD = "\ufffd"  # what the built-in engine emits for bytes that do not decode
@@ -87,3 +100,25 @@ async def test_graph_through_vllm_equals_builtin(vllm_url: str, builtin: object)
         }
         final = (await run_graph(server, map_reduce(3), 1))["final"]
         assert final["type"] == "value" and final["finish_reason"] in ("stop", "length")
+
+
+async def test_constraints_and_tools_through_vllm(vllm_url: str) -> None:
+    """vLLM's dialect is found (``structured_outputs``); every constraint kind and a required
+    tool call come back valid. (Not compared with the built-in engine: vLLM's JSON grammar
+    allows whitespace the built-in engine's compact default does not.)"""
+    backend = remote_backend([vllm_url])
+    async with await start_server(ServerConfig(port=0), backend, owns_backend=True) as server:
+        member = backend.pool.engines[0].member
+        assert member.info is not None and member.info.dialect is Dialect.VLLM  # type: ignore[attr-defined]
+        kinds = list(CONSTRAINTS)
+        got = await run_graph(server, constrained_frame(kinds), len(kinds))
+        for kind in kinds:
+            assert got[kind]["type"] == "value", got[kind]
+            assert_valid(kind, got[kind]["text"])
+        body = {"model": "tiny", "messages": ASK, "tools": [WEATHER], "tool_choice": "required"}
+        async with httpx.AsyncClient(timeout=300) as client:
+            reply = await client.post(f"{server.openai_url}/chat/completions", json=body)
+        assert reply.status_code == 200, reply.text
+        (call,) = reply.json()["choices"][0]["message"]["tool_calls"]
+        assert call["function"]["name"] == "get_weather"
+        assert isinstance(json.loads(call["function"]["arguments"])["city"], str)
