@@ -81,7 +81,7 @@ async def handshake(client: EngineClient, tokenizer: Tokenizer) -> EngineInfo:
             client.url,
         )
     order = (Dialect.SGLANG, *PROBE_ORDER) if sglang else PROBE_ORDER
-    dialect = await _find_dialect(client, model_id, prompt, tokenizer, order)
+    dialect = await _find_dialect(client, model_id, prompt, order)
     max_len = int(max_len) if max_len else None
     return EngineInfo(model_id, max_len, priority, token_prompts, dialect, sglang)
 
@@ -142,19 +142,21 @@ async def _find_dialect(
     client: EngineClient,
     model_id: str,
     prompt: list[int] | str,
-    tokenizer: Tokenizer,
     order: tuple[Dialect, ...] = PROBE_ORDER,
 ) -> Dialect:
-    """The first dialect of ``order`` whose one-choice constraint the engine obeys."""
-    max_tokens = len(tokenizer.encode(PROBE_CHOICE, add_bos=False)) + 4
+    """The first dialect of ``order`` whose one-choice constraint the engine obeys. The
+    budget allows a token per byte: an engine's grammar may spell the choice with any
+    tokenization (vLLM's does, with a random model), not only the tokenizer's own."""
+    max_tokens = len(PROBE_CHOICE.encode()) + 8
     body = {"model": model_id, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0}
     for dialect in dict.fromkeys(order):
         try:
             answer = await client.complete({**body, **constraint_fields(dialect, probe_choice())})
         except EngineRejected:
             continue  # a field it refuses outright: not its dialect
-        choices = answer.get("choices") or [{}]
-        if choices[0].get("text") == PROBE_CHOICE:
+        text = str((answer.get("choices") or [{}])[0].get("text") or "")
+        # all of it, or (cut by the budget) a long prefix no free model writes by chance
+        if text == PROBE_CHOICE or (len(text) >= 8 and PROBE_CHOICE.startswith(text)):
             return dialect
     log.warning(
         "engine %s enforces no structured outputs in any known dialect: constrained calls "

@@ -318,16 +318,20 @@ CONSTRAINTS: dict[str, dict[str, Any]] = {
 }
 
 
-def constrained_frame(kinds: list[str]) -> dict[str, Any]:
-    """One call per constraint kind, each output constrained and got."""
+def constrained_frame(kinds: list[str], compact: bool = False) -> dict[str, Any]:
+    """One call per constraint kind, each output constrained and got; ``compact``: no
+    whitespace between JSON tokens (``disable_any_whitespace``)."""
     frame: dict[str, Any] = {"type": "submit", "vars": [], "calls": [], "gets": []}
     for kind in kinds:
+        constraint = dict(CONSTRAINTS[kind])
+        if compact and kind.startswith("json"):
+            constraint["disable_any_whitespace"] = True
         frame["calls"].append(
             {
                 "id": f"c_{kind}",
                 "template": f"Reply in {kind} form.\nReply:{{{{{kind}}}}}",
                 "bind": {kind: kind},
-                "sampling": {kind: {"max_tokens": 48, "structured_outputs": CONSTRAINTS[kind]}},
+                "sampling": {kind: {"max_tokens": 48, "structured_outputs": constraint}},
             }
         )
         frame["gets"].append({"var": kind})
