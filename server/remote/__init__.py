@@ -2,7 +2,9 @@
 
     config.py        RemoteConfig (the --engine-url / --routing flags)
     client.py        one engine's HTTP API (httpx): models, tokenize, streamed completions
-    handshake.py     start-up checks: model, context window, same tokenizer, priority
+    handshake.py     start-up checks: model, context window, same tokenizer, token-id
+                     prompts, priority, structured-output dialect
+    dialect.py       how vLLM, older vLLM and SGLang spell a structured-output constraint
     load.py          an engine's load from its /metrics
     prefix_index.py  which segment-end prefixes each engine has seen
     routing.py       the routing policy, a pure function of the pool's state

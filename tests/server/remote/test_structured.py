@@ -207,3 +207,19 @@ async def test_tool_calls_through_remote_engines_equal_builtin(
     finally:
         await http.close()
         await proxy.aclose()
+
+
+async def test_engine_completions_enforce_constraints_and_refuse_tools(
+    engines: list[EngineProcess],
+) -> None:
+    """An Eclectus engine's /v1/completions (what a remote backend talks to) enforces
+    ``structured_outputs`` and ``guided_*`` on text prompts too, and refuses ``tools`` (a chat
+    field) with a 400 naming it rather than ignoring them."""
+    body = {"model": "tiny", "prompt": "Pick one:", "max_tokens": 8, "temperature": 0}
+    async with httpx.AsyncClient(timeout=120) as client:
+        url = f"{engines[0].url}/completions"
+        for extra in ({"structured_outputs": {"choice": CHOICES}}, {"guided_choice": CHOICES}):
+            answer = (await client.post(url, json={**body, **extra})).json()
+            assert answer["choices"][0]["text"] in CHOICES
+        refused = await client.post(url, json={**body, "tools": [WEATHER]})
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "tools"

