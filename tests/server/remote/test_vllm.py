@@ -110,9 +110,10 @@ async def test_graph_through_vllm_equals_builtin(vllm_url: str, builtin: object)
 
 async def test_constraints_and_tools_through_vllm(vllm_url: str) -> None:
     """vLLM's dialect is found (``structured_outputs``); every constraint kind and a required
-    tool call come back valid. (Not compared with the built-in engine: vLLM's grammar lets
-    the model spell a text with any tokenization, the built-in engine's jump-forward emits
-    the tokenizer's own, so the greedy paths part.)"""
+    tool call come back valid (an open-ended JSON object may instead run out of budget:
+    vLLM then returns it truncated, with finish reason "length"). Not compared with the
+    built-in engine: vLLM's grammar lets the model spell a text with any tokenization, the
+    built-in engine's jump-forward emits the tokenizer's own, so the greedy paths part."""
     backend = remote_backend([vllm_url])
     async with await start_server(ServerConfig(port=0), backend, owns_backend=True) as server:
         member = backend.pool.engines[0].member
@@ -121,6 +122,8 @@ async def test_constraints_and_tools_through_vllm(vllm_url: str) -> None:
         got = await run_graph(server, constrained_frame(kinds), len(kinds))
         for kind in kinds:
             assert got[kind]["type"] == "value", got[kind]
+            if kind == "json_object" and got[kind]["finish_reason"] == "length":
+                continue  # vLLM does not close a structure within the budget (docs/engines.md)
             assert_valid(kind, got[kind]["text"])
         body = {"model": "tiny", "messages": ASK, "tools": [WEATHER], "tool_choice": "required"}
         async with httpx.AsyncClient(timeout=300) as client:
