@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from eclectus.protocol.tool_formats import ToolFormatName
+
 
 @dataclass(frozen=True, slots=True)
 class ServerConfig:
@@ -24,6 +26,9 @@ class ServerConfig:
     # the names clients may ask for (vLLM's --served-model-name); empty: the model's own name
     # (the preset name, or the directory path as given). A call naming another is refused.
     served_model_names: tuple[str, ...] = ()
+    # the tool-call syntax of the served model (vLLM's --tool-call-parser): "hermes",
+    # "llama3_json" or "mistral"; None: detected from the model's chat template
+    tool_call_parser: ToolFormatName | None = None
     token: str | None = None
     tenant_tokens: tuple[tuple[str, str], ...] = ()
     max_frame_bytes: int = 1 << 20  # larger frames get a limit_exceeded error frame
@@ -89,6 +94,10 @@ class ServerConfig:
             raise ValueError(f"aging_rate must be >= 0, got {self.aging_rate}")
         if any(not name for name in self.served_model_names):
             raise ValueError("served_model_names must not contain an empty name")
+        if self.tool_call_parser is not None:
+            from eclectus.protocol.tool_formats import tool_format
+
+            tool_format(self.tool_call_parser)  # ValueError naming the choices
         if self.token == "":
             raise ValueError("token must be non-empty (use None to turn auth off)")
         self._check_tenant_tokens()

@@ -19,6 +19,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import fields
 
+from eclectus.protocol.tool_formats import TOOL_FORMATS
 from eclectus.server.backend import Backend
 from eclectus.server.config import ServerConfig, read_token_file
 from eclectus.server.engine.engine_config import SUPPORTED_DTYPES, EngineConfig, GiB
@@ -90,6 +91,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="NAME",
         help="the model names clients may use (default: the --model value, as vLLM does)",
+    )
+    parser.add_argument(
+        "--tool-call-parser",
+        choices=TOOL_FORMATS,
+        default=defaults.tool_call_parser,
+        help="the model's tool-call syntax (default: detected from its chat template)",
     )
     parser.add_argument(
         "--token",

@@ -25,13 +25,8 @@ from typing import Any
 
 from eclectus.protocol.sampling import SamplingParams
 from eclectus.protocol.structured import StructuredOutputs
-from eclectus.protocol.tools import (
-    ToolCallStream,
-    ToolChoice,
-    parse_tool_calls,
-    tool_call_constraint,
-    tool_specs,
-)
+from eclectus.protocol.tool_formats import ToolFormatName, tool_format
+from eclectus.protocol.tools import StreamEvent, ToolChoice, tool_specs
 
 # vLLM's older request fields -> the StructuredOutputs key each one sets
 GUIDED_FIELDS = {
@@ -56,13 +51,18 @@ class ChatConstraint:
 
     tools: list[dict[str, Any]] = field(default_factory=list)  # for the template's ``tools``
     structured_outputs: StructuredOutputs | None = None
-    parse_tool_calls: bool = False  # read <tool_call> blocks out of the reply
+    parse_tool_calls: bool = False  # read calls out of the reply
+    tool_format: ToolFormatName = "hermes"  # the served model's call syntax (tool_formats)
 
 
-def chat_constraint(body: Mapping[str, Any]) -> ChatConstraint:
-    """The constraint of one chat-completions request body (pure). Raises
-    ToolRequestError naming the field for a malformed one, or for two that conflict (a
-    response format beside a forced tool call)."""
+def chat_constraint(
+    body: Mapping[str, Any], tool_format_name: ToolFormatName = "hermes"
+) -> ChatConstraint:
+    """The constraint of one chat-completions request body for a model whose calls are
+    written in ``tool_format_name`` (pure). Raises ToolRequestError naming the field for a
+    malformed one, or for two that conflict (a response format beside a forced tool call);
+    ValueError for an unknown format."""
+    fmt = tool_format(tool_format_name)
     try:
         specs = tool_specs(body.get("tools") or ())
     except ValueError as exc:
@@ -72,7 +72,7 @@ def chat_constraint(body: Mapping[str, Any]) -> ChatConstraint:
         raise ToolRequestError("tool_choice", "given without tools")
     parallel = body.get("parallel_tool_calls", True) is not False
     try:
-        tool_so = tool_call_constraint(specs, choice, parallel)
+        tool_so = fmt.constraint(specs, choice, parallel)
     except ValueError as exc:
         raise ToolRequestError("tool_choice", str(exc)) from None
     format_so = _format_constraint(body)
@@ -86,6 +86,7 @@ def chat_constraint(body: Mapping[str, Any]) -> ChatConstraint:
         tools=[s.openai() for s in specs],
         structured_outputs=format_so or tool_so,
         parse_tool_calls=bool(specs) and choice != "none" and format_so is None,
+        tool_format=fmt.name,
     )
 
 
@@ -150,7 +151,7 @@ def assistant_message(
     ("tool_calls" when the reply made calls). Pure."""
     if not constraint.parse_tool_calls:
         return {"role": "assistant", "content": text}, finish_reason
-    content, calls = parse_tool_calls(text)
+    content, calls = tool_format(constraint.tool_format).parse(text)
     if not calls:
         return {"role": "assistant", "content": text}, finish_reason
     message = {
@@ -167,7 +168,8 @@ class ChatDeltas:
     arguments at once, as vLLM's parsers send a call they read whole)."""
 
     def __init__(self, constraint: ChatConstraint) -> None:
-        self._stream = ToolCallStream() if constraint.parse_tool_calls else None
+        fmt = tool_format(constraint.tool_format)
+        self._stream = fmt.stream() if constraint.parse_tool_calls else None
         self.num_calls = 0
 
     def feed(self, text: str) -> list[dict[str, Any]]:
@@ -181,7 +183,7 @@ class ChatDeltas:
         deltas = [] if self._stream is None else [self._delta(e) for e in self._stream.finish()]
         return deltas, "tool_calls" if self.num_calls else finish_reason
 
-    def _delta(self, event: Any) -> dict[str, Any]:
+    def _delta(self, event: StreamEvent) -> dict[str, Any]:
         if event.call is None:
             return {"content": event.content}
         self.num_calls += 1
