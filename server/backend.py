@@ -96,6 +96,14 @@ class EngineError(RuntimeError):
     code: ErrorCode = "engine_error"
 
 
+class RequestRefused(EngineError):
+    """The engine refuses the request itself (a structured-outputs constraint it cannot
+    compile, a ``max_tokens`` too small for any valid output): the client's mistake, answered
+    as ``bad_request``; retrying the same request will not help."""
+
+    code: ErrorCode = "bad_request"
+
+
 class EngineUnavailableError(EngineError):
     """No engine can take the request (every remote engine is down); retrying later may
     succeed."""
@@ -131,6 +139,11 @@ class Backend(Protocol):
         (no BOS; pure)."""
         ...
 
+    # Optional: ``check_constraint(sampling) -> None``, blocking (it may compile a grammar:
+    # call it on a worker thread). Raises RequestRefused when ``sampling``'s structured
+    # outputs cannot be served. A backend without it accepts every constraint here and
+    # refuses in ``generate`` instead. See :func:`check_constraint`.
+
     def tokenize_prompt(self, segments: tuple[str, ...]) -> TokenizedPrompt:
         """The ids the engine would compute for a request with these ``segments`` (pure)."""
         ...
@@ -138,3 +151,12 @@ class Backend(Protocol):
     def stats(self) -> EngineStats:
         """A snapshot of load and counters (pure)."""
         ...
+
+
+def check_constraint(backend: Backend, sampling: SamplingParams) -> None:
+    """Raise RequestRefused when ``backend`` cannot serve ``sampling``'s structured outputs
+    (blocking: the engine compiles the grammar, cached, so call this on a worker thread).
+    A backend without ``check_constraint`` accepts everything here."""
+    check = getattr(backend, "check_constraint", None)
+    if check is not None and sampling.structured_outputs is not None:
+        check(sampling)

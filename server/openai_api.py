@@ -48,7 +48,9 @@ from eclectus.protocol.openai_tools import (
     with_constraint,
 )
 from eclectus.protocol.sampling import COMPLETIONS_DEFAULT_MAX_TOKENS
+from eclectus.protocol.tool_formats import ToolFormatName, detect_tool_format
 from eclectus.server.auth import AuthFailure, bearer_token
+from eclectus.server.backend import RequestRefused, check_constraint
 from eclectus.server.errors import ServerError
 from eclectus.server.fragment import stage
 from eclectus.server.graph import Variable, VarState
@@ -101,6 +103,10 @@ class OpenAIApi:
         self.ctx = ctx
         self.render_chat = render_chat
         self.jobs: set[_Job] = set()
+        # the served model's call syntax: the flag's, else its chat template's
+        chat_template = ctx.backend.model.chat_template
+        parser = ctx.config.tool_call_parser
+        self.tool_format: ToolFormatName = parser or detect_tool_format(chat_template)
 
     def routes(self) -> list[BaseRoute]:
         return [
@@ -194,7 +200,7 @@ class OpenAIApi:
             tenant = self._admit(request)
             body: ChatCompletionRequest = parse(ChatCompletionRequest, await self._body(request))
             try:
-                constraint = chat_constraint(body.model_extra or {})
+                constraint = chat_constraint(body.model_extra or {}, self.tool_format)
             except ToolRequestError as exc:
                 raise ApiError(400, str(exc), exc.param) from None
             try:
@@ -245,6 +251,15 @@ class OpenAIApi:
         if stream and len(prompts) != 1:
             raise ApiError(400, "prompt: streaming takes a single prompt", "prompt")
 
+    async def _check_constraint(self, sampling: SamplingParams) -> None:
+        """ApiError(400) when the engine cannot serve the request's structured outputs (a
+        schema, regex or grammar it does not compile; a max_tokens too small for any valid
+        output), before anything is dispatched. Compiles on a worker thread (cached)."""
+        try:
+            await asyncio.to_thread(check_constraint, self.ctx.backend, sampling)
+        except RequestRefused as exc:
+            raise ApiError(400, str(exc)) from None
+
     def _check_model(self, name: str | None) -> None:
         if name is not None and name not in self.ctx.config.served_model_names:
             message = f"The model `{name}` does not exist."
@@ -267,6 +282,7 @@ class OpenAIApi:
         constraint = constraint or ChatConstraint()
         sampling = to_sampling(body, None if chat else COMPLETIONS_DEFAULT_MAX_TOKENS)
         sampling = with_constraint(sampling, constraint)
+        await self._check_constraint(sampling)
         base = f"{'chatcmpl' if chat else 'cmpl'}-{secrets.token_hex(8)}"
         job = self._submit(base, tenant, prompts, sampling)
         if body.stream:
@@ -428,6 +444,8 @@ def _var_error(variable: Variable) -> ApiError:
     code, message = variable.error_code, variable.error_message or "failed"
     if code == "limit_exceeded":
         return ApiError(400, _name_prompts(message), "prompt")
+    if code == "bad_request":  # refused by the engine as the request's own mistake
+        return ApiError(400, message)
     if code == "cancelled":
         return ApiError(503, message)
     return ApiError(500, f"engine error: {message}")

@@ -34,6 +34,7 @@ from eclectus.protocol import (
     Delta,
     Error,
     ErrorCode,
+    GenSegment,
     Get,
     GetSpec,
     Hello,
@@ -47,7 +48,7 @@ from eclectus.protocol import (
     Welcome,
 )
 from eclectus.server.auth import Authenticator, AuthFailure
-from eclectus.server.backend import Backend
+from eclectus.server.backend import Backend, RequestRefused, check_constraint
 from eclectus.server.config import ServerConfig
 from eclectus.server.decode import (
     check_surrogates,
@@ -313,6 +314,7 @@ class Session:
             todo = texts_to_count(prompts, limit)
             counts = await asyncio.to_thread(self._count_tokens, todo) if todo else {}
         check_prompt_sizes(prompts, lambda text, first: counts[text, first], limit)
+        await self._check_constraints(staged)
         if self.app is None:  # the client left while we were away
             return
         check_still_applies(graph, staged, frame)
@@ -324,6 +326,27 @@ class Session:
             if self.app is None:
                 return
             self._get(spec, frame.id)
+
+    async def _check_constraints(self, staged: Staged) -> None:
+        """ServerError ``bad_request`` naming the output whose structured outputs the engine
+        cannot serve (a constraint it does not compile, a max_tokens too small for any valid
+        output), before any of the fragment runs. Compiles on a worker thread (cached)."""
+        for node, where in zip(staged.nodes, staged.wheres, strict=True):
+            segments = node.map.segments if node.map is not None else node.segments
+            constrained = [
+                s
+                for s in segments
+                if isinstance(s, GenSegment) and s.sampling.structured_outputs is not None
+            ]
+            for segment in constrained:  # free outputs (most) cost no thread hop
+                try:
+                    await asyncio.to_thread(check_constraint, self.ctx.backend, segment.sampling)
+                except RequestRefused as exc:
+                    raise ServerError(
+                        "bad_request",
+                        f"output {segment.gen!r}: {exc}",
+                        field=f"{where}.sampling.structured_outputs",
+                    ) from None
 
     def _stage(
         self, graph: Graph, frame: Submit

@@ -6,6 +6,11 @@ unpin), drained at the start of each iteration; outputs travel back by
 ``loop.call_soon_threadsafe`` into one asyncio.Queue per request. A step that raises fails only
 the requests in that step (their iterators raise EngineError); a request whose own parameters
 break sampling fails alone; the loop keeps going.
+
+A constrained request's grammar is compiled (cached) and its matcher built on a worker
+thread before the request reaches the inbox, so a slow-to-compile schema never stalls the
+other requests' steps; a constraint that does not compile is refused there, as the client's
+mistake (RequestRefused, ``bad_request``), before anything is queued.
 """
 
 from __future__ import annotations
@@ -18,12 +23,14 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+from eclectus.protocol import SamplingParams
 from eclectus.server.backend import (
     EngineError,
     EngineOutput,
     EngineRequest,
     EngineStats,
     ModelCard,
+    RequestRefused,
     TokenizedPrompt,
 )
 from eclectus.server.engine.engine_config import EngineConfig
@@ -37,6 +44,7 @@ class _Command:
     kind: str  # "add" | "abort" | "unpin"
     request_id: str
     request: EngineRequest | None = None
+    grammar: Any = None  # "add": the request's GrammarState, built off the step thread
 
 
 @dataclass(slots=True)
@@ -115,12 +123,15 @@ class AsyncEngine:
         """Submit ``request`` and stream its outputs until finished (mutates: enqueues).
         Raises EngineError if the engine fails it; closing the iterator early aborts it."""
         self._ensure_thread()
+        grammar = None
+        if request.sampling.structured_outputs is not None:  # compiled here, not on the step
+            grammar = await asyncio.to_thread(self._prepare_grammar, request.sampling)
         stream = _Stream(asyncio.get_running_loop(), asyncio.Queue())
         with self._cond:
             if request.request_id in self._streams:
                 raise EngineError(f"request id {request.request_id!r} is already running")
             self._streams[request.request_id] = stream
-        self._submit(_Command("add", request.request_id, request))
+        self._submit(_Command("add", request.request_id, request, grammar))
         finished = False
         try:
             while not finished:
@@ -141,6 +152,17 @@ class AsyncEngine:
     async def unpin(self, request_id: str) -> None:
         """Release the prefix pinned by ``request_id`` (mutates; no-op if none)."""
         self._submit(_Command("unpin", request_id))
+
+    def check_constraint(self, sampling: SamplingParams) -> None:
+        """Raise RequestRefused when ``sampling``'s constraint does not compile or its
+        ``max_tokens`` cannot hold a valid output (blocking: compiles, cached; any thread)."""
+        self._prepare_grammar(sampling)
+
+    def _prepare_grammar(self, sampling: SamplingParams) -> Any:
+        try:
+            return self.engine.prepare_grammar(sampling)
+        except ValueError as exc:  # GrammarError: what xgrammar refused, or the budget
+            raise RequestRefused(str(exc)) from None
 
     def tokenize(self, text: str) -> list[int]:
         """Token ids of ``text`` as one non-first segment (pure; the tokenizer is immutable,
@@ -181,7 +203,7 @@ class AsyncEngine:
         if command.kind == "add":
             assert command.request is not None
             try:
-                self.engine.add_request(command.request)
+                self.engine.add_request(command.request, command.grammar)
             except Exception as exc:  # bad request or tokenizer error: fail it, live on
                 self._fail(command.request_id, f"{type(exc).__name__}: {exc}")
         elif command.kind == "abort":

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -94,6 +95,7 @@ class LLMEngine:
         self._states: dict[str, OutputState] = {}
         self._grammars: dict[str, GrammarState] = {}  # constrained requests' matchers
         self._grammar_backend: GrammarBackend | None = None
+        self._grammar_lock = threading.Lock()  # prepare_grammar runs on worker threads
         self._arrivals = itertools.count()
 
     # ---- requests -------------------------------------------------------------------------
@@ -108,9 +110,10 @@ class LLMEngine:
             ends.append(len(token_ids))
         return TokenizedPrompt(tuple(token_ids), tuple(ends))
 
-    def add_request(self, request: EngineRequest) -> None:
-        """Queue ``request``, tokenizing it unless it carries its ids (mutates). Raises
-        ValueError on a bad request."""
+    def add_request(self, request: EngineRequest, grammar: GrammarState | None = None) -> None:
+        """Queue ``request``, tokenizing it unless it carries its ids (mutates). ``grammar``:
+        its matcher from :meth:`prepare_grammar`, when the caller built it already (off the
+        step thread); None: built here. Raises ValueError on a bad request."""
         prompt = request.tokens or self.tokenize_prompt(request.segments)
         self.add_tokens(
             request.request_id,
@@ -121,7 +124,19 @@ class LLMEngine:
             tenant=request.tenant,
             segment_ends=prompt.segment_ends,
             pin_prefix_segments=request.pin_prefix_segments,
+            grammar=grammar,
         )
+
+    def prepare_grammar(self, sampling: SamplingParams) -> GrammarState | None:
+        """A fresh matcher for a request with ``sampling``, or None when it is free: the
+        constraint compiled (cached) and the budget checked, the slow part of admitting a
+        constrained request. Safe on any thread (touches only the grammar backend, which
+        locks its cache), so the async engine calls it on a worker thread and the step
+        thread never compiles. Raises GrammarError (a ValueError) naming what is wrong."""
+        if sampling.structured_outputs is None:
+            return None
+        budget = sampling.max_tokens if self.config.budget_guarantee else None
+        return self.grammar_backend.new_state(sampling.structured_outputs, budget)
 
     def add_tokens(
         self,
@@ -134,12 +149,15 @@ class LLMEngine:
         tenant: str | None = None,
         segment_ends: tuple[int, ...] = (),
         pin_prefix_segments: int = 0,
+        grammar: GrammarState | None = None,
     ) -> None:
-        """Queue a request given as token ids (mutates). Raises ValueError on a bad one."""
+        """Queue a request given as token ids (mutates); ``grammar`` as :meth:`add_request`.
+        Raises ValueError on a bad one."""
         seq = self._new_sequence(
             request_id,
             token_ids,
             sampling,
+            grammar,
             priority=priority,
             background=background,
             tenant=tenant,
@@ -153,6 +171,7 @@ class LLMEngine:
         request_id: str,
         token_ids: list[int] | tuple[int, ...],
         sampling: SamplingParams,
+        grammar: GrammarState | None,
         **fields: Any,
     ) -> Sequence:
         """Validate and register a request's sequence and output state (mutates)."""
@@ -165,10 +184,8 @@ class LLMEngine:
                 f"prompt of {len(token_ids)} tokens leaves no room for an output token: a "
                 f"request holds at most {self.max_model_len} (context window and KV pool)"
             )
-        grammar = None
-        if sampling.structured_outputs is not None:  # GrammarError (a ValueError) if bad
-            budget = sampling.max_tokens if self.config.budget_guarantee else None
-            grammar = self.grammar_backend.new_state(sampling.structured_outputs, budget)
+        if grammar is None:  # GrammarError (a ValueError) if the constraint is bad
+            grammar = self.prepare_grammar(sampling)
         seq = Sequence(
             request_id,
             list(token_ids),
@@ -206,11 +223,13 @@ class LLMEngine:
     @property
     def grammar_backend(self) -> GrammarBackend:
         """The xgrammar compiler and cache, built on first use (mutates once)."""
-        if self._grammar_backend is None:
-            from eclectus.server.engine.structured import GrammarBackend
+        with self._grammar_lock:
+            if self._grammar_backend is None:
+                from eclectus.server.engine.structured import GrammarBackend
 
-            self._grammar_backend = GrammarBackend(self.tokenizer, self.model_config.vocab_size)
-        return self._grammar_backend
+                vocab_size = self.model_config.vocab_size
+                self._grammar_backend = GrammarBackend(self.tokenizer, vocab_size)
+            return self._grammar_backend
 
     @property
     def has_unfinished(self) -> bool:

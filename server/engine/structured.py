@@ -30,6 +30,8 @@ Beyond the peers:
 
 from __future__ import annotations
 
+import re
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -56,6 +58,11 @@ _CLOSING_ORDER = (
 # The character class xgrammar gives a string with minLength/maxLength, and JSON's own
 _LOOSE_STRING_CHAR = r"[^\"\\\r\n]"
 _JSON_STRING_CHAR = r"[^\0-\x1f\"\\]"
+
+
+# xgrammar's messages open with a time and its C++ source location: "[19:57:14]
+# /project/cpp/regex_converter.cc:94: "; the client needs only what follows
+_XGRAMMAR_PREFIX = re.compile(r"^\[[\d:]+\]\s+\S+:\d+:\s*")
 
 
 class GrammarError(ValueError):
@@ -90,13 +97,15 @@ def _tokenizer_info(tokenizer: Tokenizer, vocab_size: int) -> xgr.TokenizerInfo:
 
 class GrammarBackend:
     """Compiles constraints (cached, LRU) and builds the per-step bitmask. Mutates only its
-    cache."""
+    cache, under a lock: the async engine compiles on worker threads while the step thread
+    reads cached grammars."""
 
     def __init__(self, tokenizer: Tokenizer, vocab_size: int) -> None:
         self.vocab_size = vocab_size
         self.info = _tokenizer_info(tokenizer, vocab_size)
         self.compiler = xgr.GrammarCompiler(self.info, max_threads=1)
         self._cache: OrderedDict[tuple[str, str, bool], xgr.CompiledGrammar] = OrderedDict()
+        self._lock = threading.Lock()  # guards _cache; compiling runs outside it
         self.closing_order = _closing_token_ids(tokenizer, vocab_size)
         self.stop_token_ids = frozenset(self.info.stop_token_ids)
 
@@ -104,16 +113,20 @@ class GrammarBackend:
         """The compiled grammar of ``constraint``, from the cache when seen before (mutates
         the cache). Raises GrammarError naming what xgrammar refused."""
         key = (*constraint.key, constraint.disable_any_whitespace)
-        compiled = self._cache.get(key)
-        if compiled is None:
-            try:
-                compiled = self._compile(constraint)
-            except (RuntimeError, ValueError) as exc:
-                raise GrammarError(f"structured_outputs.{constraint.kind}: {exc}") from None
+        with self._lock:
+            compiled = self._cache.get(key)
+            if compiled is not None:
+                self._cache.move_to_end(key)
+                return compiled
+        try:  # two threads may compile one key at once: both results are the same grammar
+            compiled = self._compile(constraint)
+        except (RuntimeError, ValueError) as exc:
+            message = _XGRAMMAR_PREFIX.sub("", str(exc)).strip()
+            raise GrammarError(f"structured_outputs.{constraint.kind}: {message}") from None
+        with self._lock:
             self._cache[key] = compiled
             if len(self._cache) > MAX_CACHED_GRAMMARS:
                 self._cache.popitem(last=False)
-        self._cache.move_to_end(key)
         return compiled
 
     def _compile(self, constraint: StructuredOutputs) -> xgr.CompiledGrammar:

@@ -143,9 +143,9 @@ async def test_server_tokenizes_each_prompt_once_with_the_engines_ids(
     engine_core = real_engine.engine  # type: ignore[attr-defined]
     original = engine_core.add_request
 
-    def record(request: object) -> None:
+    def record(request: object, grammar: object = None) -> None:
         seen.append(request)
-        original(request)
+        original(request, grammar)
 
     tokenize = engine_core.tokenize_prompt
     threads: list[threading.Thread] = []

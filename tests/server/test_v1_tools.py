@@ -126,3 +126,53 @@ async def test_a_malformed_tools_field_is_a_400_naming_it(client: openai.AsyncOp
         await client.chat.completions.create(
             model="tiny", messages=ASK, tool_choice="required", max_tokens=4
         )
+
+
+@pytest.mark.parametrize("parser", ["llama3_json", "mistral"])
+async def test_the_tool_call_parser_flag_sets_the_format_end_to_end(
+    engine: object, parser: str
+) -> None:
+    """--tool-call-parser: a named call is constrained to that format's syntax and read back
+    in it, whole and streamed (a tool_calls delta, no content)."""
+    server: EclectusServer = await start_server(
+        ServerConfig(port=0, tool_call_parser=parser),  # type: ignore[arg-type]
+        engine,  # type: ignore[arg-type]
+        owns_backend=False,
+    )
+    try:
+        assert server.openai.tool_format == parser
+        client = openai.AsyncOpenAI(base_url=server.openai_url, api_key="none")
+        named = {"type": "function", "function": {"name": "get_weather"}}
+        reply = await client.chat.completions.create(
+            model="tiny", messages=ASK, tools=[WEATHER], tool_choice=named, max_tokens=64
+        )
+        (call,) = reply.choices[0].message.tool_calls or []
+        assert reply.choices[0].finish_reason == "tool_calls"
+        assert call.function.name == "get_weather"
+        assert isinstance(json.loads(call.function.arguments)["city"], str)
+        if parser == "mistral":
+            assert len(call.id) == 9 and call.id.isalnum()
+        stream = await client.chat.completions.create(
+            model="tiny",
+            messages=ASK,
+            tools=[WEATHER],
+            tool_choice=named,
+            max_tokens=64,
+            stream=True,
+        )
+        calls, content = [], ""
+        async for chunk in stream:
+            if chunk.choices:
+                calls += chunk.choices[0].delta.tool_calls or []
+                content += chunk.choices[0].delta.content or ""
+        assert [c.function.name for c in calls] == ["get_weather"] and content == ""
+    finally:
+        await server.close()
+
+
+def test_detects_the_format_from_the_served_template() -> None:
+    """Without the flag, the tiny model's template (Hermes <tool_call>) is detected."""
+    from eclectus.protocol.tool_formats import detect_tool_format
+    from eclectus.server.engine.tiny_chat import CHAT_TEMPLATE
+
+    assert detect_tool_format(CHAT_TEMPLATE) == "hermes"

@@ -1,0 +1,197 @@
+"""Each tool-call format end to end on the real tiny engine: a prompt rendered with a
+Llama-3-style or Mistral-style chat template, decoded under the format's constraint, reads
+back in that format as well-formed calls of declared tools (differential: the grammar and
+the parser agree)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from eclectus.protocol import SamplingParams
+from eclectus.protocol.chat_template import render_chat
+from eclectus.protocol.tool_formats import detect_tool_format, tool_format
+from eclectus.protocol.tools import tool_specs
+from eclectus.server.engine import EngineConfig, LLMEngine
+
+TEMPLATES = Path(__file__).parents[1] / "fixtures" / "chat_templates"
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string", "maxLength": 12}},
+                "required": ["city"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "add",
+            "parameters": {
+                "type": "object",
+                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                "required": ["a", "b"],
+            },
+        },
+    },
+]
+SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+TRIGGERS = {"llama3_json": '{"name": ', "mistral": "[TOOL_CALLS]"}
+
+
+@pytest.fixture(scope="module")
+def engine() -> LLMEngine:
+    return LLMEngine(EngineConfig(model="tiny", num_kv_blocks=512))
+
+
+def generate(engine: LLMEngine, prompt: str, requests: list[SamplingParams]) -> list[str]:
+    ids = engine.tokenizer.encode(prompt, add_bos=False)
+    for i, sampling in enumerate(requests):
+        engine.add_tokens(f"t{i}", ids, sampling)
+    texts = [""] * len(requests)
+    while engine.has_unfinished:
+        for out in engine.step():
+            texts[int(out.request_id[1:])] += out.text
+    return texts
+
+
+def prompt_for(template_name: str) -> tuple[str, str]:
+    """The rendered prompt of a weather question and the format its template teaches."""
+    template = (TEMPLATES / template_name).read_text()
+    messages = [{"role": "user", "content": "What is the weather in Lisbon?"}]
+    prompt = render_chat(
+        template, messages, template_vars={"bos_token": "", "eos_token": ""}, tools=TOOLS
+    )
+    return prompt, detect_tool_format(template)
+
+
+@pytest.mark.parametrize("template_name", ["llama3_json.jinja", "mistral.jinja"])
+@pytest.mark.parametrize(
+    ("choice", "parallel"),
+    [("required", True), ("required", False), ({"function": {"name": "add"}}, True)],
+)
+def test_forced_calls_decode_in_the_templates_format_and_parse_back(
+    engine: LLMEngine, template_name: str, choice: Any, parallel: bool
+) -> None:
+    """required / named: every output, greedy or sampled, is only calls of that format."""
+    prompt, name = prompt_for(template_name)
+    fmt = tool_format(name)
+    constraint = fmt.constraint(tool_specs(TOOLS), choice, parallel)
+    requests = [
+        SamplingParams(max_tokens=160, temperature=t, seed=s, structured_outputs=constraint)
+        for t, s in ((0.0, None), (1.0, 1), (1.0, 2))
+    ]
+    for text in generate(engine, prompt, requests):
+        content, calls = fmt.parse(text)
+        assert content == "" and calls, text
+        assert len(calls) == 1 or parallel
+        for call in calls:
+            assert call.name in SCHEMAS and (call.name == "add" or "name" not in choice)
+            jsonschema.validate(call.arguments, SCHEMAS[call.name])
+        if name == "mistral":
+            assert text.startswith("[TOOL_CALLS][")
+        else:
+            assert json.loads(text.split(";")[0])["name"] == calls[0].name
+
+
+@pytest.mark.parametrize("template_name", ["llama3_json.jinja", "mistral.jinja"])
+def test_auto_gives_text_or_well_formed_calls_never_a_malformed_one(
+    engine: LLMEngine, template_name: str
+) -> None:
+    """auto: once the format's call marker is written, the call completes well-formed."""
+    prompt, name = prompt_for(template_name)
+    fmt = tool_format(name)
+    constraint = fmt.constraint(tool_specs(TOOLS), "auto", True)
+    requests = [
+        SamplingParams(max_tokens=96, temperature=1.2, seed=s, structured_outputs=constraint)
+        for s in range(6)
+    ]
+    for text in generate(engine, prompt, requests):
+        _, calls = fmt.parse(text)
+        # every marker the output wrote opened a call that completed and parses
+        assert text.count(TRIGGERS[name]) <= len(calls), text
+        for call in calls:
+            jsonschema.validate(call.arguments, SCHEMAS[call.name])
+
+
+def test_a_template_turn_of_decoded_calls_renders_and_parses_again(engine: LLMEngine) -> None:
+    """Round trip: decoded calls, rendered back as the assistant turn by the template, read
+    back as the same calls."""
+    template = (TEMPLATES / "llama3_json.jinja").read_text()
+    prompt, name = prompt_for("llama3_json.jinja")
+    fmt = tool_format(name)
+    constraint = fmt.constraint(tool_specs(TOOLS), "required", True)
+    (text,) = generate(
+        engine, prompt, [SamplingParams(max_tokens=160, structured_outputs=constraint)]
+    )
+    _, calls = fmt.parse(text)
+    messages = [
+        {"role": "user", "content": "What is the weather in Lisbon?"},
+        {"role": "assistant", "content": None, "tool_calls": [c.openai() for c in calls]},
+    ]
+    rendered = render_chat(
+        template, messages, add_generation_prompt=False, template_vars={"bos_token": ""}
+    )
+    turn = rendered.rsplit("<|end_header_id|>\n\n", 1)[1].removesuffix("<|eom_id|>")
+    _, again = fmt.parse(turn)
+    assert [(c.name, c.arguments) for c in again] == [(c.name, c.arguments) for c in calls]
+
+
+WELL_FORMED = {
+    "llama3_json": [
+        "It is sunny.",
+        '{"name": "add", "parameters": {"a": 1, "b": 2}}',
+        '{"name": "add", "parameters": {"a": 1, "b": 2}}; {"name": "get_weather", '
+        '"parameters": {"city": "Oslo"}}',
+    ],
+    "mistral": [
+        "It is sunny.",
+        '[TOOL_CALLS][{"name": "add", "arguments": {"a": 1, "b": 2}}]',
+        'Checking. [TOOL_CALLS][{"name": "add", "arguments": {"a": 1, "b": 2}}, '
+        '{"name": "get_weather", "arguments": {"city": "Oslo"}}]',
+    ],
+}
+MALFORMED = {
+    "llama3_json": [
+        '{"name": "nope", "parameters": {}}',  # not a declared tool
+        '{"name": "add", "parameters": {"a": "one", "b": 2}}',  # arguments off the schema
+        '{"name": "add", "arguments": {"a": 1, "b": 2}}',  # not this format's key
+    ],
+    "mistral": [
+        "[TOOL_CALLS] sorry",
+        '[TOOL_CALLS][{"name": "add", "arguments": {"a": 1}}]',  # a required argument missing
+        '[TOOL_CALLS]{"name": "add", "arguments": {"a": 1, "b": 2}}',  # no array
+    ],
+}
+
+
+@pytest.mark.parametrize("name", ["llama3_json", "mistral"])
+def test_auto_admits_text_and_well_formed_calls_and_refuses_malformed_ones(
+    engine: LLMEngine, name: str
+) -> None:
+    """The auto grammar, checked string by string on the engine's matcher: what it admits
+    parses as calls in its format; a malformed call is refused before it completes."""
+    import xgrammar as xgr
+
+    fmt = tool_format(name)
+    constraint = fmt.constraint(tool_specs(TOOLS), "auto", True)
+    assert constraint is not None
+    compiled = engine.grammar_backend.compile(constraint)
+
+    def admits(text: str) -> bool:
+        matcher = xgr.GrammarMatcher(compiled)
+        return matcher.accept_string(text) and matcher.is_completed()
+
+    for text in WELL_FORMED[name]:
+        assert admits(text), text
+        assert len(fmt.parse(text)[1]) == text.count('"name": ')
+    for text in MALFORMED[name]:
+        assert not admits(text), text

@@ -1,0 +1,146 @@
+"""Constraints the engine cannot compile are the client's mistake, refused before dispatch
+(``bad_request`` on the socket, 400 on /v1), and grammars are compiled off the engine's step
+thread, so a slow schema never stalls other requests' steps. Real engine, real sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import openai
+import pytest
+from websockets.asyncio.client import connect
+from ws_helpers import RawClient
+
+from eclectus.protocol import SamplingParams
+from eclectus.server.app import EclectusServer, start_server
+from eclectus.server.backend import EngineRequest, RequestRefused
+from eclectus.server.config import ServerConfig
+
+pytestmark = pytest.mark.slow
+
+# each one passes the protocol's own checks (valid JSON Schema object, a regex Python
+# compiles, non-empty EBNF) and is refused by xgrammar
+REFUSED = [
+    ({"regex": r"(a)\1"}, "Backreference"),
+    ({"regex": r"(?=a)b"}, "Lookahead"),
+    ({"grammar": "root ::= ("}, "EBNF parser error"),
+    ({"json": {"type": "object", "properties": {"a": {"type": "strin"}}}}, "strin"),
+    ({"json": {"properties": {"a": {"$ref": "#/$defs/missing"}}}}, "missing"),
+]
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[Any]:
+    from eclectus.server.engine import AsyncEngine
+
+    engine = AsyncEngine.from_config(model="tiny", num_kv_blocks=256)
+    yield engine
+    asyncio.run(engine.shutdown())
+
+
+@pytest.fixture
+async def server(engine: Any) -> AsyncIterator[EclectusServer]:
+    server = await start_server(ServerConfig(port=0), engine, owns_backend=False)
+    yield server
+    await server.close()
+
+
+@pytest.mark.parametrize(("constraint", "why"), REFUSED)
+async def test_the_engine_refuses_an_uncompilable_constraint_as_bad_request(
+    engine: Any, constraint: dict[str, Any], why: str
+) -> None:
+    """generate raises RequestRefused (code bad_request) naming the kind and xgrammar's
+    reason, before the request is queued."""
+    sampling = SamplingParams(max_tokens=8, structured_outputs=constraint)
+    request = EngineRequest("refused", ("Say:",), sampling)
+    with pytest.raises(RequestRefused, match=why) as caught:
+        async for _ in engine.generate(request):
+            pass
+    assert caught.value.code == "bad_request"
+    assert f"structured_outputs.{next(iter(constraint))}" in str(caught.value)
+    assert "/project/cpp" not in str(caught.value)  # no C++ source location
+    assert not engine.engine.has_unfinished
+
+
+@pytest.mark.parametrize(("constraint", "why"), REFUSED[:3])
+async def test_v1_answers_an_uncompilable_constraint_with_400(
+    server: EclectusServer, constraint: dict[str, Any], why: str
+) -> None:
+    client = openai.AsyncOpenAI(base_url=server.openai_url, api_key="none")
+    with pytest.raises(openai.BadRequestError, match=why):
+        await client.chat.completions.create(
+            model="tiny",
+            messages=[{"role": "user", "content": "Hi"}],
+            max_tokens=8,
+            extra_body={"structured_outputs": constraint},
+        )
+
+
+async def test_the_socket_refuses_the_submit_naming_the_output(server: EclectusServer) -> None:
+    """bad_request on the submit itself, naming the call and output; nothing runs."""
+    async with connect(server.url) as ws:
+        client = RawClient(ws)
+        await client.hello()
+        good = {"max_tokens": 4}
+        bad = {"max_tokens": 4, "structured_outputs": {"grammar": "root ::= ("}}
+        frame = {
+            "type": "submit",
+            "id": "s1",
+            "calls": [
+                {"id": "c0", "segments": [{"text": "A:"}, {"gen": "a", "sampling": good}]},
+                {"id": "c1", "segments": [{"text": "B:"}, {"gen": "b", "sampling": bad}]},
+            ],
+            "gets": [{"var": "a"}],
+        }
+        error = await client.ask(frame)
+        assert error["type"] == "error" and error["code"] == "bad_request", error
+        assert error["field"] == "calls[1].sampling.structured_outputs"
+        assert "'b'" in error["message"] and "EBNF" in error["message"]
+        # the session lives on and the refused fragment added nothing
+        ok = await client.ask({"type": "submit", "id": "s2", "calls": [frame["calls"][0]]})
+        assert ok["type"] == "ack", ok
+
+
+async def test_the_step_thread_never_compiles_a_grammar(
+    engine: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every compilation of constrained requests runs elsewhere than the step thread, and
+    while a slow compilation runs, a free request's steps go on."""
+    from eclectus.server.engine.structured import GrammarBackend
+
+    compiled_on: list[str] = []
+    release = threading.Event()
+    original = GrammarBackend._compile
+
+    def recording(self: GrammarBackend, constraint: Any) -> Any:
+        compiled_on.append(threading.current_thread().name)
+        if constraint.kind == "regex" and "slow" in (constraint.regex or ""):
+            release.wait(10)  # a schema that takes long to compile
+        return original(self, constraint)
+
+    monkeypatch.setattr(GrammarBackend, "_compile", recording)
+
+    async def run(request_id: str, sampling: SamplingParams) -> str:
+        request = EngineRequest(request_id, ("Say:",), sampling)
+        return "".join([out.text async for out in engine.generate(request)])
+
+    slow = asyncio.ensure_future(
+        run("slow", SamplingParams(max_tokens=8, structured_outputs={"regex": "slow[a-z]{3}"}))
+    )
+    await asyncio.sleep(0.2)  # the slow compilation has started
+    free = await asyncio.wait_for(run("free", SamplingParams(max_tokens=16)), 30)
+    assert not slow.done()  # the free request finished while the grammar compiled
+    release.set()
+    assert (await slow).startswith("slow")
+    others = [
+        run(f"c{i}", SamplingParams(max_tokens=12, structured_outputs={"json": schema}))
+        for i, schema in enumerate(
+            [{"type": "object", "properties": {"k": {"enum": [str(i), "x"]}}} for i in range(4)]
+        )
+    ]
+    await asyncio.gather(*others)
+    assert free and len(compiled_on) == 5
+    assert "eclectus-engine" not in compiled_on
