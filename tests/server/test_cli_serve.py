@@ -100,6 +100,7 @@ def test_a_model_that_cannot_load_exits_2_with_the_reason() -> None:
         (["--kv-cache-gib", "inf"], "argument --kv-cache-gib: must be a number of GiB > 0"),
         (["--seed", "-3"], "argument --seed: must be an integer >= 0, got '-3'"),
         (["--dtype", "int8"], "argument --dtype: invalid choice: 'int8'"),
+        (["--tool-call-parser", "pythonic"], "argument --tool-call-parser: invalid choice"),
     ],
 )
 def test_bad_engine_flags_are_refused_by_name(
@@ -176,6 +177,7 @@ def test_every_serve_flag_reaches_the_config(monkeypatch: pytest.MonkeyPatch) ->
         "max_outbox_bytes": 4096,
         "max_map_items": 8,
         "max_map_element_bytes": 99,
+        "tool_call_parser": "mistral",
     }
     argv = [str(part) for k, v in flags.items() for part in (f"--{k.replace('_', '-')}", v)]
     config = config_from_args(parser.parse_args([*argv, "--token", "t"]))
@@ -207,3 +209,9 @@ def test_served_model_names_flag() -> None:
     given = parser.parse_args(["--served-model-name", "a", "b"])
     assert config_from_args(given).served_model_names == ("a", "b")
     assert config_from_args(parser.parse_args([])).served_model_names == ()
+
+
+def test_a_tool_call_parser_of_no_known_format_is_refused_in_the_config() -> None:
+    with pytest.raises(ValueError, match="hermes, llama3_json, mistral"):
+        ServerConfig(tool_call_parser="pythonic")  # type: ignore[arg-type]
+    assert ServerConfig().tool_call_parser is None  # detected from the chat template
