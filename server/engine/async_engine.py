@@ -21,7 +21,7 @@ import logging
 import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eclectus.protocol import SamplingParams
 from eclectus.server.backend import (
@@ -36,6 +36,9 @@ from eclectus.server.backend import (
 from eclectus.server.engine.engine_config import EngineConfig
 from eclectus.server.engine.llm_engine import LLMEngine, StepFailed
 
+if TYPE_CHECKING:  # xgrammar is imported on the first constrained request
+    from eclectus.server.engine.structured import GrammarState
+
 logger = logging.getLogger(__name__)
 
 
@@ -44,7 +47,7 @@ class _Command:
     kind: str  # "add" | "abort" | "unpin"
     request_id: str
     request: EngineRequest | None = None
-    grammar: Any = None  # "add": the request's GrammarState, built off the step thread
+    grammar: GrammarState | None = None  # "add": its matcher, built off the step thread
 
 
 @dataclass(slots=True)
@@ -158,7 +161,7 @@ class AsyncEngine:
         ``max_tokens`` cannot hold a valid output (blocking: compiles, cached; any thread)."""
         self._prepare_grammar(sampling)
 
-    def _prepare_grammar(self, sampling: SamplingParams) -> Any:
+    def _prepare_grammar(self, sampling: SamplingParams) -> GrammarState | None:
         try:
             return self.engine.prepare_grammar(sampling)
         except ValueError as exc:  # GrammarError: what xgrammar refused, or the budget
