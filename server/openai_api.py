@@ -182,6 +182,7 @@ class OpenAIApi:
         tokenizer = getattr(getattr(self.ctx.backend, "engine", None), "tokenizer", None)
         check_token_ids(prompts, getattr(tokenizer, "vocab_size", None))
         sampling = with_constraint(to_sampling(body, COMPLETIONS_DEFAULT_MAX_TOKENS), constraint)
+        await self._check_constraint(sampling)
         base = f"cmpl-{secrets.token_hex(8)}"
         name = self._name(body.model)
         return await run_token_prompts(
