@@ -11,6 +11,8 @@ from typing import Any
 
 import jsonschema
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from eclectus.protocol import SamplingParams
 from eclectus.protocol.chat_template import render_chat
@@ -195,3 +197,44 @@ def test_auto_admits_text_and_well_formed_calls_and_refuses_malformed_ones(
         assert len(fmt.parse(text)[1]) == text.count('"name": ')
     for text in MALFORMED[name]:
         assert not admits(text), text
+
+
+_leaf = st.one_of(
+    st.just({"type": "integer"}),
+    st.just({"type": "boolean"}),
+    st.builds(lambda n: {"type": "string", "maxLength": n}, st.integers(0, 6)),
+    st.lists(st.sampled_from(["a", "b c", "é", '"q"']), min_size=1, max_size=3, unique=True).map(
+        lambda values: {"enum": values}
+    ),
+    st.just({"type": "array", "items": {"type": "integer"}, "maxItems": 2}),
+)
+_parameters = st.dictionaries(
+    st.sampled_from(["city", "n", "flag", "tags", "kind"]), _leaf, min_size=0, max_size=3
+).map(lambda props: {"type": "object", "properties": props, "required": sorted(props)})
+
+
+@pytest.mark.parametrize("name", ["hermes", "llama3_json", "mistral"])
+@settings(
+    max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(parameters=st.lists(_parameters, min_size=1, max_size=2), seed=st.integers(0, 99))
+def test_random_tool_schemas_decode_to_calls_that_parse_and_validate(
+    engine: LLMEngine, name: str, parameters: list[dict[str, Any]], seed: int
+) -> None:
+    """Differential over random tools: whatever the constrained engine writes under
+    ``required``, greedy and sampled, the same format's parser reads as valid calls."""
+    tools = [
+        {"type": "function", "function": {"name": f"tool_{i}", "parameters": p}}
+        for i, p in enumerate(parameters)
+    ]
+    fmt = tool_format(name)
+    constraint = fmt.constraint(tool_specs(tools), "required", True)
+    requests = [
+        SamplingParams(max_tokens=96, structured_outputs=constraint),
+        SamplingParams(max_tokens=96, temperature=1.0, seed=seed, structured_outputs=constraint),
+    ]
+    for text in generate(engine, "Call a tool:", requests):
+        content, calls = fmt.parse(text)
+        assert content == "" and calls, text
+        for call in calls:
+            jsonschema.validate(call.arguments, parameters[int(call.name.split("_")[1])])
