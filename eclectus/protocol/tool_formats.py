@@ -17,7 +17,9 @@ A served model's format is :func:`detect_tool_format` of its chat template unles
 server is told otherwise (``eclectus serve --tool-call-parser``). Each :class:`ToolFormat`
 gives :meth:`~ToolFormat.constraint` (the ``StructuredOutputs`` enforcing ``tool_choice``:
 for ``required`` / a named tool, calls in this format and nothing else; for ``auto``, free
-text, and once the text starts a call, a well-formed call of a declared tool),
+text, and once the text writes the format's call opener (``<tool_call>``, ``{`` for Llama,
+whose parser reads any JSON object as a call, ``[TOOL_CALLS]``), a well-formed call of a
+declared tool),
 :meth:`~ToolFormat.parse` (content and calls of a whole reply) and
 :meth:`~ToolFormat.stream` (the same, delta by delta: the events' contents concatenate to
 what :meth:`~ToolFormat.parse` gives before stripping, and the calls are the same).
@@ -238,8 +240,8 @@ class Llama3JsonFormat(_JsonFormat):
         if not picked:
             return None
         tags = [_tag(f'{{"name": {_quoted(t.name)}, "parameters": ', t, "}") for t in picked]
-        if tool_choice in (None, "auto"):
-            fmt = _triggered(['{"name": '], tags, not parallel)
+        if tool_choice in (None, "auto"):  # any "{" opens a call: the reply's JSON objects
+            fmt = _triggered(["{"], tags, not parallel)  # are all calls, as vLLM reads them
         else:
             fmt = _separated(tags, "; ", _single(tool_choice, parallel))
         return _structural(fmt)

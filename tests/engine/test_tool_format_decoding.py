@@ -166,6 +166,8 @@ MALFORMED = {
         '{"name": "nope", "parameters": {}}',  # not a declared tool
         '{"name": "add", "parameters": {"a": "one", "b": 2}}',  # arguments off the schema
         '{"name": "add", "arguments": {"a": 1, "b": 2}}',  # not this format's key
+        '{"name":"add", "parameters": {"a": 1, "b": 2}}',  # off the call's spelling
+        'The answer is {"answer": 42}',  # a JSON object that is not a call
     ],
     "mistral": [
         "[TOOL_CALLS] sorry",
