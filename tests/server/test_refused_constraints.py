@@ -144,3 +144,38 @@ async def test_the_step_thread_never_compiles_a_grammar(
     await asyncio.gather(*others)
     assert free and len(compiled_on) == 5
     assert "eclectus-engine" not in compiled_on
+
+
+async def test_a_maps_call_with_an_uncompilable_constraint_is_refused_at_submit(
+    server: EclectusServer,
+) -> None:
+    """The check covers the call a map instantiates, before any element exists."""
+    async with connect(server.url) as ws:
+        client = RawClient(ws)
+        await client.hello()
+        bad = {"max_tokens": 4, "structured_outputs": {"regex": r"(a)\1"}}
+        frame = {
+            "type": "submit",
+            "id": "m1",
+            "vars": [{"id": "items", "value": '["x", "y"]'}],
+            "maps": [
+                {
+                    "id": "m",
+                    "items": "items",
+                    "element": "e",
+                    "output": "outs",
+                    "call": {
+                        "id": "per",
+                        "segments": [
+                            {"text": "Item: "},
+                            {"var": "e"},
+                            {"gen": "o", "sampling": bad},
+                        ],
+                    },
+                }
+            ],
+        }
+        error = await client.ask(frame)
+        assert error["type"] == "error" and error["code"] == "bad_request", error
+        assert error["field"] == "maps[0].sampling.structured_outputs"
+        assert "Backreference" in error["message"]
