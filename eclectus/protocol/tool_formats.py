@@ -32,17 +32,26 @@ import random
 import re
 import string
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any, Literal, Protocol
 
+from eclectus.protocol.structural_tags import (
+    at_most_one,
+    call_tag,
+    json_string,
+    structural_tag,
+    tags_with_separator,
+    triggered_tags,
+)
 from eclectus.protocol.structured import StructuredOutputs
+from eclectus.protocol.tool_scan import Block, BlockStream, json_end, loads_or_none
 from eclectus.protocol.tools import (
     StreamEvent,
     ToolCall,
     ToolCallStream,
     ToolChoice,
     ToolSpec,
+    _partial_prefix,
     chosen_tools,
     new_call_id,
     parse_tool_calls,
@@ -54,7 +63,6 @@ TOOL_FORMATS: tuple[ToolFormatName, ...] = ("hermes", "llama3_json", "mistral")
 
 PYTHON_TAG = "<|python_tag|>"
 MISTRAL_TOOL_CALLS = "[TOOL_CALLS]"
-_EMPTY_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
 _MISTRAL_NAME = re.compile(r"[A-Za-z0-9_.\-]+")
 
 
@@ -133,77 +141,16 @@ class HermesFormat(ToolFormat):
         return parse_tool_calls(text)
 
 
-@dataclass(frozen=True, slots=True)
-class _Block:
-    """What a format's scanner found at the head of the buffer: ``start`` (text before it
-    is content), ``end`` (None: not complete yet, hold from ``start``), ``calls`` (None:
-    the block is content after all; empty: a marker that is dropped)."""
-
-    start: int
-    end: int | None = None
-    calls: list[ToolCall] | None = None
-
-
-class _BlockStream:
-    """The stream of a format whose calls are balanced JSON after a marker. Mutated by
-    :meth:`feed` / :meth:`finish`."""
-
-    def __init__(self, fmt: _JsonFormat) -> None:
-        self._fmt = fmt
-        self._buffer = ""
-        self._num_calls = 0
-        self._after_call = False
-
-    def feed(self, delta: str) -> list[StreamEvent]:
-        """Events made complete by ``delta`` (mutates)."""
-        self._buffer += delta
-        return self._drain(final=False)
-
-    def finish(self) -> list[StreamEvent]:
-        """Everything still held (mutates: the stream is drained)."""
-        return self._drain(final=True)
-
-    def _drain(self, final: bool) -> list[StreamEvent]:
-        events: list[StreamEvent] = []
-        while self._buffer:
-            if self._after_call:  # a separator after a call belongs to the call syntax
-                cut = self._fmt.separator.match(self._buffer)
-                length = cut.end() if cut else 0
-                if length == len(self._buffer) and not final:
-                    break
-                self._buffer, self._after_call = self._buffer[length:], False
-                continue
-            block = self._fmt.scan(self._buffer)
-            if block.start:
-                events.append(StreamEvent(content=self._buffer[: block.start]))
-            if block.end is None:
-                self._buffer = self._buffer[block.start :]
-                if final and self._buffer:
-                    events.append(StreamEvent(content=self._buffer))
-                    self._buffer = ""
-                break
-            text = self._buffer[block.start : block.end]
-            self._buffer = self._buffer[block.end :]
-            if block.calls is None:
-                events.append(StreamEvent(content=text))
-                continue
-            for call in block.calls:
-                events.append(StreamEvent(call=call, index=self._num_calls))
-                self._num_calls += 1
-            self._after_call = bool(block.calls)
-        return events
-
-
 class _JsonFormat(ToolFormat):
     """A format read by :class:`_BlockStream`: :meth:`scan` finds the next block."""
 
     separator = re.compile(r"\s*")
 
     def stream(self) -> CallStream:
-        return _BlockStream(self)
+        return BlockStream(self)
 
     @abstractmethod
-    def scan(self, buffer: str) -> _Block:
+    def scan(self, buffer: str) -> Block:
         """The first block of ``buffer`` (pure)."""
 
     def _call(self, data: Any, keys: tuple[str, ...]) -> ToolCall | None:
@@ -239,24 +186,26 @@ class Llama3JsonFormat(_JsonFormat):
         picked = chosen_tools(tools, tool_choice)
         if not picked:
             return None
-        tags = [_tag(f'{{"name": {_quoted(t.name)}, "parameters": ', t, "}") for t in picked]
+        tags = [
+            call_tag(f'{{"name": {json_string(t.name)}, "parameters": ', t, "}") for t in picked
+        ]
         if tool_choice in (None, "auto"):  # any "{" opens a call: the reply's JSON objects
-            fmt = _triggered(["{"], tags, not parallel)  # are all calls, as vLLM reads them
+            fmt = triggered_tags(["{"], tags, not parallel)  # are all calls, as vLLM reads them
         else:
-            fmt = _separated(tags, "; ", _single(tool_choice, parallel))
-        return _structural(fmt)
+            fmt = tags_with_separator(tags, "; ", at_most_one(tool_choice, parallel))
+        return structural_tag(fmt)
 
-    def scan(self, buffer: str) -> _Block:
+    def scan(self, buffer: str) -> Block:
         brace, tag = buffer.find("{"), buffer.find(PYTHON_TAG)
         if tag >= 0 and (brace < 0 or tag < brace):
-            return _Block(tag, tag + len(PYTHON_TAG), [])  # the tag itself is dropped
+            return Block(tag, tag + len(PYTHON_TAG), [])  # the tag itself is dropped
         if brace < 0:
-            return _Block(len(buffer) - _partial_prefix(buffer, PYTHON_TAG))
-        end = _json_end(buffer, brace)
+            return Block(len(buffer) - _partial_prefix(buffer, PYTHON_TAG))
+        end = json_end(buffer, brace)
         if end is None:
-            return _Block(brace)
-        call = self._call(_loads(buffer[brace:end]), ("parameters", "arguments"))
-        return _Block(brace, end, None if call is None else [call])
+            return Block(brace)
+        call = self._call(loads_or_none(buffer[brace:end]), ("parameters", "arguments"))
+        return Block(brace, end, None if call is None else [call])
 
 
 class MistralFormat(_JsonFormat):
@@ -271,11 +220,11 @@ class MistralFormat(_JsonFormat):
         picked = chosen_tools(tools, tool_choice)
         if not picked:
             return None
-        tags = [_tag(f'{{"name": {_quoted(t.name)}, "arguments": ', t, "}") for t in picked]
-        calls = _separated(tags, ", ", _single(tool_choice, parallel))
+        tags = [call_tag(f'{{"name": {json_string(t.name)}, "arguments": ', t, "}") for t in picked]
+        calls = tags_with_separator(tags, ", ", at_most_one(tool_choice, parallel))
         if tool_choice in (None, "auto"):
             block = {"type": "tag", "begin": f"{MISTRAL_TOOL_CALLS}[", "content": calls}
-            fmt = _triggered([MISTRAL_TOOL_CALLS], [{**block, "end": "]"}], True)
+            fmt = triggered_tags([MISTRAL_TOOL_CALLS], [{**block, "end": "]"}], True)
         else:
             fmt = {
                 "type": "sequence",
@@ -285,35 +234,35 @@ class MistralFormat(_JsonFormat):
                     {"type": "const_string", "value": "]"},
                 ],
             }
-        return _structural(fmt)
+        return structural_tag(fmt)
 
-    def scan(self, buffer: str) -> _Block:
+    def scan(self, buffer: str) -> Block:
         start = buffer.find(MISTRAL_TOOL_CALLS)
         if start < 0:
-            return _Block(len(buffer) - _partial_prefix(buffer, MISTRAL_TOOL_CALLS))
+            return Block(len(buffer) - _partial_prefix(buffer, MISTRAL_TOOL_CALLS))
         body = start + len(MISTRAL_TOOL_CALLS)
         while body < len(buffer) and buffer[body].isspace():
             body += 1
         if body == len(buffer):
-            return _Block(start)
+            return Block(start)
         if buffer[body] == "[":
-            end = _json_end(buffer, body)
+            end = json_end(buffer, body)
             if end is None:
-                return _Block(start)
-            return _Block(start, end, self._array(_loads(buffer[body:end])))
+                return Block(start)
+            return Block(start, end, self._array(loads_or_none(buffer[body:end])))
         name = _MISTRAL_NAME.match(buffer, body)
         if name is None:
-            return _Block(start, body, None)
+            return Block(start, body, None)
         if name.end() == len(buffer):
-            return _Block(start)
+            return Block(start)
         if buffer[name.end()] != "{":
-            return _Block(start, name.end(), None)
-        end = _json_end(buffer, name.end())
+            return Block(start, name.end(), None)
+        end = json_end(buffer, name.end())
         if end is None:
-            return _Block(start)
-        arguments = _loads(buffer[name.end() : end])
+            return Block(start)
+        arguments = loads_or_none(buffer[name.end() : end])
         call = self._call({"name": name.group(), "arguments": arguments}, ("arguments",))
-        return _Block(start, end, None if call is None else [call])
+        return Block(start, end, None if call is None else [call])
 
     def _array(self, data: Any) -> list[ToolCall] | None:
         if not isinstance(data, list) or not data:
@@ -331,86 +280,3 @@ _FORMATS: dict[str, ToolFormat] = {
     "llama3_json": Llama3JsonFormat(),
     "mistral": MistralFormat(),
 }
-
-
-# ---- structural-tag pieces -------------------------------------------------------------------
-
-
-def _quoted(name: str) -> str:
-    return json.dumps(name, ensure_ascii=False)
-
-
-def _tag(begin: str, tool: ToolSpec, end: str) -> dict[str, Any]:
-    schema = dict(tool.parameters or _EMPTY_PARAMETERS)
-    content = {"type": "json_schema", "json_schema": schema}
-    return {"type": "tag", "begin": begin, "content": content, "end": end}
-
-
-def _single(tool_choice: ToolChoice | None, parallel: bool) -> bool:
-    """Whether at most one call is allowed: a named tool, or parallel calls off."""
-    return tool_choice not in (None, "auto", "required", "any") or not parallel
-
-
-def _triggered(triggers: list[str], tags: list[dict[str, Any]], single: bool) -> dict[str, Any]:
-    return {
-        "type": "triggered_tags",
-        "triggers": triggers,
-        "tags": tags,
-        "stop_after_first": single,
-    }
-
-
-def _separated(tags: list[dict[str, Any]], separator: str, single: bool) -> dict[str, Any]:
-    return {
-        "type": "tags_with_separator",
-        "tags": tags,
-        "separator": separator,
-        "at_least_one": True,
-        "stop_after_first": single,
-    }
-
-
-def _structural(fmt: Mapping[str, Any]) -> StructuredOutputs:
-    return StructuredOutputs(structural_tag={"type": "structural_tag", "format": dict(fmt)})
-
-
-# ---- scanning ---------------------------------------------------------------------------------
-
-
-def _json_end(text: str, start: int) -> int | None:
-    """The index just past the JSON object or array opening at ``text[start]``, by bracket
-    depth outside strings, or None when it has not closed yet (pure)."""
-    depth, in_string, escaped = 0, False, False
-    for i in range(start, len(text)):
-        char = text[i]
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char in "{[":
-            depth += 1
-        elif char in "}]":
-            depth -= 1
-            if depth == 0:
-                return i + 1
-    return None
-
-
-def _loads(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError:
-        return None
-
-
-def _partial_prefix(text: str, marker: str) -> int:
-    """Length of the longest tail of ``text`` that begins ``marker`` (pure)."""
-    for n in range(min(len(marker) - 1, len(text)), 0, -1):
-        if marker.startswith(text[-n:]):
-            return n
-    return 0
