@@ -25,6 +25,13 @@ from eclectus.adapters.llamaindex import Eclectus, react_constraint
 from eclectus.protocol.structured import StructuredOutputs
 from eclectus.server.app import EclectusServer
 
+# LlamaIndex's workflows find an agent's steps with inspect.getmembers, which touches
+# pydantic v1-era attributes on the agent (a pydantic model): 100+ warnings per test, theirs
+pytestmark = pytest.mark.filterwarnings(
+    "ignore::pydantic.warnings.PydanticDeprecatedSince20",
+    "ignore::pydantic.warnings.PydanticDeprecatedSince211",
+)
+
 
 def add(a: int, b: int) -> int:
     """Add two integers."""
