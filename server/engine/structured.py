@@ -19,7 +19,9 @@ Beyond the peers:
   computes them as one prefill-like chunk, so ``{"name": "`` costs one forward, not eight.
 * **Budget guarantee.** A *closing path* is what a fixed policy writes to finish the
   structure from a state (the forced continuation, else the first allowed token of a list
-  that closes strings, objects and arrays before opening anything). At admission a request
+  that closes strings, objects and arrays before opening anything; for line formats such as
+  ReAct's ``Thought: [^\n]+\n``, where that list never ends a line, the same with the
+  newline first, whichever is shorter). At admission a request
   whose ``max_tokens`` is below the closing path of the empty output is refused (no valid
   output fits). While generating, once the budget left is near the last closing length
   measured, each sampled token is kept only if the closing path after it still fits the
@@ -106,7 +108,11 @@ class GrammarBackend:
         self.compiler = xgr.GrammarCompiler(self.info, max_threads=1)
         self._cache: OrderedDict[tuple[str, str, bool], xgr.CompiledGrammar] = OrderedDict()
         self._lock = threading.Lock()  # guards _cache; compiling runs outside it
-        self.closing_order = _closing_token_ids(tokenizer, vocab_size)
+        # the JSON-first order, then the same with a newline first (line formats close there)
+        self.closing_orders = tuple(
+            _closing_token_ids(tokenizer, vocab_size, order)
+            for order in (_CLOSING_ORDER, "\n" + _CLOSING_ORDER)
+        )
         self.stop_token_ids = frozenset(self.info.stop_token_ids)
 
     def compile(self, constraint: StructuredOutputs) -> xgr.CompiledGrammar:
@@ -242,19 +248,35 @@ class GrammarState:
         return None if path is None else len(path)
 
     def closing_path(self, trial: xgr.GrammarMatcher) -> list[int] | None:
-        """The closing policy's tokens from ``trial``'s state until the output is complete,
-        or None past MAX_CLOSING_TOKENS. Mutates ``trial`` (pass a fork)."""
+        """The shortest of the closing policies' token paths from ``trial``'s state until
+        the output is complete, or None when none ends within MAX_CLOSING_TOKENS. Mutates
+        ``trial`` (pass a fork)."""
+        best: list[int] | None = None
+        for order in self.backend.closing_orders:
+            # a later policy only searches as far as the best path so far: where a newline
+            # is whitespace (JSON), the newline-first policy idles and gives up early
+            limit = MAX_CLOSING_TOKENS if best is None else len(best) - 1
+            path = self._closing_path(trial.fork(), order, limit)
+            if path is not None and (best is None or len(path) < len(best)):
+                best = path
+        return best
+
+    def _closing_path(
+        self, trial: xgr.GrammarMatcher, order: list[int], limit: int
+    ) -> list[int] | None:
+        """One policy's path (``order``: its preferred tokens), or None past ``limit``
+        tokens. Mutates ``trial``."""
         path: list[int] = []
         mask = xgr.allocate_token_bitmask(1, self.backend.vocab_size)
         while not trial.is_completed():
-            if len(path) >= MAX_CLOSING_TOKENS:
+            if len(path) >= limit:
                 return None
             forced = trial.find_jump_forward_tokens()
             if forced:
                 step = forced
             else:
                 trial.fill_next_token_bitmask(mask)
-                choice = self._policy(mask[0])
+                choice = self._policy(mask[0], order)
                 if choice is None:
                     return None
                 step = [choice]
@@ -264,11 +286,11 @@ class GrammarState:
             path += step
         return path
 
-    def _policy(self, bits: Tensor) -> int | None:
-        """The first allowed token of the closing order, else the first allowed
-        non-whitespace ordinary token (pure)."""
+    def _policy(self, bits: Tensor, order: list[int]) -> int | None:
+        """The first allowed token of ``order``, else the first allowed non-whitespace
+        ordinary token (pure)."""
         words = bits.tolist()  # plain ints: one conversion, then cheap bit tests
-        for token_id in self.backend.closing_order:
+        for token_id in order:
             if words[token_id // 32] >> (token_id % 32) & 1:
                 return token_id
         stops = self.backend.stop_token_ids
@@ -282,10 +304,10 @@ def _allowed(bits: Tensor, vocab_size: int) -> list[int]:
     return unpacked.flatten()[:vocab_size].nonzero().flatten().tolist()
 
 
-def _closing_token_ids(tokenizer: Tokenizer, vocab_size: int) -> list[int]:
-    """The ids of the closing order's characters that are one token each (pure)."""
+def _closing_token_ids(tokenizer: Tokenizer, vocab_size: int, order: str) -> list[int]:
+    """The ids of ``order``'s characters that are one token each (pure)."""
     ids: list[int] = []
-    for char in _CLOSING_ORDER:
+    for char in order:
         encoded = tokenizer.encode(char, add_bos=False)
         if len(encoded) == 1 and encoded[0] < vocab_size and encoded[0] not in ids:
             ids.append(encoded[0])

@@ -298,3 +298,17 @@ def test_a_complete_output_that_could_grow_past_the_budget_ends_instead(
         )
         text, _, num_tokens = run(engine, {f"r{seed}": ("x", sampling)})[f"r{seed}"]
         assert text in ("a", "abcdef") and num_tokens <= 3
+
+
+def test_a_line_format_closes_within_the_budget(engine: LLMEngine) -> None:
+    """A ReAct-style line (``[^\\n]`` up to 300 characters, then a fixed line) at a budget far
+    below the longest thought: the closing policy that writes a newline first ends the
+    thought in time, so every sampled output is a full match within the budget."""
+    pattern = "Thought: [^\\n]{1,300}\\nAnswer: (yes|no)"
+    for seed in range(4):
+        sampling = SamplingParams(
+            max_tokens=24, temperature=1.5, seed=seed, structured_outputs={"regex": pattern}
+        )
+        text, _, num_tokens = run(engine, {f"r{seed}": ("Think:", sampling)})[f"r{seed}"]
+        assert re.fullmatch(pattern, text), text
+        assert num_tokens <= 24
