@@ -16,19 +16,17 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
-import jsonschema
 
 from eclectus.evals.budget import Budget
 from eclectus.evals.vllm_bench import served_model, servers
 from eclectus.protocol.sampling import SamplingParams
-from eclectus.server.engine.structured_bench import TIGHT_SCHEMAS
+from eclectus.server.engine.structured_bench import TIGHT_SCHEMAS, valid_json
 
 SLACKS = (0, 4, 16)
 PROMPT = "Reply in JSON:"
@@ -93,18 +91,9 @@ def measure(
                 choice = response.json()["choices"][0]
                 tally = tallies[case.slack]
                 tally.total += 1
-                tally.valid += valid(choice["text"], case.schema)
+                tally.valid += valid_json(choice["text"], case.schema)
                 tally.length += choice.get("finish_reason") == "length"
     return tallies
-
-
-def valid(text: str, schema: dict[str, Any]) -> bool:
-    """Whether ``text`` parses as JSON and validates against ``schema`` (pure)."""
-    try:
-        jsonschema.validate(json.loads(text), schema)
-    except (ValueError, jsonschema.ValidationError):
-        return False
-    return True
 
 
 def table(results: dict[str, dict[int, Tally]]) -> str:

@@ -27,7 +27,6 @@ what :meth:`~ToolFormat.parse` gives before stripping, and the calls are the sam
 
 from __future__ import annotations
 
-import json
 import random
 import re
 import string
@@ -52,6 +51,7 @@ from eclectus.protocol.tools import (
     ToolChoice,
     ToolSpec,
     _partial_prefix,
+    call_from,
     chosen_tools,
     new_call_id,
     parse_tool_calls,
@@ -154,20 +154,8 @@ class _JsonFormat(ToolFormat):
         """The first block of ``buffer`` (pure)."""
 
     def _call(self, data: Any, keys: tuple[str, ...]) -> ToolCall | None:
-        """A call from a decoded object with a str ``name`` and its arguments under the
-        first of ``keys`` present (an object, or its JSON text); None if it is not one."""
-        if not isinstance(data, dict) or not isinstance(data.get("name"), str):
-            return None
-        key = next((k for k in keys if k in data), None)
-        arguments = {} if key is None else data[key]
-        if isinstance(arguments, str):
-            try:
-                arguments = json.loads(arguments)
-            except ValueError:
-                return None
-        if not isinstance(arguments, dict):
-            return None
-        return ToolCall(self.new_id(), data["name"], arguments)
+        """A call from a decoded object (tools.call_from), with this format's ids."""
+        return call_from(data, keys, self.new_id)
 
     def new_id(self) -> str:
         return new_call_id()

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -184,17 +184,25 @@ def _call_of(body: str) -> ToolCall | None:
         data = json.loads(body)
     except ValueError:
         return None
+    return call_from(data, ("arguments", "parameters"), new_call_id)
+
+
+def call_from(data: Any, keys: tuple[str, ...], new_id: Callable[[], str]) -> ToolCall | None:
+    """A call from a decoded object with a str ``name`` and its arguments under the first
+    of ``keys`` present (an object, or its JSON text, as some models write them), with an id
+    from ``new_id``; None if it is not one (pure but for the id)."""
     if not isinstance(data, dict) or not isinstance(data.get("name"), str):
         return None
-    arguments = data.get("arguments", data.get("parameters", {}))
-    if isinstance(arguments, str):  # some models write the arguments as JSON text
+    key = next((k for k in keys if k in data), None)
+    arguments = {} if key is None else data[key]
+    if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments)
         except ValueError:
             return None
     if not isinstance(arguments, dict):
         return None
-    return ToolCall(new_call_id(), data["name"], arguments)
+    return ToolCall(new_id(), data["name"], arguments)
 
 
 @dataclass(slots=True)

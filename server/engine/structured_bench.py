@@ -179,13 +179,14 @@ def valid_rate(model: str, threads: int, samples: int) -> list[str]:
                 texts, *_ = run(engine, sampling)
                 for text in texts:
                     total += 1
-                    ok += _valid(text, schema)
+                    ok += valid_json(text, schema)
             cells.append(f"{ok}/{total} ({100 * ok / total:.0f}%)")
         rows.append(f"| shortest + {slack} | {cells[0]} | {cells[1]} |")
     return rows
 
 
-def _valid(text: str, schema: dict[str, Any]) -> bool:
+def valid_json(text: str, schema: dict[str, Any]) -> bool:
+    """Whether ``text`` parses as JSON and validates against ``schema`` (pure)."""
     try:
         jsonschema.validate(json.loads(text), schema)
     except (ValueError, jsonschema.ValidationError):
