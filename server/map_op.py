@@ -16,6 +16,7 @@ loop and queues the calls that come back ready.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -80,9 +81,10 @@ def stage_map(
     return Node(spec.id, node_inputs, (spec.output,), model=spec.call.model, map=plan)
 
 
-def parse_items(text: str) -> list[object]:
+def parse_items(text: str, path: Sequence[str] = ()) -> list[object]:
     """The elements of a map's items text: a JSON array, optionally inside a markdown
-    ```` ```json ```` fence (pure). MapFailed ``bad_request`` otherwise."""
+    ```` ```json ```` fence, or the array at ``path`` (object keys) inside it (pure).
+    MapFailed ``bad_request`` otherwise."""
     body = text.strip()
     if body.startswith("```"):
         body = body.removeprefix("```json").removeprefix("```").removesuffix("```").strip()
@@ -90,6 +92,11 @@ def parse_items(text: str) -> list[object]:
         items = json.loads(body)
     except json.JSONDecodeError as exc:
         raise MapFailed("bad_request", f"items are not JSON: {exc}") from None
+    for i, key in enumerate(path):
+        if not isinstance(items, dict) or key not in items:
+            where = "".join(f"[{k!r}]" for k in path[:i])
+            raise MapFailed("bad_request", f"items{where} has no key {key!r}")
+        items = items[key]
     if not isinstance(items, list):
         raise MapFailed("bad_request", f"items are a JSON {type(items).__name__}, not an array")
     return items
@@ -110,7 +117,7 @@ def advance(graph: Graph, node: Node) -> list[Node] | str:
     assert plan is not None
     if plan.expanded:
         return json.dumps([graph.vars[v].value or "" for v in node.inputs], ensure_ascii=False)
-    items = parse_items(graph.vars[plan.spec.items].value or "")
+    items = parse_items(graph.vars[plan.spec.items].value or "", plan.spec.items_path)
     if not items:
         node.inputs = ()
         return "[]"

@@ -38,7 +38,7 @@ from eclectus.adapters.client.errors import ConnectionError, EclectusClientError
 from eclectus.adapters.client.outbox import Outbox
 from eclectus.adapters.client.router import Router
 from eclectus.adapters.client.variables import SemanticVariable, VarState
-from eclectus.protocol import CallSpec, Cancel, GenSegment, OpSpec, VarSegment
+from eclectus.protocol import CallSpec, Cancel, GenSegment, MapSpec, OpSpec, VarSegment
 
 log = logging.getLogger(__name__)
 
@@ -66,9 +66,14 @@ class Wiring:
         self._producer: dict[str, str] = {}  # output var id -> call or op id
         self._readers: dict[str, set[str]] = {}  # var id -> ids of calls and ops reading it
 
-    def note(self, call: CallSpec | None = None, op: OpSpec | None = None) -> None:
-        """Records a declared call's or op's edges (mutates)."""
+    def note(
+        self, call: CallSpec | None = None, op: OpSpec | None = None, map: MapSpec | None = None
+    ) -> None:
+        """Records a declared call's, op's or map's edges (mutates)."""
         nodes: list[tuple[str, _Node]] = []
+        if map is not None:  # a map reads its items and its call's other inputs
+            inputs = [v for v in _edges(map.call)[0] if v != map.element]
+            nodes.append((map.id, _Node((map.items, *inputs), (map.output,), is_call=False)))
         if call is not None:
             nodes.append((call.id, _Node(*_edges(call), is_call=True)))
         if op is not None:

@@ -16,9 +16,15 @@ from typing import TYPE_CHECKING, Literal, cast
 from eclectus.adapters.client.abandon import Wiring
 from eclectus.adapters.client.errors import ConnectionError
 from eclectus.adapters.client.fragment import PendingFragment
-from eclectus.adapters.client.functions import Piece, SamplingLike, SemanticFunction, declare_call
+from eclectus.adapters.client.functions import (
+    Piece,
+    SamplingLike,
+    SemanticFunction,
+    call_spec,
+    declare_call,
+)
 from eclectus.adapters.client.variables import SemanticVariable
-from eclectus.protocol import CallSpec, OpSpec, VarSpec
+from eclectus.protocol import CallSpec, MapSpec, OpSpec, VarSpec
 
 if TYPE_CHECKING:
     from eclectus.adapters.client.session import Session
@@ -99,10 +105,46 @@ class Declarations:
         list in a prompt (an OpSpec; mutates the pending fragment)."""
         return self._op("repr_list", items)
 
+    def map(
+        self,
+        items: SemanticVariable,
+        element: SemanticVariable,
+        pieces: Sequence[Piece],
+        *,
+        items_path: Sequence[str] = (),
+        model: str | None = None,
+    ) -> SemanticVariable:
+        """A fan-out on the server (a MapSpec): one call of ``pieces`` per element of the
+        JSON array ``items`` holds (at ``items_path``), with ``element`` (a variable from
+        :meth:`new_variable`, never declared) standing for the element. Returns the variable
+        holding the JSON array of the calls' outputs (mutates the pending fragment).
+        ValueError unless ``pieces`` have exactly one :class:`Gen`."""
+        self.check_owned(items)
+        call, outputs = call_spec(self._session, pieces, model)
+        if len(outputs) != 1:
+            raise ValueError("a map's call needs exactly one Gen output")
+        output = self.new_variable(name="map")
+        spec = MapSpec(
+            id=self.new_id("m"),
+            items=items.id,
+            items_path=list(items_path),
+            element=element.id,
+            call=call,
+            output=output.id,
+        )
+        self.declare([VarSpec(id=output.id, name="map")], map=spec)
+        return output
+
+    def spread_repr_list(self, mapped: SemanticVariable) -> SemanticVariable:
+        """``repr([...])`` of the strings of a map's output (a spread OpSpec; mutates the
+        pending fragment)."""
+        return self._op("repr_list", [mapped], spread=True)
+
     def _op(
         self,
         op: Literal["join", "repr_list"],
         items: Iterable[str | SemanticVariable],
+        spread: bool = False,
         **params: str,
     ) -> SemanticVariable:
         inputs = [self.variable(item) if isinstance(item, str) else item for item in items]
@@ -110,7 +152,12 @@ class Declarations:
             self.check_owned(item)
         output = self.new_variable(name=op)
         spec = OpSpec(
-            id=self.new_id("o"), op=op, inputs=[v.id for v in inputs], output=output.id, **params
+            id=self.new_id("o"),
+            op=op,
+            inputs=[v.id for v in inputs],
+            output=output.id,
+            spread=spread,
+            **params,
         )
         self.declare([VarSpec(id=output.id, name=op)], op=spec)
         return output
@@ -142,15 +189,19 @@ class Declarations:
         return taken
 
     def declare(
-        self, vars: Sequence[VarSpec], call: CallSpec | None = None, op: OpSpec | None = None
+        self,
+        vars: Sequence[VarSpec],
+        call: CallSpec | None = None,
+        op: OpSpec | None = None,
+        map: MapSpec | None = None,
     ) -> None:
         """Appends declarations to the pending fragment atomically and records who reads
         what (mutates). Raises ConnectionError once the session is closed."""
         closed = self._closed_reason()
         if closed is not None:
             raise ConnectionError(f"session is closed: {closed}")
-        self._wiring.note(call, op)  # first: a reader is known before it can be shipped
-        self._pending.add(vars, call, op)
+        self._wiring.note(call, op, map)  # first: a reader is known before it can be shipped
+        self._pending.add(vars, call, op, map)
 
     def check_owned(self, var: SemanticVariable) -> None:
         """ValueError unless ``var`` belongs to this session (pure)."""

@@ -20,27 +20,32 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from eclectus.adapters.client.wire import encode_frame
-from eclectus.protocol import CallSpec, GenSegment, GetSpec, OpSpec, Submit, VarSpec
+from eclectus.protocol import CallSpec, GenSegment, GetSpec, MapSpec, OpSpec, Submit, VarSpec
+
+Item = VarSpec | CallSpec | OpSpec | MapSpec | GetSpec
 
 SUBMIT_OVERHEAD_BYTES = 256  # the frame's own keys and id around the packed items
 
 
 @dataclass(slots=True)
 class Fragment:
-    """Variables, calls and ops in declaration order (a call only references variables
-    declared before it, so this order is already a valid order for the server)."""
+    """Variables, calls, ops and maps in declaration order (a call only references
+    variables declared before it, so this order is already a valid order for the server)."""
 
     vars: list[VarSpec] = field(default_factory=list)
     calls: list[CallSpec] = field(default_factory=list)
     ops: list[OpSpec] = field(default_factory=list)
+    maps: list[MapSpec] = field(default_factory=list)
 
     @property
     def is_empty(self) -> bool:
-        return not (self.vars or self.calls or self.ops)
+        return not (self.vars or self.calls or self.ops or self.maps)
 
     def to_submit(self, frame_id: str, gets: list[GetSpec]) -> Submit:
         """The ``submit`` frame carrying this fragment and ``gets`` (pure)."""
-        return Submit(id=frame_id, vars=self.vars, calls=self.calls, ops=self.ops, gets=gets)
+        return Submit(
+            id=frame_id, vars=self.vars, calls=self.calls, ops=self.ops, maps=self.maps, gets=gets
+        )
 
 
 class PendingFragment:
@@ -61,6 +66,7 @@ class PendingFragment:
         vars: Sequence[VarSpec] = (),
         call: CallSpec | None = None,
         op: OpSpec | None = None,
+        map: MapSpec | None = None,
     ) -> None:
         """Appends declarations atomically, so a concurrent ``take`` sees all or none of one
         semantic call (mutates)."""
@@ -70,6 +76,8 @@ class PendingFragment:
                 self._current.calls.append(call)
             if op is not None:
                 self._current.ops.append(op)
+            if map is not None:
+                self._current.maps.append(map)
 
     def take(self) -> Fragment:
         """Removes and returns everything pending (mutates: leaves an empty fragment)."""
@@ -78,10 +86,10 @@ class PendingFragment:
             return taken
 
     def __len__(self) -> int:
-        """Number of pending declarations (vars + calls + ops)."""
+        """Number of pending declarations (vars + calls + ops + maps)."""
         with self._lock:
             current = self._current
-            return len(current.vars) + len(current.calls) + len(current.ops)
+            return len(current.vars) + len(current.calls) + len(current.ops) + len(current.maps)
 
 
 def plan_submits(
@@ -93,13 +101,9 @@ def plan_submits(
     whole = fragment.to_submit(new_frame_id(), gets)
     if len(encode_frame(whole).encode()) <= max_bytes:
         return [whole]
-    items: list[VarSpec | CallSpec | OpSpec | GetSpec] = [
-        *fragment.vars,
-        *fragment.calls,
-        *fragment.ops,
-        *gets,
-    ]
-    chunks: list[list[VarSpec | CallSpec | OpSpec | GetSpec]] = [[]]
+    # maps before ops: a spread op reads a map's output, and must see it declared
+    items: list[Item] = [*fragment.vars, *fragment.calls, *fragment.maps, *fragment.ops, *gets]
+    chunks: list[list[Item]] = [[]]
     used = SUBMIT_OVERHEAD_BYTES
     for item in items:
         cost = _size(item) + 1  # the comma
@@ -116,19 +120,20 @@ def created_ids(frame: Submit) -> list[str]:
     """Variables that exist only if ``frame`` is accepted: those it declares and the outputs
     of its calls and ops (pure)."""
     outputs = [s.gen for c in frame.calls for s in c.segments or () if isinstance(s, GenSegment)]
-    outputs += [op.output for op in frame.ops]
+    outputs += [op.output for op in frame.ops] + [m.output for m in frame.maps]
     return list(dict.fromkeys([*(spec.id for spec in frame.vars), *outputs]))
 
 
-def _size(model: VarSpec | CallSpec | OpSpec | GetSpec) -> int:
+def _size(model: Item) -> int:
     return len(model.model_dump_json(exclude_defaults=True).encode())
 
 
-def _submit_of(frame_id: str, items: list[VarSpec | CallSpec | OpSpec | GetSpec]) -> Submit:
+def _submit_of(frame_id: str, items: list[Item]) -> Submit:
     return Submit(
         id=frame_id,
         vars=[i for i in items if isinstance(i, VarSpec)],
         calls=[i for i in items if isinstance(i, CallSpec)],
         ops=[i for i in items if isinstance(i, OpSpec)],
+        maps=[i for i in items if isinstance(i, MapSpec)],
         gets=[i for i in items if isinstance(i, GetSpec)],
     )

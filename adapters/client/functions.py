@@ -145,6 +145,18 @@ def declare_call(
     """Appends one call built from ``pieces`` to the session's pending fragment and returns
     its output variables in order (mutates the pending fragment). Raises ValueError for a
     call without outputs or a variable of another session, TypeError for a foreign piece."""
+    call, outputs = call_spec(session, pieces, model)
+    session.declare([VarSpec(id=v.id, name=v.name) for v in outputs], call=call)
+    return outputs
+
+
+def call_spec(
+    session: Session,
+    pieces: Sequence[Piece],
+    model: str | None = None,
+) -> tuple[CallSpec, list[SemanticVariable]]:
+    """The CallSpec of ``pieces`` and its new output variables (declares nothing; mutates
+    only the id counter). Raises as declare_call."""
     segments: list[Segment] = []
     outputs: list[SemanticVariable] = []
     for piece in pieces:
@@ -164,9 +176,7 @@ def declare_call(
             raise TypeError(f"a call piece must be str, SemanticVariable or Gen, not {piece!r}")
     if not outputs:
         raise ValueError("a call needs at least one Gen output")
-    call = CallSpec(id=session.new_id("c"), model=model, segments=segments)
-    session.declare([VarSpec(id=v.id, name=v.name) for v in outputs], call=call)
-    return outputs
+    return CallSpec(id=session.new_id("c"), model=model, segments=segments), outputs
 
 
 class SemanticFunction:

@@ -49,6 +49,14 @@ class SymMessage(Symbolic):
     model_name: str
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class Spread(Symbolic):
+    """Inside a list, stands for all the items of a list a server-side map produced: ``ref``
+    holds their JSON array (the LangGraph compiler's ``Send`` fan-out, docs/langgraph.md)."""
+
+    ref: Ref
+
+
 Piece = str | Value | Ref
 
 

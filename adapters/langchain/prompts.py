@@ -24,6 +24,7 @@ from eclectus.adapters.langchain.errors import NotLowerable
 from eclectus.adapters.langchain.pieces import (
     Piece,
     Ref,
+    Spread,
     SymMessage,
     Value,
     contains_symbolic,
@@ -42,7 +43,7 @@ def value_piece(value: Any, render_list: ListRenderer | None) -> Piece:
         return value
     if not contains_symbolic(value):
         return Value(format(value, ""))
-    listed = isinstance(value, list) and all(isinstance(x, str | Ref) for x in value)
+    listed = isinstance(value, list) and all(isinstance(x, str | Ref | Spread) for x in value)
     if listed and render_list is not None:
         return render_list(value)
     raise NotLowerable(f"cannot render {type(value).__name__} holding server values as text")

@@ -28,6 +28,7 @@ from eclectus.adapters.langchain.compiler.plan import plan_text
 from eclectus.adapters.langchain.compiler.runnable import run_blocking
 from eclectus.adapters.langgraph.executor import GraphRun, StepRecord
 from eclectus.adapters.langgraph.support import (
+    edge_kind,
     is_python_node,
     node_kind,
     run_unsupported,
@@ -141,11 +142,8 @@ class CompiledGraph:
         for start, end in sorted(builder.edges):
             lines.append(f"  {start} -> {end}: a dependency (no round trip)")
         for start, branches in builder.branches.items():
-            for name in branches:
-                lines.append(
-                    f"  {start} -> ? ({name}): client cut (a conditional edge: the router "
-                    "runs on the client; Send fan-outs to LCEL nodes ship in one frame)"
-                )
+            for name, branch in branches.items():
+                lines.append(f"  {start} -> ? ({name}): {edge_kind(branch)}")
         if self.last_graph is not None:
             lines.append(f"last run: {self.last_frames} client frame(s)")
             lines.append(self.last_graph.render())
@@ -200,7 +198,11 @@ class CompiledGraph:
             await fire_callbacks(ctx.calls, ctx.config, mode, ctx.fetch)
             self.last_graph = ctx.trace
             self.last_frames = ctx.session.num_frames_sent - frames
-        return output, [StepRecord(values, updates) for values, updates in records]
+        steps = [
+            StepRecord(values, _spread_updates(updates, step.mapped))
+            for (values, updates), step in zip(records, run.steps, strict=True)
+        ]
+        return output, steps
 
     async def _gather(
         self, inputs: list[Any], configs: list[RunnableConfig], mode: Literal["sync", "async"]
@@ -239,6 +241,20 @@ def _chunks(steps: list[StepRecord], modes: list[str], paired: bool) -> Iterator
                 chunks = [step.values] if step.values is not None else []
             for chunk in chunks:
                 yield (mode, chunk) if paired else chunk
+
+
+def _spread_updates(updates: list[tuple[str, Any]], mapped: list[int]) -> list[tuple[str, Any]]:
+    """A step's resolved updates with each server map's one update split into its tasks'
+    (``{key: [a, b]}`` -> ``{key: [a]}``, ``{key: [b]}``), as LangGraph streams the
+    ``Send`` tasks one by one (pure)."""
+    out: list[tuple[str, Any]] = []
+    for i, (node, update) in enumerate(updates):
+        if i in mapped and isinstance(update, dict) and len(update) == 1:
+            ((key, items),) = update.items()
+            out.extend((node, {key: [item]}) for item in items)
+        else:
+            out.append((node, update))
+    return out
 
 
 def compile(app: Any, *, model: Any | None = None, app_name: str | None = None) -> CompiledGraph:

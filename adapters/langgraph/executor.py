@@ -37,6 +37,7 @@ from langgraph.types import Command, Send
 from eclectus.adapters.langchain.compiler.context import Lowering
 from eclectus.adapters.langchain.compiler.registry import lower
 from eclectus.adapters.langchain.compiler.symbols import collect_refs
+from eclectus.adapters.langgraph.fanout import MapTask, SendEach, lower_send_each
 from eclectus.adapters.langgraph.support import is_python_node
 
 Channels = dict[str, BaseChannel]
@@ -57,6 +58,8 @@ class StepRecord:
 
     values: Any  # the stream channels' values after the step; None: no chunk
     updates: list[tuple[str, Any]] = field(default_factory=list)  # (node, its update)
+    # indices of ``updates`` that stand for a server map's tasks (one chunk per item)
+    mapped: list[int] = field(default_factory=list)
 
 
 class GraphRun:
@@ -147,6 +150,8 @@ class GraphRun:
         for task, node_input, output in zip(tasks, inputs, outputs, strict=True):
             writes = self._updates(task.node, output)
             done.append((task, node_input, writes))
+            if isinstance(task.arg, MapTask):
+                record.mapped.append(len(record.updates))
             record.updates.append((task.node, self._update_chunk(writes)))
         writes = [w for _, _, ws in done for w in ws]
         await self._apply(self.channels, writes)
@@ -177,6 +182,8 @@ class GraphRun:
 
     async def _run_node(self, task: Task, node_input: Any) -> Any:
         runnable: Runnable = self.builder.nodes[task.node].runnable
+        if isinstance(task.arg, MapTask):  # declared when the router ran
+            return task.arg.update
         if is_python_node(runnable):
             return await self.ctx.cut(runnable, node_input, f"node {task.node!r} is Python")
         with self.ctx.trace.nested(f"node {task.node!r}"):
@@ -244,10 +251,16 @@ class GraphRun:
         return [Task(name) for name in sorted(names)] + sends
 
     async def _route(self, branch: Any, node_input: Any, fresh: Channels) -> list[Any]:
-        """A router's destinations: a client cut over the resolved state."""
+        """A router's destinations: a server map for a SendEach over a constrained list
+        (fanout.py), else a client cut over the resolved state."""
         value = self.values(fresh)
         if isinstance(node_input, dict) and branch.input_schema is None:
             value = {**node_input, **value}
+        fan = getattr(branch.path, "func", None)
+        if isinstance(fan, SendEach):
+            mapped = await lower_send_each(self, fan, value)
+            if mapped is not None:
+                return [mapped]
         result = await self.ctx.cut(branch.path, value, "a conditional edge")
         result = list(result) if isinstance(result, list | tuple) else [result]
         if branch.ends:
@@ -259,7 +272,9 @@ class GraphRun:
         return result
 
     def _target(self, dest: Any, names: dict[str, None], sends: list[Task]) -> None:
-        if isinstance(dest, Send):
+        if isinstance(dest, MapTask):
+            sends.append(Task(dest.node, dest, sent=True))
+        elif isinstance(dest, Send):
             sends.append(Task(dest.node, dest.arg, sent=True))
         elif dest != END:
             names[dest] = None

@@ -68,3 +68,18 @@ def node_kind(runnable: Runnable) -> str:
     if is_python_node(runnable):
         return "client cut (a Python function: it runs on the client over the resolved state)"
     return f"server ({runnable.get_name()} lowers onto the graph; see the LCEL plan)"
+
+
+def edge_kind(branch: Any) -> str:
+    """One line: where a conditional edge runs and why (pure)."""
+    from eclectus.adapters.langgraph.fanout import SendEach
+
+    fan = getattr(branch.path, "func", None)
+    if isinstance(fan, SendEach):
+        return (
+            f"server map when {fan.over!r} is a constrained JSON list (SendEach), else a client cut"
+        )
+    return (
+        "client cut (a conditional edge: the router runs on the client; Send fan-outs to "
+        "LCEL nodes ship in one frame)"
+    )

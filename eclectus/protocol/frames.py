@@ -172,13 +172,15 @@ class MapSpec(BaseModel):
     element's compact JSON). ``call`` has exactly one output; ``element`` and that output
     are names local to the map. ``output`` is then the JSON array of the instances' output
     texts, in element order; a ``spread`` op joins or renders it. No client round trip:
-    the fan-out happens where the list is. Its limits (``max_map_items``,
-    ``max_map_element_bytes``) and errors are in docs/protocol.md.
+    the fan-out happens where the list is. ``items_path``: object keys leading from the
+    parsed ``items`` to the array (a planner's ``{"steps": [...]}`` is ``["steps"]``). Its
+    limits (``max_map_items``, ``max_map_element_bytes``) and errors are in docs/protocol.md.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     id: VarId
     items: VarId
+    items_path: list[str] = Field(default_factory=list, max_length=16)
     element: VarId
     call: CallSpec
     output: VarId

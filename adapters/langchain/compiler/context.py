@@ -17,7 +17,8 @@ from eclectus.adapters.langchain import _client
 from eclectus.adapters.langchain.compiler.callbacks import CallRecord
 from eclectus.adapters.langchain.compiler.graph import GraphTrace
 from eclectus.adapters.langchain.compiler.symbols import collect_refs, rebuild
-from eclectus.adapters.langchain.pieces import Piece, Ref
+from eclectus.adapters.langchain.errors import NotLowerable
+from eclectus.adapters.langchain.pieces import Piece, Ref, Spread
 from eclectus.protocol import SamplingParams
 
 
@@ -46,6 +47,11 @@ class Lowering:
     def repr_list(self, items: list[Any]) -> Ref:
         """``str(items)`` on the server, byte-identical to Python's (declares a repr_list
         op; items are strs and refs)."""
+        if any(isinstance(item, Spread) for item in items):
+            if len(items) != 1:  # the op spreads one map's output, alone
+                raise NotLowerable("a list holding a fan-out's results and other items")
+            self.trace.op("repr_list of a fan-out's results")
+            return Ref(self.session.session.spread_repr_list(items[0].ref.var))
         self.trace.op(f"repr_list of {len(items)} item(s)")
         parts = [item.var if isinstance(item, Ref) else item for item in items]
         return Ref(self.session.repr_list(parts))

@@ -42,9 +42,10 @@ from eclectus.adapters.langchain.pieces import (
     contains_symbolic,
 )
 from eclectus.adapters.langchain.prompts import chat_prompt_messages, string_prompt_pieces
-from eclectus.adapters.langchain.tools import TOOL_KWARGS
+from eclectus.adapters.langchain.tools import TOOL_KWARGS, split_call_kwargs
 from eclectus.adapters.langchain.tracing import TRACER
 from eclectus.adapters.sampling import explicit
+from eclectus.protocol import StructuredOutputs
 from eclectus.protocol.chat_template import ChatTemplateError
 
 MODEL_TYPES = (ChatEclectus, EclectusLLM)
@@ -135,14 +136,10 @@ async def lower_model(model: Any, value: Any, ctx: Lowering, kwargs: dict[str, A
     """One declared call of ``model`` (with ``.bind`` kwargs) on ``value``."""
     if (ws_url(model.eclectus_url), model.token) != ctx.server:
         raise NotLowerable("the model talks to another server")
-    if any(kwargs.get(k) is not None for k in (*TOOL_KWARGS, "extra_body")) or getattr(
-        model, "extra_body", None
-    ):
-        raise NotLowerable(
-            "bound with tools or an output format: the call runs on the client, where its "
-            "reply is parsed into tool calls or a structure"
-        )
-    sampling, name = model.sampling(None, kwargs), model.model_for(kwargs)
+    rest, constraint = _output_format(model, kwargs)
+    sampling, name = model.sampling(None, rest), model.model_for(rest)
+    if constraint is not None:
+        sampling = sampling.model_copy(update={"structured_outputs": constraint})
     if isinstance(model, ChatEclectus):
         template = ChatTemplate.of(model_info(ctx.session, name))
         try:
@@ -157,6 +154,30 @@ async def lower_model(model: Any, value: Any, ctx: Lowering, kwargs: dict[str, A
     )
     ctx.calls.append(CallRecord(model, value, output, kwargs))
     return output
+
+
+def _output_format(
+    model: Any, kwargs: dict[str, Any]
+) -> tuple[dict[str, Any], StructuredOutputs | None]:
+    """A call's sampling kwargs and its output constraint (pure). A chat model's output
+    format (``with_structured_output``'s ``response_format``, vLLM's ``extra_body``
+    formats) lowers: the reply is the constrained text, as eagerly. Tools do not (their
+    reply is parsed into tool calls on the client): NotLowerable."""
+    formats = (*TOOL_KWARGS, "extra_body")
+    if not any(kwargs.get(k) is not None for k in formats) and not getattr(
+        model, "extra_body", None
+    ):
+        return kwargs, None
+    if not isinstance(model, ChatEclectus):
+        raise NotLowerable("a completion model bound with an output format")
+    rest, constraint = split_call_kwargs(kwargs, model.extra_body)
+    if constraint.tools or constraint.parse_tool_calls:
+        raise NotLowerable(
+            "bound with tools: the call runs on the client, where its reply is parsed into "
+            "tool calls"
+        )
+    rest.pop("ls_structured_output_format", None)  # LangSmith's, not a sampling field
+    return rest, constraint.structured_outputs
 
 
 @register(ChatEclectus, EclectusLLM, subclasses=True)

@@ -10,6 +10,7 @@ refs' texts are known: exactly what the eager chain would have had at that point
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +19,7 @@ from langchain_core.messages import AIMessage, BaseMessage, ChatMessage
 from langchain_core.messages.ai import InputTokenDetails, UsageMetadata
 from langchain_core.prompt_values import ChatPromptValue, StringPromptValue
 
-from eclectus.adapters.langchain.pieces import Piece, Ref, Symbolic, SymMessage, Value
+from eclectus.adapters.langchain.pieces import Piece, Ref, Spread, Symbolic, SymMessage, Value
 from eclectus.adapters.langchain.prompts import PromptMessage
 
 
@@ -30,12 +31,25 @@ class SymPrompt(Symbolic):
     messages: list[PromptMessage] | None = None
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class SymParsed(Symbolic):
+    """A JSON output parser's result over a constrained reply (``with_structured_output``):
+    the reply is valid JSON by construction; ``schema`` is its constraint's JSON Schema
+    (None: any JSON object); ``parser`` turns the reply into the eager value."""
+
+    message: SymMessage
+    parser: Any
+    schema: dict[str, Any] | None
+
+
 def collect_refs(value: Any, out: list[Ref]) -> list[Ref]:
     """Appends every ref inside ``value`` to ``out`` (in order, repeats kept); returns it."""
     if isinstance(value, Ref):
         out.append(value)
-    elif isinstance(value, SymMessage):
+    elif isinstance(value, SymMessage | Spread):
         out.append(value.ref)
+    elif isinstance(value, SymParsed):
+        out.append(value.message.ref)
     elif isinstance(value, SymPrompt):
         for piece in value.text or []:
             collect_refs(piece, out)
@@ -59,13 +73,22 @@ def rebuild(value: Any, texts: Mapping[int, str]) -> Any:
         return ai_message(value, texts[id(value.ref)])
     if isinstance(value, SymPrompt):
         return _prompt_value(value, texts)
+    if isinstance(value, SymParsed):
+        return value.parser.invoke(ai_message(value.message, texts[id(value.message.ref)]))
     if isinstance(value, dict):
         return {key: rebuild(item, texts) for key, item in value.items()}
     if isinstance(value, list):
-        return [rebuild(item, texts) for item in value]
+        return [part for item in value for part in _spliced(item, texts)]
     if isinstance(value, tuple):
         return tuple(rebuild(item, texts) for item in value)
     return value
+
+
+def _spliced(item: Any, texts: Mapping[int, str]) -> list[Any]:
+    """A list item's concrete items: a Spread's whole array, else the one item (pure)."""
+    if isinstance(item, Spread):
+        return list(json.loads(texts[id(item.ref)]))
+    return [rebuild(item, texts)]
 
 
 def pieces_text(pieces: list[Piece], texts: Mapping[int, str]) -> str:
