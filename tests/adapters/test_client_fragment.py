@@ -15,6 +15,7 @@ from eclectus.protocol import (
     CallSpec,
     GenSegment,
     GetSpec,
+    MapSpec,
     OpSpec,
     TextSegment,
     VarSegment,
@@ -90,3 +91,25 @@ def test_take_is_atomic_under_concurrent_adds() -> None:
     ids = [v.id for f in taken for v in f.vars]
     assert len(ids) == 600 and len(set(ids)) == 600
     assert len(pending) == 0
+
+
+def map_fragment(doc_size: int) -> tuple[Fragment, list[GetSpec]]:
+    """A large constant plan, a map over it and a spread join of the map's output."""
+    fragment = Fragment(vars=[VarSpec(id="plan", value='["' + "x" * doc_size + '"]')])
+    call = CallSpec(id="w", segments=[VarSegment(var="e"), GenSegment(gen="r")])
+    fragment.maps.append(MapSpec(id="m", items="plan", element="e", call=call, output="done"))
+    fragment.vars.append(VarSpec(id="done"))
+    fragment.ops.append(OpSpec(id="j", op="join", inputs=["done"], output="all", spread=True))
+    fragment.vars.append(VarSpec(id="all"))
+    return fragment, [GetSpec(var="all")]
+
+
+def test_maps_ship_and_split_before_the_ops_that_spread_them() -> None:
+    """A map travels in the submit, and a split puts it before its spread op."""
+    fragment, gets = map_fragment(10)
+    (whole,) = plan_submits(fragment, gets, 1 << 20, lambda: "f")
+    assert whole.maps == fragment.maps and "done" in created_ids(whole)
+    ids = itertools.count()
+    frames = plan_submits(*map_fragment(600), 700, lambda: f"f{next(ids)}")
+    order = [item.id for f in frames for item in (*f.maps, *f.ops)]
+    assert len(frames) > 1 and order.index("m") < order.index("j")

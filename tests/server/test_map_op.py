@@ -4,6 +4,7 @@ spread ops over a map's output; its errors and limits (docs/protocol.md, Maps)."
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ from websockets.asyncio.client import connect
 from ws_helpers import RawClient, ServerFactory
 
 from eclectus.protocol import CLIENT_FRAME, MapSpec
-from eclectus.server.map_op import element_text, parse_items
+from eclectus.server.map_op import MapFailed, element_text, parse_items
 
 PROMPT = "Step: "
 
@@ -224,3 +225,28 @@ def test_items_parse_back_and_elements_bind_their_text(items: list[Any], fenced:
     for element in items:
         bound = element_text(element)
         assert bound == element if isinstance(element, str) else json.loads(bound) == element
+
+
+async def test_items_path_picks_the_array_inside_an_object(client: RawClient) -> None:
+    """items_path: a planner's {"steps": [...]} maps over its steps."""
+    frame = map_frame({"id": "plan", "value": '{"steps": ["a", "b"], "why": "x"}'})
+    frame["maps"][0]["items_path"] = ["steps"]
+    await client.ask(frame)
+    answers = await client.values(3)
+    assert len(json.loads(answers["results"]["text"])) == 2
+
+
+@pytest.mark.parametrize(
+    ("text", "path", "needle"),
+    [
+        ('{"steps": []}', ["plan"], "items has no key 'plan'"),
+        ('{"a": {"b": 1}}', ["a", "c"], "items['a'] has no key 'c'"),
+        ('["x"]', ["steps"], "items has no key 'steps'"),
+        ('{"steps": "x"}', ["steps"], "a JSON str, not an array"),
+    ],
+)
+def test_a_bad_items_path_is_bad_request(text: str, path: list[str], needle: str) -> None:
+    """A path that does not lead to an array fails the map with bad_request, naming it."""
+    with pytest.raises(MapFailed, match=re.escape(needle)) as caught:
+        parse_items(text, path)
+    assert caught.value.code == "bad_request"

@@ -10,8 +10,10 @@ from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder, PromptTemplate
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.types import Send
+from pydantic import BaseModel, Field, create_model
 
 from eclectus.adapters.langchain import ChatEclectus
+from eclectus.adapters.langgraph import SendEach
 
 
 def text(model: ChatEclectus, template: str) -> Any:
@@ -155,3 +157,40 @@ def chat_agent(model: ChatEclectus) -> tuple[Any, dict[str, Any]]:
     builder.add_edge("first", "second")
     builder.add_edge("second", END)
     return builder.compile(), {"messages": [("human", "hi there")]}
+
+
+def plan_model(width: int) -> type[BaseModel]:
+    """A plan of exactly ``width`` steps (JSON Schema minItems = maxItems = width)."""
+    steps = Annotated[list[str], Field(min_length=width, max_length=width)]
+    return create_model("Plan", steps=(steps, ...))
+
+
+class ConstrainedPlan(TypedDict, total=False):
+    goal: str
+    plan: Any
+    results: Annotated[list[str], operator.add]
+    answer: str
+
+
+def constrained_plan_execute(
+    model: ChatEclectus, width: int = 3, schema: Any = None, fan_out: Any = None
+) -> tuple[Any, dict[str, Any]]:
+    """plan-and-execute whose planner is constrained to a JSON plan (``with_structured_output``)
+    and whose router is a SendEach over its steps: compiled, a server-side map."""
+    planner_model = model.model_copy(update={"max_tokens": 24 * width + 16})
+    planner = PromptTemplate.from_template("Goal: {goal}\nPlan:") | (
+        planner_model.with_structured_output(schema or plan_model(width))
+    )
+    builder = StateGraph(ConstrainedPlan)
+    builder.add_node("plan", {"plan": planner})
+    execute = text(model, "Goal: {goal}\nDo the step: {step}\nResult:") | (lambda r: [r])
+    builder.add_node("execute", {"results": execute})
+    builder.add_node(
+        "synthesize", {"answer": text(model, "Goal: {goal}\nResults: {results}\nAnswer:")}
+    )
+    builder.add_edge(START, "plan")
+    fan_out = fan_out or SendEach("execute", "plan", key="step", path=["steps"], keep=["goal"])
+    builder.add_conditional_edges("plan", fan_out, ["execute"])
+    builder.add_edge("execute", "synthesize")
+    builder.add_edge("synthesize", END)
+    return builder.compile(), {"goal": "tidy the shed"}

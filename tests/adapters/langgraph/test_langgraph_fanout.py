@@ -1,0 +1,140 @@
+"""A planner constrained to a JSON list, fanned out with ``SendEach``: compiled, the fan-out
+is a server-side map (no client round trip, one frame per run whatever the width), and the
+run equals the eager one under greedy decoding; where the compiler cannot prove the map
+exact it falls back to the client cut, still equal."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Annotated, Any
+
+import lg_graphs
+import pytest
+from langchain_core.callbacks import BaseCallbackHandler
+from langgraph.types import Send
+from pydantic import BaseModel, Field, field_validator
+
+from eclectus.adapters.langchain import ChatEclectus
+from eclectus.adapters.langgraph import EagerFallbackWarning, SendEach, compile
+from eclectus.server.app import EclectusServer
+
+
+@pytest.fixture
+def chat(eclectus_server: EclectusServer) -> ChatEclectus:
+    return ChatEclectus(max_tokens=4, temperature=0, model_kwargs={"ignore_eos": True})
+
+
+def mapped(compiled: Any) -> bool:
+    return "map over plan.steps" in compiled.last_graph.render()
+
+
+@pytest.mark.parametrize("width", [1, 3, 6])
+def test_constrained_plan_maps_on_the_server(chat: ChatEclectus, width: int) -> None:
+    """compiled == eager, the fan-out is a map, and a run is one frame for any width."""
+    app, value = lg_graphs.constrained_plan_execute(chat, width)
+    compiled = compile(app)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", EagerFallbackWarning)
+        out = compiled.invoke(value)
+    assert out == app.invoke(value)
+    assert len(out["results"]) == width
+    assert mapped(compiled) and compiled.last_frames == 1
+    assert compiled.last_graph.cuts == []
+
+
+@pytest.mark.parametrize("mode", ["values", "updates", ["updates", "values"]])
+def test_constrained_plan_streams(chat: ChatEclectus, mode: Any) -> None:
+    """The streams give LangGraph's chunks: one ``updates`` chunk per mapped task."""
+    app, value = lg_graphs.constrained_plan_execute(chat, 3)
+    eager = list(app.stream(value, stream_mode=mode))
+    compiled = list(compile(app).stream(value, stream_mode=mode))
+    if mode != "values":  # Send tasks finish in any order eagerly
+        eager, compiled = sorted(map(repr, eager)), sorted(map(repr, compiled))
+    assert compiled == eager
+
+
+def test_a_json_dict_plan_maps_too(chat: ChatEclectus) -> None:
+    """A dict JSON Schema (JsonOutputParser) maps like a Pydantic one."""
+    schema = {
+        "title": "plan",
+        "type": "object",
+        "properties": {"steps": {"type": "array", "items": {"type": "string"}, "minItems": 2}},
+        "required": ["steps"],
+    }
+    app, value = lg_graphs.constrained_plan_execute(chat, 2, schema=schema)
+    compiled = compile(app)
+    assert compiled.invoke(value) == app.invoke(value)
+    assert mapped(compiled) and compiled.last_frames == 1
+
+
+class MaybeEmpty(BaseModel):
+    steps: list[str] = Field(max_length=2)
+
+
+class Stripped(BaseModel):
+    steps: Annotated[list[str], Field(min_length=2, max_length=2)]
+
+    @field_validator("steps")
+    @classmethod
+    def strip(cls, steps: list[str]) -> list[str]:
+        return [s.strip() for s in steps]
+
+
+@pytest.mark.parametrize("schema", [MaybeEmpty, Stripped], ids=["may-be-empty", "validator"])
+def test_unprovable_maps_fall_back_to_the_cut(chat: ChatEclectus, schema: type) -> None:
+    """A list that may be empty (no step would run eagerly) or a parser that changes items:
+    the router runs on the client (two frames), the result is still the eager one."""
+    app, value = lg_graphs.constrained_plan_execute(chat, 2, schema=schema)
+    compiled = compile(app)
+    assert compiled.invoke(value) == app.invoke(value)
+    assert not mapped(compiled) and compiled.last_frames == 2
+
+
+def test_a_python_router_is_a_cut(chat: ChatEclectus) -> None:
+    """The same fan-out as a plain function: a client cut, same result."""
+
+    def fan_out(state: dict[str, Any]) -> list[Send]:
+        return [Send("execute", {"goal": state["goal"], "step": s}) for s in state["plan"].steps]
+
+    app, value = lg_graphs.constrained_plan_execute(chat, 2, fan_out=fan_out)
+    compiled = compile(app)
+    assert compiled.invoke(value) == app.invoke(value)
+    assert not mapped(compiled) and compiled.last_frames == 2
+
+
+class Counter(BaseCallbackHandler):
+    def __init__(self) -> None:
+        self.ends = 0
+
+    def on_llm_end(self, *args: Any, **kwargs: Any) -> None:
+        self.ends += 1
+
+
+def test_callbacks_keep_every_call(chat: ChatEclectus) -> None:
+    """With a callback handler the fan-out is the client's, so every call fires its callbacks."""
+    app, value = lg_graphs.constrained_plan_execute(chat, 3)
+    eager, fast = Counter(), Counter()
+    expected = app.invoke(value, {"callbacks": [eager]})
+    compiled = compile(app)
+    assert compiled.invoke(value, {"callbacks": [fast]}) == expected
+    assert fast.ends == eager.ends == 5
+    assert not mapped(compiled)
+
+
+def test_send_each_runs_eagerly() -> None:
+    """SendEach is an ordinary router: it returns the Sends LangGraph runs."""
+    fan = SendEach("work", "plan", key="step", path=["steps"], keep=["goal"])
+    sends = fan({"goal": "g", "plan": {"steps": ["a", "b"]}})
+    assert [(s.node, s.arg) for s in sends] == [
+        ("work", {"goal": "g", "step": "a"}),
+        ("work", {"goal": "g", "step": "b"}),
+    ]
+
+
+def test_explain_says_the_edge_can_map(chat: ChatEclectus) -> None:
+    app, value = lg_graphs.constrained_plan_execute(chat, 2)
+    compiled = compile(app)
+    compiled.invoke(value)
+    text = compiled.explain()
+    assert "plan -> ? (send_each_execute): server map" in text
+    assert "last run: 1 client frame(s)" in text
