@@ -27,6 +27,7 @@ from eclectus.adapters.langchain.compiler.graph import GraphTrace
 from eclectus.adapters.langchain.compiler.plan import plan_text
 from eclectus.adapters.langchain.compiler.runnable import run_blocking
 from eclectus.adapters.langgraph.executor import GraphRun, StepRecord
+from eclectus.adapters.langgraph.fanout import fire_maps, map_vars
 from eclectus.adapters.langgraph.support import (
     edge_kind,
     is_python_node,
@@ -192,10 +193,11 @@ class CompiledGraph:
             output = await run.run(input)
             records = [(step.values, step.updates) for step in run.steps]
             # with a callback handler, the calls' prompts and outputs come in this frame too
-            extra = pending_vars(ctx.calls, config)
+            extra = pending_vars(ctx.calls, config) + map_vars(run.maps, config)
             output, records = await ctx.resolve((output, records), extra)
         finally:
             await fire_callbacks(ctx.calls, ctx.config, mode, ctx.fetch)
+            await fire_maps(run.maps, ctx.config, mode)
             self.last_graph = ctx.trace
             self.last_frames = ctx.session.num_frames_sent - frames
         steps = [

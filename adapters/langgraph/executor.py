@@ -37,7 +37,7 @@ from langgraph.types import Command, Send
 from eclectus.adapters.langchain.compiler.context import Lowering
 from eclectus.adapters.langchain.compiler.registry import lower
 from eclectus.adapters.langchain.compiler.symbols import collect_refs
-from eclectus.adapters.langgraph.fanout import MapTask, SendEach, lower_send_each
+from eclectus.adapters.langgraph.fanout import MapRecord, MapTask, SendEach, lower_send_each
 from eclectus.adapters.langgraph.support import is_python_node
 
 Channels = dict[str, BaseChannel]
@@ -74,6 +74,7 @@ class GraphRun:
             k: c.from_checkpoint(MISSING) for k, c in self.builder.channels.items()
         }
         self.steps: list[StepRecord] = []
+        self.maps: list[MapRecord] = []  # the server maps declared, for their callbacks
 
     async def run(self, input: Any) -> Any:
         """Runs the graph from ``input`` to the end; returns the symbolic output."""

@@ -13,20 +13,24 @@ falls back to the client cut, which is always exact.
 
 from __future__ import annotations
 
+import json
 import operator
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.output_parsers import JsonOutputParser, PydanticOutputParser
+from langchain_core.runnables import RunnableConfig
 from langgraph.channels.binop import BinaryOperatorAggregate
 from langgraph.types import Send
 
 from eclectus.adapters.client import Gen
+from eclectus.adapters.client.variables import VarState
+from eclectus.adapters.langchain.compiler.callbacks import CallRecord, fire_one, wanted
 from eclectus.adapters.langchain.compiler.context import Lowering
 from eclectus.adapters.langchain.compiler.registry import lower
 from eclectus.adapters.langchain.compiler.symbols import SymParsed, collect_refs
-from eclectus.adapters.langchain.pieces import Piece, Ref, Spread, Value
+from eclectus.adapters.langchain.pieces import Piece, Ref, Spread, SymMessage, Value
 from eclectus.adapters.langgraph.support import is_python_node
 from eclectus.protocol import SamplingParams
 
@@ -58,6 +62,18 @@ class SendEach:
         return list(value)
 
 
+@dataclass(frozen=True, slots=True)
+class MapRecord:
+    """A declared map, for its calls' callbacks: the node's one call as the lowering
+    recorded it (over ``element``), the plan variable and path, the map's output."""
+
+    call: CallRecord
+    element: Ref
+    items: Any  # the SDK variable holding the plan's JSON
+    path: tuple[str, ...]
+    mapped: Any  # the SDK variable holding the JSON array of the replies
+
+
 @dataclass(slots=True)
 class MapTask:
     """Stands for every ``Send`` task of a fan-out run as one server map: the tasks' writes
@@ -76,12 +92,12 @@ async def lower_send_each(run: GraphRun, fan: SendEach, state: dict[str, Any]) -
     client cut: the list is not a constrained JSON output whose schema makes it a non-empty
     array of strings; the target is a Python node, has conditional edges, or does not lower
     to exactly one call writing ``[its reply]`` to an ``operator.add`` key; or callbacks
-    are configured (they fire per call, and a map's calls are the server's)."""
+    and the map's calls fire theirs once the run's values are back (:func:`fire_maps`)."""
     source = state.get(fan.over)
     target = run.builder.nodes.get(fan.node)
     if not isinstance(source, SymParsed) or target is None or is_python_node(target.runnable):
         return None
-    if run.builder.branches.get(fan.node) or run.ctx.config.get("callbacks"):
+    if run.builder.branches.get(fan.node):
         return None
     if any(k not in state for k in fan.keep) or not _string_list(source, fan.path):
         return None
@@ -117,7 +133,7 @@ def _strings(schema: dict[str, Any]) -> bool:
         schema.get("type") == "array"
         and isinstance(items, dict)
         and items.get("type") == "string"
-        and set(items) <= {"type", "title", "description"}
+        and set(items) <= {"type", "title", "description", "minLength", "maxLength"}
     )
 
 
@@ -128,8 +144,9 @@ async def _declare_map(
     session = ctx.session.session
     element = session.new_variable(name="element")
     capture = _Capture(ctx.session, ctx.server, ctx.mode, ctx.config, timeout=ctx.timeout)
+    element_ref = Ref(element)
     node = run.builder.nodes[fan.node].runnable
-    output = await lower(node, {**kept, fan.key: Ref(element)}, capture)
+    output = await lower(node, {**kept, fan.key: element_ref}, capture)
     if capture.call is None or not isinstance(output, dict) or len(output) != 1:
         raise NotMappable("the node is not one call writing one key")
     ((key, value),) = output.items()
@@ -146,6 +163,9 @@ async def _declare_map(
         [*parts, Gen(sampling=sampling)],
         items_path=fan.path,
         model=model,
+    )
+    run.maps.append(
+        MapRecord(capture.calls[0], element_ref, source.message.ref.var, fan.path, mapped)
     )
     where = ".".join((fan.over, *fan.path))
     ctx.trace.op(f"map over {where}: one {fan.node!r} call per item, on the server")
@@ -182,3 +202,48 @@ class _Capture(Lowering):
 
     async def cut(self, runnable: Any, value: Any, reason: str) -> Any:
         raise NotMappable(f"a client cut inside the node ({reason})")
+
+
+def map_vars(maps: list[MapRecord], config: RunnableConfig) -> list[Any]:
+    """The SDK variables :func:`fire_maps` needs, when a handler wants the maps' calls
+    ([] otherwise), for the run's final frame (pure)."""
+    if not maps or not wanted([m.call for m in maps], config):
+        return []
+    inputs = [r.var for m in maps for r in collect_refs(m.call.input, []) if r is not m.element]
+    return list(dict.fromkeys([*(m.items for m in maps), *(m.mapped for m in maps), *inputs]))
+
+
+async def fire_maps(maps: list[MapRecord], config: RunnableConfig, mode: str) -> None:
+    """Fires each finished map's calls' callbacks, one call per item, as the eager ``Send``
+    tasks fire them (start with the messages, end with the reply; the server reports no
+    per-instance usage, so the reply has no ``usage_metadata``). No-op without handlers."""
+    if not maps or not wanted([m.call for m in maps], config):
+        return
+    for record in maps:
+        if record.mapped.state is not VarState.READY:
+            continue  # the map failed: the run raises; no call fired eagerly either
+        items = json.loads(record.items.value or "")  # the server parsed it already
+        for key in record.path:
+            items = items[key]
+        replies = json.loads(record.mapped.value or "[]")
+        known = {
+            id(ref): ref.var.value
+            for ref in collect_refs(record.call.input, [])
+            if ref is not record.element and ref.var.state is VarState.READY
+        }
+        assert isinstance(record.call.output, SymMessage)
+        for item, reply in zip(items, replies, strict=True):
+            output = SymMessage(Ref(_Reply(reply)), record.call.output.model_name)
+            call = replace(record.call, output=output)
+            await fire_one(call, config, mode, {**known, id(record.element): item})
+
+
+@dataclass(frozen=True, slots=True)
+class _Reply:
+    """What callbacks read of a map instance's reply: a final text, no usage."""
+
+    value: str
+    state: VarState = VarState.READY
+    usage: None = None
+    finish_reason: None = None
+    error: None = None

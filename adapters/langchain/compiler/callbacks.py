@@ -90,12 +90,14 @@ async def fire(records: list[CallRecord], config: RunnableConfig, mode: str, fet
     table = {id(ref): ref.var.value for ref in refs if ref.var.state is VarState.READY}
     for record in records:
         if record.ref.var.state is not VarState.PENDING:
-            await _fire_one(record, config, mode, table)
+            await fire_one(record, config, mode, table)
 
 
-async def _fire_one(
+async def fire_one(
     record: CallRecord, config: RunnableConfig, mode: str, table: dict[int, Any]
 ) -> None:
+    """Fires one call's start and end (or error); ``table`` maps ``id(ref)`` to the text
+    of each ref in its input (a missing one: an input failed, nothing fires)."""
     model, var = record.model, record.ref.var
     inputs = collect_refs(record.input, [])
     if any(id(ref) not in table for ref in inputs):

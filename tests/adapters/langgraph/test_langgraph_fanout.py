@@ -102,23 +102,31 @@ def test_a_python_router_is_a_cut(chat: ChatEclectus) -> None:
     assert not mapped(compiled) and compiled.last_frames == 2
 
 
-class Counter(BaseCallbackHandler):
+class Recorder(BaseCallbackHandler):
+    """Each call's (prompt, reply), as the handler saw them."""
+
     def __init__(self) -> None:
-        self.ends = 0
+        self.prompts: dict[Any, str] = {}
+        self.calls: list[tuple[str, str]] = []
 
-    def on_llm_end(self, *args: Any, **kwargs: Any) -> None:
-        self.ends += 1
+    def on_chat_model_start(self, serialized: Any, messages: Any, *, run_id: Any, **_: Any) -> None:
+        self.prompts[run_id] = repr(messages)
+
+    def on_llm_end(self, response: Any, *, run_id: Any, **_: Any) -> None:
+        self.calls.append((self.prompts[run_id], response.generations[0][0].text))
 
 
-def test_callbacks_keep_every_call(chat: ChatEclectus) -> None:
-    """With a callback handler the fan-out is the client's, so every call fires its callbacks."""
+def test_callbacks_fire_for_every_mapped_call(chat: ChatEclectus) -> None:
+    """With a callback handler the fan-out is still a map, and each of its calls fires
+    start and end with the messages and the reply the eager Send task's call has."""
     app, value = lg_graphs.constrained_plan_execute(chat, 3)
-    eager, fast = Counter(), Counter()
+    eager, fast = Recorder(), Recorder()
     expected = app.invoke(value, {"callbacks": [eager]})
     compiled = compile(app)
     assert compiled.invoke(value, {"callbacks": [fast]}) == expected
-    assert fast.ends == eager.ends == 5
-    assert not mapped(compiled)
+    assert len(fast.calls) == len(eager.calls) == 5
+    assert sorted(fast.calls) == sorted(eager.calls)
+    assert mapped(compiled) and compiled.last_frames == 1
 
 
 def test_send_each_runs_eagerly() -> None:
