@@ -15,6 +15,7 @@ from eclectus.recipes.result import RecipeResult, format_report
 from eclectus.recipes.runner import RECIPES, run_recipe
 from eclectus.recipes.shared_prompt import SharedPromptParams
 from eclectus.recipes.target import ModelFactory, Target
+from eclectus.recipes.tool_agent import ToolAgentParams
 
 __all__ = [
     "RECIPES",
@@ -27,6 +28,7 @@ __all__ = [
     "RecipeResult",
     "SharedPromptParams",
     "Target",
+    "ToolAgentParams",
     "embedded_server",
     "format_report",
     "run_recipe",

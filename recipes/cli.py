@@ -6,6 +6,7 @@
     eclectus run map-reduce --backend openai --base-url http://host:8000/v1 --model NAME
     eclectus run shared-prompt --param users=16 --param rate=2.5
     eclectus run plan-execute --steps 8              # a LangGraph app, compiled
+    eclectus run tool-agent --param tool_rounds=4    # a LangGraph tool-using agent
 
 Sizes: the common flags below, or ``--param FIELD=VALUE`` for any field of the recipe's
 params dataclass (docs/recipes.md lists them).
@@ -38,6 +39,7 @@ OUTPUT_FIELD = {
     "shared-prompt": "answer_tokens",
     "plan-execute": "step_tokens",
     "multi-agent-graph": "code_tokens",
+    "tool-agent": "answer_tokens",
 }
 # the common size flags, and their help (each sets the params field of its name, where the
 # recipe has one; the recipe's default applies when a flag is not given)

@@ -21,6 +21,7 @@ from eclectus.recipes import (
     multi_agent_graph,
     plan_execute,
     shared_prompt,
+    tool_agent,
 )
 from eclectus.recipes.embedded import embedded_server
 from eclectus.recipes.observe import CallObserver, ServerDelta, ServerProgress, scrape
@@ -58,6 +59,9 @@ RECIPES: dict[str, RecipeSpec] = {
     ),
     "multi-agent-graph": RecipeSpec(
         multi_agent.MultiAgentParams, multi_agent.plan, multi_agent_graph.run, "design-note"
+    ),
+    "tool-agent": RecipeSpec(
+        tool_agent.ToolAgentParams, tool_agent.plan, tool_agent.run, "field-guide"
     ),
 }
 

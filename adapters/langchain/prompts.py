@@ -14,7 +14,7 @@ import string
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage, convert_to_messages
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage, convert_to_messages
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder, PromptTemplate
 from langchain_core.prompts.chat import ChatMessagePromptTemplate
 from langchain_core.utils import mustache
@@ -188,5 +188,9 @@ def _placeholder_messages(item: MessagesPlaceholder, values: dict[str, Any]) -> 
             raise NotLowerable(f"placeholder {item.variable_name!r} holds server values")
         else:
             (message,) = convert_to_messages([element])
+            if isinstance(message, ToolMessage) or getattr(message, "tool_calls", None):
+                # the eager model writes tool calls and results with fields a prompt
+                # message here does not carry: the call runs on the client, exactly
+                raise NotLowerable("a tool call or tool result among the messages")
             out.append((type(message), message_role(message), [Value(message_text(message))]))
     return out

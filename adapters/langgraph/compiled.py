@@ -26,6 +26,7 @@ from eclectus.adapters.langchain.compiler.callbacks import pending_vars
 from eclectus.adapters.langchain.compiler.graph import GraphTrace
 from eclectus.adapters.langchain.compiler.plan import plan_text
 from eclectus.adapters.langchain.compiler.runnable import run_blocking
+from eclectus.adapters.langgraph.blocking import iterate_blocking
 from eclectus.adapters.langgraph.executor import GraphRun, StepRecord
 from eclectus.adapters.langgraph.fanout import fire_maps, map_vars
 from eclectus.adapters.langgraph.support import (
@@ -99,14 +100,14 @@ class CompiledGraph:
         **kwargs: Any,
     ) -> Iterator[Any]:
         """The app's ``stream`` for modes ``values`` and ``updates`` (one or a list, then
-        ``(mode, chunk)`` pairs). The run goes to the server whole; the chunks are yielded
-        once its values are back."""
+        ``(mode, chunk)`` pairs), step by step: a step's chunks are yielded as soon as its
+        values are back, while later steps still run on the server."""
         config, modes = _ensure(config), _modes(stream_mode, self.app.stream_mode)
         if self._eager(config, kwargs, modes):
             yield from self.app.stream(input, config, stream_mode=stream_mode, **kwargs)
             return
-        _, steps = run_blocking(self._run(input, config, "sync"))
-        yield from _chunks(steps, modes, isinstance(stream_mode, list))
+        for step in iterate_blocking(lambda: self._steps(input, config, "sync")):
+            yield from _chunks([step], modes, isinstance(stream_mode, list))
 
     async def astream(
         self,
@@ -122,9 +123,9 @@ class CompiledGraph:
             async for chunk in self.app.astream(input, config, stream_mode=stream_mode, **kwargs):
                 yield chunk
             return
-        _, steps = await self._run(input, config, "async")
-        for chunk in _chunks(steps, modes, isinstance(stream_mode, list)):
-            yield chunk
+        async for step in self._steps(input, config, "async"):
+            for chunk in _chunks([step], modes, isinstance(stream_mode, list)):
+                yield chunk
 
     # -- printing ---------------------------------------------------------------------------
 
@@ -206,6 +207,42 @@ class CompiledGraph:
         ]
         return output, steps
 
+    async def _steps(
+        self, input: Any, config: RunnableConfig, mode: Literal["sync", "async"]
+    ) -> AsyncIterator[StepRecord]:
+        """One compiled run, its concrete step records yielded in order as each step's
+        values come back: each step is fetched (one ``get``) as soon as it is declared, so
+        the first chunks arrive while later steps still run."""
+        assert self._runner is not None
+        ctx = self._runner._context(mode, config)
+        frames = ctx.session.num_frames_sent
+        queue: asyncio.Queue[tuple[StepRecord, asyncio.Future[Any]] | None] = asyncio.Queue()
+
+        def fetch_step(step: StepRecord) -> None:
+            queue.put_nowait((step, asyncio.ensure_future(ctx.resolve(_record_of(step)))))
+
+        run = GraphRun(self.app, ctx, config["recursion_limit"], on_step=fetch_step)
+        driver = asyncio.ensure_future(run.run(input))
+        driver.add_done_callback(lambda _: queue.put_nowait(None))
+        fetches: list[asyncio.Future[Any]] = []
+        try:
+            while (item := await queue.get()) is not None:
+                step, fetched = item
+                fetches.append(fetched)
+                values, updates = await fetched
+                yield StepRecord(values, _spread_updates(updates, step.mapped))
+            await driver  # the run's own error, after the steps before it
+            extra = pending_vars(ctx.calls, config) + map_vars(run.maps, config)
+            if extra:
+                await ctx.resolve(None, extra)
+        finally:
+            for job in (driver, *fetches):
+                job.cancel()
+            await fire_callbacks(ctx.calls, ctx.config, mode, ctx.fetch)
+            await fire_maps(run.maps, ctx.config, mode)
+            self.last_graph = ctx.trace
+            self.last_frames = ctx.session.num_frames_sent - frames
+
     async def _gather(
         self, inputs: list[Any], configs: list[RunnableConfig], mode: Literal["sync", "async"]
     ) -> list[Any]:
@@ -243,6 +280,10 @@ def _chunks(steps: list[StepRecord], modes: list[str], paired: bool) -> Iterator
                 chunks = [step.values] if step.values is not None else []
             for chunk in chunks:
                 yield (mode, chunk) if paired else chunk
+
+
+def _record_of(step: StepRecord) -> tuple[Any, list[tuple[str, Any]]]:
+    return (step.values, step.updates)
 
 
 def _spread_updates(updates: list[tuple[str, Any]], mapped: list[int]) -> list[tuple[str, Any]]:

@@ -22,16 +22,18 @@ from __future__ import annotations
 
 import asyncio
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.runnables import Runnable
+from langgraph._internal._constants import CONFIG_KEY_RUNTIME
 from langgraph._internal._typing import MISSING
 from langgraph.channels.base import BaseChannel
 from langgraph.channels.binop import BinaryOperatorAggregate
 from langgraph.constants import END, START
 from langgraph.errors import GraphRecursionError, InvalidUpdateError
+from langgraph.runtime import Runtime
 from langgraph.types import Command, Send
 
 from eclectus.adapters.langchain.compiler.context import Lowering
@@ -65,7 +67,13 @@ class StepRecord:
 class GraphRun:
     """The state of one run. Mutated by :meth:`run` only; ``steps`` is the record."""
 
-    def __init__(self, app: Any, ctx: Lowering, recursion_limit: int) -> None:
+    def __init__(
+        self,
+        app: Any,
+        ctx: Lowering,
+        recursion_limit: int,
+        on_step: Callable[[StepRecord], None] | None = None,
+    ) -> None:
         self.app = app
         self.builder = app.builder
         self.ctx = ctx
@@ -74,6 +82,7 @@ class GraphRun:
             k: c.from_checkpoint(MISSING) for k, c in self.builder.channels.items()
         }
         self.steps: list[StepRecord] = []
+        self.on_step = on_step  # told of each step as it is recorded (stream's step by step)
         self.maps: list[MapRecord] = []  # the server maps declared, for their callbacks
 
     async def run(self, input: Any) -> Any:
@@ -81,7 +90,7 @@ class GraphRun:
         before = self._copy(self.channels)
         writes = self._updates(START, input)
         await self._apply(self.channels, writes)
-        self.steps.append(StepRecord(self._values_chunk(writes)))
+        self._record(StepRecord(self._values_chunk(writes)))
         tasks = await self._next(before, [(Task(START, input), input, writes)])
         step = 0
         while tasks:
@@ -94,6 +103,11 @@ class GraphRun:
             tasks = await self._superstep(tasks)
             step += 1
         return self.output()
+
+    def _record(self, step: StepRecord) -> None:
+        self.steps.append(step)
+        if self.on_step is not None:
+            self.on_step(step)
 
     # -- reading the state (pure) ---------------------------------------------------------
 
@@ -157,7 +171,7 @@ class GraphRun:
         writes = [w for _, _, ws in done for w in ws]
         await self._apply(self.channels, writes)
         record.values = self._values_chunk(writes)
-        self.steps.append(record)
+        self._record(record)
         return await self._next(before, done, [o for o in outputs if isinstance(o, Command)])
 
     async def _run_nodes(self, tasks: list[Task], inputs: list[Any]) -> list[Any]:
@@ -186,6 +200,8 @@ class GraphRun:
         if isinstance(task.arg, MapTask):  # declared when the router ran
             return task.arg.update
         if is_python_node(runnable):
+            if "runtime" in getattr(runnable, "func_accepts", {}):  # as the eager run's
+                runnable = runnable.with_config(configurable={CONFIG_KEY_RUNTIME: Runtime()})
             return await self.ctx.cut(runnable, node_input, f"node {task.node!r} is Python")
         with self.ctx.trace.nested(f"node {task.node!r}"):
             output = await lower(runnable, node_input, self.ctx)

@@ -42,7 +42,10 @@ def unsupported(app: Any) -> list[str]:
             reasons.append(f"node {name!r} has a retry, cache, defer or error policy")
         if getattr(spec, "error_handler_node", None) or getattr(spec, "timeout", None):
             reasons.append(f"node {name!r} has an error handler or timeout")
-        injected = set(getattr(spec.runnable, "func_accepts", {})) - {"config"}
+        # a node taking ``runtime`` (ToolNode) gets the run's default one (compiled runs
+        # have no context: a run passing ``context=`` is eager); not with a store
+        plain = {"config"} if app.store is not None else {"config", "runtime"}
+        injected = set(getattr(spec.runnable, "func_accepts", {})) - plain
         if injected:
             reasons.append(f"node {name!r} takes LangGraph's {sorted(injected)} (runtime)")
     return reasons

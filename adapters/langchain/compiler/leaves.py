@@ -108,6 +108,9 @@ def chat_messages(value: Any) -> list[tuple[str, list[Piece]]]:
 
 
 def _concrete_messages(messages: list[BaseMessage]) -> list[tuple[str, list[Piece]]]:
+    if any(getattr(m, "tool_calls", None) for m in messages):
+        # the eager model writes an assistant turn's tool calls after its text
+        raise NotLowerable("an assistant turn with tool calls among the messages")
     try:
         per_message = TRACER.message_pieces(messages)
     except ValueError as exc:  # non-text content: the eager model raises the same

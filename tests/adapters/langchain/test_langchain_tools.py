@@ -200,8 +200,9 @@ def test_langgraph_react_agent_runs_to_completion() -> None:
 
 
 def test_the_compiler_cuts_a_model_bound_with_tools() -> None:
-    """A tool-bound or structured model in a compiled chain runs on the client (its reply is
-    parsed there); explain() says so, and the chain still gives valid calls."""
+    """A tool-bound model in a compiled chain runs on the client (its reply is parsed into
+    tool calls there); explain() says so, and the chain still gives valid calls. A structured
+    one lowers (its reply is the constrained JSON; the parser runs where it is needed)."""
     from langchain_core.prompts import ChatPromptTemplate
 
     from eclectus.adapters.langchain import compile
@@ -210,6 +211,7 @@ def test_the_compiler_cuts_a_model_bound_with_tools() -> None:
     chain = prompt | model().bind_tools([Weather], tool_choice="Weather")
     compiled = compile(chain)
     check_calls(compiled.invoke({"city": "Oslo"}), {"Weather"})
-    assert "bound with tools or an output format" in compiled.explain()
+    assert "bound with tools" in compiled.explain()
     structured = compile(prompt | model().with_structured_output(Weather))
     assert isinstance(structured.invoke({"city": "Oslo"}), Weather)
+    assert structured.last_graph is not None and structured.last_graph.cuts == []
