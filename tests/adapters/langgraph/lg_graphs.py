@@ -194,3 +194,37 @@ def constrained_plan_execute(
     builder.add_edge("execute", "synthesize")
     builder.add_edge("synthesize", END)
     return builder.compile(), {"goal": "tidy the shed"}
+
+
+class Routed(TypedDict, total=False):
+    task: str
+    next: str
+    log: Annotated[list[str], operator.add]
+
+
+ROUTES = ("research", "write")
+
+
+def constrained_supervisor(model: ChatEclectus, rounds: int = 3) -> tuple[Any, dict[str, Any]]:
+    """A supervisor whose reply is constrained to one of two literals (a ``choice``
+    constraint through ``extra_body``) and a conditional edge mapping it to a worker, until
+    the log is full."""
+    chooser = model.model_copy(update={"max_tokens": 8}).bind(
+        extra_body={"structured_outputs": {"choice": list(ROUTES)}}
+    )
+    supervisor = PromptTemplate.from_template("Task: {task}\nLog: {log}\nNext:") | chooser
+    builder = StateGraph(Routed)
+    builder.add_node("supervisor", {"next": supervisor | StrOutputParser()})
+    for name in ROUTES:
+        worker = text(model, f"As the {name}er, on {{task}}:") | (lambda r: [r])
+        builder.add_node(name, {"log": worker})
+        builder.add_edge(name, "supervisor")
+
+    def route(state: Routed) -> str:
+        return "done" if len(state["log"]) >= rounds else state["next"]  # a literal
+
+    builder.add_edge(START, "supervisor")
+    builder.add_conditional_edges(
+        "supervisor", route, {"research": "research", "write": "write", "done": END}
+    )
+    return builder.compile(), {"task": "a bridge", "log": []}
