@@ -3,9 +3,11 @@
 The compiled graph has the app's ``invoke``/``ainvoke``/``batch``/``abatch``/``stream``/
 ``astream`` and gives the same results. A run lowers every LCEL node onto one server graph
 (executor.py) and cuts only where a Python function must see values: Python nodes and
-routers. Whatever the compiler does not reproduce exactly (support.py: checkpointers,
-interrupts, stream modes other than ``values``/``updates``, some channels and policies)
-runs on the app itself, eagerly, with a warning: never a different result.
+routers (a ``SendEach`` fan-out over a constrained list is a server map instead,
+fanout.py). Streams yield step by step (:meth:`CompiledGraph._steps`). Whatever the
+compiler does not reproduce exactly (support.py: checkpointers, interrupts, stream modes
+other than ``values``/``updates``, some channels and policies) runs on the app itself,
+eagerly, with a warning: never a different result.
 """
 
 from __future__ import annotations
