@@ -7,6 +7,7 @@ checks a server-side graph against the same work done step by step from the clie
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 from client_live import LiveServer, serve_live
@@ -192,3 +193,33 @@ def test_long_session_stays_under_limits_by_releasing() -> None:
         texts = [one(f(i=str(i))).get(timeout=60) for i in range(48)]
         assert len(texts) == 48
         assert app.num_frames_sent > 48  # the submits and some release frames
+
+
+PLAN = {
+    "type": "object",
+    "properties": {
+        "steps": {"type": "array", "items": {"type": "string"}, "minItems": 2, "maxItems": 2}
+    },
+    "required": ["steps"],
+}
+
+
+async def test_a_map_fans_out_a_constrained_plan_in_one_frame(live_server: LiveServer) -> None:
+    """map over a JSON plan the server generated: one submit, and each instance's output is
+    what the same call gives made on its own from the client."""
+    before = live_server.client_frames
+    async with connect(live_server.url, token=live_server.token) as app:
+        plan = app.call(["Plan as JSON:", Gen(max_tokens=48, json_schema=PLAN)])[0]
+        step = app.new_variable()
+        done = app.map(
+            plan, step, ["Do: ", step, "\nResult:", Gen(max_tokens=6)], items_path=["steps"]
+        )
+        listed = app.spread_repr_list(done)
+        plan_text, done_text, listed_text = await app.aget_many([plan, done, listed])
+        assert live_server.client_frames - before == 2  # hello and ONE submit
+    steps = json.loads(plan_text)["steps"]
+    results = json.loads(done_text)
+    assert len(results) == 2 and listed_text == repr(results)
+    async with connect(live_server.url, token=live_server.token) as app:
+        alone = [app.call(["Do: ", s, "\nResult:", Gen(max_tokens=6)])[0] for s in steps]
+        assert await app.aget_many(alone) == results
