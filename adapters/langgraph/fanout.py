@@ -158,14 +158,14 @@ async def _declare_map(
         raise NotMappable(f"state key {key!r} does not concatenate")
     parts: list[Any] = [p.var if isinstance(p, Ref) else _text(p) for p in pieces]
     mapped = session.map(
-        source.message.ref.var,
+        source.ref.var,
         element,
         [*parts, Gen(sampling=sampling)],
         items_path=fan.path,
         model=model,
     )
     run.maps.append(
-        MapRecord(capture.calls[0], element_ref, source.message.ref.var, fan.path, mapped)
+        MapRecord(capture.calls[0], element_ref, source.ref.var, fan.path, mapped)
     )
     where = ".".join((fan.over, *fan.path))
     ctx.trace.op(f"map over {where}: one {fan.node!r} call per item, on the server")

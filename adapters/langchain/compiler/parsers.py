@@ -18,19 +18,20 @@ from eclectus.adapters.langchain.compiler.context import Lowering
 from eclectus.adapters.langchain.compiler.registry import register
 from eclectus.adapters.langchain.compiler.symbols import SymParsed
 from eclectus.adapters.langchain.errors import NotLowerable
-from eclectus.adapters.langchain.pieces import SymMessage
+from eclectus.adapters.langchain.pieces import Ref, SymMessage
 
 
 @register(JsonOutputParser, PydanticOutputParser)
 async def lower_json_parser(parser: Any, value: Any, ctx: Lowering) -> SymParsed:
-    if not isinstance(value, SymMessage):
+    if not isinstance(value, SymMessage | Ref):  # a chat reply or a completion's text
         raise NotLowerable(f"{type(parser).__name__} over {type(value).__name__}")
     ctx.trace.node(f"{type(parser).__name__} (runs where the value is needed)")
     return SymParsed(value, parser, reply_schema(value))
 
 
-def reply_schema(message: SymMessage) -> dict[str, Any] | None:
+def reply_schema(reply: SymMessage | Ref) -> dict[str, Any] | None:
     """The JSON Schema the reply's call is constrained to, or None (pure)."""
-    constraint = getattr(message.ref.var, "_constraint", None)
+    ref = reply.ref if isinstance(reply, SymMessage) else reply
+    constraint = getattr(ref.var, "_constraint", None)
     text = getattr(constraint, "json_schema", None)
     return json.loads(text) if text else None

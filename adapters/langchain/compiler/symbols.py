@@ -37,19 +37,21 @@ class SymParsed(Symbolic):
     the reply is valid JSON by construction; ``schema`` is its constraint's JSON Schema
     (None: any JSON object); ``parser`` turns the reply into the eager value."""
 
-    message: SymMessage
+    message: SymMessage | Ref  # a chat model's reply, or a completion model's text
     parser: Any
     schema: dict[str, Any] | None
+
+    @property
+    def ref(self) -> Ref:
+        return self.message.ref if isinstance(self.message, SymMessage) else self.message
 
 
 def collect_refs(value: Any, out: list[Ref]) -> list[Ref]:
     """Appends every ref inside ``value`` to ``out`` (in order, repeats kept); returns it."""
     if isinstance(value, Ref):
         out.append(value)
-    elif isinstance(value, SymMessage | Spread):
+    elif isinstance(value, SymMessage | Spread | SymParsed):
         out.append(value.ref)
-    elif isinstance(value, SymParsed):
-        out.append(value.message.ref)
     elif isinstance(value, SymPrompt):
         for piece in value.text or []:
             collect_refs(piece, out)
@@ -74,7 +76,10 @@ def rebuild(value: Any, texts: Mapping[int, str]) -> Any:
     if isinstance(value, SymPrompt):
         return _prompt_value(value, texts)
     if isinstance(value, SymParsed):
-        return value.parser.invoke(ai_message(value.message, texts[id(value.message.ref)]))
+        text = texts[id(value.ref)]
+        if isinstance(value.message, SymMessage):
+            return value.parser.invoke(ai_message(value.message, text))
+        return value.parser.invoke(text)
     if isinstance(value, dict):
         return {key: rebuild(item, texts) for key, item in value.items()}
     if isinstance(value, list):
