@@ -164,9 +164,7 @@ async def _declare_map(
         items_path=fan.path,
         model=model,
     )
-    run.maps.append(
-        MapRecord(capture.calls[0], element_ref, source.ref.var, fan.path, mapped)
-    )
+    run.maps.append(MapRecord(capture.calls[0], element_ref, source.ref.var, fan.path, mapped))
     where = ".".join((fan.over, *fan.path))
     ctx.trace.op(f"map over {where}: one {fan.node!r} call per item, on the server")
     return MapTask(fan.node, {key: [Spread(Ref(mapped))]})
