@@ -56,7 +56,7 @@ class PlanExecuteParams:
     steps: int = 6  # the fan-out: executors per run
     goal_tokens: int = 256  # the input document's head, as the goal
     plan_tokens: int = 96  # raised to plan_budget: room for the longest plan
-    step_chars: int = 48  # the longest step the plan may hold
+    step_chars: int = 24  # the longest step the plan may hold
     step_tokens: int = 64
     answer_tokens: int = 96
 
@@ -81,7 +81,10 @@ def plan_schema(steps: int, step_chars: int) -> dict[str, Any]:
 
 def plan_budget(params: PlanExecuteParams) -> int:
     """The planner's max_tokens: ``plan_tokens``, at least room for the longest plan the
-    schema allows (a character may take up to 4 byte tokens) (pure)."""
+    schema allows at up to 4 byte tokens a character (at one token a character, ``tiny``
+    runs 8-step plans into the limit, which langchain-openai refuses). A model writing
+    whitespace between the JSON tokens may still reach it; the server then closes the JSON
+    within it (pure)."""
     return max(params.plan_tokens, 16 + params.steps * (4 * params.step_chars + 4))
 
 
