@@ -11,6 +11,7 @@ from eclectus.recipes.embedded import Embedded, embedded_server
 from eclectus.recipes.map_reduce import MapReduceParams
 from eclectus.recipes.multi_agent import MultiAgentParams
 from eclectus.recipes.plan_execute import PlanExecuteParams
+from eclectus.recipes.plan_execute_json import PlanExecuteJsonParams
 from eclectus.recipes.result import RecipeResult, format_report
 from eclectus.recipes.runner import RECIPES, run_recipe
 from eclectus.recipes.shared_prompt import SharedPromptParams
@@ -24,6 +25,7 @@ __all__ = [
     "MapReduceParams",
     "ModelFactory",
     "MultiAgentParams",
+    "PlanExecuteJsonParams",
     "PlanExecuteParams",
     "RecipeResult",
     "SharedPromptParams",

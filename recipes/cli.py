@@ -6,6 +6,7 @@
     eclectus run map-reduce --backend openai --base-url http://host:8000/v1 --model NAME
     eclectus run shared-prompt --param users=16 --param rate=2.5
     eclectus run plan-execute --steps 8              # a LangGraph app, compiled
+    eclectus run plan-execute-json --steps 8         # its plan as JSON, fanned out on the server
     eclectus run tool-agent --param tool_rounds=4    # a LangGraph tool-using agent
 
 Sizes: the common flags below, or ``--param FIELD=VALUE`` for any field of the recipe's
@@ -39,6 +40,7 @@ OUTPUT_FIELD = {
     "shared-prompt": "answer_tokens",
     "plan-execute": "step_tokens",
     "multi-agent-graph": "code_tokens",
+    "plan-execute-json": "step_tokens",
     "tool-agent": "answer_tokens",
 }
 # the common size flags, and their help (each sets the params field of its name, where the
@@ -52,7 +54,7 @@ COMMON_FLAGS = {
     "rate": "chat requests per second (shared-prompt)",
     "users": "chat users (shared-prompt)",
     "requests": "chat requests in all (shared-prompt)",
-    "steps": "plan steps (plan-execute)",
+    "steps": "plan steps (plan-execute, plan-execute-json)",
 }
 
 

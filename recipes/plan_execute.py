@@ -1,17 +1,16 @@
 """``plan-execute``: LangGraph's plan-and-execute as an ordinary StateGraph.
 
-A planner writes the steps for a goal as JSON (``with_structured_output``: the reply is
-constrained to ``{"steps": [exactly N strings]}``); a router (``SendEach``) fans out one
-``Send`` per step to an executor; a synthesizer answers from the results. Every node is an
-LCEL chain, and the plan is valid by construction, so compiled, the whole graph runs on the
-server: the fan-out is a server-side map over the plan, with no client cut. A run costs one
-client frame whatever the number of steps (``details['client frames']``); the stock way
-costs one round trip per call.
+A planner writes numbered steps for a goal; a router fans out one ``Send`` per step to an
+executor; a synthesizer answers from the results. Every node is an LCEL chain (prompt |
+model | parser), so compiled, the whole graph runs on the server with one client cut: the
+router, which reads the plan. A run therefore costs two client frames whatever the number
+of steps (``details['client frames']``); the stock way costs one round trip per call.
 """
 
 from __future__ import annotations
 
 import operator
+import re
 from dataclasses import dataclass
 from typing import Annotated, Any, TypedDict
 
@@ -19,14 +18,14 @@ from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
+from langgraph.types import Send
 
-from eclectus.adapters.langgraph.fanout import SendEach
 from eclectus.recipes.graphs import frame_details, prepare_graph
 from eclectus.recipes.result import RecipeOutput
 from eclectus.recipes.target import ModelFactory
 from eclectus.recipes.text import split_chunks
 
-PLANNER = 'You plan work. Break the goal into short steps. Reply with JSON: {{"steps": [...]}}.'
+PLANNER = "You plan work. Break the goal into short, numbered steps, one per line."
 plan_prompt = ChatPromptTemplate.from_messages([("system", PLANNER), ("human", "Goal:\n{goal}")])
 step_prompt = ChatPromptTemplate.from_messages(
     [
@@ -40,11 +39,12 @@ answer_prompt = ChatPromptTemplate.from_messages(
         ("human", "Goal:\n{goal}\n\nResults:\n{results}\n\nWrite the answer."),
     ]
 )
+STEP_LINE = re.compile(r"^\s*(?:\d+[.)]|[-*])\s*(.+?)\s*$")
 
 
 class PlanState(TypedDict, total=False):
     goal: str
-    plan: dict[str, Any]  # {"steps": [...]}, see plan_schema
+    plan: str
     results: Annotated[list[str], operator.add]
     answer: str
 
@@ -55,8 +55,7 @@ class PlanExecuteParams:
 
     steps: int = 6  # the fan-out: executors per run
     goal_tokens: int = 256  # the input document's head, as the goal
-    plan_tokens: int = 96  # raised to plan_budget: room for the longest plan
-    step_chars: int = 24  # the longest step the plan may hold
+    plan_tokens: int = 96
     step_tokens: int = 64
     answer_tokens: int = 96
 
@@ -65,40 +64,25 @@ class PlanExecuteParams:
             raise ValueError(f"steps must be >= 1, got {self.steps}")
 
 
-def plan_schema(steps: int, step_chars: int) -> dict[str, Any]:
-    """The plan's JSON Schema: exactly ``steps`` strings of at most ``step_chars``
-    characters, so the fan-out's width is known and the reply always ends within
-    :func:`plan_budget` (``ChatOpenAI`` refuses a structured reply that hit max_tokens) (pure)."""
-    item = {"type": "string", "maxLength": step_chars}
-    array = {"type": "array", "items": item, "minItems": steps, "maxItems": steps}
-    return {
-        "title": "plan",
-        "type": "object",
-        "properties": {"steps": array},
-        "required": ["steps"],
-    }
-
-
-def plan_budget(params: PlanExecuteParams) -> int:
-    """The planner's max_tokens: ``plan_tokens``, at least room for the longest plan the
-    schema allows at up to 4 byte tokens a character (at one token a character, ``tiny``
-    runs 8-step plans into the limit, which langchain-openai refuses). A model writing
-    whitespace between the JSON tokens may still reach it; the server then closes the JSON
-    within it (pure)."""
-    return max(params.plan_tokens, 16 + params.steps * (4 * params.step_chars + 4))
+def plan_steps(plan: str, count: int) -> list[str]:
+    """The first ``count`` steps of the plan (numbered or bulleted lines, else any line),
+    padded with ``step N`` when it has fewer (a random model writes none). Pure."""
+    lines = [m.group(1) for line in plan.splitlines() if (m := STEP_LINE.match(line))]
+    lines = (lines or [line.strip() for line in plan.splitlines() if line.strip()])[:count]
+    return lines + [f"step {i + 1}" for i in range(len(lines), count)]
 
 
 def build_app(params: PlanExecuteParams, models: ModelFactory) -> Any:
     """The StateGraph, compiled by LangGraph (pure)."""
     parser = StrOutputParser()
 
-    fan_out = SendEach("execute", "plan", key="step", path=["steps"], keep=["goal"])
-    planner = models.chat(plan_budget(params)).with_structured_output(
-        plan_schema(params.steps, params.step_chars)
-    )
+    def fan_out(state: PlanState) -> list[Send]:
+        steps = plan_steps(state["plan"], params.steps)
+        return [Send("execute", {"goal": state["goal"], "step": step}) for step in steps]
+
     execute = step_prompt | models.chat(params.step_tokens) | parser | (lambda r: [r])
     builder = StateGraph(PlanState)
-    builder.add_node("plan", {"plan": plan_prompt | planner})
+    builder.add_node("plan", {"plan": plan_prompt | models.chat(params.plan_tokens) | parser})
     builder.add_node("execute", {"results": execute})
     answer = answer_prompt | models.chat(params.answer_tokens) | parser
     builder.add_node("synthesize", {"answer": answer})

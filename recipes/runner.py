@@ -20,6 +20,7 @@ from eclectus.recipes import (
     multi_agent,
     multi_agent_graph,
     plan_execute,
+    plan_execute_json,
     shared_prompt,
     tool_agent,
 )
@@ -59,6 +60,12 @@ RECIPES: dict[str, RecipeSpec] = {
     ),
     "multi-agent-graph": RecipeSpec(
         multi_agent.MultiAgentParams, multi_agent.plan, multi_agent_graph.run, "design-note"
+    ),
+    "plan-execute-json": RecipeSpec(
+        plan_execute_json.PlanExecuteJsonParams,
+        plan_execute_json.plan,
+        plan_execute_json.run,
+        "field-guide",
     ),
     "tool-agent": RecipeSpec(
         tool_agent.ToolAgentParams, tool_agent.plan, tool_agent.run, "field-guide"

@@ -1,7 +1,6 @@
 """The LangGraph recipes end to end on one embedded server, in both modes: compiled on
 Eclectus gives what the eager app on Eclectus gives (greedy, one engine), and the stock run
-over /v1 makes the same calls; the compiled run costs one (plan-execute) or two
-(multi-agent-graph) client frames whatever the fan-out.
+over /v1 makes the same calls; the compiled run costs two client frames whatever the fan-out.
 
 Stock and Eclectus text are not compared: Eclectus sends a prompt as segments, each
 tokenized on its own (exact prefix-reuse points), while /v1 tokenizes one flat string, so a
@@ -14,10 +13,11 @@ from recipe_support import TEXT
 
 from eclectus.recipes import MultiAgentParams, PlanExecuteParams, run_recipe
 from eclectus.recipes.embedded import Embedded
+from eclectus.recipes.plan_execute import plan_steps
 
 pytestmark = pytest.mark.slow
 
-SMALL = dict(goal_tokens=32, plan_tokens=8, step_chars=6, step_tokens=4, answer_tokens=8)
+SMALL = dict(goal_tokens=32, plan_tokens=8, step_tokens=4, answer_tokens=8)
 TEAM = MultiAgentParams(
     files=2, rounds=1, requirements_tokens=32, design_tokens=8, list_tokens=8, code_tokens=4,
     review_tokens=4,
@@ -26,8 +26,8 @@ TEAM = MultiAgentParams(
 
 @pytest.mark.parametrize("steps", [2, 5])
 def test_plan_execute_both_modes_agree(embedded: Embedded, steps: int) -> None:
-    """Compiled equals eager; steps + 2 calls in every mode; one frame compiled (the plan
-    is constrained JSON, fanned out on the server), at any width."""
+    """Compiled equals eager; steps + 2 calls in every mode; two frames compiled, at any
+    width."""
     params = PlanExecuteParams(steps=steps, **SMALL)
     ours = run_recipe("plan-execute", params, embedded.target("eclectus"), text=TEXT)
     eager = run_recipe("plan-execute", params, embedded.target("eclectus", False), text=TEXT)
@@ -35,7 +35,7 @@ def test_plan_execute_both_modes_agree(embedded: Embedded, steps: int) -> None:
     assert ours.output == eager.output and ours.output and stock.output
     assert eager.num_calls == steps + 2
     assert ours.num_calls == stock.num_calls == steps + 2
-    assert ours.details["client frames"] == 1
+    assert ours.details["client frames"] == 2
     assert stock.details["client round trips"] == steps + 2
     assert ours.notes == []
 
@@ -49,3 +49,10 @@ def test_multi_agent_graph_matches_the_chain_recipe(embedded: Embedded) -> None:
     assert graph.output == chain.output and stock.output
     assert graph.num_calls == chain.num_calls == stock.num_calls == 2 + 2 * 3
     assert graph.details["client frames"] == 2
+
+
+def test_plan_steps_pads_and_truncates() -> None:
+    """Numbered lines are the steps; a plan without any is padded."""
+    assert plan_steps("1. dig\n2) fill\n- rake\nnoise", 2) == ["dig", "fill"]
+    assert plan_steps("", 2) == ["step 1", "step 2"]
+    assert plan_steps("just words", 2) == ["just words", "step 2"]

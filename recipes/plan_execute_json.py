@@ -1,0 +1,126 @@
+"""``plan-execute-json``: ``plan-execute`` with a constrained plan, fanned out on the server.
+
+A planner writes the steps for a goal as JSON (``with_structured_output``: the reply is
+constrained to ``{"steps": [exactly N strings]}``); a router (``SendEach``) fans out one
+``Send`` per step to an executor; a synthesizer answers from the results. Every node is an
+LCEL chain, and the plan is valid by construction, so compiled, the whole graph runs on the
+server: the fan-out is a server-side map over the plan, with no client cut. A run costs one
+client frame whatever the number of steps (``details['client frames']``); the stock way
+costs one round trip per call. (``plan-execute`` is the same app with a text plan and a
+Python router: two client frames.)
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Annotated, Any, TypedDict
+
+from langchain_core.output_parsers import StrOutputParser
+from langchain_core.prompts import ChatPromptTemplate
+from langchain_core.runnables import RunnableConfig
+from langgraph.graph import END, START, StateGraph
+
+from eclectus.adapters.langgraph.fanout import SendEach
+from eclectus.recipes.graphs import frame_details, prepare_graph
+from eclectus.recipes.result import RecipeOutput
+from eclectus.recipes.target import ModelFactory
+from eclectus.recipes.text import split_chunks
+
+PLANNER = 'You plan work. Break the goal into short steps. Reply with JSON: {{"steps": [...]}}.'
+plan_prompt = ChatPromptTemplate.from_messages([("system", PLANNER), ("human", "Goal:\n{goal}")])
+step_prompt = ChatPromptTemplate.from_messages(
+    [
+        ("system", "You carry out one step of a plan. The goal:\n{goal}"),
+        ("human", "Carry out this step and report the result: {step}"),
+    ]
+)
+answer_prompt = ChatPromptTemplate.from_messages(
+    [
+        ("system", "You write the final answer from the results of a plan's steps."),
+        ("human", "Goal:\n{goal}\n\nResults:\n{results}\n\nWrite the answer."),
+    ]
+)
+
+
+class PlanState(TypedDict, total=False):
+    goal: str
+    plan: dict[str, Any]  # {"steps": [...]}, see plan_schema
+    results: Annotated[list[str], operator.add]
+    answer: str
+
+
+@dataclass(frozen=True, slots=True)
+class PlanExecuteJsonParams:
+    """Sizes of a run (tokens are the model's; see text.approx_tokens)."""
+
+    steps: int = 6  # the fan-out: executors per run
+    goal_tokens: int = 256  # the input document's head, as the goal
+    plan_tokens: int = 96  # raised to plan_budget: room for the longest plan
+    step_chars: int = 24  # the longest step the plan may hold
+    step_tokens: int = 64
+    answer_tokens: int = 96
+
+    def __post_init__(self) -> None:
+        if self.steps < 1:
+            raise ValueError(f"steps must be >= 1, got {self.steps}")
+
+
+def plan_schema(steps: int, step_chars: int) -> dict[str, Any]:
+    """The plan's JSON Schema: exactly ``steps`` strings of at most ``step_chars``
+    characters, so the fan-out's width is known and the reply always ends within
+    :func:`plan_budget` (``ChatOpenAI`` refuses a structured reply that hit max_tokens) (pure)."""
+    item = {"type": "string", "maxLength": step_chars}
+    array = {"type": "array", "items": item, "minItems": steps, "maxItems": steps}
+    return {
+        "title": "plan",
+        "type": "object",
+        "properties": {"steps": array},
+        "required": ["steps"],
+    }
+
+
+def plan_budget(params: PlanExecuteJsonParams) -> int:
+    """The planner's max_tokens: ``plan_tokens``, at least room for the longest plan the
+    schema allows at up to 4 byte tokens a character (at one token a character, ``tiny``
+    runs 8-step plans into the limit, which langchain-openai refuses). A model writing
+    whitespace between the JSON tokens may still reach it; the server then closes the JSON
+    within it (pure)."""
+    return max(params.plan_tokens, 16 + params.steps * (4 * params.step_chars + 4))
+
+
+def build_app(params: PlanExecuteJsonParams, models: ModelFactory) -> Any:
+    """The StateGraph, compiled by LangGraph (pure)."""
+    parser = StrOutputParser()
+
+    fan_out = SendEach("execute", "plan", key="step", path=["steps"], keep=["goal"])
+    planner = models.chat(plan_budget(params)).with_structured_output(
+        plan_schema(params.steps, params.step_chars)
+    )
+    execute = step_prompt | models.chat(params.step_tokens) | parser | (lambda r: [r])
+    builder = StateGraph(PlanState)
+    builder.add_node("plan", {"plan": plan_prompt | planner})
+    builder.add_node("execute", {"results": execute})
+    answer = answer_prompt | models.chat(params.answer_tokens) | parser
+    builder.add_node("synthesize", {"answer": answer})
+    builder.add_edge(START, "plan")
+    builder.add_conditional_edges("plan", fan_out, ["execute"])
+    builder.add_edge("execute", "synthesize")
+    builder.add_edge("synthesize", END)
+    return builder.compile()
+
+
+def plan(params: PlanExecuteJsonParams, text: str) -> int:
+    """Planned model calls: the plan, one per step, the answer."""
+    return params.steps + 2
+
+
+def run(
+    params: PlanExecuteJsonParams, models: ModelFactory, text: str, config: RunnableConfig
+) -> RecipeOutput:
+    """Plan, execute and answer for the head of ``text`` as the goal."""
+    app = prepare_graph(models, build_app(params, models), "plan-execute-json")
+    goal = split_chunks(text, params.goal_tokens, 1)[0]
+    state = app.invoke({"goal": goal}, config)
+    details = {"steps": len(state["results"]), **frame_details(app, plan(params, text))}
+    return RecipeOutput(state["answer"], 3, plan(params, text), details)

@@ -1,0 +1,29 @@
+"""The ``plan-execute-json`` recipe: a constrained JSON plan fanned out on the server. Compiled
+equals eager, the stock run over /v1 makes the same calls, and a compiled run is one client
+frame whatever the number of steps."""
+
+from __future__ import annotations
+
+import pytest
+from recipe_support import TEXT
+
+from eclectus.recipes import PlanExecuteJsonParams, run_recipe
+from eclectus.recipes.embedded import Embedded
+
+pytestmark = pytest.mark.slow
+
+SMALL = dict(goal_tokens=32, plan_tokens=8, step_chars=6, step_tokens=4, answer_tokens=8)
+
+
+@pytest.mark.parametrize("steps", [2, 5])
+def test_plan_execute_json_maps_on_the_server(embedded: Embedded, steps: int) -> None:
+    """steps + 2 calls in every mode; compiled == eager; one frame compiled, at any width."""
+    params = PlanExecuteJsonParams(steps=steps, **SMALL)
+    ours = run_recipe("plan-execute-json", params, embedded.target("eclectus"), text=TEXT)
+    eager = run_recipe("plan-execute-json", params, embedded.target("eclectus", False), text=TEXT)
+    stock = run_recipe("plan-execute-json", params, embedded.target("openai"), text=TEXT)
+    assert ours.output == eager.output and ours.output and stock.output
+    assert ours.num_calls == eager.num_calls == stock.num_calls == steps + 2
+    assert ours.details["client frames"] == 1
+    assert stock.details["client round trips"] == steps + 2
+    assert ours.notes == []
