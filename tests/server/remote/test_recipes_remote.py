@@ -21,9 +21,11 @@ from eclectus.recipes import (
     ChainSummaryParams,
     MapReduceParams,
     MultiAgentParams,
+    PlanExecuteJsonParams,
     PlanExecuteParams,
     RecipeResult,
     SharedPromptParams,
+    ToolAgentParams,
     run_recipe,
 )
 from eclectus.recipes.runner import RECIPES
@@ -56,6 +58,12 @@ SIZES: dict[str, Any] = {
         steps=2, goal_tokens=32, plan_tokens=8, step_tokens=4, answer_tokens=8
     ),
     "multi-agent-graph": TEAM,
+    "plan-execute-json": PlanExecuteJsonParams(
+        steps=2, goal_tokens=32, plan_tokens=8, step_chars=6, step_tokens=4, answer_tokens=8
+    ),
+    "tool-agent": ToolAgentParams(
+        tool_rounds=1, question_tokens=16, tool_tokens=48, answer_tokens=8
+    ),
 }
 
 
