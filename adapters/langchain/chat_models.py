@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
+from uuid import UUID
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
@@ -50,7 +51,7 @@ from eclectus.adapters.langchain.tools import (
     structured_runnable,
     tool_choice_of,
 )
-from eclectus.adapters.langchain.tracing import TRACER
+from eclectus.adapters.langchain.tracing import TRACER, config_run_id
 from eclectus.protocol import SamplingParams
 from eclectus.protocol.openai_tools import ChatConstraint
 
@@ -160,12 +161,13 @@ class ChatEclectus(EclectusParams, BaseChatModel):
         messages: Sequence[BaseMessage],
         template: ChatTemplate = DEFAULT_TEMPLATE,
         tools: Sequence[dict[str, Any]] | None = None,
+        run_id: UUID | None = None,
     ) -> list[Piece]:
         """The prompt for ``messages``, rendered with ``template`` (the served model's, see
-        :meth:`_request`) and ``tools``; known template boundaries (tracing hook) become
-        segment boundaries; an assistant turn's tool calls are written after its text as the
-        model writes them. Pure apart from the lookup."""
-        per_message = TRACER.message_pieces(messages)
+        :meth:`_request`) and ``tools``; template boundaries the tracing hook saw in
+        ``run_id``'s run tree become segment boundaries; an assistant turn's tool calls are
+        written after its text as the model writes them. Pure apart from the lookup."""
+        per_message = TRACER.message_pieces(messages, run_id)
         for i, message in enumerate(messages):
             if getattr(message, "tool_calls", None):
                 text = concrete_text(per_message[i])
@@ -179,13 +181,15 @@ class ChatEclectus(EclectusParams, BaseChatModel):
         stop: list[str] | None,
         kwargs: dict[str, Any],
         core: ModelCore,
+        run_id: UUID | None,
     ) -> Request:
         """Pieces (in the chat template ``core``'s server announces: connects on first
-        use), sampling payload (with the tools' or format's constraint) and model of one
-        call."""
+        use; the template boundaries seen in ``run_id``'s run tree), sampling payload (with
+        the tools' or format's constraint) and model of one call."""
         kwargs, constraint = split_call_kwargs(kwargs, self.extra_body)
         model = self.model_for(kwargs)
-        pieces = self.prompt_pieces(messages, core.chat_template(model), constraint.tools)
+        template = core.chat_template(model)
+        pieces = self.prompt_pieces(messages, template, constraint.tools, run_id)
         sampling = self.sampling(stop, kwargs)
         if constraint.structured_outputs is not None:
             update = {"structured_outputs": constraint.structured_outputs}
@@ -197,8 +201,7 @@ class ChatEclectus(EclectusParams, BaseChatModel):
         return split_call_kwargs(kwargs, self.extra_body)[1]
 
     def _core(self, run_manager: Any) -> ModelCore:
-        run_id = getattr(run_manager, "run_id", None)
-        return ModelCore(self, TRACER.app_of(run_id))
+        return ModelCore(self, TRACER.app_of(_run_id(run_manager)))
 
     # -- LangChain's entry points ------------------------------------------------------------
 
@@ -210,7 +213,7 @@ class ChatEclectus(EclectusParams, BaseChatModel):
         **kwargs: Any,
     ) -> ChatResult:
         core = self._core(run_manager)
-        pieces, sampling, model = self._request(messages, stop, kwargs, core)
+        pieces, sampling, model = self._request(messages, stop, kwargs, core, _run_id(run_manager))
         result = take_prefetched(prefetch_key(pieces, sampling, model))
         if result is None:
             (result,) = core.run([(pieces, sampling)], model)
@@ -224,7 +227,7 @@ class ChatEclectus(EclectusParams, BaseChatModel):
         **kwargs: Any,
     ) -> ChatResult:
         core = self._core(run_manager)
-        pieces, sampling, model = self._request(messages, stop, kwargs, core)
+        pieces, sampling, model = self._request(messages, stop, kwargs, core, _run_id(run_manager))
         result = take_prefetched(prefetch_key(pieces, sampling, model))
         if result is None:
             (result,) = await core.arun([(pieces, sampling)], model)
@@ -238,7 +241,7 @@ class ChatEclectus(EclectusParams, BaseChatModel):
         **kwargs: Any,
     ) -> Iterator[ChatGenerationChunk]:
         core = self._core(run_manager)
-        pieces, sampling, model = self._request(messages, stop, kwargs, core)
+        pieces, sampling, model = self._request(messages, stop, kwargs, core, _run_id(run_manager))
         reader = ChunkReader(self._constraint(kwargs))
         for item in core.stream(pieces, sampling, model):
             for chunk in _chunks(item, reader):
@@ -254,7 +257,7 @@ class ChatEclectus(EclectusParams, BaseChatModel):
         **kwargs: Any,
     ) -> AsyncIterator[ChatGenerationChunk]:
         core = self._core(run_manager)
-        pieces, sampling, model = self._request(messages, stop, kwargs, core)
+        pieces, sampling, model = self._request(messages, stop, kwargs, core, _run_id(run_manager))
         reader = ChunkReader(self._constraint(kwargs))
         async for item in core.astream(pieces, sampling, model):
             for chunk in _chunks(item, reader):
@@ -273,8 +276,8 @@ class ChatEclectus(EclectusParams, BaseChatModel):
         **kwargs: Any,
     ) -> list[BaseMessage]:
         """Like BaseChatModel.batch, but every prompt reaches the server in one frame."""
-        core = ModelCore(self, _batch_app(config))
-        requests = self._batch_requests(inputs, kwargs, core)
+        core = ModelCore(self, TRACER.app_of(config_run_id(config)))
+        requests = self._batch_requests(inputs, kwargs, core, config_run_id(config))
         results: dict[PrefetchKey, list[Generated]] = {}
         if requests:
             with contextlib.suppress(Exception):  # each input then runs (and fails) on its own
@@ -294,8 +297,8 @@ class ChatEclectus(EclectusParams, BaseChatModel):
         **kwargs: Any,
     ) -> list[BaseMessage]:
         """Async twin of :meth:`batch`."""
-        core = ModelCore(self, _batch_app(config))
-        requests = self._batch_requests(inputs, kwargs, core)
+        core = ModelCore(self, TRACER.app_of(config_run_id(config)))
+        requests = self._batch_requests(inputs, kwargs, core, config_run_id(config))
         results: dict[PrefetchKey, list[Generated]] = {}
         if requests:
             with contextlib.suppress(Exception):  # each input then runs (and fails) on its own
@@ -309,9 +312,14 @@ class ChatEclectus(EclectusParams, BaseChatModel):
             reset_prefetched(token)
 
     def _batch_requests(
-        self, inputs: list[LanguageModelInput], kwargs: dict[str, Any], core: ModelCore
+        self,
+        inputs: list[LanguageModelInput],
+        kwargs: dict[str, Any],
+        core: ModelCore,
+        run_id: UUID | None,
     ) -> list[Request]:
-        """The requests a batch will make, or [] when prefetching does not apply (a single
+        """The requests a batch will make (its inputs' runs nest in ``run_id``, the run its
+        callers' config names), or [] when prefetching does not apply (a single
         input, or streaming, which goes through its own path), or when the server cannot be
         asked for its chat template (each input then runs, and fails, on its own)."""
         if len(inputs) < 2 or self.streaming or kwargs.get("stream"):
@@ -321,7 +329,8 @@ class ChatEclectus(EclectusParams, BaseChatModel):
         try:
             for item in inputs:
                 messages = self._convert_input(item).to_messages()
-                requests.append(self._request(messages, kwargs.get("stop"), call_kwargs, core))
+                stop = kwargs.get("stop")
+                requests.append(self._request(messages, stop, call_kwargs, core, run_id))
         except Exception:  # as in batch: LangChain's per-input path reports it
             return []
         return requests
@@ -342,12 +351,9 @@ class ChatEclectus(EclectusParams, BaseChatModel):
         return self.get_num_tokens(concrete_text(pieces))
 
 
-def _batch_app(config: RunnableConfig | list[RunnableConfig] | None) -> str | None:
-    """The application a batch runs in: the root chain of its callers' runs, so the batch
-    uses the same pooled session its inputs' single calls would (pure lookup)."""
-    first = config[0] if isinstance(config, list) and config else config
-    callbacks = first.get("callbacks") if isinstance(first, dict) else None
-    return TRACER.app_of(getattr(callbacks, "parent_run_id", None))
+def _run_id(run_manager: Any) -> UUID | None:
+    """The model run's id (None when called without callbacks)."""
+    return getattr(run_manager, "run_id", None)
 
 
 def _group(requests: list[Request]) -> tuple[list[tuple[list[Piece], SamplingParams]], str | None]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
+from uuid import UUID
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseLLM, LanguageModelInput
@@ -92,15 +93,22 @@ class EclectusLLM(EclectusParams, BaseLLM):
         return LangSmithParams(ls_model_type="llm", **params)  # type: ignore[typeddict-item]
 
     @staticmethod
-    def prompt_pieces(prompt: str) -> list[Piece]:
-        """The prompt as pieces: its template's boundaries when the tracing hook saw them."""
-        return TRACER.pieces_for(prompt) or [prompt]
+    def prompt_pieces(prompt: str, run_id: UUID | None = None) -> list[Piece]:
+        """The prompt as pieces: its template's boundaries when the tracing hook saw them in
+        ``run_id``'s run tree (pure lookup)."""
+        return TRACER.pieces_for(prompt, run_id) or [prompt]
 
     def _requests(
-        self, prompts: list[str], stop: list[str] | None, kwargs: dict[str, Any]
+        self,
+        prompts: list[str],
+        stop: list[str] | None,
+        kwargs: dict[str, Any],
+        run_manager: Any,
     ) -> tuple[list[tuple[list[Piece], SamplingParams]], str | None]:
         sampling = self.sampling(stop, kwargs)
-        return [(self.prompt_pieces(p), sampling) for p in prompts], self.model_for(kwargs)
+        run_id = getattr(run_manager, "run_id", None)
+        pieces = [self.prompt_pieces(p, run_id) for p in prompts]
+        return [(p, sampling) for p in pieces], self.model_for(kwargs)
 
     def _core(self, run_manager: Any) -> ModelCore:
         return ModelCore(self, TRACER.app_of(getattr(run_manager, "run_id", None)))
@@ -112,7 +120,7 @@ class EclectusLLM(EclectusParams, BaseLLM):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> LLMResult:
-        requests, model = self._requests(prompts, stop, kwargs)
+        requests, model = self._requests(prompts, stop, kwargs, run_manager)
         return llm_result(self._core(run_manager).run(requests, model))
 
     async def _agenerate(
@@ -122,7 +130,7 @@ class EclectusLLM(EclectusParams, BaseLLM):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> LLMResult:
-        requests, model = self._requests(prompts, stop, kwargs)
+        requests, model = self._requests(prompts, stop, kwargs, run_manager)
         return llm_result(await self._core(run_manager).arun(requests, model))
 
     def _stream(
@@ -132,7 +140,7 @@ class EclectusLLM(EclectusParams, BaseLLM):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> Iterator[GenerationChunk]:
-        ((pieces, sampling),), model = self._requests([prompt], stop, kwargs)
+        ((pieces, sampling),), model = self._requests([prompt], stop, kwargs, run_manager)
         for item in self._core(run_manager).stream(pieces, sampling, model):
             chunk = _chunk(item)
             if run_manager and isinstance(item, str):
@@ -146,7 +154,7 @@ class EclectusLLM(EclectusParams, BaseLLM):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> AsyncIterator[GenerationChunk]:
-        ((pieces, sampling),), model = self._requests([prompt], stop, kwargs)
+        ((pieces, sampling),), model = self._requests([prompt], stop, kwargs, run_manager)
         async for item in self._core(run_manager).astream(pieces, sampling, model):
             chunk = _chunk(item)
             if run_manager and isinstance(item, str):

@@ -10,6 +10,7 @@ for concrete text), so compiled and eager runs send the same segments.
 from __future__ import annotations
 
 from typing import Any
+from uuid import UUID
 
 from langchain_core.messages import (
     BaseMessage,
@@ -43,7 +44,7 @@ from eclectus.adapters.langchain.pieces import (
 )
 from eclectus.adapters.langchain.prompts import chat_prompt_messages, string_prompt_pieces
 from eclectus.adapters.langchain.tools import TOOL_KWARGS, split_call_kwargs
-from eclectus.adapters.langchain.tracing import TRACER
+from eclectus.adapters.langchain.tracing import TRACER, config_run_id
 from eclectus.adapters.sampling import explicit
 from eclectus.protocol import StructuredOutputs
 from eclectus.protocol.chat_template import ChatTemplateError
@@ -89,9 +90,11 @@ async def lower_str_parser(parser: StrOutputParser, value: Any, ctx: Lowering) -
     raise NotLowerable(f"StrOutputParser over {type(value).__name__}")
 
 
-def chat_messages(value: Any) -> list[tuple[str, list[Piece]]]:
+def chat_messages(value: Any, run_id: UUID | None) -> list[tuple[str, list[Piece]]]:
     """``(role, pieces)`` of what a chat model receives for ``value`` (LangChain's
-    ``_convert_input`` rules: a string is one human message)."""
+    ``_convert_input`` rules: a string is one human message); concrete text keeps the
+    template boundaries the tracing hook saw in ``run_id``'s run tree, as the eager model's
+    would."""
     if isinstance(value, SymPrompt):
         if value.text is not None:
             return [("user", value.text)]
@@ -99,28 +102,31 @@ def chat_messages(value: Any) -> list[tuple[str, list[Piece]]]:
     if isinstance(value, Ref):
         return [("user", [value])]
     if isinstance(value, str):
-        return [("user", TRACER.pieces_for(value) or [Value(value)])]
+        return [("user", TRACER.pieces_for(value, run_id) or [Value(value)])]
     if isinstance(value, PromptValue):
-        return _concrete_messages(value.to_messages())
+        return _concrete_messages(value.to_messages(), run_id)
     if isinstance(value, list) and not contains_symbolic(value):
-        return _concrete_messages(convert_to_messages(value))
+        return _concrete_messages(convert_to_messages(value), run_id)
     raise NotLowerable(f"a chat model over {type(value).__name__}")
 
 
-def _concrete_messages(messages: list[BaseMessage]) -> list[tuple[str, list[Piece]]]:
+def _concrete_messages(
+    messages: list[BaseMessage], run_id: UUID | None
+) -> list[tuple[str, list[Piece]]]:
     if any(getattr(m, "tool_calls", None) for m in messages):
         # the eager model writes an assistant turn's tool calls after its text
         raise NotLowerable("an assistant turn with tool calls among the messages")
     try:
-        per_message = TRACER.message_pieces(messages)
+        per_message = TRACER.message_pieces(messages, run_id)
     except ValueError as exc:  # non-text content: the eager model raises the same
         raise NotLowerable(str(exc)) from exc
     return [(message_role(m), p) for m, p in zip(messages, per_message, strict=True)]
 
 
-def llm_prompt(value: Any) -> list[Piece]:
+def llm_prompt(value: Any, run_id: UUID | None) -> list[Piece]:
     """The prompt pieces a completion model receives for ``value`` (``to_string`` rules:
-    chat messages become ``Role: content`` lines)."""
+    chat messages become ``Role: content`` lines; template boundaries as in
+    :func:`chat_messages`)."""
     if isinstance(value, SymPrompt) and value.text is not None:
         return value.text
     if isinstance(value, SymPrompt):
@@ -128,10 +134,10 @@ def llm_prompt(value: Any) -> list[Piece]:
     if isinstance(value, Ref):
         return [value]
     if isinstance(value, str):
-        return TRACER.pieces_for(value) or [value]
+        return TRACER.pieces_for(value, run_id) or [value]
     if isinstance(value, PromptValue):
         text = value.to_string()
-        return TRACER.pieces_for(text) or [text]
+        return TRACER.pieces_for(text, run_id) or [text]
     raise NotLowerable(f"a completion model over {type(value).__name__}")
 
 
@@ -146,11 +152,11 @@ async def lower_model(model: Any, value: Any, ctx: Lowering, kwargs: dict[str, A
     if isinstance(model, ChatEclectus):
         template = ChatTemplate.of(model_info(ctx.session, name))
         try:
-            pieces = render_chat(chat_messages(value), template)
+            pieces = render_chat(chat_messages(value, config_run_id(ctx.config)), template)
         except ChatTemplateError as exc:  # the template rewrites content only the server has
             raise NotLowerable(str(exc)) from exc
     else:
-        pieces = llm_prompt(value)
+        pieces = llm_prompt(value, config_run_id(ctx.config))
     ref = ctx.declare_call(pieces, sampling, name, f"{model.get_name()} {explicit(sampling)}")
     output = (
         ref if isinstance(model, EclectusLLM) else SymMessage(ref, model_name_of(ctx.session, name))

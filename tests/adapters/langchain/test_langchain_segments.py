@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder, PromptTemplate
 from langchain_core.runnables import Runnable
@@ -98,8 +98,7 @@ def test_disable_in_context_turns_the_hook_off(
     eclectus_server: EclectusServer, engine_segments: list[Segments]
 ) -> None:
     """With the hook on, a template's constant text and value are separate segments; after
-    ``disable_in_context`` (in a copied context) a prompt goes as one text. (Each run uses
-    a fresh value: the tracer remembers pieces by the rendered text.)"""
+    ``disable_in_context`` (in a copied context) a prompt goes as one text."""
     llm = EclectusLLM(max_tokens=2, temperature=0, model_kwargs={"ignore_eos": True})
     chain = PromptTemplate.from_template("Say {x} now") | llm
     chain.invoke({"x": "hi"})
@@ -115,3 +114,25 @@ def test_disable_in_context_turns_the_hook_off(
     engine_segments.clear()
     chain.invoke({"x": "hey"})  # the caller's context keeps the hook
     assert engine_segments == [("Say ", "hey", " now")]
+
+
+def test_one_apps_template_does_not_leak_into_another_app(
+    chat: ChatEclectus, engine_segments: list[Segments]
+) -> None:
+    """An app whose template has the constant text "Be brief." runs; then another app sends
+    "Be brief." as its own system message. The second prompt is cut exactly as if the
+    first had never run: the message is a value segment, not glued to template text."""
+    messages = [SystemMessage("Be brief."), HumanMessage("What is rain?")]
+    chat.invoke(messages)
+    (alone,) = engine_segments
+    assert "Be brief." in alone and "What is rain?" in alone
+    engine_segments.clear()
+
+    prompt = ChatPromptTemplate.from_messages([("system", "Be brief."), ("human", "{q}")])
+    (prompt | chat).invoke({"q": "What is rain?"})
+    (templated,) = engine_segments
+    assert "Be brief." not in templated  # inside its run: template text, joined to the header
+    engine_segments.clear()
+
+    chat.invoke(messages)
+    assert engine_segments == [alone]
