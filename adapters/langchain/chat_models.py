@@ -277,7 +277,7 @@ class ChatEclectus(EclectusParams, BaseChatModel):
     ) -> list[BaseMessage]:
         """Like BaseChatModel.batch, but every prompt reaches the server in one frame."""
         core = ModelCore(self, TRACER.app_of(config_run_id(config)))
-        requests = self._batch_requests(inputs, kwargs, core, config_run_id(config))
+        requests = self._batch_requests(inputs, kwargs, core, _run_ids(config, len(inputs)))
         results: dict[PrefetchKey, list[Generated]] = {}
         if requests:
             with contextlib.suppress(Exception):  # each input then runs (and fails) on its own
@@ -298,7 +298,7 @@ class ChatEclectus(EclectusParams, BaseChatModel):
     ) -> list[BaseMessage]:
         """Async twin of :meth:`batch`."""
         core = ModelCore(self, TRACER.app_of(config_run_id(config)))
-        requests = self._batch_requests(inputs, kwargs, core, config_run_id(config))
+        requests = self._batch_requests(inputs, kwargs, core, _run_ids(config, len(inputs)))
         results: dict[PrefetchKey, list[Generated]] = {}
         if requests:
             with contextlib.suppress(Exception):  # each input then runs (and fails) on its own
@@ -316,10 +316,10 @@ class ChatEclectus(EclectusParams, BaseChatModel):
         inputs: list[LanguageModelInput],
         kwargs: dict[str, Any],
         core: ModelCore,
-        run_id: UUID | None,
+        run_ids: list[UUID | None],
     ) -> list[Request]:
-        """The requests a batch will make (its inputs' runs nest in ``run_id``, the run its
-        callers' config names), or [] when prefetching does not apply (a single
+        """The requests a batch will make (each input's run nests in its ``run_ids`` item,
+        the run its config names), or [] when prefetching does not apply (a single
         input, or streaming, which goes through its own path), or when the server cannot be
         asked for its chat template (each input then runs, and fails, on its own)."""
         if len(inputs) < 2 or self.streaming or kwargs.get("stream"):
@@ -327,7 +327,7 @@ class ChatEclectus(EclectusParams, BaseChatModel):
         call_kwargs = {k: v for k, v in kwargs.items() if k != "stop"}
         requests = []
         try:
-            for item in inputs:
+            for item, run_id in zip(inputs, run_ids, strict=True):
                 messages = self._convert_input(item).to_messages()
                 stop = kwargs.get("stop")
                 requests.append(self._request(messages, stop, call_kwargs, core, run_id))
@@ -349,6 +349,15 @@ class ChatEclectus(EclectusParams, BaseChatModel):
         formatted = [convert_to_openai_tool(t) for t in tools or ()]
         pieces = self.prompt_pieces(messages, template, formatted or None)
         return self.get_num_tokens(concrete_text(pieces))
+
+
+def _run_ids(config: RunnableConfig | list[RunnableConfig] | None, count: int) -> list[UUID | None]:
+    """The run each of a batch's ``count`` inputs nests in (its config's parent run): the
+    tree whose templates its single call will see, so the prefetched request matches (pure).
+    """
+    if isinstance(config, list) and len(config) == count:
+        return [config_run_id(c) for c in config]
+    return [config_run_id(config)] * count
 
 
 def _run_id(run_manager: Any) -> UUID | None:
