@@ -7,6 +7,7 @@ Inside a chain, the prompt template's boundaries become segment boundaries (trac
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from contextvars import ContextVar
 from typing import Any
 from uuid import UUID
 
@@ -23,6 +24,9 @@ from eclectus.adapters.langchain.llm_structured import completion_structured_run
 from eclectus.adapters.langchain.pieces import Piece
 from eclectus.adapters.langchain.tracing import TRACER
 from eclectus.protocol import SamplingParams
+
+# each prompt's own run, while LangChain runs ``_generate`` for a group of prompts
+_PROMPT_RUNS: ContextVar[list[UUID] | None] = ContextVar("eclectus_prompt_runs", default=None)
 
 
 def info_of(result: Generated) -> dict[str, Any]:
@@ -106,9 +110,39 @@ class EclectusLLM(EclectusParams, BaseLLM):
         run_manager: Any,
     ) -> tuple[list[tuple[list[Piece], SamplingParams]], str | None]:
         sampling = self.sampling(stop, kwargs)
-        run_id = getattr(run_manager, "run_id", None)
-        pieces = [self.prompt_pieces(p, run_id) for p in prompts]
+        run_ids = _PROMPT_RUNS.get()
+        if run_ids is None or len(run_ids) != len(prompts):
+            run_ids = [getattr(run_manager, "run_id", None)] * len(prompts)
+        pieces = [self.prompt_pieces(p, r) for p, r in zip(prompts, run_ids, strict=True)]
         return [(p, sampling) for p in pieces], self.model_for(kwargs)
+
+    # LangChain gives ``_generate`` only the first prompt's run manager; a chain's batch
+    # runs each prompt in its own run tree, whose templates only that prompt's run sees.
+    def _generate_helper(
+        self,
+        prompts: list[str],
+        stop: list[str] | None,
+        run_managers: list[CallbackManagerForLLMRun],
+        **kwargs: Any,
+    ) -> LLMResult:
+        token = _PROMPT_RUNS.set([m.run_id for m in run_managers])
+        try:
+            return super()._generate_helper(prompts, stop, run_managers, **kwargs)
+        finally:
+            _PROMPT_RUNS.reset(token)
+
+    async def _agenerate_helper(
+        self,
+        prompts: list[str],
+        stop: list[str] | None,
+        run_managers: list[AsyncCallbackManagerForLLMRun],
+        **kwargs: Any,
+    ) -> LLMResult:
+        token = _PROMPT_RUNS.set([m.run_id for m in run_managers])
+        try:
+            return await super()._agenerate_helper(prompts, stop, run_managers, **kwargs)
+        finally:
+            _PROMPT_RUNS.reset(token)
 
     def _core(self, run_manager: Any) -> ModelCore:
         return ModelCore(self, TRACER.app_of(getattr(run_manager, "run_id", None)))

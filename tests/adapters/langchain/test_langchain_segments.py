@@ -7,6 +7,7 @@ engine still runs every request)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 from collections.abc import Iterator
 from typing import Any
@@ -136,3 +137,18 @@ def test_one_apps_template_does_not_leak_into_another_app(
 
     chat.invoke(messages)
     assert engine_segments == [alone]
+
+
+def test_completion_batch_keeps_every_inputs_template(
+    eclectus_server: EclectusServer, engine_segments: list[Segments]
+) -> None:
+    """A chain's .batch() runs each input in its own run tree, and LangChain hands the
+    completion model all prompts with only the first run: every prompt still keeps its own
+    template's boundaries."""
+    llm = EclectusLLM(max_tokens=2, temperature=0, model_kwargs={"ignore_eos": True})
+    chain = PromptTemplate.from_template("Say {x} now") | llm
+    chain.batch([{"x": "hi"}, {"x": "yo"}, {"x": "hey"}])
+    assert sorted(engine_segments) == [("Say ", x, " now") for x in ("hey", "hi", "yo")]
+    engine_segments.clear()
+    asyncio.run(chain.abatch([{"x": "hi"}, {"x": "yo"}]))
+    assert sorted(engine_segments) == [("Say ", x, " now") for x in ("hi", "yo")]
