@@ -48,7 +48,7 @@ from eclectus.protocol.openai_tools import (
     with_constraint,
 )
 from eclectus.protocol.sampling import COMPLETIONS_DEFAULT_MAX_TOKENS
-from eclectus.protocol.tool_formats import ToolFormatName, detect_tool_format
+from eclectus.protocol.tool_formats import ToolFormatName
 from eclectus.server.auth import AuthFailure, bearer_token
 from eclectus.server.backend import RequestRefused, check_constraint
 from eclectus.server.errors import ServerError
@@ -103,10 +103,10 @@ class OpenAIApi:
         self.ctx = ctx
         self.render_chat = render_chat
         self.jobs: set[_Job] = set()
-        # the served model's call syntax: the flag's, else its chat template's
-        chat_template = ctx.backend.model.chat_template
-        parser = ctx.config.tool_call_parser
-        self.tool_format: ToolFormatName = parser or detect_tool_format(chat_template)
+        # the served model's call syntax: the flag's, else its card's (its template's), as
+        # the welcome announces it to SDK clients
+        card = ctx.backend.model.with_tool_call_format(ctx.config.tool_call_parser)
+        self.tool_format: ToolFormatName = card.tool_call_format
 
     def routes(self) -> list[BaseRoute]:
         return [

@@ -280,7 +280,8 @@ class Session:
         self.ctx.metrics.sessions = len(self.ctx.sessions)
         self.ctx.metrics.sessions_total += 1
         log.info("session %s opened (app %r, tenant %r)", session_id, frame.app, tenant)
-        card = self.ctx.backend.model
+        # the call syntax /v1 uses too: --tool-call-parser, else the template's
+        card = self.ctx.backend.model.with_tool_call_format(config.tool_call_parser)
         self.send(
             Welcome(
                 id=frame.id,

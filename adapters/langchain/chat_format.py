@@ -18,26 +18,35 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from langchain_core.messages import BaseMessage, ChatMessage, get_buffer_string
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    ChatMessage,
+    ToolMessage,
+    get_buffer_string,
+)
 
 from eclectus.adapters.langchain.pieces import Piece, Ref, Value, normalize
 from eclectus.protocol import ModelCard
-from eclectus.protocol.chat_template import render_chat_pieces
+from eclectus.protocol.chat_template import PiecesMessage, render_chat_pieces, template_tool_call
+from eclectus.protocol.tool_formats import ToolFormatName
 
 
 @dataclass(frozen=True, slots=True)
 class ChatTemplate:
-    """A model's chat template as the server announced it (``source`` None: the default)."""
+    """A model's chat template as the server announced it (``source`` None: the default),
+    and the syntax its model writes tool calls in (``ModelCard.tool_call_format``)."""
 
     source: str | None = None
     template_vars: Mapping[str, str] = field(default_factory=dict)
+    tool_format: ToolFormatName = "hermes"
 
     @classmethod
     def of(cls, info: ModelCard | None) -> ChatTemplate:
         """The template of a welcome's model entry (None: the default template)."""
         if info is None:
             return cls()
-        return cls(info.chat_template, dict(info.template_vars))
+        return cls(info.chat_template, dict(info.template_vars), info.tool_call_format)
 
 
 DEFAULT_TEMPLATE = ChatTemplate()
@@ -78,17 +87,32 @@ def message_text(message: BaseMessage) -> str:
     return message.text
 
 
+def message_fields(message: BaseMessage) -> dict[str, Any]:
+    """A message's fields for the chat template beside its role and content (pure): an
+    AIMessage's ``tool_calls`` (OpenAI's shape) and a ToolMessage's ``tool_call_id``, as
+    ``apply_chat_template`` takes them, so the template writes past calls and results in
+    the served model's own syntax."""
+    if isinstance(message, AIMessage) and message.tool_calls:
+        calls = [
+            template_tool_call(c.get("id") or "", c["name"], c["args"]) for c in message.tool_calls
+        ]
+        return {"tool_calls": calls}
+    if isinstance(message, ToolMessage):
+        return {"tool_call_id": message.tool_call_id}
+    return {}
+
+
 def _text_of(piece: Value | Ref) -> str | None:
     return piece.text if isinstance(piece, Value) else None
 
 
 def render_chat(
-    messages: Sequence[tuple[str, Sequence[Piece]]],
+    messages: Sequence[PiecesMessage[Piece]],
     template: ChatTemplate = DEFAULT_TEMPLATE,
     tools: Sequence[Mapping[str, Any]] | None = None,
 ) -> list[Piece]:
-    """Render ``(role, pieces)`` messages into one prompt with ``template``, ending with the
-    generation prompt.
+    """Render ``(role, pieces)`` (or ``(role, pieces, fields)``, see :func:`message_fields`)
+    messages into one prompt with ``template``, ending with the generation prompt.
 
     Each message's pieces stay pieces, so variable boundaries survive rendering, except
     where the template transforms a message's content (then that message is plain text).
@@ -123,4 +147,5 @@ def render_messages(
     messages: Sequence[BaseMessage], template: ChatTemplate = DEFAULT_TEMPLATE
 ) -> list[Piece]:
     """Render concrete LangChain messages (each message's text one value piece)."""
-    return render_chat([(message_role(m), [Value(message_text(m))]) for m in messages], template)
+    rendered = [(message_role(m), [Value(message_text(m))], message_fields(m)) for m in messages]
+    return render_chat(rendered, template)

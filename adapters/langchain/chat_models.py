@@ -38,14 +38,14 @@ from eclectus.adapters.langchain._common import EclectusParams
 from eclectus.adapters.langchain.chat_format import (
     DEFAULT_TEMPLATE,
     ChatTemplate,
+    message_fields,
     message_role,
     render_chat,
 )
-from eclectus.adapters.langchain.pieces import Piece, Value, concrete_text
+from eclectus.adapters.langchain.pieces import Piece, concrete_text
 from eclectus.adapters.langchain.tools import (
     ChunkReader,
     StructuredMethod,
-    ai_message_text,
     reply_parts,
     split_call_kwargs,
     structured_runnable,
@@ -164,41 +164,39 @@ class ChatEclectus(EclectusParams, BaseChatModel):
         run_id: UUID | None = None,
     ) -> list[Piece]:
         """The prompt for ``messages``, rendered with ``template`` (the served model's, see
-        :meth:`_request`) and ``tools``; template boundaries the tracing hook saw in
-        ``run_id``'s run tree become segment boundaries; an assistant turn's tool calls are
-        written after its text as the model writes them. Pure apart from the lookup."""
+        :meth:`_call`) and ``tools``; template boundaries the tracing hook saw in
+        ``run_id``'s run tree become segment boundaries; an assistant turn's tool calls and
+        a tool result's call id reach the template as its ``tool_calls`` / ``tool_call_id``,
+        so it writes them in the model's own syntax. Pure apart from the lookup."""
         per_message = TRACER.message_pieces(messages, run_id)
-        for i, message in enumerate(messages):
-            if getattr(message, "tool_calls", None):
-                text = concrete_text(per_message[i])
-                per_message[i] = [Value(ai_message_text(message, text))]
-        roles = [message_role(m) for m in messages]
-        return render_chat(list(zip(roles, per_message, strict=True)), template, tools)
+        rendered = [
+            (message_role(m), pieces, message_fields(m))
+            for m, pieces in zip(messages, per_message, strict=True)
+        ]
+        return render_chat(rendered, template, tools)
 
-    def _request(
+    def _call(
         self,
         messages: Sequence[BaseMessage],
         stop: list[str] | None,
         kwargs: dict[str, Any],
         core: ModelCore,
         run_id: UUID | None,
-    ) -> Request:
-        """Pieces (in the chat template ``core``'s server announces: connects on first
-        use; the template boundaries seen in ``run_id``'s run tree), sampling payload (with
-        the tools' or format's constraint) and model of one call."""
-        kwargs, constraint = split_call_kwargs(kwargs, self.extra_body)
+    ) -> tuple[Request, ChatConstraint]:
+        """One call's request, pieces (in the chat template ``core``'s server announces:
+        connects on first use; the template boundaries seen in ``run_id``'s run tree),
+        sampling payload (with the tools' or format's constraint) and model, and the
+        constraint its reply is read with (the tools' calls in the syntax the server
+        announces for the model)."""
         model = self.model_for(kwargs)
         template = core.chat_template(model)
+        kwargs, constraint = split_call_kwargs(kwargs, self.extra_body, template.tool_format)
         pieces = self.prompt_pieces(messages, template, constraint.tools, run_id)
         sampling = self.sampling(stop, kwargs)
         if constraint.structured_outputs is not None:
             update = {"structured_outputs": constraint.structured_outputs}
             sampling = sampling.model_copy(update=update)
-        return pieces, sampling, model
-
-    def _constraint(self, kwargs: dict[str, Any]) -> ChatConstraint:
-        """The tools/format constraint of a call's kwargs (pure)."""
-        return split_call_kwargs(kwargs, self.extra_body)[1]
+        return (pieces, sampling, model), constraint
 
     def _core(self, run_manager: Any) -> ModelCore:
         return ModelCore(self, TRACER.app_of(_run_id(run_manager)))
@@ -213,11 +211,13 @@ class ChatEclectus(EclectusParams, BaseChatModel):
         **kwargs: Any,
     ) -> ChatResult:
         core = self._core(run_manager)
-        pieces, sampling, model = self._request(messages, stop, kwargs, core, _run_id(run_manager))
+        (pieces, sampling, model), constraint = self._call(
+            messages, stop, kwargs, core, _run_id(run_manager)
+        )
         result = take_prefetched(prefetch_key(pieces, sampling, model))
         if result is None:
             (result,) = core.run([(pieces, sampling)], model)
-        return _chat_result(result, self._constraint(kwargs))
+        return _chat_result(result, constraint)
 
     async def _agenerate(
         self,
@@ -227,11 +227,13 @@ class ChatEclectus(EclectusParams, BaseChatModel):
         **kwargs: Any,
     ) -> ChatResult:
         core = self._core(run_manager)
-        pieces, sampling, model = self._request(messages, stop, kwargs, core, _run_id(run_manager))
+        (pieces, sampling, model), constraint = self._call(
+            messages, stop, kwargs, core, _run_id(run_manager)
+        )
         result = take_prefetched(prefetch_key(pieces, sampling, model))
         if result is None:
             (result,) = await core.arun([(pieces, sampling)], model)
-        return _chat_result(result, self._constraint(kwargs))
+        return _chat_result(result, constraint)
 
     def _stream(
         self,
@@ -241,8 +243,10 @@ class ChatEclectus(EclectusParams, BaseChatModel):
         **kwargs: Any,
     ) -> Iterator[ChatGenerationChunk]:
         core = self._core(run_manager)
-        pieces, sampling, model = self._request(messages, stop, kwargs, core, _run_id(run_manager))
-        reader = ChunkReader(self._constraint(kwargs))
+        (pieces, sampling, model), constraint = self._call(
+            messages, stop, kwargs, core, _run_id(run_manager)
+        )
+        reader = ChunkReader(constraint)
         for item in core.stream(pieces, sampling, model):
             for chunk in _chunks(item, reader):
                 if run_manager and isinstance(item, str):
@@ -257,8 +261,10 @@ class ChatEclectus(EclectusParams, BaseChatModel):
         **kwargs: Any,
     ) -> AsyncIterator[ChatGenerationChunk]:
         core = self._core(run_manager)
-        pieces, sampling, model = self._request(messages, stop, kwargs, core, _run_id(run_manager))
-        reader = ChunkReader(self._constraint(kwargs))
+        (pieces, sampling, model), constraint = self._call(
+            messages, stop, kwargs, core, _run_id(run_manager)
+        )
+        reader = ChunkReader(constraint)
         async for item in core.astream(pieces, sampling, model):
             for chunk in _chunks(item, reader):
                 if run_manager and isinstance(item, str):
@@ -330,7 +336,8 @@ class ChatEclectus(EclectusParams, BaseChatModel):
             for item, run_id in zip(inputs, run_ids, strict=True):
                 messages = self._convert_input(item).to_messages()
                 stop = kwargs.get("stop")
-                requests.append(self._request(messages, stop, call_kwargs, core, run_id))
+                request, _ = self._call(messages, stop, call_kwargs, core, run_id)
+                requests.append(request)
         except Exception:  # as in batch: LangChain's per-input path reports it
             return []
         return requests

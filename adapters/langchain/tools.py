@@ -5,8 +5,11 @@ A call's tool kwargs (``tools``, ``tool_choice``, ``parallel_tool_calls``,
 ``response_format``, ``extra_body``; what ChatOpenAI binds) are read the way the OpenAI
 endpoint reads a request body (eclectus.protocol.openai_tools): the tools reach the chat
 template as ``tools=``, a forced or well-formed call is enforced by the engine's grammar
-(``structured_outputs``), and the reply's ``<tool_call>`` blocks become
-``AIMessage.tool_calls`` (``tool_call_chunks`` when streaming).
+(``structured_outputs``), and the reply's calls, in the syntax the server announces for
+the model (``ModelCard.tool_call_format``: Hermes ``<tool_call>`` blocks, Llama 3 JSON,
+Mistral ``[TOOL_CALLS]``; eclectus.protocol.tool_formats), become ``AIMessage.tool_calls``
+(``tool_call_chunks`` when streaming). Past calls and tool results reach the template as
+its own ``tool_calls`` / ``tool_call_id`` fields (:func:`.chat_format.message_fields`).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from operator import itemgetter
 from typing import Any, Literal
 
-from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages import AIMessage
 from langchain_core.messages.tool import ToolCall as LCToolCall
 from langchain_core.messages.tool import ToolCallChunk, tool_call, tool_call_chunk
 from langchain_core.output_parsers import JsonOutputParser, PydanticOutputParser
@@ -29,7 +32,8 @@ from langchain_core.utils.function_calling import convert_to_json_schema, conver
 from langchain_core.utils.pydantic import is_basemodel_subclass
 
 from eclectus.protocol.openai_tools import GUIDED_FIELDS, ChatConstraint, chat_constraint
-from eclectus.protocol.tools import StreamEvent, ToolCallStream, format_tool_call, parse_tool_calls
+from eclectus.protocol.tool_formats import ToolFormatName, tool_format
+from eclectus.protocol.tools import StreamEvent
 
 # Call kwargs that describe tools and output formats rather than sampling.
 TOOL_KWARGS = ("tools", "tool_choice", "parallel_tool_calls", "response_format")
@@ -59,11 +63,14 @@ def tool_choice_of(tool_choice: Any, tools: Sequence[Mapping[str, Any]]) -> Any:
 
 
 def split_call_kwargs(
-    kwargs: Mapping[str, Any], default_extra_body: Mapping[str, Any] | None
+    kwargs: Mapping[str, Any],
+    default_extra_body: Mapping[str, Any] | None,
+    tool_format_name: ToolFormatName = "hermes",
 ) -> tuple[dict[str, Any], ChatConstraint]:
-    """A call's kwargs as (sampling kwargs, tools/format constraint) (pure). ``extra_body``
-    (the model's, then the call's) adds vLLM's sampling keys and output formats. Raises
-    ValueError naming a field that is wrong."""
+    """A call's kwargs as (sampling kwargs, tools/format constraint) for a model writing
+    calls in ``tool_format_name`` (pure). ``extra_body`` (the model's, then the call's) adds
+    vLLM's sampling keys and output formats. Raises ValueError naming a field that is
+    wrong."""
     rest = {k: v for k, v in kwargs.items() if k not in (*TOOL_KWARGS, "extra_body")}
     body = {k: kwargs[k] for k in TOOL_KWARGS if kwargs.get(k) is not None}
     extra = {**(default_extra_body or {}), **(kwargs.get("extra_body") or {})}
@@ -74,24 +81,14 @@ def split_call_kwargs(
             body[key] = value
         else:
             raise ValueError(f"extra_body: {key!r} is not supported by Eclectus")
-    return rest, chat_constraint(body)
-
-
-def ai_message_text(message: BaseMessage, text: str) -> str:
-    """An assistant turn's text with its tool calls written as the model writes them (pure),
-    so a replayed conversation shows the model its own calls."""
-    calls = getattr(message, "tool_calls", None) or []
-    if not calls:
-        return text
-    written = "\n".join(format_tool_call(c["name"], c.get("args") or {}) for c in calls)
-    return f"{text}\n{written}" if text else written
+    return rest, chat_constraint(body, tool_format_name)
 
 
 def reply_parts(text: str, constraint: ChatConstraint) -> tuple[str, list[LCToolCall]]:
     """A reply's content and LangChain tool calls (pure)."""
     if not constraint.parse_tool_calls:
         return text, []
-    content, calls = parse_tool_calls(text)
+    content, calls = tool_format(constraint.tool_format).parse(text)
     return content, [tool_call(name=c.name, args=c.arguments, id=c.id) for c in calls]
 
 
@@ -99,7 +96,8 @@ class ChunkReader:
     """Streamed text to (content, tool_call_chunks) pieces (mutated by feed/finish)."""
 
     def __init__(self, constraint: ChatConstraint) -> None:
-        self._stream = ToolCallStream() if constraint.parse_tool_calls else None
+        fmt = tool_format(constraint.tool_format)
+        self._stream = fmt.stream() if constraint.parse_tool_calls else None
         self.num_calls = 0
 
     def feed(self, delta: str) -> list[tuple[str, list[ToolCallChunk]]]:

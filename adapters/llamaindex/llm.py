@@ -56,6 +56,7 @@ from eclectus.adapters.llamaindex.tools import (
     achat_stream,
     chat_response,
     chat_stream,
+    has_tools,
     prepare_chat_with_tools,
     split_tool_kwargs,
     tool_selections,
@@ -292,9 +293,11 @@ class Eclectus(ConstrainedLLM, FunctionCallingLLM):
     def _chat_build(
         self, messages: Sequence[ChatMessage], kwargs: Mapping[str, Any]
     ) -> tuple[Build, ChatConstraint]:
-        """The builder of a chat call and its tools' constraint (pure; ValueError for
-        malformed tools, see :func:`.tools.split_tool_kwargs`)."""
-        rest, constraint = split_tool_kwargs(kwargs)
+        """The builder of a chat call and its tools' constraint, with calls in the syntax the
+        server announces for the model (connects on first use; ValueError for malformed
+        tools, see :func:`.tools.split_tool_kwargs`)."""
+        fmt = self._model_info().tool_call_format if has_tools(kwargs) else "hermes"
+        rest, constraint = split_tool_kwargs(kwargs, fmt)
         segments = self._message_segments(messages, constraint.tools)
         return (lambda session: self._declare(session, segments, rest)), constraint
 

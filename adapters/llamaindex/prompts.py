@@ -24,7 +24,7 @@ from typing import Any
 from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.prompts import BasePromptTemplate
 
-from eclectus.adapters.llamaindex.tools import template_text
+from eclectus.adapters.llamaindex.tools import template_fields
 from eclectus.protocol import ModelCard
 from eclectus.protocol.chat_template import DEFAULT_CHAT_TEMPLATE, render_chat_pieces
 
@@ -100,9 +100,9 @@ ASSISTANT_HEADER = "<|assistant|>\n"
 
 
 def message_text(message: ChatMessage) -> str:
-    """A message's text content ("" when it has none); an assistant turn's tool calls
-    written after it as the model writes them (:func:`.tools.template_text`)."""
-    return template_text(message)
+    """A message's text content ("" when it has none); its calls and call id reach the
+    template apart (:func:`.tools.template_fields`)."""
+    return message.content or ""
 
 
 def chat_pieces(
@@ -113,22 +113,26 @@ def chat_pieces(
 ) -> list[str]:
     """Messages as text pieces in the model's chat template (pure).
 
-    With the built-in model's template (``template`` None or DEFAULT_CHAT_TEMPLATE): one
-    piece per message, ``<|role|>\\ncontent\\n`` for each, then ``<|assistant|>\\n`` to
-    open the reply. With another Jinja template (the one the server announces): the
-    template's text between messages as pieces and each message's content as its own piece
-    (eclectus.protocol.chat_template.render_chat_pieces; a message whose content the template
-    transforms is merged into the text around it). Either way every message boundary is a
-    prefix-reuse point, so a conversation that grows by a turn reuses the KV of all earlier
-    turns. ``tools`` (OpenAI tool objects) reach the template as its ``tools`` variable
-    (the built-in template then opens with a system turn listing them)."""
-    if not tools and (template is None or template == DEFAULT_CHAT_TEMPLATE):
+    With the built-in model's template (``template`` None or DEFAULT_CHAT_TEMPLATE) and no
+    tools or calls: one piece per message, ``<|role|>\ncontent\n`` for each, then
+    ``<|assistant|>\n`` to open the reply. Otherwise (the Jinja template the server
+    announces): the template's text between messages as pieces and each message's content
+    as its own piece (eclectus.protocol.chat_template.render_chat_pieces; a message whose
+    content the template transforms is merged into the text around it). Either way every
+    message boundary is a prefix-reuse point, so a conversation that grows by a turn reuses
+    the KV of all earlier turns. ``tools`` (OpenAI tool objects) reach the template as its
+    ``tools`` variable (the built-in template then opens with a system turn listing them);
+    an assistant turn's calls and a tool result's call id as its messages' ``tool_calls``
+    and ``tool_call_id``."""
+    fields = [template_fields(m) for m in messages]
+    default = template is None or template == DEFAULT_CHAT_TEMPLATE
+    if default and not tools and not any(fields):
         pieces = [f"<|{m.role.value}|>\n{message_text(m)}\n" for m in messages]
         pieces.append(ASSISTANT_HEADER)
         return pieces
     rendered = render_chat_pieces(
         template,
-        [(m.role.value, [message_text(m)]) for m in messages],
+        [(m.role.value, [message_text(m)], f) for m, f in zip(messages, fields, strict=True)],
         text_of=str,
         template_vars=template_vars,
         tools=tools or None,

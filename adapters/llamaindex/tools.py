@@ -4,13 +4,16 @@ A chat call's tool kwargs (``tools``, ``tool_choice``, ``parallel_tool_calls``: 
 :func:`prepare_chat_with_tools` returns for ``FunctionCallingLLM.chat_with_tools``) are read
 the way the OpenAI endpoint reads a request body (eclectus.protocol.openai_tools): the tools
 reach the chat template as ``tools=``, a required or named call is enforced by the engine's
-grammar (``structured_outputs``), and the reply's calls (Hermes ``<tool_call>`` blocks,
-parsed by eclectus.protocol.tools) become ``ToolCallBlock`` s of the assistant message, with
-OpenAI's ``tool_calls`` in its ``additional_kwargs`` for code that reads them there.
+grammar (``structured_outputs``), and the reply's calls, in the syntax the server announces
+for the model (``ModelCard.tool_call_format``: Hermes ``<tool_call>`` blocks, Llama 3 JSON,
+Mistral ``[TOOL_CALLS]``; eclectus.protocol.tool_formats), become ``ToolCallBlock`` s of the
+assistant message, with OpenAI's ``tool_calls`` in its ``additional_kwargs`` for code that
+reads them there.
 
-Assistant turns with calls are written back into the prompt as the model writes them, and
-tool results are ``MessageRole.TOOL`` messages (``additional_kwargs["tool_call_id"]``), so a
-FunctionAgent's scratchpad round-trips through the chat template.
+Assistant turns with calls reach the chat template as its ``tool_calls`` and tool results
+(``MessageRole.TOOL`` messages, ``additional_kwargs["tool_call_id"]``) with their
+``tool_call_id``, as ``apply_chat_template`` takes them, so a FunctionAgent's scratchpad
+round-trips through the template in the model's own syntax.
 """
 
 from __future__ import annotations
@@ -32,14 +35,10 @@ from llama_index.core.base.llms.types import (
 from llama_index.core.llms.llm import ToolSelection
 from llama_index.core.tools.types import BaseTool
 
+from eclectus.protocol.chat_template import template_tool_call
 from eclectus.protocol.openai_tools import ChatConstraint, chat_constraint
-from eclectus.protocol.tools import (
-    ToolCall,
-    ToolCallStream,
-    ToolChoice,
-    format_tool_call,
-    parse_tool_calls,
-)
+from eclectus.protocol.tool_formats import ToolFormatName, tool_format
+from eclectus.protocol.tools import ToolCall, ToolChoice
 
 # Chat kwargs that describe tools rather than sampling.
 TOOL_KWARGS = ("tools", "tool_choice", "parallel_tool_calls")
@@ -87,8 +86,16 @@ def prepare_chat_with_tools(
     return chat
 
 
-def split_tool_kwargs(kwargs: Mapping[str, Any]) -> tuple[dict[str, Any], ChatConstraint]:
-    """A chat call's kwargs as (sampling and other kwargs, the tools' constraint) (pure).
+def has_tools(kwargs: Mapping[str, Any]) -> bool:
+    """Whether a chat call's kwargs give tools (pure)."""
+    return any(kwargs.get(k) is not None for k in TOOL_KWARGS)
+
+
+def split_tool_kwargs(
+    kwargs: Mapping[str, Any], tool_format_name: ToolFormatName = "hermes"
+) -> tuple[dict[str, Any], ChatConstraint]:
+    """A chat call's kwargs as (sampling and other kwargs, the tools' constraint, for a
+    model writing calls in ``tool_format_name``) (pure).
     The constraint's ``structured_outputs`` (the tools' grammar, or a format given beside
     the tools) is put in the sampling kwargs. Read as the OpenAI endpoint reads a body: a
     ``structured_outputs`` beside tools wins over "auto" (the tools are shown, the reply
@@ -100,7 +107,7 @@ def split_tool_kwargs(kwargs: Mapping[str, Any]) -> tuple[dict[str, Any], ChatCo
         return rest, NO_CONSTRAINT
     if rest.get("structured_outputs") is not None:
         body["structured_outputs"] = rest.pop("structured_outputs")
-    constraint = chat_constraint(body)
+    constraint = chat_constraint(body, tool_format_name)
     if constraint.structured_outputs is not None:
         rest["structured_outputs"] = constraint.structured_outputs
     return rest, constraint
@@ -140,16 +147,20 @@ def _args(arguments: Any) -> dict[str, Any]:
     return dict(arguments)
 
 
-def template_text(message: ChatMessage) -> str:
-    """A message's text as the chat template gets it (pure): its content, and for an
-    assistant turn its calls written as the model writes them, so a replayed conversation
-    shows the model its own calls."""
-    text = message.content or ""
-    calls = calls_of(message) if message.role == MessageRole.ASSISTANT else []
-    if not calls:
-        return text
-    written = "\n".join(format_tool_call(c.name, c.arguments) for c in calls)
-    return f"{text}\n{written}" if text else written
+def template_fields(message: ChatMessage) -> dict[str, Any]:
+    """A message's fields for the chat template beside its role and content (pure): an
+    assistant turn's calls as ``tool_calls`` (OpenAI's shape) and a tool result's
+    ``tool_call_id`` (``additional_kwargs["tool_call_id"]``), as ``apply_chat_template``
+    takes them, so the template writes past calls and results in the model's own syntax."""
+    if message.role == MessageRole.ASSISTANT:
+        calls = calls_of(message)
+        if calls:
+            return {"tool_calls": [template_tool_call(c.id, c.name, c.arguments) for c in calls]}
+    if message.role == MessageRole.TOOL:
+        call_id = message.additional_kwargs.get("tool_call_id")
+        if call_id is not None:
+            return {"tool_call_id": call_id}
+    return {}
 
 
 def reply_message(content: str, calls: Sequence[ToolCall]) -> ChatMessage:
@@ -169,7 +180,7 @@ def reply_of(text: str, constraint: ChatConstraint) -> ChatMessage:
     (pure)."""
     if not constraint.parse_tool_calls:
         return reply_message(text, [])
-    return reply_message(*parse_tool_calls(text))
+    return reply_message(*tool_format(constraint.tool_format).parse(text))
 
 
 def tool_selections(message: ChatMessage) -> list[ToolSelection]:
@@ -186,7 +197,8 @@ class ReplyReader:
     held back until it does not."""
 
     def __init__(self, constraint: ChatConstraint) -> None:
-        self._stream = ToolCallStream() if constraint.parse_tool_calls else None
+        fmt = tool_format(constraint.tool_format)
+        self._stream = fmt.stream() if constraint.parse_tool_calls else None
         self.content = ""
         self.calls: list[ToolCall] = []
         self._num_reported = 0  # calls already shown in a streamed response
@@ -222,7 +234,7 @@ class ReplyReader:
 
     def message(self) -> ChatMessage:
         """The reply so far (pure); content stripped once calls are present, as
-        :func:`~eclectus.protocol.tools.parse_tool_calls` strips it."""
+        :meth:`~eclectus.protocol.tool_formats.ToolFormat.parse` strips it."""
         content = self.content.strip() if self.calls else self.content
         return reply_message(content, self.calls)
 

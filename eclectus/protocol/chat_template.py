@@ -130,9 +130,22 @@ def render_chat(
     )
 
 
+# A message for :func:`render_chat_pieces`: (role, pieces), or (role, pieces, fields) with
+# the message's other fields as the template gets them (``tool_calls``, ``tool_call_id``).
+PiecesMessage = tuple[str, Sequence[str | T]] | tuple[str, Sequence[str | T], Mapping[str, Any]]
+
+
+def template_tool_call(call_id: str, name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """One past call as an assistant message's ``tool_calls`` entry for a chat template
+    (pure): OpenAI's shape, with ``arguments`` an object, as transformers' chat templates
+    take it (they write ``arguments | tojson``)."""
+    function = {"name": name, "arguments": dict(arguments)}
+    return {"id": call_id, "type": "function", "function": function}
+
+
 def render_chat_pieces(
     template: str | None,
-    messages: Sequence[tuple[str, Sequence[str | T]]],
+    messages: Sequence[PiecesMessage[T]],
     *,
     text_of: Callable[[T], str | None],
     add_generation_prompt: bool = True,
@@ -140,7 +153,10 @@ def render_chat_pieces(
     tools: Sequence[Mapping[str, Any]] | None = None,
 ) -> list[str | T]:
     """``(role, pieces)`` messages rendered with ``template`` into one list of pieces, each
-    message's pieces kept as they are (the module docstring gives the fallback rule).
+    message's pieces kept as they are (the module docstring gives the fallback rule). A
+    message may carry a third item, its other fields (an assistant turn's ``tool_calls``,
+    see :func:`template_tool_call`; a tool result's ``tool_call_id``), which reach the
+    template beside ``role`` and ``content`` as ``apply_chat_template`` passes them.
 
     A piece is a ``str`` (constant text) or an opaque value; ``text_of`` gives an opaque
     piece's text, or None when it is not known on the client. Constant template text comes
@@ -152,13 +168,13 @@ def render_chat_pieces(
     def render(contents: Sequence[str]) -> str:
         return render_chat(
             template,
-            [{"role": role, "content": c} for (role, _), c in zip(messages, contents, strict=True)],
+            [_message(m, c) for m, c in zip(messages, contents, strict=True)],
             add_generation_prompt=add_generation_prompt,
             template_vars=template_vars,
             tools=tools,
         )
 
-    texts = [_known_text(pieces, text_of) for _, pieces in messages]
+    texts = [_known_text(m[1], text_of) for m in messages]
     tag = uuid.uuid4().hex[:12]
     markers = [f"\x00ECLECTUS-MSG-{tag}-{i}\x00" for i in range(len(messages))]
 
@@ -197,6 +213,11 @@ def render_chat_pieces(
         if joined != render([t for t in texts if t is not None]):
             return _whole(render, texts)
     return out
+
+
+def _message(message: PiecesMessage[T], content: str) -> dict[str, Any]:
+    fields = message[2] if len(message) == 3 else {}
+    return {**fields, "role": message[0], "content": content}
 
 
 def _known_text(pieces: Sequence[str | T], text_of: Callable[[T], str | None]) -> str | None:

@@ -24,6 +24,7 @@ from eclectus.adapters.connection import ws_url
 from eclectus.adapters.langchain._client import model_info, model_name_of
 from eclectus.adapters.langchain.chat_format import (
     ChatTemplate,
+    message_fields,
     message_role,
     render_buffer,
     render_chat,
@@ -47,7 +48,7 @@ from eclectus.adapters.langchain.tools import TOOL_KWARGS, split_call_kwargs
 from eclectus.adapters.langchain.tracing import TRACER, config_run_id
 from eclectus.adapters.sampling import explicit
 from eclectus.protocol import StructuredOutputs
-from eclectus.protocol.chat_template import ChatTemplateError
+from eclectus.protocol.chat_template import ChatTemplateError, PiecesMessage
 
 MODEL_TYPES = (ChatEclectus, EclectusLLM)
 
@@ -90,7 +91,7 @@ async def lower_str_parser(parser: StrOutputParser, value: Any, ctx: Lowering) -
     raise NotLowerable(f"StrOutputParser over {type(value).__name__}")
 
 
-def chat_messages(value: Any, run_id: UUID | None) -> list[tuple[str, list[Piece]]]:
+def chat_messages(value: Any, run_id: UUID | None) -> list[PiecesMessage[Piece]]:
     """``(role, pieces)`` of what a chat model receives for ``value`` (LangChain's
     ``_convert_input`` rules: a string is one human message); concrete text keeps the
     template boundaries the tracing hook saw in ``run_id``'s run tree, as the eager model's
@@ -112,15 +113,17 @@ def chat_messages(value: Any, run_id: UUID | None) -> list[tuple[str, list[Piece
 
 def _concrete_messages(
     messages: list[BaseMessage], run_id: UUID | None
-) -> list[tuple[str, list[Piece]]]:
+) -> list[PiecesMessage[Piece]]:
     if any(getattr(m, "tool_calls", None) for m in messages):
-        # the eager model writes an assistant turn's tool calls after its text
+        # a turn with tool calls keeps its call on the client (the tool agent's loop); were
+        # it lowered, message_fields below renders its calls as the eager model does
         raise NotLowerable("an assistant turn with tool calls among the messages")
     try:
         per_message = TRACER.message_pieces(messages, run_id)
     except ValueError as exc:  # non-text content: the eager model raises the same
         raise NotLowerable(str(exc)) from exc
-    return [(message_role(m), p) for m, p in zip(messages, per_message, strict=True)]
+    fields = [message_fields(m) for m in messages]  # past calls, call ids: as ChatEclectus
+    return [(message_role(m), p, f) for m, p, f in zip(messages, per_message, fields, strict=True)]
 
 
 def llm_prompt(value: Any, run_id: UUID | None) -> list[Piece]:
