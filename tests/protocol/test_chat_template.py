@@ -11,6 +11,7 @@ from eclectus.protocol.chat_template import (
     ChatTemplateError,
     render_chat,
     render_chat_pieces,
+    template_tool_call,
 )
 
 # Llama-3-shaped: BOS from template vars, headers, content trimmed
@@ -124,3 +125,35 @@ def test_tojson_and_raise_exception_behave_like_transformers() -> None:
     assert render_chat(template, [{"role": "user", "content": "<é>"}]) == '"<é>"'
     with pytest.raises(Exception, match="one only"):
         render_chat(template, [{"role": "user", "content": "a"}] * 2)
+
+
+# Writes an assistant turn's tool_calls and a tool turn's tool_call_id, as tool templates do
+WITH_CALLS = (
+    "{% for message in messages %}{{ message['role'] + ':' + message['content'] }}"
+    "{% for call in message.tool_calls or [] %}"
+    "{{ '[' + call.id + ' ' + call.function.name + call.function.arguments | tojson + ']' }}"
+    "{% endfor %}{% if message.tool_call_id %}{{ '(' + message.tool_call_id + ')' }}{% endif %}"
+    "{{ '\n' }}{% endfor %}"
+)
+
+
+def test_message_fields_reach_the_template_beside_the_pieces() -> None:
+    """A third item's tool_calls / tool_call_id reach the template as apply_chat_template
+    passes them; the content pieces stay pieces (an unknown one included)."""
+    call = template_tool_call("c1", "add", {"a": 1})
+    assert call == {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "add", "arguments": {"a": 1}},
+    }
+    messages = [
+        ("user", ["add ", Var("1")]),
+        ("assistant", ["sure"], {"tool_calls": [call]}),
+        ("tool", [Var(None)], {"tool_call_id": "c1"}),
+    ]
+    pieces = render_chat_pieces(WITH_CALLS, messages, text_of=lambda v: v.text)
+    assert Var("1") in pieces and Var(None) in pieces
+    flat = "".join(p if isinstance(p, str) else (p.text or "3") for p in pieces)
+    assert flat == 'user:add 1\nassistant:sure[c1 add{"a": 1}]\ntool:3(c1)\n'
+    plain = [{"role": r, "content": "".join(str(x) for x in c)} for r, c, *_ in messages[:2]]
+    assert "[c1" not in render_chat(WITH_CALLS, plain)  # without the fields, no calls
