@@ -112,7 +112,8 @@ def test_langchain_forced_call_is_written_and_read_as_llama3_json(
     # the raw reply of the same request (the call path ChatEclectus takes)
     core = ModelCore(chat, None)
     kwargs = {"tools": bound.kwargs["tools"], "tool_choice": bound.kwargs["tool_choice"]}
-    (pieces, sampling, model), constraint = chat._call([HumanMessage("Add 2.")], None, kwargs, core)
+    messages = [HumanMessage("Add 2.")]
+    (pieces, sampling, model), constraint = chat._call(messages, None, kwargs, core, None)
     assert constraint.tool_format == "llama3_json"
     (result,) = core.run([(pieces, sampling)], model)
     assert result.text.lstrip().startswith('{"name": "add", "parameters": ')
