@@ -215,3 +215,20 @@ def test_the_compiler_cuts_a_model_bound_with_tools() -> None:
     structured = compile(prompt | model().with_structured_output(Weather))
     assert isinstance(structured.invoke({"city": "Oslo"}), Weather)
     assert structured.last_graph is not None and structured.last_graph.cuts == []
+
+
+def test_a_compiled_tools_parser_chain_equals_the_eager_one() -> None:
+    """``model.bind_tools(...) | PydanticToolsParser``: the tool-bound call is a client cut
+    and the parser runs over its reply, so the compiled chain returns what the eager one
+    does (greedy): the same validated Pydantic calls."""
+    from langchain_core.output_parsers.openai_tools import PydanticToolsParser
+    from langchain_core.prompts import ChatPromptTemplate
+
+    from eclectus.adapters.langchain import compile
+
+    prompt = ChatPromptTemplate.from_messages([("human", "Weather in {city}?")])
+    bound = model(temperature=0).bind_tools([Weather], tool_choice="Weather")
+    chain = prompt | bound | PydanticToolsParser(tools=[Weather])
+    eager = chain.invoke({"city": "Oslo"})
+    compiled = compile(chain).invoke({"city": "Oslo"})
+    assert compiled == eager and all(isinstance(w, Weather) for w in eager) and eager
