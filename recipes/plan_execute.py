@@ -16,7 +16,7 @@ from typing import Annotated, Any, TypedDict
 
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate
-from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Send
 
@@ -74,18 +74,28 @@ def plan_steps(plan: str, count: int) -> list[str]:
 
 def build_app(params: PlanExecuteParams, models: ModelFactory) -> Any:
     """The StateGraph, compiled by LangGraph (pure)."""
-    parser = StrOutputParser()
 
     def fan_out(state: PlanState) -> list[Send]:
         steps = plan_steps(state["plan"], params.steps)
         return [Send("execute", {"goal": state["goal"], "step": step}) for step in steps]
 
-    execute = step_prompt | models.chat(params.step_tokens) | parser | (lambda r: [r])
-    builder = StateGraph(PlanState)
-    builder.add_node("plan", {"plan": plan_prompt | models.chat(params.plan_tokens) | parser})
+    planner = plan_prompt | models.chat(params.plan_tokens) | StrOutputParser()
+    return plan_graph(PlanState, planner, fan_out, models, params.step_tokens, params.answer_tokens)
+
+
+def plan_graph(
+    state: type, planner: Runnable, fan_out: Any, models: ModelFactory, step: int, answer: int
+) -> Any:
+    """plan (``planner``, the goal in, ``state["plan"]`` out) -> ``fan_out`` (a router
+    sending each step to "execute") -> one executor per step (``step`` tokens) -> the
+    synthesizer (``answer`` tokens), compiled by LangGraph; shared with plan-execute-json
+    (pure)."""
+    parser = StrOutputParser()
+    execute = step_prompt | models.chat(step) | parser | (lambda r: [r])
+    builder = StateGraph(state)
+    builder.add_node("plan", {"plan": planner})
     builder.add_node("execute", {"results": execute})
-    answer = answer_prompt | models.chat(params.answer_tokens) | parser
-    builder.add_node("synthesize", {"answer": answer})
+    builder.add_node("synthesize", {"answer": answer_prompt | models.chat(answer) | parser})
     builder.add_edge(START, "plan")
     builder.add_conditional_edges("plan", fan_out, ["execute"])
     builder.add_edge("execute", "synthesize")
@@ -103,7 +113,14 @@ def run(
 ) -> RecipeOutput:
     """Plan, execute and answer for the head of ``text`` as the goal."""
     app = prepare_graph(models, build_app(params, models), "plan-execute")
-    goal = split_chunks(text, params.goal_tokens, 1)[0]
+    return run_plan_graph(app, params.goal_tokens, params.steps + 2, text, config)
+
+
+def run_plan_graph(
+    app: Any, goal_tokens: int, calls: int, text: str, config: RunnableConfig
+) -> RecipeOutput:
+    """Run a plan graph (:func:`plan_graph`) for the head of ``text`` as the goal."""
+    goal = split_chunks(text, goal_tokens, 1)[0]
     state = app.invoke({"goal": goal}, config)
-    details = {"steps": len(state["results"]), **frame_details(app, plan(params, text))}
-    return RecipeOutput(state["answer"], 3, plan(params, text), details)
+    details = {"steps": len(state["results"]), **frame_details(app, calls)}
+    return RecipeOutput(state["answer"], 3, calls, details)

@@ -16,31 +16,17 @@ import operator
 from dataclasses import dataclass
 from typing import Annotated, Any, TypedDict
 
-from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import RunnableConfig
-from langgraph.graph import END, START, StateGraph
 
 from eclectus.adapters.langgraph.fanout import SendEach
-from eclectus.recipes.graphs import frame_details, prepare_graph
+from eclectus.recipes.graphs import prepare_graph
+from eclectus.recipes.plan_execute import plan_graph, run_plan_graph
 from eclectus.recipes.result import RecipeOutput
 from eclectus.recipes.target import ModelFactory
-from eclectus.recipes.text import split_chunks
 
 PLANNER = 'You plan work. Break the goal into short steps. Reply with JSON: {{"steps": [...]}}.'
 plan_prompt = ChatPromptTemplate.from_messages([("system", PLANNER), ("human", "Goal:\n{goal}")])
-step_prompt = ChatPromptTemplate.from_messages(
-    [
-        ("system", "You carry out one step of a plan. The goal:\n{goal}"),
-        ("human", "Carry out this step and report the result: {step}"),
-    ]
-)
-answer_prompt = ChatPromptTemplate.from_messages(
-    [
-        ("system", "You write the final answer from the results of a plan's steps."),
-        ("human", "Goal:\n{goal}\n\nResults:\n{results}\n\nWrite the answer."),
-    ]
-)
 
 
 class PlanState(TypedDict, total=False):
@@ -90,24 +76,13 @@ def plan_budget(params: PlanExecuteJsonParams) -> int:
 
 
 def build_app(params: PlanExecuteJsonParams, models: ModelFactory) -> Any:
-    """The StateGraph, compiled by LangGraph (pure)."""
-    parser = StrOutputParser()
-
+    """The StateGraph, compiled by LangGraph (pure): plan-execute's, with the constrained
+    planner and the server-side fan-out."""
     fan_out = SendEach("execute", "plan", key="step", path=["steps"], keep=["goal"])
-    planner = models.chat(plan_budget(params)).with_structured_output(
+    planner = plan_prompt | models.chat(plan_budget(params)).with_structured_output(
         plan_schema(params.steps, params.step_chars)
     )
-    execute = step_prompt | models.chat(params.step_tokens) | parser | (lambda r: [r])
-    builder = StateGraph(PlanState)
-    builder.add_node("plan", {"plan": plan_prompt | planner})
-    builder.add_node("execute", {"results": execute})
-    answer = answer_prompt | models.chat(params.answer_tokens) | parser
-    builder.add_node("synthesize", {"answer": answer})
-    builder.add_edge(START, "plan")
-    builder.add_conditional_edges("plan", fan_out, ["execute"])
-    builder.add_edge("execute", "synthesize")
-    builder.add_edge("synthesize", END)
-    return builder.compile()
+    return plan_graph(PlanState, planner, fan_out, models, params.step_tokens, params.answer_tokens)
 
 
 def plan(params: PlanExecuteJsonParams, text: str) -> int:
@@ -120,7 +95,4 @@ def run(
 ) -> RecipeOutput:
     """Plan, execute and answer for the head of ``text`` as the goal."""
     app = prepare_graph(models, build_app(params, models), "plan-execute-json")
-    goal = split_chunks(text, params.goal_tokens, 1)[0]
-    state = app.invoke({"goal": goal}, config)
-    details = {"steps": len(state["results"]), **frame_details(app, plan(params, text))}
-    return RecipeOutput(state["answer"], 3, plan(params, text), details)
+    return run_plan_graph(app, params.goal_tokens, params.steps + 2, text, config)
