@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tool_fixtures import weather_tool
 
 from eclectus.protocol.chat_template import render_chat
 from eclectus.server.engine import LLM, EngineConfig, SamplingParams
@@ -119,18 +120,7 @@ def test_greedy_json_parses(llm: LLM) -> None:
     assert isinstance(value["name"], str) and isinstance(value["age"], int)
 
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Get the current weather in a city.",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-    },
-}
+WEATHER = weather_tool("Get the current weather in a city.")
 
 
 def test_greedy_tool_call_parses(llm: LLM) -> None:

@@ -7,6 +7,7 @@ import json
 
 import jsonschema
 import pytest
+from tool_fixtures import weather_tool
 
 from eclectus.protocol import SamplingParams
 from eclectus.protocol.chat_template import render_chat
@@ -20,17 +21,7 @@ from eclectus.protocol.openai_tools import (
 )
 from eclectus.protocol.tools import format_tool_call
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string", "maxLength": 10}},
-            "required": ["city"],
-        },
-    },
-}
+WEATHER = weather_tool(description=None, max_city_length=10)
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tool_fixtures import WEATHER
 
 from eclectus.protocol.chat_template import DEFAULT_CHAT_TEMPLATE, render_chat
 from eclectus.protocol.openai_tools import ChatDeltas, assistant_message, chat_constraint
@@ -23,18 +24,6 @@ TEMPLATES = Path(__file__).parents[1] / "fixtures" / "chat_templates"
 LLAMA3 = (TEMPLATES / "llama3_json.jinja").read_text()
 MISTRAL = (TEMPLATES / "mistral.jinja").read_text()
 VARS = {"bos_token": "<s>", "eos_token": "</s>"}
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "The weather in a city.",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-    },
-}
 
 
 def test_the_format_is_detected_from_the_chat_template() -> None:

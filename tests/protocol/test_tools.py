@@ -8,6 +8,7 @@ import json
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tool_fixtures import weather_tool
 
 from eclectus.protocol.chat_template import render_chat, render_chat_pieces
 from eclectus.protocol.tools import (
@@ -19,18 +20,7 @@ from eclectus.protocol.tools import (
     tool_specs,
 )
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Weather of a city",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-    },
-}
+WEATHER = weather_tool("Weather of a city")
 ADD = {"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}
 
 

@@ -9,25 +9,12 @@ from collections.abc import AsyncIterator, Iterator
 
 import openai
 import pytest
+from tool_fixtures import ASK, WEATHER
 
 from eclectus.server.app import EclectusServer, start_server
 from eclectus.server.config import ServerConfig
 
 pytestmark = pytest.mark.slow
-
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "The weather in a city.",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-    },
-}
-ASK = [{"role": "user", "content": "What is the weather in Lisbon?"}]
 
 
 @pytest.fixture(scope="module")

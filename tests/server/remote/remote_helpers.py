@@ -25,6 +25,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+from tool_fixtures import weather_tool
 from websockets.asyncio.client import connect
 from ws_helpers import RawClient
 
@@ -356,16 +357,5 @@ def assert_valid(kind: str, text: str) -> None:
         assert text in ("yes", "no", "maybe")
 
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "The weather in a city.",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string", "maxLength": 12}},
-            "required": ["city"],
-        },
-    },
-}
-ASK = [{"role": "user", "content": "What is the weather in Lisbon?"}]
+# a bounded city, so that a constrained call closes within a few tokens
+WEATHER = weather_tool(max_city_length=12)

@@ -11,7 +11,6 @@ from typing import Any
 import httpx
 import pytest
 from remote_helpers import (
-    ASK,
     CHOICES,
     CONSTRAINTS,
     SCHEMA,
@@ -25,6 +24,7 @@ from remote_helpers import (
     run_graph,
     serve_http,
 )
+from tool_fixtures import ASK
 
 from eclectus.server.app import start_server
 from eclectus.server.config import ServerConfig

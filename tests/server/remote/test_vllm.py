@@ -14,7 +14,6 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from remote_helpers import (
-    ASK,
     CONSTRAINTS,
     WEATHER,
     assert_valid,
@@ -25,6 +24,7 @@ from remote_helpers import (
     remote_backend,
     run_graph,
 )
+from tool_fixtures import ASK
 from ws_helpers import map_reduce
 
 from eclectus.server.app import start_server
