@@ -3,6 +3,8 @@ that importing it never collides with another suite's conftest)."""
 
 from __future__ import annotations
 
+from llama_index.core.tools import FunctionTool
+
 from eclectus.server.app import EclectusServer
 from eclectus.server.metrics import parse_prometheus
 
@@ -20,3 +22,19 @@ def metric(server: EclectusServer, name: str) -> float:
 def client_frames(server: EclectusServer) -> float:
     """Frames the server has received from all clients so far."""
     return metric(server, "eclectus_client_frames_total")
+
+
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+def weather(city: str) -> str:
+    """The weather of a city."""
+    return f"sunny in {city}"
+
+
+# the tools the agent and tool-calling tests offer, and each one's JSON Schema by name
+TOOLS = [FunctionTool.from_defaults(add), FunctionTool.from_defaults(weather)]
+SCHEMAS = {t.metadata.name: t.metadata.get_parameters_dict() for t in TOOLS}
+QUESTION = "What is 2 plus 3?"

@@ -18,8 +18,8 @@ from llama_index.core.agent.workflow import (
 )
 from llama_index.core.base.llms.types import MessageRole, ToolCallBlock
 from llama_index.core.memory import ChatMemoryBuffer
-from llama_index.core.tools import FunctionTool
 from llama_index.core.workflow import Workflow
+from llamaindex_support import QUESTION, SCHEMAS, TOOLS
 
 from eclectus.adapters.llamaindex import Eclectus, react_constraint
 from eclectus.protocol.structured import StructuredOutputs
@@ -31,21 +31,6 @@ pytestmark = pytest.mark.filterwarnings(
     "ignore::pydantic.warnings.PydanticDeprecatedSince20",
     "ignore::pydantic.warnings.PydanticDeprecatedSince211",
 )
-
-
-def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
-
-
-def weather(city: str) -> str:
-    """The weather of a city."""
-    return f"sunny in {city}"
-
-
-TOOLS = [FunctionTool.from_defaults(add), FunctionTool.from_defaults(weather)]
-SCHEMAS = {t.metadata.name: t.metadata.get_parameters_dict() for t in TOOLS}
-QUESTION = "What is 2 plus 3?"
 
 
 @pytest.fixture

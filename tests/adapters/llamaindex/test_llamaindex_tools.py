@@ -16,7 +16,7 @@ from llama_index.core.base.llms.types import (
     ToolCallBlock,
 )
 from llama_index.core.llms.function_calling import FunctionCallingLLM
-from llama_index.core.tools import FunctionTool
+from llamaindex_support import QUESTION, SCHEMAS, TOOLS
 
 from eclectus.adapters.llamaindex import Eclectus
 from eclectus.adapters.llamaindex.tools import (
@@ -27,21 +27,6 @@ from eclectus.adapters.llamaindex.tools import (
 )
 from eclectus.protocol.tools import ToolCall
 from eclectus.server.app import EclectusServer
-
-
-def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
-
-
-def weather(city: str) -> str:
-    """The weather of a city."""
-    return f"sunny in {city}"
-
-
-TOOLS = [FunctionTool.from_defaults(add), FunctionTool.from_defaults(weather)]
-SCHEMAS = {t.metadata.name: t.metadata.get_parameters_dict() for t in TOOLS}
-QUESTION = "What is 2 plus 3?"
 
 
 @pytest.fixture
