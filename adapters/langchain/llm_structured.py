@@ -14,14 +14,12 @@ chat model's tools and is refused.
 from __future__ import annotations
 
 from collections.abc import Callable
-from operator import itemgetter
 from typing import Any
 
-from langchain_core.output_parsers import JsonOutputParser, PydanticOutputParser
-from langchain_core.runnables import Runnable, RunnableMap, RunnablePassthrough
+from langchain_core.runnables import Runnable
 from langchain_core.utils.function_calling import convert_to_json_schema
-from langchain_core.utils.pydantic import is_basemodel_subclass
 
+from eclectus.adapters.langchain.structured_parse import ls_format, parsed_runnable, text_parser
 from eclectus.protocol.structured import StructuredOutputs
 
 LLM_STRUCTURED_METHODS = ("json_schema", "json_mode")
@@ -51,16 +49,5 @@ def completion_structured_runnable(
     instance, anything else to a dict. ``include_raw``: a dict with ``raw`` (the text),
     ``parsed`` and ``parsing_error``."""
     constraint = completion_constraint(schema, method)
-    ls_format = {"kwargs": {"method": method}, "schema": schema}
-    llm = bind(structured_outputs=constraint, ls_structured_output_format=ls_format)
-    is_pydantic = isinstance(schema, type) and is_basemodel_subclass(schema)
-    parser: Runnable = (
-        PydanticOutputParser(pydantic_object=schema) if is_pydantic else JsonOutputParser()
-    )
-    if not include_raw:
-        return llm | parser
-    assign = RunnablePassthrough.assign(
-        parsed=itemgetter("raw") | parser, parsing_error=lambda _: None
-    )
-    none = RunnablePassthrough.assign(parsed=lambda _: None)
-    return RunnableMap(raw=llm) | assign.with_fallbacks([none], exception_key="parsing_error")
+    llm = bind(structured_outputs=constraint, ls_structured_output_format=ls_format(schema, method))
+    return parsed_runnable(llm, text_parser(schema), include_raw)

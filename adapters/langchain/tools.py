@@ -16,21 +16,24 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from operator import itemgetter
 from typing import Any, Literal
 
 from langchain_core.messages import AIMessage
 from langchain_core.messages.tool import ToolCall as LCToolCall
 from langchain_core.messages.tool import ToolCallChunk, tool_call, tool_call_chunk
-from langchain_core.output_parsers import JsonOutputParser, PydanticOutputParser
 from langchain_core.output_parsers.openai_tools import (
     JsonOutputKeyToolsParser,
     PydanticToolsParser,
 )
-from langchain_core.runnables import Runnable, RunnableMap, RunnablePassthrough
+from langchain_core.runnables import Runnable
 from langchain_core.utils.function_calling import convert_to_json_schema, convert_to_openai_tool
-from langchain_core.utils.pydantic import is_basemodel_subclass
 
+from eclectus.adapters.langchain.structured_parse import (
+    is_pydantic_class,
+    ls_format,
+    parsed_runnable,
+    text_parser,
+)
 from eclectus.protocol.openai_tools import GUIDED_FIELDS, ChatConstraint, chat_constraint
 from eclectus.protocol.tool_formats import ToolFormatName, tool_format
 from eclectus.protocol.tools import StreamEvent
@@ -132,14 +135,13 @@ def structured_runnable(
     ``function_calling``: one forced call of the schema as a tool; ``json_mode``: held to the
     schema when one is given, else any JSON object.
     """
-    is_pydantic = isinstance(schema, type) and is_basemodel_subclass(schema)
     parser: Runnable
     if method == "function_calling":
         if schema is None:
             raise ValueError("method='function_calling' needs a schema")
         tool = convert_to_openai_tool(schema)
         llm = bind_tools([schema], tool_choice=tool["function"]["name"], parallel_tool_calls=False)
-        if is_pydantic:
+        if is_pydantic_class(schema):
             parser = PydanticToolsParser(tools=[schema], first_tool_only=True)
         else:
             parser = JsonOutputKeyToolsParser(
@@ -158,23 +160,15 @@ def structured_runnable(
                 "type": "json_schema",
                 "json_schema": {"name": name, "schema": json_schema},
             }
-        llm = bind(response_format=response_format, ls_structured_output_format=_ls(schema, method))
-        parser = PydanticOutputParser(pydantic_object=schema) if is_pydantic else JsonOutputParser()
+        llm = bind(
+            response_format=response_format, ls_structured_output_format=ls_format(schema, method)
+        )
+        parser = text_parser(schema)
     else:
         raise ValueError(
             f"method is 'function_calling', 'json_schema' or 'json_mode', not {method!r}"
         )
-    if not include_raw:
-        return llm | parser
-    assign = RunnablePassthrough.assign(
-        parsed=itemgetter("raw") | parser, parsing_error=lambda _: None
-    )
-    none = RunnablePassthrough.assign(parsed=lambda _: None)
-    return RunnableMap(raw=llm) | assign.with_fallbacks([none], exception_key="parsing_error")
-
-
-def _ls(schema: Any, method: str) -> dict[str, Any]:
-    return {"kwargs": {"method": method}, "schema": schema}
+    return parsed_runnable(llm, parser, include_raw)
 
 
 def tool_message_of(text: str, constraint: ChatConstraint, **fields: Any) -> AIMessage:
