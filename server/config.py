@@ -122,10 +122,14 @@ class ServerConfig:
         single = (("default", self.token),) if self.token is not None else ()
         return single + self.tenant_tokens
 
+    def serves(self, name: str | None) -> bool:
+        """Whether a request may name ``name``: None (the default model) or one of the
+        served names (pure). The one rule behind both APIs' unknown-model errors."""
+        return name is None or name in self.served_model_names
+
     def check_model(self, name: str | None, field: str) -> None:
-        """Raise ServerError ``unknown_model`` unless ``name`` is None (the default model) or
-        one of the served names (pure)."""
-        if name is not None and name not in self.served_model_names:
+        """Raise ServerError ``unknown_model`` unless :meth:`serves` ``name`` (pure)."""
+        if not self.serves(name):
             from eclectus.server.errors import ServerError
 
             served = ", ".join(repr(n) for n in self.served_model_names)

@@ -262,7 +262,9 @@ class OpenAIApi:
             raise ApiError(400, str(exc)) from None
 
     def _check_model(self, name: str | None) -> None:
-        if name is not None and name not in self.ctx.config.served_model_names:
+        """ApiError(404) in OpenAI's words for a model not served here (ServerConfig.serves
+        decides; the WebSocket API's ServerError says the same in its own shape)."""
+        if not self.ctx.config.serves(name):
             message = f"The model `{name}` does not exist."
             raise ApiError(404, message, "model", code="model_not_found")
 

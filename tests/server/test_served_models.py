@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from websockets.asyncio.client import connect
 from ws_helpers import RawClient, ServerFactory
+
+from eclectus.server.config import ServerConfig
+from eclectus.server.errors import ServerError
 
 
 def call(model: str | None) -> dict:
@@ -43,3 +49,15 @@ async def test_several_served_names_all_work(make_server: ServerFactory) -> None
         assert reply["code"] == "unknown_model"
         reply = await client.ask({"type": "tokenize", "id": "t", "text": "a", "model": "tiny"})
         assert reply["type"] == "tokens"
+
+
+@given(st.one_of(st.none(), st.sampled_from(["tiny", "my-model", "gpt-4"]), st.text(max_size=8)))
+def test_check_model_refuses_exactly_what_serves_refuses(name: str | None) -> None:
+    """The WebSocket API's check and the OpenAI API's (ServerConfig.serves) are one rule."""
+    config = ServerConfig(served_model_names=("tiny", "my-model"))
+    assert config.serves(name) == (name is None or name in ("tiny", "my-model"))
+    if config.serves(name):
+        config.check_model(name, "model")
+    else:
+        with pytest.raises(ServerError, match="not served here"):
+            config.check_model(name, "model")
