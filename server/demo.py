@@ -61,7 +61,7 @@ async def run_graph(
         sums = [summarize(doc=doc) for doc in DOCS]
         final = combine(a=sums[0], b=sums[1], c=sums[2], d=sums[3])
         text = await final.aget(criteria="latency")
-        depth = max(a.graph.depth() for a in server.scheduler.apps.values() if a.tenant == tenant)
+        depth = max(s.graph_depth for s in server.scheduler.snapshot() if s.tenant == tenant)
     return text, depth
 
 

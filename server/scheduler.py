@@ -51,6 +51,16 @@ class AppState:
     closed: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class SessionSnapshot:
+    """A read-only view of one open session at one moment, for reports (``eclectus demo``);
+    the scheduler's own state (AppState, the graph) stays its own."""
+
+    session_id: str
+    tenant: str | None
+    graph_depth: int  # the longest chain of dependent calls in the session's graph
+
+
 class Scheduler:
     """One per server. All methods run on the server's event loop; those that mutate say so."""
 
@@ -141,6 +151,14 @@ class Scheduler:
         for node in nodes:
             self.queue.push(self._queued(app, node, now))
         self._pump()
+
+    def snapshot(self) -> list[SessionSnapshot]:
+        """The open sessions, in the order they opened (pure; copies, so a caller cannot
+        reach the live state)."""
+        return [
+            SessionSnapshot(app.session_id, app.tenant, app.graph.depth())
+            for app in self.apps.values()
+        ]
 
     @property
     def ready(self) -> list[QueuedCall]:

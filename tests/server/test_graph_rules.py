@@ -9,6 +9,7 @@ from sched_helpers import call, make_scheduler, submit
 
 from eclectus.server.errors import ServerError
 from eclectus.server.graph import NodeState, VarState
+from eclectus.server.scheduler import SessionSnapshot
 
 
 def refused(frame: dict[str, Any], **config: Any) -> ServerError:
@@ -137,3 +138,14 @@ def test_depth_counts_calls_not_ops() -> None:
         ops=[{"id": "j", "op": "join", "inputs": ["x", "y"], "output": "j"}],
     )
     assert app.graph.depth() == 2
+
+
+async def test_snapshot_shows_each_open_session_with_its_depth() -> None:
+    """snapshot() lists the open sessions in opening order with tenant and call depth; a
+    closed session leaves it."""
+    sched = make_scheduler()
+    first, second = sched.open_app("s1", tenant="t1"), sched.open_app("s2")
+    submit(sched, first, calls=[call("a", "x"), call("b", "y", "x")])
+    assert sched.snapshot() == [SessionSnapshot("s1", "t1", 2), SessionSnapshot("s2", None, 0)]
+    await sched.close_app(second)
+    assert [s.session_id for s in sched.snapshot()] == ["s1"]
