@@ -71,38 +71,30 @@ class Caller:
         return self.connection.session
 
     # -- retries ------------------------------------------------------------------------
+    # One policy for every path, sync or async, call or stream: each try runs inside
+    # ``with try_:`` (a plain context manager, so async code uses it too); a lost connection
+    # drops the try's session and is swallowed while a try is left and nothing was yielded.
+
+    def _tries(self) -> Iterator[_Try]:
+        """The tries of one call: one, plus up to ``max_retries`` after lost connections."""
+        for tries_left in range(self.options.max_retries, -1, -1):
+            yield _Try(self.connection, last=tries_left == 0)
 
     def retrying(self, attempt: Callable[[SyncSession], T]) -> T:
         """``attempt(session)``, again on a fresh session after a lost connection, up to
         ``max_retries`` more times (blocking)."""
-        for tries_left in range(self.options.max_retries, -1, -1):
-            session: SyncSession | None = None
-            try:
-                session = self.session
-                return attempt(session)
-            except ClientConnectionError:
-                self._forget(session)
-                if tries_left == 0:
-                    raise
-        raise AssertionError("unreachable")
+        for try_ in self._tries():
+            with try_:
+                return attempt(try_.open())
+        raise AssertionError("unreachable: the last try returns or raises")
 
     async def aretrying(self, attempt: Callable[[SyncSession], Awaitable[T]]) -> T:
         """Async twin of :meth:`retrying` (connecting blocks the loop only for the
         handshake of a session not yet open)."""
-        for tries_left in range(self.options.max_retries, -1, -1):
-            session: SyncSession | None = None
-            try:
-                session = self.session
-                return await attempt(session)
-            except ClientConnectionError:
-                self._forget(session)
-                if tries_left == 0:
-                    raise
-        raise AssertionError("unreachable")
-
-    def _forget(self, session: SyncSession | None) -> None:
-        if session is not None:  # None: connecting failed, nothing to drop
-            self.connection.forget(session)
+        for try_ in self._tries():
+            with try_:
+                return await attempt(try_.open())
+        raise AssertionError("unreachable: the last try returns or raises")
 
     # -- calls ----------------------------------------------------------------------------
 
@@ -153,39 +145,25 @@ class Caller:
     def stream(self, declare: DeclareOne) -> Iterator[str | SemanticVariable]:
         """Text deltas of one declared call, then its finished output variable (blocking;
         ``request_timeout`` bounds each delta's wait; retried while nothing was yielded)."""
-        for tries_left in range(self.options.max_retries, -1, -1):
-            session: SyncSession | None = None
-            yielded = False
-            try:
-                session = self.session
-                var = declare(session)
+        for try_ in self._tries():
+            with try_:
+                var = declare(try_.open())
                 for delta in self.deltas(var):
-                    yielded = True
+                    try_.yielded = True
                     yield delta
                 yield var
                 return
-            except ClientConnectionError:
-                self._forget(session)
-                if yielded or tries_left == 0:
-                    raise
 
     async def astream(self, declare: DeclareOne) -> AsyncIterator[str | SemanticVariable]:
         """Async twin of :meth:`stream`."""
-        for tries_left in range(self.options.max_retries, -1, -1):
-            session: SyncSession | None = None
-            yielded = False
-            try:
-                session = self.session
-                var = declare(session)
+        for try_ in self._tries():
+            with try_:
+                var = declare(try_.open())
                 async for delta in self.adeltas(var):
-                    yielded = True
+                    try_.yielded = True
                     yield delta
                 yield var
                 return
-            except ClientConnectionError:
-                self._forget(session)
-                if yielded or tries_left == 0:
-                    raise
 
     def deltas(self, var: SemanticVariable) -> Iterator[str]:
         """The text deltas of a declared variable with this model's objective, each waited
@@ -209,3 +187,34 @@ class Caller:
                 yield delta
         finally:
             await source.aclose()  # type: ignore[attr-defined]
+
+
+class _Try:
+    """One try of a call (see :meth:`Caller._tries`): the session it opened, whether it has
+    yielded text, and whether it is the last. Mutable; one per try."""
+
+    def __init__(self, connection: Connection, last: bool) -> None:
+        self.connection = connection
+        self.last = last
+        self.session: SyncSession | None = None  # None until connected
+        self.yielded = False
+
+    def open(self) -> SyncSession:
+        """The connection's session (mutates: connects on first use; remembers it)."""
+        self.session = self.connection.session
+        return self.session
+
+    def __enter__(self) -> _Try:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> bool:
+        """After a lost connection: forget the session (None: connecting failed, nothing to
+        drop) and swallow the error, so the next try runs, unless this try is the last or
+        has yielded text (the caller has seen part of it). Other errors pass."""
+        if kind is None or not issubclass(kind, ClientConnectionError):
+            return False
+        if self.session is not None:
+            self.connection.forget(self.session)
+        return not (self.last or self.yielded)
