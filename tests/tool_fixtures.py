@@ -30,4 +30,15 @@ def weather_tool(
 
 
 WEATHER = weather_tool()
+ADD_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "add",
+        "parameters": {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            "required": ["a", "b"],
+        },
+    },
+}
 ASK = [{"role": "user", "content": "What is the weather in Lisbon?"}]

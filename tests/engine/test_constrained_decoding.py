@@ -11,6 +11,7 @@ import jsonschema
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tool_fixtures import ADD_TOOL, weather_tool
 
 from eclectus.protocol import SamplingParams
 from eclectus.server.backend import EngineOutput
@@ -227,30 +228,7 @@ def test_a_grammar_that_is_complete_ends_the_request_without_an_eos_step(
     assert engine.counters.num_steps - steps <= num_tokens
 
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string", "maxLength": 12}},
-                "required": ["city"],
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "add",
-            "parameters": {
-                "type": "object",
-                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-                "required": ["a", "b"],
-            },
-        },
-    },
-]
+TOOLS = [weather_tool(description=None, max_city_length=12), ADD_TOOL]
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ import jsonschema
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tool_fixtures import ADD_TOOL, weather_tool
 
 from eclectus.protocol import SamplingParams
 from eclectus.protocol.chat_template import render_chat
@@ -21,30 +22,7 @@ from eclectus.protocol.tools import tool_specs
 from eclectus.server.engine import EngineConfig, LLMEngine
 
 TEMPLATES = Path(__file__).parents[1] / "fixtures" / "chat_templates"
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string", "maxLength": 12}},
-                "required": ["city"],
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "add",
-            "parameters": {
-                "type": "object",
-                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-                "required": ["a", "b"],
-            },
-        },
-    },
-]
+TOOLS = [weather_tool(description=None, max_city_length=12), ADD_TOOL]
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
 TRIGGERS = {"llama3_json": '{"name": ', "mistral": "[TOOL_CALLS]"}
 
