@@ -1,8 +1,10 @@
-"""Fixtures for server tests: a real server on a free loopback port, and a raw client."""
+"""Fixtures for server tests: a real server on a free loopback port, and a raw client; for the
+slow tests, the built-in engine on the tiny model and a server over it."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -46,3 +48,21 @@ async def client(server: EclectusServer) -> AsyncIterator[RawClient]:
         raw = RawClient(ws)
         await raw.hello()
         yield raw
+
+
+@pytest.fixture(scope="module")
+def real_engine() -> Iterator[Any]:
+    """The built-in engine (AsyncEngine, tiny model), built once per module: slow to build."""
+    from eclectus.server.engine import AsyncEngine
+
+    engine = AsyncEngine.from_config(model="tiny", num_kv_blocks=256)
+    yield engine
+    asyncio.run(engine.shutdown())
+
+
+@pytest.fixture
+async def real_server(real_engine: Any) -> AsyncIterator[EclectusServer]:
+    """A server with the default config over ``real_engine`` (which outlives it)."""
+    server = await start_server(ServerConfig(port=0), real_engine, owns_backend=False)
+    yield server
+    await server.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -22,21 +22,12 @@ from eclectus.server.config import ServerConfig, read_token_file
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def engine() -> Iterator[object]:
-    from eclectus.server.engine import AsyncEngine
-
-    engine = AsyncEngine.from_config(model="tiny", num_kv_blocks=256)
-    yield engine
-    asyncio.run(engine.shutdown())
-
-
 @pytest.fixture
-async def server(engine: object, tmp_path: Path) -> AsyncIterator[EclectusServer]:
+async def server(real_engine: object, tmp_path: Path) -> AsyncIterator[EclectusServer]:
     tokens = tmp_path / "tokens"
     tokens.write_text("alice sk-test\nbob sk-bob\n")
     config = ServerConfig(port=0, tenant_tokens=read_token_file(str(tokens)))
-    server = await start_server(config, engine, owns_backend=False)  # type: ignore[arg-type]
+    server = await start_server(config, real_engine, owns_backend=False)  # type: ignore[arg-type]
     yield server
     await server.close()
 
@@ -51,13 +42,13 @@ async def direct(engine: object, prompt: str, max_tokens: int) -> str:
     return "".join([out.text async for out in engine.generate(request)])  # type: ignore[attr-defined]
 
 
-async def test_completion_matches_the_engine(engine: object, base_url: str) -> None:
+async def test_completion_matches_the_engine(real_engine: object, base_url: str) -> None:
     """A greedy /v1/completions answer is the engine's own greedy answer, with usage."""
     client = openai.AsyncOpenAI(base_url=base_url, api_key="sk-test")
     result = await client.completions.create(
         model="tiny", prompt="Once upon a time", max_tokens=12, temperature=0
     )
-    assert result.choices[0].text == await direct(engine, "Once upon a time", 12)
+    assert result.choices[0].text == await direct(real_engine, "Once upon a time", 12)
     assert result.usage is not None and result.usage.completion_tokens == 12
     assert result.choices[0].finish_reason == "length"
 
@@ -86,14 +77,14 @@ async def test_streaming_chat_concatenates_to_the_full_answer(base_url: str) -> 
     assert usage is not None and usage.completion_tokens == 10
 
 
-async def test_batch_prompts_answer_in_order(engine: object, base_url: str) -> None:
+async def test_batch_prompts_answer_in_order(real_engine: object, base_url: str) -> None:
     """A list prompt (langchain_openai's OpenAI sends these) gives one choice per prompt."""
     client = openai.AsyncOpenAI(base_url=base_url, api_key="sk-test")
     result = await client.completions.create(
         model="tiny", prompt=["alpha", "beta gamma"], max_tokens=6, temperature=0
     )
     assert [c.index for c in result.choices] == [0, 1]
-    assert result.choices[1].text == await direct(engine, "beta gamma", 6)
+    assert result.choices[1].text == await direct(real_engine, "beta gamma", 6)
 
 
 async def test_refusals_name_the_field(base_url: str) -> None:
@@ -198,7 +189,7 @@ async def test_cached_tokens_never_reflect_another_tenants_prompts(
     assert await cached(alice) > 0
 
 
-async def test_token_id_prompts_and_tokenize(engine: object, base_url: str) -> None:
+async def test_token_id_prompts_and_tokenize(real_engine: object, base_url: str) -> None:
     """vLLM's forms (what a remote Eclectus engine is sent): /tokenize gives the ids a text
     prompt becomes; those ids as the prompt (alone or in a list) answer exactly as the text
     does; return_token_ids lists the generated ids, streamed or not; ids the model has no
@@ -207,7 +198,7 @@ async def test_token_id_prompts_and_tokenize(engine: object, base_url: str) -> N
     headers = {"Authorization": "Bearer sk-test"}
     async with httpx.AsyncClient(headers=headers, timeout=60) as http:
         tokenized = (await http.post(f"{root}/tokenize", json={"prompt": "Once upon"})).json()
-        ids = list(engine.tokenize_prompt(("Once upon",)).token_ids)  # type: ignore[attr-defined]
+        ids = list(real_engine.tokenize_prompt(("Once upon",)).token_ids)  # type: ignore[attr-defined]
         assert tokenized["tokens"] == ids and tokenized["count"] == len(ids)
         bare = {"prompt": "Once upon", "add_special_tokens": False}
         assert (await http.post(f"{root}/tokenize", json=bare)).json()["tokens"] == ids[1:]

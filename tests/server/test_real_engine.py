@@ -4,33 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from websockets.asyncio.client import connect
 from ws_helpers import RawClient, map_reduce
 
-from eclectus.server.app import EclectusServer, start_server
-from eclectus.server.config import ServerConfig
+from eclectus.server.app import EclectusServer
 from eclectus.server.metrics import parse_prometheus
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def real_engine() -> Iterator[object]:
-    from eclectus.server.engine import AsyncEngine
-
-    engine = AsyncEngine.from_config(model="tiny", num_kv_blocks=256)
-    yield engine
-    asyncio.run(engine.shutdown())
-
-
-@pytest.fixture
-async def real_server(real_engine: object) -> AsyncIterator[EclectusServer]:
-    server = await start_server(ServerConfig(port=0), real_engine, owns_backend=False)  # type: ignore[arg-type]
-    yield server
-    await server.close()
 
 
 async def session(server: EclectusServer) -> tuple[RawClient, object]:

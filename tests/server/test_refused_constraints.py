@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import openai
@@ -15,9 +14,8 @@ from websockets.asyncio.client import connect
 from ws_helpers import RawClient
 
 from eclectus.protocol import SamplingParams
-from eclectus.server.app import EclectusServer, start_server
+from eclectus.server.app import EclectusServer
 from eclectus.server.backend import EngineRequest, RequestRefused
-from eclectus.server.config import ServerConfig
 
 pytestmark = pytest.mark.slow
 
@@ -32,44 +30,28 @@ REFUSED = [
 ]
 
 
-@pytest.fixture(scope="module")
-def engine() -> Iterator[Any]:
-    from eclectus.server.engine import AsyncEngine
-
-    engine = AsyncEngine.from_config(model="tiny", num_kv_blocks=256)
-    yield engine
-    asyncio.run(engine.shutdown())
-
-
-@pytest.fixture
-async def server(engine: Any) -> AsyncIterator[EclectusServer]:
-    server = await start_server(ServerConfig(port=0), engine, owns_backend=False)
-    yield server
-    await server.close()
-
-
 @pytest.mark.parametrize(("constraint", "why"), REFUSED)
 async def test_the_engine_refuses_an_uncompilable_constraint_as_bad_request(
-    engine: Any, constraint: dict[str, Any], why: str
+    real_engine: Any, constraint: dict[str, Any], why: str
 ) -> None:
     """generate raises RequestRefused (code bad_request) naming the kind and xgrammar's
     reason, before the request is queued."""
     sampling = SamplingParams(max_tokens=8, structured_outputs=constraint)
     request = EngineRequest("refused", ("Say:",), sampling)
     with pytest.raises(RequestRefused, match=why) as caught:
-        async for _ in engine.generate(request):
+        async for _ in real_engine.generate(request):
             pass
     assert caught.value.code == "bad_request"
     assert f"structured_outputs.{next(iter(constraint))}" in str(caught.value)
     assert "/project/cpp" not in str(caught.value)  # no C++ source location
-    assert not engine.engine.has_unfinished
+    assert not real_engine.engine.has_unfinished
 
 
 @pytest.mark.parametrize(("constraint", "why"), REFUSED[:3])
 async def test_v1_answers_an_uncompilable_constraint_with_400(
-    server: EclectusServer, constraint: dict[str, Any], why: str
+    real_server: EclectusServer, constraint: dict[str, Any], why: str
 ) -> None:
-    client = openai.AsyncOpenAI(base_url=server.openai_url, api_key="none")
+    client = openai.AsyncOpenAI(base_url=real_server.openai_url, api_key="none")
     with pytest.raises(openai.BadRequestError, match=why):
         await client.chat.completions.create(
             model="tiny",
@@ -79,9 +61,9 @@ async def test_v1_answers_an_uncompilable_constraint_with_400(
         )
 
 
-async def test_the_socket_refuses_the_submit_naming_the_output(server: EclectusServer) -> None:
+async def test_the_socket_refuses_the_submit_naming_the_output(real_server: EclectusServer) -> None:
     """bad_request on the submit itself, naming the call and output; nothing runs."""
-    async with connect(server.url) as ws:
+    async with connect(real_server.url) as ws:
         client = RawClient(ws)
         await client.hello()
         good = {"max_tokens": 4}
@@ -105,7 +87,7 @@ async def test_the_socket_refuses_the_submit_naming_the_output(server: EclectusS
 
 
 async def test_the_step_thread_never_compiles_a_grammar(
-    engine: Any, monkeypatch: pytest.MonkeyPatch
+    real_engine: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Every compilation of constrained requests runs elsewhere than the step thread, and
     while a slow compilation runs, a free request's steps go on."""
@@ -125,7 +107,7 @@ async def test_the_step_thread_never_compiles_a_grammar(
 
     async def run(request_id: str, sampling: SamplingParams) -> str:
         request = EngineRequest(request_id, ("Say:",), sampling)
-        return "".join([out.text async for out in engine.generate(request)])
+        return "".join([out.text async for out in real_engine.generate(request)])
 
     slow = asyncio.ensure_future(
         run("slow", SamplingParams(max_tokens=8, structured_outputs={"regex": "slow[a-z]{3}"}))
@@ -147,10 +129,10 @@ async def test_the_step_thread_never_compiles_a_grammar(
 
 
 async def test_a_maps_call_with_an_uncompilable_constraint_is_refused_at_submit(
-    server: EclectusServer,
+    real_server: EclectusServer,
 ) -> None:
     """The check covers the call a map instantiates, before any element exists."""
-    async with connect(server.url) as ws:
+    async with connect(real_server.url) as ws:
         client = RawClient(ws)
         await client.hello()
         bad = {"max_tokens": 4, "structured_outputs": {"regex": r"(a)\1"}}

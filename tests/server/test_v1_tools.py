@@ -3,9 +3,7 @@ on the real engine: the constraint holds by construction, the reply is OpenAI's 
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
 
 import openai
 import pytest
@@ -17,24 +15,9 @@ from eclectus.server.config import ServerConfig
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def engine() -> Iterator[object]:
-    from eclectus.server.engine import AsyncEngine
-
-    engine = AsyncEngine.from_config(model="tiny", num_kv_blocks=256)
-    yield engine
-    asyncio.run(engine.shutdown())
-
-
 @pytest.fixture
-async def client(engine: object) -> AsyncIterator[openai.AsyncOpenAI]:
-    server: EclectusServer = await start_server(
-        ServerConfig(port=0),
-        engine,
-        owns_backend=False,  # type: ignore[arg-type]
-    )
-    yield openai.AsyncOpenAI(base_url=server.openai_url, api_key="none")
-    await server.close()
+def client(real_server: EclectusServer) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=real_server.openai_url, api_key="none")
 
 
 async def test_a_required_tool_call_comes_back_as_tool_calls(client: openai.AsyncOpenAI) -> None:
@@ -117,13 +100,13 @@ async def test_a_malformed_tools_field_is_a_400_naming_it(client: openai.AsyncOp
 
 @pytest.mark.parametrize("parser", ["llama3_json", "mistral"])
 async def test_the_tool_call_parser_flag_sets_the_format_end_to_end(
-    engine: object, parser: str
+    real_engine: object, parser: str
 ) -> None:
     """--tool-call-parser: a named call is constrained to that format's syntax and read back
     in it, whole and streamed (a tool_calls delta, no content)."""
     server: EclectusServer = await start_server(
         ServerConfig(port=0, tool_call_parser=parser),  # type: ignore[arg-type]
-        engine,  # type: ignore[arg-type]
+        real_engine,  # type: ignore[arg-type]
         owns_backend=False,
     )
     try:
