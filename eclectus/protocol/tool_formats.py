@@ -145,6 +145,24 @@ class _JsonFormat(ToolFormat):
     """A format read by :class:`_BlockStream`: :meth:`scan` finds the next block."""
 
     separator = re.compile(r"\s*")
+    arguments_key: str  # the key a call's arguments stand under, beside "name"
+
+    def constraint(
+        self, tools: Sequence[ToolSpec], tool_choice: ToolChoice | None, parallel: bool = True
+    ) -> StructuredOutputs | None:
+        picked = chosen_tools(tools, tool_choice)
+        if not picked:
+            return None
+        key = self.arguments_key
+        tags = [call_tag(f'{{"name": {json_string(t.name)}, "{key}": ', t, "}") for t in picked]
+        return structural_tag(self._structure(tags, tool_choice, parallel))
+
+    @abstractmethod
+    def _structure(
+        self, tags: list[dict[str, Any]], tool_choice: ToolChoice | None, parallel: bool
+    ) -> dict[str, Any]:
+        """The structural tag's format around the call ``tags``, one per chosen tool
+        (pure)."""
 
     def stream(self) -> CallStream:
         return BlockStream(self)
@@ -168,20 +186,14 @@ class Llama3JsonFormat(_JsonFormat):
     name: ToolFormatName = "llama3_json"
     separator = re.compile(r"\s*(?:;\s*)?")
 
-    def constraint(
-        self, tools: Sequence[ToolSpec], tool_choice: ToolChoice | None, parallel: bool = True
-    ) -> StructuredOutputs | None:
-        picked = chosen_tools(tools, tool_choice)
-        if not picked:
-            return None
-        tags = [
-            call_tag(f'{{"name": {json_string(t.name)}, "parameters": ', t, "}") for t in picked
-        ]
+    arguments_key = "parameters"
+
+    def _structure(
+        self, tags: list[dict[str, Any]], tool_choice: ToolChoice | None, parallel: bool
+    ) -> dict[str, Any]:
         if tool_choice in (None, "auto"):  # any "{" opens a call: the reply's JSON objects
-            fmt = triggered_tags(["{"], tags, not parallel)  # are all calls, as vLLM reads them
-        else:
-            fmt = tags_with_separator(tags, "; ", at_most_one(tool_choice, parallel))
-        return structural_tag(fmt)
+            return triggered_tags(["{"], tags, not parallel)  # are all calls, as vLLM reads them
+        return tags_with_separator(tags, "; ", at_most_one(tool_choice, parallel))
 
     def scan(self, buffer: str) -> Block:
         brace, tag = buffer.find("{"), buffer.find(PYTHON_TAG)
@@ -202,27 +214,23 @@ class MistralFormat(_JsonFormat):
 
     name: ToolFormatName = "mistral"
 
-    def constraint(
-        self, tools: Sequence[ToolSpec], tool_choice: ToolChoice | None, parallel: bool = True
-    ) -> StructuredOutputs | None:
-        picked = chosen_tools(tools, tool_choice)
-        if not picked:
-            return None
-        tags = [call_tag(f'{{"name": {json_string(t.name)}, "arguments": ', t, "}") for t in picked]
+    arguments_key = "arguments"
+
+    def _structure(
+        self, tags: list[dict[str, Any]], tool_choice: ToolChoice | None, parallel: bool
+    ) -> dict[str, Any]:
         calls = tags_with_separator(tags, ", ", at_most_one(tool_choice, parallel))
         if tool_choice in (None, "auto"):
             block = {"type": "tag", "begin": f"{MISTRAL_TOOL_CALLS}[", "content": calls}
-            fmt = triggered_tags([MISTRAL_TOOL_CALLS], [{**block, "end": "]"}], True)
-        else:
-            fmt = {
-                "type": "sequence",
-                "elements": [
-                    {"type": "const_string", "value": f"{MISTRAL_TOOL_CALLS}["},
-                    calls,
-                    {"type": "const_string", "value": "]"},
-                ],
-            }
-        return structural_tag(fmt)
+            return triggered_tags([MISTRAL_TOOL_CALLS], [{**block, "end": "]"}], True)
+        return {
+            "type": "sequence",
+            "elements": [
+                {"type": "const_string", "value": f"{MISTRAL_TOOL_CALLS}["},
+                calls,
+                {"type": "const_string", "value": "]"},
+            ],
+        }
 
     def scan(self, buffer: str) -> Block:
         start = buffer.find(MISTRAL_TOOL_CALLS)
