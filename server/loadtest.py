@@ -222,27 +222,19 @@ async def _canary(url: str, max_tokens: int, conn: Connection) -> None:
 async def concurrent_sessions(url: str, plan: Plan, row: Row) -> None:
     """``plan.concurrent`` SDK sessions at once, each a 2-document map-reduce with a get."""
     from eclectus.adapters.client.connect import connect
-    from eclectus.adapters.client.errors import ConnectionError as LostError
-    from eclectus.adapters.client.errors import EclectusClientError
 
     async def one(i: int) -> None:
-        start = time.perf_counter()
-        try:
-            async with connect(url, tenant=f"t{i % 7}", app=f"load{i}") as app:
-                summarize = app.function(MAP, summary=dict(max_tokens=plan.max_tokens))
-                combine = app.function(REDUCE, final=dict(max_tokens=plan.max_tokens))
-                sums = [summarize(doc=f"Report {i}.{k}: {i * k % 13} events.") for k in (1, 2)]
-                final = combine(all=app.join(sums, sep="\n"))  # type: ignore[arg-type]
-                await asyncio.wait_for(final.aget("latency"), plan.scenario_timeout_s)  # type: ignore[union-attr]
-            row.held += 1
-            row.latencies.append(time.perf_counter() - start)
-        except (TimeoutError, LostError, OSError):
-            row.lost += 1
-        except EclectusClientError as exc:
-            row.errored += 1
-            row.notes.append(f"{type(exc).__name__}: {exc}"[:120])
+        async with connect(url, tenant=f"t{i % 7}", app=f"load{i}") as app:
+            summarize = app.function(MAP, summary=dict(max_tokens=plan.max_tokens))
+            combine = app.function(REDUCE, final=dict(max_tokens=plan.max_tokens))
+            sums = [summarize(doc=f"Report {i}.{k}: {i * k % 13} events.") for k in (1, 2)]
+            final = combine(all=app.join(sums, sep="\n"))  # type: ignore[arg-type]
+            await asyncio.wait_for(final.aget("latency"), plan.scenario_timeout_s)  # type: ignore[union-attr]
 
-    await asyncio.gather(*(one(i) for i in range(plan.concurrent)))
+    def note(exc: Exception) -> str:
+        return f"{type(exc).__name__}: {exc}"
+
+    await asyncio.gather(*(_sdk_outcome(row, one(i), note) for i in range(plan.concurrent)))
 
 
 async def openai_clients(openai_url: str | None, plan: Plan, row: Row) -> None:
@@ -511,21 +503,34 @@ async def churn(url: str, plan: Plan, row: Row) -> None:
 async def _short_session(url: str, plan: Plan, row: Row, i: int) -> None:
     """One SDK session: a call, a get, close."""
     from eclectus.adapters.client.connect import connect
+
+    async def session() -> None:
+        async with connect(url, tenant=f"c{i % 5}", app="churn") as app:
+            say = app.function("Note {{n}}:{{out}}", out=dict(max_tokens=2))
+            await asyncio.wait_for(say(n=str(i)).aget("latency"), plan.scenario_timeout_s)  # type: ignore[union-attr]
+
+    await _sdk_outcome(row, session(), str)
+
+
+async def _sdk_outcome(
+    row: Row, session: Awaitable[None], note: Callable[[Exception], str]
+) -> None:
+    """Awaits one SDK scenario and counts its outcome in ``row`` (mutates ``row``): held,
+    with its latency; lost on a timeout or a lost connection; errored on any other client
+    error, with ``note(error)`` (cut to 120 characters) among the notes."""
     from eclectus.adapters.client.errors import ConnectionError as LostError
     from eclectus.adapters.client.errors import EclectusClientError
 
     start = time.perf_counter()
     try:
-        async with connect(url, tenant=f"c{i % 5}", app="churn") as app:
-            say = app.function("Note {{n}}:{{out}}", out=dict(max_tokens=2))
-            await asyncio.wait_for(say(n=str(i)).aget("latency"), plan.scenario_timeout_s)  # type: ignore[union-attr]
+        await session
         row.held += 1
         row.latencies.append(time.perf_counter() - start)
     except (TimeoutError, LostError, OSError):
         row.lost += 1
     except EclectusClientError as exc:
         row.errored += 1
-        row.notes.append(str(exc)[:120])
+        row.notes.append(note(exc)[:120])
 
 
 # -- helpers -----------------------------------------------------------------------------------
