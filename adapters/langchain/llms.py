@@ -6,7 +6,8 @@ Inside a chain, the prompt template's boundaries become segment boundaries (trac
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+import contextlib
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextvars import ContextVar
 from typing import Any
 from uuid import UUID
@@ -27,6 +28,17 @@ from eclectus.protocol import SamplingParams
 
 # each prompt's own run, while LangChain runs ``_generate`` for a group of prompts
 _PROMPT_RUNS: ContextVar[list[UUID] | None] = ContextVar("eclectus_prompt_runs", default=None)
+
+
+@contextlib.contextmanager
+def _prompt_runs(run_managers: Sequence[Any]) -> Iterator[None]:
+    """Each prompt's run id in _PROMPT_RUNS for the block (mutates the context variable;
+    reset on leaving)."""
+    token = _PROMPT_RUNS.set([m.run_id for m in run_managers])
+    try:
+        yield
+    finally:
+        _PROMPT_RUNS.reset(token)
 
 
 def info_of(result: Generated) -> dict[str, Any]:
@@ -125,11 +137,8 @@ class EclectusLLM(EclectusParams, BaseLLM):
         run_managers: list[CallbackManagerForLLMRun],
         **kwargs: Any,
     ) -> LLMResult:
-        token = _PROMPT_RUNS.set([m.run_id for m in run_managers])
-        try:
+        with _prompt_runs(run_managers):
             return super()._generate_helper(prompts, stop, run_managers, **kwargs)
-        finally:
-            _PROMPT_RUNS.reset(token)
 
     async def _agenerate_helper(
         self,
@@ -138,11 +147,8 @@ class EclectusLLM(EclectusParams, BaseLLM):
         run_managers: list[AsyncCallbackManagerForLLMRun],
         **kwargs: Any,
     ) -> LLMResult:
-        token = _PROMPT_RUNS.set([m.run_id for m in run_managers])
-        try:
+        with _prompt_runs(run_managers):
             return await super()._agenerate_helper(prompts, stop, run_managers, **kwargs)
-        finally:
-            _PROMPT_RUNS.reset(token)
 
     def _core(self, run_manager: Any) -> ModelCore:
         return ModelCore(self, TRACER.app_of(getattr(run_manager, "run_id", None)))
