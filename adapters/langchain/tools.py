@@ -34,6 +34,7 @@ from eclectus.adapters.langchain.structured_parse import (
     parsed_runnable,
     text_parser,
 )
+from eclectus.adapters.tool_choice import named_choice, openai_tool_choice
 from eclectus.protocol.openai_tools import GUIDED_FIELDS, ChatConstraint, chat_constraint
 from eclectus.protocol.tool_formats import ToolFormatName, tool_format
 from eclectus.protocol.tools import StreamEvent
@@ -50,19 +51,13 @@ StructuredMethod = Literal["function_calling", "json_mode", "json_schema"]
 def tool_choice_of(tool_choice: Any, tools: Sequence[Mapping[str, Any]]) -> Any:
     """ChatOpenAI's accepted ``tool_choice`` forms in OpenAI's shape (pure): a tool's bare
     name, ``"any"`` (= required), ``True`` (the only tool), or OpenAI's own values."""
-    if tool_choice is None or tool_choice in ("auto", "none", "required"):
-        return tool_choice
-    if tool_choice == "any":
-        return "required"
+    if tool_choice is None:
+        return None
     if tool_choice is True:
         if len(tools) != 1:
             raise ValueError("tool_choice=True needs exactly one tool")
-        return {"type": "function", "function": {"name": tools[0]["function"]["name"]}}
-    if isinstance(tool_choice, str):
-        return {"type": "function", "function": {"name": tool_choice}}
-    if isinstance(tool_choice, Mapping):
-        return dict(tool_choice)
-    raise ValueError(f"unsupported tool_choice {tool_choice!r}")
+        return named_choice(tools[0]["function"]["name"])
+    return openai_tool_choice(tool_choice)
 
 
 def split_call_kwargs(

@@ -35,6 +35,7 @@ from llama_index.core.base.llms.types import (
 from llama_index.core.llms.llm import ToolSelection
 from llama_index.core.tools.types import BaseTool
 
+from eclectus.adapters.tool_choice import openai_tool_choice
 from eclectus.protocol.chat_template import template_tool_call
 from eclectus.protocol.openai_tools import ChatConstraint, chat_constraint
 from eclectus.protocol.tool_formats import ToolFormatName, tool_format
@@ -51,15 +52,7 @@ def tool_choice_of(tool_choice: Any, tool_required: bool) -> ToolChoice:
     name, or OpenAI's ``{"type": "function", "function": {"name": ...}}``."""
     if tool_choice is None:
         return "required" if tool_required else "auto"
-    if tool_choice == "any":
-        return "required"
-    if tool_choice in ("auto", "none", "required"):
-        return tool_choice
-    if isinstance(tool_choice, str):
-        return {"type": "function", "function": {"name": tool_choice}}
-    if isinstance(tool_choice, Mapping):
-        return dict(tool_choice)
-    raise ValueError(f"unsupported tool_choice {tool_choice!r}")
+    return openai_tool_choice(tool_choice)
 
 
 def prepare_chat_with_tools(
