@@ -107,11 +107,8 @@ def _launch(
     kv_starts: Tensor | None,
 ) -> tuple[Tensor, Tensor]:
     """Call the kernel on checked bounds (types, shapes and strides are checked here)."""
-    lib = _library()
-    if lib is None:
-        raise RuntimeError("the native decode kernel is unavailable (see the log for why)")
-    batch, num_q_heads, head_dim = q.shape
-    num_kv_heads, block_size = k_cache.shape[1:3]
+    lib = loaded_library()
+    batch, num_q_heads, _ = q.shape
     _check(q, k_cache, v_cache, block_tables, seq_lens, kv_starts)
     q = q.contiguous()
     tables, lens = block_tables.contiguous(), seq_lens.contiguous()
@@ -119,12 +116,7 @@ def _launch(
     o = torch.empty_like(q)
     lse = torch.empty(batch, num_q_heads, dtype=torch.float32)
     status = lib.paged_decode_f32(
-        q.data_ptr(),
-        k_cache.data_ptr(),
-        v_cache.data_ptr(),
-        k_cache.stride(0),  # block
-        k_cache.stride(2),  # slot
-        k_cache.stride(1),  # head
+        *cache_args(q, k_cache, v_cache),
         tables.data_ptr(),
         tables.stride(0),
         lens.data_ptr(),
@@ -132,16 +124,41 @@ def _launch(
         o.data_ptr(),
         lse.data_ptr(),
         batch,
-        num_q_heads,
-        num_kv_heads,
-        head_dim,
-        block_size,
-        scale,
-        torch.get_num_threads(),
+        *shape_args(q, k_cache, scale),
     )
     if status != 0:
         raise MemoryError("native decode kernel: scratch allocation failed")
     return o, lse
+
+
+def loaded_library() -> ctypes.CDLL:
+    """The compiled kernel library (built on first use); RuntimeError when it could not be
+    built (the log says why)."""
+    lib = _library()
+    if lib is None:
+        raise RuntimeError("the native decode kernel is unavailable (see the log for why)")
+    return lib
+
+
+def cache_args(q: Tensor, k_cache: Tensor, v_cache: Tensor) -> tuple[int, ...]:
+    """The leading arguments of each attention kernel in the library (pure): the q, k and v
+    pointers, then the cache's block, slot and head strides (elements). ``q`` contiguous."""
+    return (
+        q.data_ptr(),
+        k_cache.data_ptr(),
+        v_cache.data_ptr(),
+        k_cache.stride(0),  # block
+        k_cache.stride(2),  # slot
+        k_cache.stride(1),  # head
+    )
+
+
+def shape_args(q: Tensor, k_cache: Tensor, scale: float) -> tuple[int | float, ...]:
+    """The trailing arguments of each attention kernel (pure): query heads, KV heads, head
+    size, block size, the softmax scale and the threads to use."""
+    _, num_q_heads, head_dim = q.shape
+    num_kv_heads, block_size = k_cache.shape[1:3]
+    return (num_q_heads, num_kv_heads, head_dim, block_size, scale, torch.get_num_threads())
 
 
 def _check_bounds(

@@ -33,8 +33,7 @@ def cascade_decode_native(
         q, k_cache, v_cache, plan, scale, kv_starts=cascade.suffix_starts, tag="suffix"
     )
     tables = _tables(plan, k_cache)
-    lib = native._library()
-    assert lib is not None  # the passes above ran on it
+    lib = native.loaded_library()  # loaded: the passes above ran on it
     lib.cascade_merge_f32(
         o.data_ptr(),
         lse.data_ptr(),
@@ -92,23 +91,15 @@ def _launch_prefix(
     scale: float,
 ) -> tuple[Tensor, Tensor]:
     """Call the prefix-pass kernel on checked tables."""
-    lib = native._library()
-    if lib is None:
-        raise RuntimeError("the native decode kernel is unavailable (see the log for why)")
+    lib = native.loaded_library()
     _, num_q_heads, head_dim = q.shape
-    num_kv_heads, block_size = k_cache.shape[1:3]
     native._check(q, k_cache, v_cache, block_tables, tables.member_request_ids, None)
     q, block_tables = q.contiguous(), block_tables.contiguous()
     num_members = tables.member_request_ids.shape[0]
     o = torch.empty(num_members, num_q_heads, head_dim, dtype=torch.float32)
     lse = torch.empty(num_members, num_q_heads, dtype=torch.float32)
     status = lib.cascade_prefix_f32(
-        q.data_ptr(),
-        k_cache.data_ptr(),
-        v_cache.data_ptr(),
-        k_cache.stride(0),  # block
-        k_cache.stride(2),  # slot
-        k_cache.stride(1),  # head
+        *native.cache_args(q, k_cache, v_cache),
         block_tables.data_ptr(),
         block_tables.stride(0),
         tables.member_request_ids.data_ptr(),
@@ -119,12 +110,7 @@ def _launch_prefix(
         o.data_ptr(),
         lse.data_ptr(),
         tables.group_table_rows.shape[0],
-        num_q_heads,
-        num_kv_heads,
-        head_dim,
-        block_size,
-        scale,
-        torch.get_num_threads(),
+        *native.shape_args(q, k_cache, scale),
     )
     if status != 0:
         raise MemoryError("native cascade prefix kernel: scratch allocation failed")
