@@ -1,4 +1,11 @@
-"""Shared test input for the recipe tests."""
+"""Shared test input and runs for the recipe tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from eclectus.recipes import RecipeResult, run_recipe
+from eclectus.recipes.embedded import Embedded
 
 # A small document: enough for several 64-token chunks.
 TEXT = " ".join(
@@ -6,3 +13,15 @@ TEXT = " ".join(
     f"passes, and the keeper writes the time in a small red book."
     for i in range(40)
 )
+
+
+def run_three_modes(
+    embedded: Embedded, name: str, params: Any
+) -> tuple[RecipeResult, RecipeResult, RecipeResult]:
+    """Recipe ``name`` over TEXT compiled on Eclectus, eager on Eclectus, and stock over
+    /v1, in that order."""
+    return (
+        run_recipe(name, params, embedded.target("eclectus"), text=TEXT),
+        run_recipe(name, params, embedded.target("eclectus", False), text=TEXT),
+        run_recipe(name, params, embedded.target("openai"), text=TEXT),
+    )

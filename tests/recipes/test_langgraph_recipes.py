@@ -9,7 +9,7 @@ BPE merge across a boundary (" ['") makes the greedy continuations differ."""
 from __future__ import annotations
 
 import pytest
-from recipe_support import TEXT
+from recipe_support import TEXT, run_three_modes
 
 from eclectus.recipes import MultiAgentParams, PlanExecuteParams, run_recipe
 from eclectus.recipes.embedded import Embedded
@@ -29,9 +29,7 @@ def test_plan_execute_both_modes_agree(embedded: Embedded, steps: int) -> None:
     """Compiled equals eager; steps + 2 calls in every mode; two frames compiled, at any
     width."""
     params = PlanExecuteParams(steps=steps, **SMALL)
-    ours = run_recipe("plan-execute", params, embedded.target("eclectus"), text=TEXT)
-    eager = run_recipe("plan-execute", params, embedded.target("eclectus", False), text=TEXT)
-    stock = run_recipe("plan-execute", params, embedded.target("openai"), text=TEXT)
+    ours, eager, stock = run_three_modes(embedded, "plan-execute", params)
     assert ours.output == eager.output and ours.output and stock.output
     assert eager.num_calls == steps + 2
     assert ours.num_calls == stock.num_calls == steps + 2

@@ -5,9 +5,9 @@ frame whatever the number of steps."""
 from __future__ import annotations
 
 import pytest
-from recipe_support import TEXT
+from recipe_support import run_three_modes
 
-from eclectus.recipes import PlanExecuteJsonParams, run_recipe
+from eclectus.recipes import PlanExecuteJsonParams
 from eclectus.recipes.embedded import Embedded
 
 pytestmark = pytest.mark.slow
@@ -19,9 +19,7 @@ SMALL = dict(goal_tokens=32, plan_tokens=8, step_chars=6, step_tokens=4, answer_
 def test_plan_execute_json_maps_on_the_server(embedded: Embedded, steps: int) -> None:
     """steps + 2 calls in every mode; compiled == eager; one frame compiled, at any width."""
     params = PlanExecuteJsonParams(steps=steps, **SMALL)
-    ours = run_recipe("plan-execute-json", params, embedded.target("eclectus"), text=TEXT)
-    eager = run_recipe("plan-execute-json", params, embedded.target("eclectus", False), text=TEXT)
-    stock = run_recipe("plan-execute-json", params, embedded.target("openai"), text=TEXT)
+    ours, eager, stock = run_three_modes(embedded, "plan-execute-json", params)
     assert ours.output == eager.output and ours.output and stock.output
     assert ours.num_calls == eager.num_calls == stock.num_calls == steps + 2
     assert ours.details["client frames"] == 1

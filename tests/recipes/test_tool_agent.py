@@ -5,9 +5,9 @@ stock run over /v1 makes the same calls with the same tools."""
 from __future__ import annotations
 
 import pytest
-from recipe_support import TEXT
+from recipe_support import run_three_modes
 
-from eclectus.recipes import ToolAgentParams, run_recipe
+from eclectus.recipes import ToolAgentParams
 from eclectus.recipes.embedded import Embedded
 from eclectus.recipes.tool_agent import make_tools
 
@@ -21,9 +21,7 @@ def test_tool_agent_runs_in_every_mode(embedded: Embedded, rounds: int) -> None:
     """rounds forced tool calls, then the answer: rounds + 1 calls in every mode; the
     compiled run equals the eager one."""
     params = ToolAgentParams(tool_rounds=rounds, **SMALL)
-    ours = run_recipe("tool-agent", params, embedded.target("eclectus"), text=TEXT)
-    eager = run_recipe("tool-agent", params, embedded.target("eclectus", False), text=TEXT)
-    stock = run_recipe("tool-agent", params, embedded.target("openai"), text=TEXT)
+    ours, eager, stock = run_three_modes(embedded, "tool-agent", params)
     assert ours.output == eager.output and ours.output and stock.output
     assert ours.num_calls == eager.num_calls == stock.num_calls == rounds + 1
     for result in (ours, eager, stock):
