@@ -30,6 +30,7 @@ from eclectus.server.config import ServerConfig
 from eclectus.server.errors import GraphError, LimitError
 from eclectus.server.graph import Graph, Node, Variable, VarState
 from eclectus.server.map_op import stage_map
+from eclectus.server.switch_op import stage_switch
 
 
 @dataclass(slots=True)
@@ -90,7 +91,7 @@ def stage(
 
 def build(graph: Graph, frame: Submit, config: ServerConfig) -> Staged:
     """Check every rule but prompt sizes and build what ``frame`` adds (pure)."""
-    num_nodes = len(frame.calls) + len(frame.ops) + len(frame.maps)
+    num_nodes = len(frame.calls) + len(frame.ops) + len(frame.maps) + len(frame.switches)
     if len(graph.nodes) + num_nodes > config.max_calls_per_session:
         raise LimitError(
             f"session would hold {len(graph.nodes) + num_nodes} calls and ops, "
@@ -121,6 +122,8 @@ def build(graph: Graph, frame: Submit, config: ServerConfig) -> Staged:
         segments = call_segments(spec.call, f"maps[{i}].call")
         nodes.append((f"maps[{i}]", stage_map(spec, segments, f"maps[{i}]", config)))
     _check_node_ids(graph, nodes)
+    nodes += _stage_switches(graph, frame, nodes, new_vars)
+    _check_node_ids(graph, nodes)
     produced = _claim_outputs(graph, new_vars, nodes)
     if len(graph.vars) + len(new_vars) > config.max_vars_per_session:
         raise LimitError(
@@ -146,6 +149,28 @@ def build(graph: Graph, frame: Submit, config: ServerConfig) -> Staged:
             )
     _check_acyclic(graph, new_vars, produced, [n for _, n in nodes])
     return Staged(list(new_vars.values()), [n for _, n in nodes], [w for w, _ in nodes])
+
+
+def _stage_switches(
+    graph: Graph, frame: Submit, nodes: list[tuple[str, Node]], new_vars: dict[str, Variable]
+) -> list[tuple[str, Node]]:
+    """The fragment's switch nodes, checked (switch_op.py); adds their gate variables to
+    ``new_vars`` (mutates only ``new_vars``: the gates are wired into the guarded nodes
+    when the graph adds the fragment, and :func:`_check_acyclic` follows them before)."""
+    staged = {n.node_id: n for _, n in nodes}
+    guards: dict[str, str] = {}
+    switches: list[tuple[str, Node]] = []
+    for i, spec in enumerate(frame.switches):
+        where = f"switches[{i}]"
+        node, gates = stage_switch(spec, where, graph, staged, guards, new_vars)
+        for gate in gates:
+            if gate.var_id in new_vars:
+                raise GraphError("duplicate_var", f"gate id {gate.var_id!r} is in use", field=where)
+            new_vars[gate.var_id] = gate
+        staged[node.node_id] = node
+        guards.update(dict.fromkeys(node.switch.guarded if node.switch else (), spec.id))
+        switches.append((where, node))
+    return switches
 
 
 def check_still_applies(graph: Graph, staged: Staged, frame: Submit) -> None:
@@ -232,6 +257,8 @@ def _check_acyclic(
     for node in new_nodes:
         for var_id in node.inputs:
             consumers.setdefault(var_id, []).append(node.node_id)
+        for node_id, gate in node.switch.guarded.items() if node.switch else ():
+            consumers.setdefault(gate, []).append(node_id)  # wired when the graph adds it
 
     def downstream(node_id: str) -> list[str]:
         node = by_id.get(node_id) or graph.nodes.get(node_id)

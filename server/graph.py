@@ -22,6 +22,7 @@ from eclectus.server.errors import GraphError
 from eclectus.server.map_op import MapFailed, MapPlan, advance
 from eclectus.server.objectives import Objective
 from eclectus.server.release import sweep
+from eclectus.server.switch_op import SwitchPlan, apply_guards, resolve
 
 
 class VarState(enum.Enum):
@@ -66,8 +67,8 @@ class Variable:
 
 @dataclass(slots=True, eq=False)
 class Node:
-    """A call (``segments`` with at least one GenSegment), an op (``op``) or a map
-    (``map``, a fan-out into calls: map_op.py)."""
+    """A call (``segments`` with at least one GenSegment), an op (``op``), a map (``map``,
+    a fan-out into calls: map_op.py) or a switch (``switch``, routing: switch_op.py)."""
 
     node_id: str
     inputs: tuple[str, ...]  # distinct input var ids, in prompt order
@@ -75,6 +76,8 @@ class Node:
     segments: tuple[Segment, ...] = ()
     op: OpSpec | None = None
     map: MapPlan | None = None
+    switch: SwitchPlan | None = None
+    guard: str | None = None  # the switch whose case guards this node (switch_op.py)
     model: str | None = None
     state: NodeState = NodeState.IDLE
     objective: Objective | None = None
@@ -90,7 +93,7 @@ class Node:
 
     @property
     def is_call(self) -> bool:
-        return self.op is None and self.map is None
+        return self.op is None and self.map is None and self.switch is None
 
 
 def run_op(op: OpSpec, texts: list[str], max_chars: int | None = None) -> str | None:
@@ -202,6 +205,8 @@ class Graph:
 
     def add(self, variables: Iterable[Variable], nodes: Iterable[Node]) -> None:
         """Insert an already validated fragment (mutates); see fragment.py for validation."""
+        nodes = list(nodes)
+        switches = [n for n in nodes if n.switch is not None]
         for variable in variables:
             self.vars[variable.var_id] = variable
         for node in nodes:
@@ -211,6 +216,8 @@ class Graph:
                 self.vars[var_id].producer = node.node_id
             for var_id in node.inputs:
                 self.vars[var_id].consumers[node.node_id] = None
+        for node in switches:  # after all nodes: a switch may guard a node added after it
+            apply_guards(self, node)
 
     def activate(self, nodes: Iterable[Node]) -> list[Node]:
         """Mark IDLE ``nodes`` active (mutates) and settle; returns calls now ready to queue."""
@@ -282,6 +289,27 @@ class Graph:
         sweep(self, failed, [])
         return dropped
 
+    def fail_var(self, variable: Variable, code: ErrorCode, message: str) -> None:
+        """Fail a pending variable of a node that goes on (a switch's gate) and everything
+        downstream of it (mutates). Its consumers are never QUEUED or RUNNING: a gate is an
+        input of each, still pending."""
+        self._finish_var(variable, VarState.FAILED, code, message)
+        for consumer in [self.nodes[c] for c in variable.consumers]:
+            dropped = self.fail(consumer, code, message)
+            assert not dropped, [n.node_id for n in dropped]
+        sweep(self, [], [variable.var_id])
+
+    def finish_output(self, node: Node, var_id: str, text: str) -> list[Node]:
+        """An instant node's (a switch's) last pending output is ``text``: the node is DONE
+        (mutates); returns the output's consumers, to settle."""
+        node.state = NodeState.DONE
+        output = self.vars[var_id]
+        output.value = text
+        self._finish_var(output, VarState.READY, None, None)
+        consumers = [self.nodes[c] for c in output.consumers]
+        sweep(self, [node.node_id], [])
+        return consumers
+
     def close(self, message: str) -> None:
         """Fail every pending variable with 'cancelled' so no watcher waits forever (mutates)."""
         for node in self.nodes.values():
@@ -351,6 +379,8 @@ class Graph:
                     self.fail(node, exc.code, f"map {node.node_id!r}: {exc.message}")
                     continue
                 stack.extend(step if isinstance(step, list) else self._finish_instant(node, step))
+            elif node.switch is not None:
+                stack.extend(resolve(self, node))
             else:
                 node.state = NodeState.QUEUED
                 ready.append(node)

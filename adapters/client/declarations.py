@@ -24,7 +24,7 @@ from eclectus.adapters.client.functions import (
     declare_call,
 )
 from eclectus.adapters.client.variables import SemanticVariable
-from eclectus.protocol import CallSpec, MapSpec, OpSpec, VarSpec
+from eclectus.protocol import CallSpec, GenSegment, MapSpec, OpSpec, SwitchSpec, VarSpec
 
 if TYPE_CHECKING:
     from eclectus.adapters.client.session import Session
@@ -44,6 +44,8 @@ class Declarations:
         # deque: finalizers append from whatever thread drops the last reference)
         self._released: deque[str] = deque()
         self._wiring = Wiring()  # who reads what, for the abandoned-stream rule
+        # output variable id -> the id of the call, op or map producing it (for switch)
+        self._producers: dict[str, str] = {}
 
     @property
     def _session(self) -> Session:
@@ -135,6 +137,27 @@ class Declarations:
         self.declare([VarSpec(id=output.id, name="map")], map=spec)
         return output
 
+    def switch(self, on: SemanticVariable, cases: Mapping[str, Iterable[SemanticVariable]]) -> None:
+        """Routing on the server (a SwitchSpec): ``on`` is the output of a call constrained
+        to a ``choice`` of literals; each case lists outputs whose producers (calls, ops,
+        maps of this session, not yet shipped with a get) run only when ``on`` is that
+        literal. The others are skipped: their outputs, and whatever reads them, fail with
+        ``skipped`` (VariableFailed). Mutates the pending fragment; ValueError for a
+        variable no call, op or map of this session produces."""
+        self.check_owned(on)
+        guarded: dict[str, list[str]] = {}
+        for literal, outputs in cases.items():
+            guarded[literal] = []
+            for var in outputs:
+                self.check_owned(var)
+                producer = self._producers.get(var.id)
+                if producer is None:
+                    raise ValueError(f"{var!r} is not the output of a call, op or map")
+                if producer not in guarded[literal]:
+                    guarded[literal].append(producer)
+        spec = SwitchSpec(id=self.new_id("w"), on=on.id, cases=guarded)
+        self.declare([], switch=spec)
+
     def spread_repr_list(self, mapped: SemanticVariable) -> SemanticVariable:
         """``repr([...])`` of the strings of a map's output (a spread OpSpec; mutates the
         pending fragment)."""
@@ -186,6 +209,9 @@ class Declarations:
         while self._released and len(taken) < limit:
             taken.append(self._released.popleft())
         self._wiring.forget(taken)
+        with self._vars_lock:
+            for var_id in taken:
+                self._producers.pop(var_id, None)
         return taken
 
     def declare(
@@ -194,14 +220,32 @@ class Declarations:
         call: CallSpec | None = None,
         op: OpSpec | None = None,
         map: MapSpec | None = None,
+        switch: SwitchSpec | None = None,
     ) -> None:
         """Appends declarations to the pending fragment atomically and records who reads
-        what (mutates). Raises ConnectionError once the session is closed."""
+        what and who produces what (mutates). Raises ConnectionError once the session is
+        closed."""
         closed = self._closed_reason()
         if closed is not None:
             raise ConnectionError(f"session is closed: {closed}")
         self._wiring.note(call, op, map)  # first: a reader is known before it can be shipped
-        self._pending.add(vars, call, op, map)
+        self._note_producers(call, op, map)
+        self._pending.add(vars, call, op, map, switch)
+
+    def _note_producers(
+        self, call: CallSpec | None, op: OpSpec | None, map: MapSpec | None
+    ) -> None:
+        outputs: list[tuple[str, str]] = []
+        if call is not None and call.segments is not None:
+            outputs += [(s.gen, call.id) for s in call.segments if isinstance(s, GenSegment)]
+        elif call is not None:
+            outputs += [(call.bind[name], call.id) for name in call.sampling]
+        if op is not None:
+            outputs.append((op.output, op.id))
+        if map is not None:
+            outputs.append((map.output, map.id))
+        with self._vars_lock:
+            self._producers.update(outputs)
 
     def check_owned(self, var: SemanticVariable) -> None:
         """ValueError unless ``var`` belongs to this session (pure)."""

@@ -20,31 +20,48 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from eclectus.adapters.client.wire import encode_frame
-from eclectus.protocol import CallSpec, GenSegment, GetSpec, MapSpec, OpSpec, Submit, VarSpec
+from eclectus.protocol import (
+    CallSpec,
+    GenSegment,
+    GetSpec,
+    MapSpec,
+    OpSpec,
+    Submit,
+    SwitchSpec,
+    VarSpec,
+)
 
-Item = VarSpec | CallSpec | OpSpec | MapSpec | GetSpec
+Item = VarSpec | CallSpec | OpSpec | MapSpec | SwitchSpec | GetSpec
 
 SUBMIT_OVERHEAD_BYTES = 256  # the frame's own keys and id around the packed items
 
 
 @dataclass(slots=True)
 class Fragment:
-    """Variables, calls, ops and maps in declaration order (a call only references
-    variables declared before it, so this order is already a valid order for the server)."""
+    """Variables, calls, ops, maps and switches in declaration order (a call only
+    references variables declared before it, so this order is already a valid order for
+    the server; a switch guards nodes declared before it)."""
 
     vars: list[VarSpec] = field(default_factory=list)
     calls: list[CallSpec] = field(default_factory=list)
     ops: list[OpSpec] = field(default_factory=list)
     maps: list[MapSpec] = field(default_factory=list)
+    switches: list[SwitchSpec] = field(default_factory=list)
 
     @property
     def is_empty(self) -> bool:
-        return not (self.vars or self.calls or self.ops or self.maps)
+        return not (self.vars or self.calls or self.ops or self.maps or self.switches)
 
     def to_submit(self, frame_id: str, gets: list[GetSpec]) -> Submit:
         """The ``submit`` frame carrying this fragment and ``gets`` (pure)."""
         return Submit(
-            id=frame_id, vars=self.vars, calls=self.calls, ops=self.ops, maps=self.maps, gets=gets
+            id=frame_id,
+            vars=self.vars,
+            calls=self.calls,
+            ops=self.ops,
+            maps=self.maps,
+            switches=self.switches,
+            gets=gets,
         )
 
 
@@ -67,6 +84,7 @@ class PendingFragment:
         call: CallSpec | None = None,
         op: OpSpec | None = None,
         map: MapSpec | None = None,
+        switch: SwitchSpec | None = None,
     ) -> None:
         """Appends declarations atomically, so a concurrent ``take`` sees all or none of one
         semantic call (mutates)."""
@@ -78,6 +96,8 @@ class PendingFragment:
                 self._current.ops.append(op)
             if map is not None:
                 self._current.maps.append(map)
+            if switch is not None:
+                self._current.switches.append(switch)
 
     def take(self) -> Fragment:
         """Removes and returns everything pending (mutates: leaves an empty fragment)."""
@@ -86,10 +106,10 @@ class PendingFragment:
             return taken
 
     def __len__(self) -> int:
-        """Number of pending declarations (vars + calls + ops + maps)."""
+        """Number of pending declarations (vars + calls + ops + maps + switches)."""
         with self._lock:
-            current = self._current
-            return len(current.vars) + len(current.calls) + len(current.ops) + len(current.maps)
+            c = self._current
+            return len(c.vars) + len(c.calls) + len(c.ops) + len(c.maps) + len(c.switches)
 
 
 def plan_submits(
@@ -101,8 +121,16 @@ def plan_submits(
     whole = fragment.to_submit(new_frame_id(), gets)
     if len(encode_frame(whole).encode()) <= max_bytes:
         return [whole]
-    # maps before ops: a spread op reads a map's output, and must see it declared
-    items: list[Item] = [*fragment.vars, *fragment.calls, *fragment.maps, *fragment.ops, *gets]
+    # maps before ops: a spread op reads a map's output, and must see it declared; switches
+    # after all three: the server finds the nodes they guard (still idle: gets come last)
+    items: list[Item] = [
+        *fragment.vars,
+        *fragment.calls,
+        *fragment.maps,
+        *fragment.ops,
+        *fragment.switches,
+        *gets,
+    ]
     chunks: list[list[Item]] = [[]]
     used = SUBMIT_OVERHEAD_BYTES
     for item in items:
@@ -135,5 +163,6 @@ def _submit_of(frame_id: str, items: list[Item]) -> Submit:
         calls=[i for i in items if isinstance(i, CallSpec)],
         ops=[i for i in items if isinstance(i, OpSpec)],
         maps=[i for i in items if isinstance(i, MapSpec)],
+        switches=[i for i in items if isinstance(i, SwitchSpec)],
         gets=[i for i in items if isinstance(i, GetSpec)],
     )

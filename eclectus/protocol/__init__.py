@@ -31,6 +31,7 @@ from eclectus.protocol.frames import (
     ServerFrame,
     Set,
     Submit,
+    SwitchSpec,
     TextSegment,
     Tokenize,
     Tokens,
@@ -41,7 +42,7 @@ from eclectus.protocol.frames import (
     VarSpec,
     Welcome,
 )
-from eclectus.protocol.limits import MAX_RELEASE_IDS, Limits
+from eclectus.protocol.limits import MAX_RELEASE_IDS, MAX_SWITCH_CASES, MAX_SWITCH_DEPTH, Limits
 from eclectus.protocol.model_card import ModelCard
 from eclectus.protocol.sampling import COMPLETIONS_DEFAULT_MAX_TOKENS, SamplingParams
 from eclectus.protocol.structured import StructuredOutputs
@@ -51,6 +52,8 @@ __all__ = [
     "CLIENT_FRAME",
     "COMPLETIONS_DEFAULT_MAX_TOKENS",
     "MAX_RELEASE_IDS",
+    "MAX_SWITCH_CASES",
+    "MAX_SWITCH_DEPTH",
     "PROTOCOL_VERSION",
     "SERVER_FRAME",
     "Ack",
@@ -77,6 +80,7 @@ __all__ = [
     "Set",
     "StructuredOutputs",
     "Submit",
+    "SwitchSpec",
     "TemplateError",
     "TextSegment",
     "Tokenize",

@@ -23,7 +23,7 @@ from pydantic import (
     model_validator,
 )
 
-from eclectus.protocol.limits import MAX_RELEASE_IDS, Limits
+from eclectus.protocol.limits import MAX_RELEASE_IDS, MAX_SWITCH_CASES, Limits
 from eclectus.protocol.model_card import ModelCard
 from eclectus.protocol.sampling import SamplingParams
 
@@ -186,6 +186,31 @@ class MapSpec(BaseModel):
     output: VarId
 
 
+class SwitchSpec(BaseModel):
+    """Routing on the server: run one branch of the graph, chosen by a variable's value.
+
+    ``on`` is the output of a call constrained to a ``choice`` of literals (a router). Each
+    case names, for one of those literals, the calls, ops and maps of the graph that run
+    only when ``on`` is that literal (``[]``: none, say a route to the end). When ``on`` is
+    final, the taken case's nodes may run; every other case's nodes are *skipped*: never
+    dispatched, their outputs fail with ``skipped``, and so does whatever consumes them. A
+    node is guarded by at most one switch, once. Limits (``MAX_SWITCH_CASES``,
+    ``MAX_SWITCH_DEPTH``) and errors are in docs/protocol.md.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    id: VarId
+    on: VarId
+    cases: dict[str, list[VarId]] = Field(min_length=1, max_length=MAX_SWITCH_CASES)
+
+    @model_validator(mode="after")
+    def _each_node_once(self) -> SwitchSpec:
+        guarded = [node_id for nodes in self.cases.values() for node_id in nodes]
+        if len(set(guarded)) != len(guarded):
+            raise ValueError("a node appears in more than one case, or twice in one")
+        return self
+
+
 class GetSpec(BaseModel):
     """Ask for a variable's value; activates everything upstream of it."""
 
@@ -208,7 +233,8 @@ class Hello(_Frame):
 
 
 class Submit(_Frame):
-    """A graph fragment: new variables, calls, ops and maps, and the gets that activate them.
+    """A graph fragment: new variables, calls, ops, maps and switches, and the gets that
+    activate them.
     Later fragments may refer to variables of earlier ones in the same session."""
 
     type: Literal["submit"] = "submit"
@@ -216,6 +242,7 @@ class Submit(_Frame):
     calls: list[CallSpec] = Field(default_factory=list)
     ops: list[OpSpec] = Field(default_factory=list)
     maps: list[MapSpec] = Field(default_factory=list)
+    switches: list[SwitchSpec] = Field(default_factory=list)
     gets: list[GetSpec] = Field(default_factory=list)
 
 
@@ -334,6 +361,7 @@ ErrorCode = Literal[
     "engine_error",
     "engine_unavailable",
     "cancelled",
+    "skipped",
     "protocol_version",
     "internal",
 ]
