@@ -142,8 +142,8 @@ class Declarations:
         to a ``choice`` of literals; each case lists outputs whose producers (calls, ops,
         maps of this session, not yet shipped with a get) run only when ``on`` is that
         literal. The others are skipped: their outputs, and whatever reads them, fail with
-        ``skipped`` (VariableFailed). Mutates the pending fragment; ValueError for a
-        variable no call, op or map of this session produces."""
+        ``skipped`` (VariableFailed). Returns the switch's id. Mutates the pending fragment;
+        ValueError for a variable no call, op or map of this session produces."""
         self.check_owned(on)
         guarded: dict[str, list[str]] = {}
         for literal, outputs in cases.items():
@@ -157,6 +157,17 @@ class Declarations:
                     guarded[literal].append(producer)
         spec = SwitchSpec(id=self.new_id("w"), on=on.id, cases=guarded)
         self.declare([], switch=spec)
+        return spec.id
+
+    def retract(self, outputs: Iterable[SemanticVariable], switch_ids: Iterable[str] = ()) -> int:
+        """Takes back declarations not shipped yet: the calls, ops and maps producing
+        ``outputs`` and the switches ``switch_ids`` (a speculation the caller gave up).
+        Returns how many were still pending; one shipped already stays on the server,
+        idle (nothing runs without a get). Mutates the pending fragment."""
+        var_ids = {var.id for var in outputs}
+        with self._vars_lock:
+            node_ids = {self._producers[v] for v in var_ids if v in self._producers}
+        return self._pending.retract(node_ids | set(switch_ids), var_ids)
 
     def spread_repr_list(self, mapped: SemanticVariable) -> SemanticVariable:
         """``repr([...])`` of the strings of a map's output (a spread OpSpec; mutates the

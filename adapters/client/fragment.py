@@ -99,6 +99,20 @@ class PendingFragment:
             if switch is not None:
                 self._current.switches.append(switch)
 
+    def retract(self, node_ids: set[str], var_ids: set[str]) -> int:
+        """Removes pending calls, ops, maps and switches whose id is in ``node_ids``, and
+        variable declarations in ``var_ids`` (mutates). Returns how many nodes were still
+        pending (the rest were shipped already: on the server they stay idle)."""
+        with self._lock:
+            c = self._current
+            before = len(c.calls) + len(c.ops) + len(c.maps) + len(c.switches)
+            c.calls = [x for x in c.calls if x.id not in node_ids]
+            c.ops = [x for x in c.ops if x.id not in node_ids]
+            c.maps = [x for x in c.maps if x.id not in node_ids]
+            c.switches = [x for x in c.switches if x.id not in node_ids]
+            c.vars = [x for x in c.vars if x.id not in var_ids]
+            return before - (len(c.calls) + len(c.ops) + len(c.maps) + len(c.switches))
+
     def take(self) -> Fragment:
         """Removes and returns everything pending (mutates: leaves an empty fragment)."""
         with self._lock:

@@ -24,7 +24,7 @@ from websockets.exceptions import ConnectionClosed
 from eclectus.adapters.client.abandon import Abandonment
 from eclectus.adapters.client.bridge import LoopBridge
 from eclectus.adapters.client.declarations import Declarations
-from eclectus.adapters.client.errors import ConnectionError, ConnectionLost
+from eclectus.adapters.client.errors import ConnectionError, ConnectionLost, VariableFailed
 from eclectus.adapters.client.outbox import Outbox, lost_connection
 from eclectus.adapters.client.router import Router, StreamEnd
 from eclectus.adapters.client.variables import SemanticVariable, VarState
@@ -116,6 +116,20 @@ class Session(Declarations):
         Raises the first failure (VariableFailed, ConnectionError)."""
         targets = list(vars)
         return await self.bridge.run(lambda: self._get_here(targets, criteria, deadline_ms))
+
+    async def aget_settled(
+        self,
+        vars: Iterable[SemanticVariable],
+        criteria: Criteria = "latency",
+        *,
+        deadline_ms: float | None = None,
+    ) -> list[str | BaseException]:
+        """As :meth:`aget_many` (one frame), but waits for every variable and returns each
+        one's text or its failure (VariableFailed) instead of raising the first: the
+        branches of a switch, where all but one answer ``skipped``. A lost connection
+        still raises."""
+        targets = list(vars)
+        return await self.bridge.run(lambda: self._settle_here(targets, criteria, deadline_ms))
 
     def get_many(
         self,
@@ -213,6 +227,37 @@ class Session(Declarations):
             await self._outbox.ship(gets)
         # shield: one caller giving up must not cancel a waiter other callers share
         return [r if isinstance(r, str) else await asyncio.shield(r) for r in results]
+
+    async def _settle_here(
+        self, vars: list[SemanticVariable], criteria: Criteria, deadline_ms: float | None
+    ) -> list[str | BaseException]:
+        self._router.raise_if_closed()
+        results: list[str | BaseException | asyncio.Future[str]] = []
+        gets: list[GetSpec] = []
+        for var in vars:
+            self.check_owned(var)
+            if var.state is VarState.READY:
+                results.append(var.value or "")
+            elif var.state is VarState.FAILED:
+                assert var.error is not None
+                results.append(var.error)
+            else:
+                waiter, is_new = self._router.waiter(var.id, (criteria, deadline_ms))
+                if is_new:
+                    gets.append(GetSpec(var=var.id, criteria=criteria, deadline_ms=deadline_ms))
+                results.append(waiter)
+        if gets:
+            await self._outbox.ship(gets)
+        settled: list[str | BaseException] = []
+        for result in results:
+            if not isinstance(result, asyncio.Future):
+                settled.append(result)
+                continue
+            try:
+                settled.append(await asyncio.shield(result))
+            except VariableFailed as exc:
+                settled.append(exc)
+        return settled
 
     async def _stream_here(
         self, var: SemanticVariable, criteria: Criteria, deadline_ms: float | None

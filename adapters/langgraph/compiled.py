@@ -31,12 +31,19 @@ from eclectus.adapters.langchain.compiler.runnable import run_blocking
 from eclectus.adapters.langgraph.blocking import iterate_blocking
 from eclectus.adapters.langgraph.executor import GraphRun, StepRecord
 from eclectus.adapters.langgraph.fanout import fire_maps, map_vars
+from eclectus.adapters.langgraph.routing import Chosen, settle
 from eclectus.adapters.langgraph.support import (
     edge_kind,
     is_python_node,
     node_kind,
     run_unsupported,
     unsupported,
+)
+
+SWITCH_KIND = (
+    "server switch (the router reads a constrained choice: it was evaluated ahead of time "
+    "for each literal, each branch lowered and guarded by its literal; the server runs the "
+    "taken one, no client round trip)"
 )
 
 
@@ -145,9 +152,11 @@ class CompiledGraph:
         lines.append("edges:")
         for start, end in sorted(builder.edges):
             lines.append(f"  {start} -> {end}: a dependency (no round trip)")
+        switched = set(self.last_graph.switched) if self.last_graph is not None else set()
         for start, branches in builder.branches.items():
             for name, branch in branches.items():
-                lines.append(f"  {start} -> ? ({name}): {edge_kind(branch)}")
+                kind = SWITCH_KIND if start in switched else edge_kind(branch)
+                lines.append(f"  {start} -> ? ({name}): {kind}")
         if self.last_graph is not None:
             lines.append(f"last run: {self.last_frames} client frame(s)")
             lines.append(self.last_graph.render())
@@ -194,6 +203,8 @@ class CompiledGraph:
         run = GraphRun(self.app, ctx, config["recursion_limit"])
         try:
             output = await run.run(input)
+            if isinstance(output, Chosen):  # a server switch: the taken branch's output
+                output = await settle(ctx, run, output)
             records = [(step.values, step.updates) for step in run.steps]
             # with a callback handler, the calls' prompts and outputs come in this frame too
             extra = pending_vars(ctx.calls, config) + map_vars(run.maps, config)

@@ -40,6 +40,15 @@ from eclectus.adapters.langchain.compiler.context import Lowering
 from eclectus.adapters.langchain.compiler.registry import lower
 from eclectus.adapters.langchain.compiler.symbols import collect_refs
 from eclectus.adapters.langgraph.fanout import MapRecord, MapTask, SendEach, lower_send_each
+from eclectus.adapters.langgraph.routing import (
+    Fork,
+    ForkBudget,
+    NotSwitchable,
+    SwitchPoint,
+    fork,
+    give_up,
+    switch_point,
+)
 from eclectus.adapters.langgraph.support import is_python_node
 
 Channels = dict[str, BaseChannel]
@@ -84,6 +93,21 @@ class GraphRun:
         self.steps: list[StepRecord] = []
         self.on_step = on_step  # told of each step as it is recorded (stream's step by step)
         self.maps: list[MapRecord] = []  # the server maps declared, for their callbacks
+        # routers over a constrained choice fork into a server switch (routing.py); not
+        # while streaming, whose steps are fetched one by one as they are declared
+        self.switching = on_step is None
+        self.depth = 0  # forks this run is a branch of
+        self.budget: ForkBudget | None = None  # the enclosing fork's (None: the top run)
+        self.known: dict[str, str] = {}  # router variable id -> the literal of this branch
+
+    def child(self, ctx: Lowering, budget: ForkBudget, route: str, literal: str) -> GraphRun:
+        """A branch of this run where ``route`` is ``literal``: the state copied, its own
+        records, lowering on ``ctx`` (pure)."""
+        child = GraphRun(self.app, ctx, self.recursion_limit)
+        child.channels = self._copy(self.channels)
+        child.depth, child.budget = self.depth + 1, budget
+        child.known = {**self.known, route: literal}
+        return child
 
     async def run(self, input: Any) -> Any:
         """Runs the graph from ``input`` to the end; returns the symbolic output."""
@@ -92,8 +116,22 @@ class GraphRun:
         await self._apply(self.channels, writes)
         self._record(StepRecord(self._values_chunk(writes)))
         tasks = await self._next(before, [(Task(START, input), input, writes)])
-        step = 0
+        return await self.loop(tasks, 0)
+
+    async def loop(self, tasks: list[Task] | Fork, step: int) -> Any:
+        """Runs supersteps from ``tasks`` (the ``step``-th) to the end; the symbolic output,
+        a routing.Chosen when the run forked into a server switch."""
         while tasks:
+            if isinstance(tasks, Fork):
+                budget = self.budget or ForkBudget()
+                try:
+                    return await fork(self, tasks, step, budget)
+                except NotSwitchable as exc:
+                    if self.budget is not None:
+                        raise  # inside a branch: the outermost fork gives up
+                    give_up(self, budget, str(exc))
+                    tasks = await tasks.fallback()
+                    continue
             if step >= self.recursion_limit:
                 raise GraphRecursionError(
                     f"Recursion limit of {self.recursion_limit} reached without hitting a stop "
@@ -156,7 +194,7 @@ class GraphRun:
 
     # -- a superstep ----------------------------------------------------------------------
 
-    async def _superstep(self, tasks: list[Task]) -> list[Task]:
+    async def _superstep(self, tasks: list[Task]) -> list[Task] | Fork:
         before = self._copy(self.channels)
         inputs = [self._node_input(t) for t in tasks]
         outputs = await self._run_nodes(tasks, inputs)
@@ -246,9 +284,10 @@ class GraphRun:
         before: Channels,
         done: list[tuple[Task, Any, list[tuple[str, Any]]]],
         commands: Sequence[Command] = (),
-    ) -> list[Task]:
+    ) -> list[Task] | Fork:
         names: dict[str, None] = {}
         sends: list[Task] = []
+        switch: tuple[SwitchPoint, Any, Any, Channels] | None = None
         for task, node_input, writes in done:
             for start, end in sorted(self.builder.edges):
                 if start == task.node and end != END:
@@ -256,23 +295,51 @@ class GraphRun:
             for branch in self.builder.branches.get(task.node, {}).values():
                 fresh = self._copy(before)
                 await self._apply(fresh, writes)
-                for dest in await self._route(branch, node_input, fresh):
+                point = None
+                if self.switching and switch is None:
+                    point = switch_point(
+                        self, task.node, branch, self._route_state(branch, node_input, fresh)
+                    )
+                if isinstance(point, SwitchPoint):
+                    switch = (point, branch, node_input, fresh)
+                    continue
+                dests = point if point is not None else await self._route(branch, node_input, fresh)
+                for dest in dests:
                     self._target(dest, names, sends)
         for command in commands:
             goto = command.goto if isinstance(command.goto, list | tuple) else [command.goto]
             for dest in goto:
                 if dest:
                     self._target(dest, names, sends)
-        # LangGraph applies a step's writes sorted by task path: pulled nodes by name, then
-        # the sends in order; this task order gives the same reducer order
-        return [Task(name) for name in sorted(names)] + sends
+        if switch is None:
+            return _tasks(names, sends)
+        point, branch, node_input, fresh = switch
+        cases = {}
+        for literal, dests in point.cases.items():
+            case_names, case_sends = dict(names), list(sends)
+            for dest in dests:
+                self._target(dest, case_names, case_sends)
+            cases[literal] = _tasks(case_names, case_sends)
+
+        async def fallback() -> list[Task]:  # the router as a client cut, as without a fork
+            for dest in await self._route(branch, node_input, fresh):
+                self._target(dest, names, sends)
+            return _tasks(names, sends)
+
+        return Fork(point, cases, fallback)
+
+    def _route_state(self, branch: Any, node_input: Any, fresh: Channels) -> dict[str, Any]:
+        """The state a router reads: the fresh channels, over the node's input when the
+        router has no schema of its own (pure)."""
+        value = self.values(fresh)
+        if isinstance(node_input, dict) and branch.input_schema is None:
+            value = {**node_input, **value}
+        return value
 
     async def _route(self, branch: Any, node_input: Any, fresh: Channels) -> list[Any]:
         """A router's destinations: a server map for a SendEach over a constrained list
         (fanout.py), else a client cut over the resolved state."""
-        value = self.values(fresh)
-        if isinstance(node_input, dict) and branch.input_schema is None:
-            value = {**node_input, **value}
+        value = self._route_state(branch, node_input, fresh)
         fan = getattr(branch.path, "func", None)
         if isinstance(fan, SendEach):
             mapped = await lower_send_each(self, fan, value)
@@ -299,6 +366,13 @@ class GraphRun:
     @staticmethod
     def _copy(channels: Channels) -> Channels:
         return {k: c.copy() for k, c in channels.items()}
+
+
+def _tasks(names: dict[str, None], sends: list[Task]) -> list[Task]:
+    """A step's next tasks in LangGraph's order: it applies a step's writes sorted by task
+    path, pulled nodes by name, then the sends in order; this gives the same reducer order
+    (pure)."""
+    return [Task(name) for name in sorted(names)] + sends
 
 
 def _needs_concrete(channel: BaseChannel, values: list[Any]) -> bool:

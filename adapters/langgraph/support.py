@@ -84,5 +84,6 @@ def edge_kind(branch: Any) -> str:
         )
     return (
         "client cut (a conditional edge: the router runs on the client; Send fan-outs to "
-        "LCEL nodes ship in one frame)"
+        "LCEL nodes ship in one frame), or a server switch when it routes on a constrained "
+        "choice (see the last run)"
     )

@@ -36,13 +36,20 @@ class Lowering:
     objective: CallOptions = field(default_factory=CallOptions)  # the model's criteria
     cuts: asyncio.Semaphore | None = None  # shared by a run's contexts (see cut_gate)
     calls: list[CallRecord] = field(default_factory=list)  # for callbacks (callbacks.py)
+    # SDK variable id -> the literals its call is constrained to (a router's choice), so a
+    # LangGraph router over it may run on the server (langgraph/routing.py)
+    choices: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def declare_call(
         self, pieces: Sequence[Piece], sampling: SamplingParams, model: str | None, label: str
     ) -> Ref:
         """Declares one model call (buffered, nothing sent) and returns its output ref."""
         self.trace.call(label)
-        return Ref(_client.declare(self.session, pieces, sampling, model))
+        output = _client.declare(self.session, pieces, sampling, model)
+        constraint = sampling.structured_outputs
+        if constraint is not None and constraint.choice is not None:
+            self.choices[output.id] = constraint.choice
+        return Ref(output)
 
     def repr_list(self, items: list[Any]) -> Ref:
         """``str(items)`` on the server, byte-identical to Python's (declares a repr_list

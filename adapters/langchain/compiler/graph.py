@@ -15,6 +15,7 @@ class GraphTrace:
     num_calls: int = 0
     num_ops: int = 0
     cuts: list[tuple[str, str]] = field(default_factory=list)  # (runnable name, reason)
+    switched: list[str] = field(default_factory=list)  # LangGraph routers run on the server
     _depth: int = 0
 
     @contextmanager
@@ -45,6 +46,15 @@ class GraphTrace:
         """A client-side cut: upstream resolved, ``name`` ran on the client (mutates)."""
         self.cuts.append((name, reason))
         self._add(f"CUT    {name}: runs on the client ({reason})")
+
+    def merge(self, other: GraphTrace) -> None:
+        """Appends ``other``'s log at the current indent, and its counts (mutates)."""
+        self.num_calls += other.num_calls
+        self.num_ops += other.num_ops
+        self.cuts.extend(other.cuts)
+        self.switched.extend(other.switched)
+        for line in other.lines:
+            self._add(line)
 
     def render(self) -> str:
         """The whole trace as text, with a one-line summary first (pure)."""

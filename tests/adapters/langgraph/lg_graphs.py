@@ -228,3 +228,34 @@ def constrained_supervisor(model: ChatEclectus, rounds: int = 3) -> tuple[Any, d
         "supervisor", route, {"research": "research", "write": "write", "done": END}
     )
     return builder.compile(), {"task": "a bridge", "log": []}
+
+
+class RoutedTask(TypedDict, total=False):
+    task: str
+    next: str
+    answer: str
+    review: str
+
+
+PICKS = ("research", "write", "FINISH")
+
+
+def routed_supervisor(
+    model: ChatEclectus, routes: tuple[str, ...] = PICKS, task: str = "a bridge"
+) -> tuple[Any, dict[str, Any]]:
+    """A supervisor whose router is constrained to a choice of literals picks one worker (or
+    finishes); the worker's answer is then reviewed. The edge maps each literal to a node."""
+    router = model.bind(extra_body={"structured_outputs": {"choice": list(routes)}})
+    pick = PromptTemplate.from_template("Task: {task}\nWho acts next?") | router | StrOutputParser()
+    builder = StateGraph(RoutedTask)
+    builder.add_node("supervisor", {"next": pick})
+    builder.add_node("researcher", {"answer": text(model, "Research {task}:")})
+    builder.add_node("writer", {"answer": text(model, "Write about {task}:")})
+    builder.add_node("review", {"review": text(model, "Review: {answer}\nVerdict:")})
+    builder.add_edge(START, "supervisor")
+    ends = {routes[0]: "researcher", routes[1]: "writer", routes[2]: END}
+    builder.add_conditional_edges("supervisor", lambda s: s["next"], ends)
+    builder.add_edge("researcher", "review")
+    builder.add_edge("writer", "review")
+    builder.add_edge("review", END)
+    return builder.compile(), {"task": task}

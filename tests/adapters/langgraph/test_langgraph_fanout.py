@@ -151,7 +151,8 @@ def test_explain_says_the_edge_can_map(chat: ChatEclectus) -> None:
 def test_a_constrained_router_equals_eager(chat: ChatEclectus) -> None:
     """A supervisor whose reply is one of N literals (choice constraint) routes exactly as
     eagerly; its call runs on the server, the routing decision is a client cut (one frame
-    per decision: a server-side branch is not done, docs/langgraph.md)."""
+    per decision: the workers loop back to the router, so no server switch, and the router
+    reads the log)."""
     app, value = lg_graphs.constrained_supervisor(chat)
     compiled = compile(app)
     out = compiled.invoke(value)
