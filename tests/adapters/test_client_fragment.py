@@ -17,6 +17,8 @@ from eclectus.protocol import (
     GetSpec,
     MapSpec,
     OpSpec,
+    Submit,
+    SwitchSpec,
     TextSegment,
     VarSegment,
     VarSpec,
@@ -113,3 +115,26 @@ def test_maps_ship_and_split_before_the_ops_that_spread_them() -> None:
     frames = plan_submits(*map_fragment(600), 700, lambda: f"f{next(ids)}")
     order = [item.id for f in frames for item in (*f.maps, *f.ops)]
     assert len(frames) > 1 and order.index("m") < order.index("j")
+
+
+def test_switches_ship_and_split_after_what_they_guard_and_retract_removes() -> None:
+    """A switch travels in the submit; a split puts it after every call, op and map and
+    before the gets (the nodes it guards are then idle on the server); retract removes
+    pending nodes and their variables."""
+    fragment, gets = fan_out([600, 600, 600])
+    fragment.switches.append(SwitchSpec(id="w", on="s0", cases={"a": ["c1"], "b": ["c2"]}))
+    (whole,) = plan_submits(fragment, gets, 1 << 20, lambda: "f")
+    assert whole.switches == fragment.switches
+    ids = itertools.count()
+    frames = plan_submits(fragment, gets, 900, lambda: f"f{next(ids)}")
+    order = [i.id if not isinstance(i, GetSpec) else "get" for f in frames for i in _items(f)]
+    assert len(frames) > 1 and order.index("w") > max(order.index(c) for c in ("c0", "j"))
+    assert order.index("w") < order.index("get")
+    pending = PendingFragment()
+    pending.add([VarSpec(id="s1")], fragment.calls[1])
+    pending.add([], switch=fragment.switches[0])
+    assert pending.retract({"c1", "w", "zz"}, {"s1"}) == 2 and len(pending) == 0
+
+
+def _items(frame: Submit) -> list[object]:
+    return [*frame.calls, *frame.maps, *frame.ops, *frame.switches, *frame.gets]

@@ -223,3 +223,29 @@ async def test_a_map_fans_out_a_constrained_plan_in_one_frame(live_server: LiveS
     async with connect(live_server.url, token=live_server.token) as app:
         alone = [app.call(["Do: ", s, "\nResult:", Gen(max_tokens=6)])[0] for s in steps]
         assert await app.aget_many(alone) == results
+
+
+async def test_switch_runs_the_taken_branch_and_retract_takes_back(
+    live_server: LiveServer,
+) -> None:
+    """Session.switch: the router's literal picks the branch, the other answers skipped,
+    aget_settled returns both in one frame; retract takes back declarations not shipped."""
+    async with connect(live_server.url, token=live_server.token) as app:
+        choices = ["left", "right"]
+        (route,) = app.call(
+            ["Pick a side:", Gen(max_tokens=4, structured_outputs={"choice": choices})]
+        )
+        (left,) = app.call(["Go left with ", route, ":", Gen(max_tokens=4)])
+        (right,) = app.call(["Go right with ", route, ":", Gen(max_tokens=4)])
+        (dropped,) = app.call(["never shipped", Gen(max_tokens=4)])
+        assert app.retract([dropped]) == 1
+        app.switch(route, {"left": [left], "right": [right]})
+        before = live_server.client_frames
+        texts = await app.aget_settled([route, left, right])
+        assert live_server.client_frames - before == 1
+        taken, skipped = (1, 2) if texts[0] == "left" else (2, 1)
+        assert texts[0] in choices and isinstance(texts[taken], str)
+        failure = texts[skipped]
+        assert isinstance(failure, VariableFailed) and failure.code == "skipped"
+        with pytest.raises(ValueError, match="not the output"):
+            app.switch(route, {"left": [app.variable("constant")]})

@@ -10,6 +10,7 @@ from typing import Any
 import lg_graphs
 import pytest
 from langgraph.graph import END
+from test_langgraph_callbacks import counted
 
 from eclectus.adapters.langchain import ChatEclectus
 from eclectus.adapters.langgraph import compile
@@ -145,3 +146,28 @@ def test_explain_says_which_edges_route_on_the_server(chat: ChatEclectus) -> Non
     text = compiled.explain()
     assert "supervisor -> ? (route): client cut" in text
     assert "no server switch (for 'research' it reads state the client does not know" in text
+
+
+@pytest.mark.parametrize("routes", ORDERS)
+def test_callbacks_fire_for_the_taken_branch_only(
+    chat: ChatEclectus, routes: tuple[str, ...]
+) -> None:
+    """A handler sees the calls the eager run made (router, worker, review), usage
+    included, and none of the branches the server skipped."""
+    app, value = lg_graphs.routed_supervisor(chat, routes)
+    eager = counted(lambda config: app.invoke(value, config))
+    compiled_graph = compile(app)
+    compiled = counted(lambda config: compiled_graph.invoke(value, config))
+    assert (compiled.ends, compiled.output_tokens) == (eager.ends, eager.output_tokens)
+    assert sorted(compiled.starts) == sorted(eager.starts)
+    assert compiled_graph.last_frames == 1
+
+
+@pytest.mark.parametrize("mode", ["values", "updates"])
+def test_streams_equal_eager(chat: ChatEclectus, mode: str) -> None:
+    """A stream fetches step by step, so its router stays a cut; the chunks are eager's."""
+    app, value = lg_graphs.routed_supervisor(chat)
+    compiled = compile(app)
+    assert list(compiled.stream(value, stream_mode=mode)) == list(
+        app.stream(value, stream_mode=mode)
+    )
