@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from sched_helpers import drain, make_scheduler, submit
 from scripted_engine import ScriptedEngine, scripted_text
 from websockets.asyncio.client import connect
 from ws_helpers import RawClient, ServerFactory
@@ -299,3 +300,26 @@ def test_a_switch_round_trips_or_is_refused_for_a_node_in_two_cases(
     parsed = CLIENT_FRAME.validate_python(frame)
     assert CLIENT_FRAME.validate_json(parsed.model_dump_json()) == parsed
     assert parsed.switches[0].cases == cases
+
+
+async def test_the_router_inherits_the_strongest_objective_of_its_branches() -> None:
+    """A latency get on one branch makes the router urgent (it is upstream through the
+    gate); the branch calls stay waiting until the switch resolves."""
+    engine = ChoosingEngine(hold=True)
+    sched = make_scheduler(engine)
+    app = sched.open_app("a")
+    frame = switch_frame("math")
+    del frame["type"], frame["id"]
+    frame["gets"] = [
+        {"var": "math_out", "criteria": "throughput"},
+        {"var": "poetry_out", "criteria": "latency"},
+    ]
+    submit(sched, app, **frame)
+    nodes = app.graph.nodes
+    assert nodes["router"].objective.criteria == "latency"
+    assert nodes["poetry"].objective.criteria == "latency"
+    assert nodes["math"].objective.criteria == "throughput"
+    assert {nodes["math"].state.value, nodes["poetry"].state.value} == {"waiting"}
+    engine.release()
+    await drain(sched)
+    assert nodes["poetry"].state.value == "failed" and len(engine.requests) == 2
