@@ -84,19 +84,35 @@ def build_app(params: PlanExecuteParams, models: ModelFactory) -> Any:
 
 
 def plan_graph(
-    state: type, planner: Runnable, fan_out: Any, models: ModelFactory, step: int, answer: int
+    state: type,
+    planner: Runnable,
+    fan_out: Any,
+    models: ModelFactory,
+    step: int,
+    answer: int,
+    triage: tuple[Runnable, Runnable] | None = None,
 ) -> Any:
     """plan (``planner``, the goal in, ``state["plan"]`` out) -> ``fan_out`` (a router
     sending each step to "execute") -> one executor per step (``step`` tokens) -> the
     synthesizer (``answer`` tokens), compiled by LangGraph; shared with plan-execute-json
-    (pure)."""
+    (pure). ``triage``: (a router writing ``state["style"]``, "brief" or "detailed"; a
+    second planner): a supervisor first routes the goal to the planner of that style."""
     parser = StrOutputParser()
     execute = step_prompt | models.chat(step) | parser | (lambda r: [r])
     builder = StateGraph(state)
     builder.add_node("plan", {"plan": planner})
     builder.add_node("execute", {"results": execute})
     builder.add_node("synthesize", {"answer": answer_prompt | models.chat(answer) | parser})
-    builder.add_edge(START, "plan")
+    if triage is None:
+        builder.add_edge(START, "plan")
+    else:
+        router, detailed = triage
+        builder.add_node("triage", {"style": router})
+        builder.add_node("plan_detailed", {"plan": detailed})
+        builder.add_edge(START, "triage")
+        styles = {"brief": "plan", "detailed": "plan_detailed"}
+        builder.add_conditional_edges("triage", lambda s: s["style"], styles)
+        builder.add_conditional_edges("plan_detailed", fan_out, ["execute"])
     builder.add_conditional_edges("plan", fan_out, ["execute"])
     builder.add_edge("execute", "synthesize")
     builder.add_edge("synthesize", END)
@@ -117,10 +133,12 @@ def run(
 
 
 def run_plan_graph(
-    app: Any, goal_tokens: int, calls: int, text: str, config: RunnableConfig
+    app: Any, goal_tokens: int, calls: int, text: str, config: RunnableConfig, depth: int = 3
 ) -> RecipeOutput:
     """Run a plan graph (:func:`plan_graph`) for the head of ``text`` as the goal."""
     goal = split_chunks(text, goal_tokens, 1)[0]
     state = app.invoke({"goal": goal}, config)
     details = {"steps": len(state["results"]), **frame_details(app, calls)}
-    return RecipeOutput(state["answer"], 3, calls, details)
+    if "style" in state:  # the triage router's pick
+        details = {"style": state["style"], **details}
+    return RecipeOutput(state["answer"], depth, calls, details)

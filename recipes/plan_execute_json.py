@@ -16,6 +16,7 @@ import operator
 from dataclasses import dataclass
 from typing import Annotated, Any, TypedDict
 
+from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import RunnableConfig
 
@@ -27,10 +28,22 @@ from eclectus.recipes.target import ModelFactory
 
 PLANNER = 'You plan work. Break the goal into short steps. Reply with JSON: {{"steps": [...]}}.'
 plan_prompt = ChatPromptTemplate.from_messages([("system", PLANNER), ("human", "Goal:\n{goal}")])
+DETAILED = (
+    "You plan work in detail: each step one concrete action. " + PLANNER[len("You plan work. ") :]
+)
+detailed_prompt = ChatPromptTemplate.from_messages(
+    [("system", DETAILED), ("human", "Goal:\n{goal}")]
+)
+TRIAGE = "You run a planning desk. Does this goal need a brief plan or a detailed one?"
+triage_prompt = ChatPromptTemplate.from_messages(
+    [("system", TRIAGE), ("human", "Goal:\n{goal}\n\nAnswer brief or detailed.")]
+)
+STYLES = ["brief", "detailed"]
 
 
 class PlanState(TypedDict, total=False):
     goal: str
+    style: str  # the triage router's literal (with ``triage``)
     plan: dict[str, Any]  # {"steps": [...]}, see plan_schema
     results: Annotated[list[str], operator.add]
     answer: str
@@ -46,6 +59,9 @@ class PlanExecuteJsonParams:
     step_chars: int = 24  # the longest step the plan may hold
     step_tokens: int = 64
     answer_tokens: int = 96
+    # a supervisor first routes the goal to a brief or a detailed planner (a router
+    # constrained to a choice: compiled, the routing runs on the server, a switch)
+    triage: bool = False
 
     def __post_init__(self) -> None:
         if self.steps < 1:
@@ -79,15 +95,23 @@ def build_app(params: PlanExecuteJsonParams, models: ModelFactory) -> Any:
     """The StateGraph, compiled by LangGraph (pure): plan-execute's, with the constrained
     planner and the server-side fan-out."""
     fan_out = SendEach("execute", "plan", key="step", path=["steps"], keep=["goal"])
-    planner = plan_prompt | models.chat(plan_budget(params)).with_structured_output(
-        plan_schema(params.steps, params.step_chars)
+    schema = plan_schema(params.steps, params.step_chars)
+    planner = plan_prompt | models.chat(plan_budget(params)).with_structured_output(schema)
+    triage = None
+    if params.triage:
+        choice = {"structured_outputs": {"choice": STYLES}}
+        router = triage_prompt | models.chat(8).bind(extra_body=choice) | StrOutputParser()
+        detailed = detailed_prompt | models.chat(plan_budget(params)).with_structured_output(schema)
+        triage = (router, detailed)
+    return plan_graph(
+        PlanState, planner, fan_out, models, params.step_tokens, params.answer_tokens, triage
     )
-    return plan_graph(PlanState, planner, fan_out, models, params.step_tokens, params.answer_tokens)
 
 
 def plan(params: PlanExecuteJsonParams, text: str) -> int:
-    """Planned model calls: the plan, one per step, the answer."""
-    return params.steps + 2
+    """Planned model calls: the triage (with ``triage``), the plan, one per step, the
+    answer."""
+    return params.steps + 2 + int(params.triage)
 
 
 def run(
@@ -95,4 +119,5 @@ def run(
 ) -> RecipeOutput:
     """Plan, execute and answer for the head of ``text`` as the goal."""
     app = prepare_graph(models, build_app(params, models), "plan-execute-json")
-    return run_plan_graph(app, params.goal_tokens, params.steps + 2, text, config)
+    calls, depth = plan(params, text), 3 + int(params.triage)
+    return run_plan_graph(app, params.goal_tokens, calls, text, config, depth)

@@ -25,3 +25,20 @@ def test_plan_execute_json_maps_on_the_server(embedded: Embedded, steps: int) ->
     assert ours.details["client frames"] == 1
     assert stock.details["client round trips"] == steps + 2
     assert ours.notes == []
+
+
+@pytest.mark.parametrize("steps", [2, 5])
+def test_a_triage_router_routes_on_the_server(embedded: Embedded, steps: int) -> None:
+    """With ``triage``, a supervisor constrained to "brief"/"detailed" picks the planner:
+    compiled it is a server switch, still one frame (each branch's planner, map and
+    synthesizer declared; only the taken one runs: steps + 3 calls in every mode)."""
+    params = PlanExecuteJsonParams(steps=steps, triage=True, **SMALL)
+    ours = run_recipe("plan-execute-json", params, embedded.target("eclectus"), text=TEXT)
+    eager = run_recipe("plan-execute-json", params, embedded.target("eclectus", False), text=TEXT)
+    stock = run_recipe("plan-execute-json", params, embedded.target("openai"), text=TEXT)
+    assert ours.output == eager.output and ours.output and stock.output
+    assert ours.details["style"] == eager.details["style"] in ("brief", "detailed")
+    assert ours.num_calls == eager.num_calls == stock.num_calls == steps + 3
+    assert ours.details["client frames"] == 1
+    assert stock.details["client round trips"] == steps + 3
+    assert ours.notes == []
