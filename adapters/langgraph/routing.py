@@ -124,11 +124,12 @@ class _KnownState(Mapping[str, Any]):
 def switch_point(
     run: GraphRun, source: str, branch: Any, state: Mapping[str, Any]
 ) -> SwitchPoint | list[str] | None:
-    """The router of ``branch`` (leaving node ``source``) evaluated ahead of time: a
-    :class:`SwitchPoint`, the destinations when they do not depend on the router's value
-    (or the value is known), or None when it must be a client cut (pure but for running
-    the routing function once per literal; it must be deterministic, as LangGraph's
-    docs ask of routers)."""
+    """The router of ``branch`` (leaving node ``source``) evaluated ahead of time when the
+    state holds a router's constrained reply: a :class:`SwitchPoint`, the destinations
+    when they do not depend on the literal (or an enclosing fork decided it), or None when
+    it must be a client cut (pure but for calling the routing function once per literal,
+    directly: it must be deterministic and free of side effects, as LangGraph asks of
+    routers; no chain callbacks fire for it)."""
     func = getattr(branch.path, "func", None)
     choice = next(
         ((k, v) for k, v in state.items() if isinstance(v, Ref) and v.var.id in run.ctx.choices),
@@ -139,7 +140,9 @@ def switch_point(
             _note(run, source, "the router is not a plain function of the state")
         return None
     known = run.known
-    if choice is None or choice[1].var.id in known:
+    if choice is None:
+        return None  # a router over anything else: the cut, as ever
+    if choice[1].var.id in known:  # decided by an enclosing fork (a branch cannot cut)
         return _evaluate(run, func, branch, _KnownState(state, known))
     key, route = choice
     cases: dict[str, list[str]] = {}

@@ -171,3 +171,38 @@ def test_streams_equal_eager(chat: ChatEclectus, mode: str) -> None:
     assert list(compiled.stream(value, stream_mode=mode)) == list(
         app.stream(value, stream_mode=mode)
     )
+
+
+def nested(chat: ChatEclectus, task: str) -> Any:
+    """The routed supervisor, with a second router (deep or shallow) after the researcher
+    and another on the supervisor's own literal after the writer."""
+    from langchain_core.output_parsers import StrOutputParser
+    from langchain_core.prompts import PromptTemplate
+
+    app, _ = lg_graphs.routed_supervisor(chat, lg_graphs.PICKS, task)
+    builder = app.builder
+    depth = chat.bind(extra_body={"structured_outputs": {"choice": ["deep", "shallow"]}})
+    pick = PromptTemplate.from_template("How deep on {task}?") | depth | StrOutputParser()
+    builder.edges.discard(("researcher", "review"))
+    builder.add_node("depth", {"next": pick})
+    builder.add_edge("researcher", "depth")
+    builder.add_conditional_edges("depth", lambda s: s["next"], {"deep": "review", "shallow": END})
+    return builder.compile()
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_nested_routers_switch_on_the_server(
+    chat: ChatEclectus, eclectus_server: EclectusServer, task: str
+) -> None:
+    """A router inside a branch becomes a nested switch: still one frame, compiled ==
+    eager, and the server runs only the calls on the path taken."""
+    app = nested(chat, task)
+    compiled = compile(app)
+    before = calls_submitted(eclectus_server)
+    out = compiled.invoke({"task": task})
+    ran = calls_submitted(eclectus_server) - before
+    assert out == app.invoke({"task": task})
+    assert compiled.last_frames == 1, compiled.explain()
+    trace = compiled.last_graph
+    assert trace is not None and trace.render().count("switch on 'next'") == 2
+    assert ran < trace.num_calls and not trace.cuts
