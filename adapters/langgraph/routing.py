@@ -145,6 +145,11 @@ def switch_point(
     if choice[1].var.id in known:  # decided by an enclosing fork (a branch cannot cut)
         return _evaluate(run, func, branch, _KnownState(state, known))
     key, route = choice
+    if isinstance(run.ctx, ForkLowering) and not any(v is route.var for v in run.ctx.own):
+        # a nested switch must route on a reply of its own branch: then it is skipped with
+        # the branch (its router is); on an older reply its taken case would run anyway
+        _note(run, source, "inside a branch, it routes on a reply from outside the branch")
+        return None
     cases: dict[str, list[str]] = {}
     for literal in run.ctx.choices[route.var.id]:
         dests = _evaluate(run, func, branch, _KnownState(state, {**known, route.var.id: literal}))

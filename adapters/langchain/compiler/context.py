@@ -46,7 +46,7 @@ class Lowering:
         """Declares one model call (buffered, nothing sent) and returns its output ref."""
         self.trace.call(label)
         output = _client.declare(self.session, pieces, sampling, model)
-        constraint = sampling.structured_outputs
+        constraint = sampling.structured_outputs if isinstance(sampling, SamplingParams) else None
         if constraint is not None and constraint.choice is not None:
             self.choices[output.id] = constraint.choice
         return Ref(output)
