@@ -39,7 +39,7 @@ from eclectus.adapters.langchain.compiler.graph import GraphTrace
 from eclectus.adapters.langchain.compiler.symbols import collect_refs
 from eclectus.adapters.langchain.pieces import Piece, Ref
 from eclectus.adapters.langgraph.fanout import MapRecord, map_vars
-from eclectus.protocol import MAX_SWITCH_DEPTH, SamplingParams
+from eclectus.protocol import MAX_SWITCH_CASES, MAX_SWITCH_DEPTH, SamplingParams
 
 if TYPE_CHECKING:
     from eclectus.adapters.langgraph.executor import GraphRun, Task
@@ -149,6 +149,9 @@ def switch_point(
         # a nested switch must route on a reply of its own branch: then it is skipped with
         # the branch (its router is); on an older reply its taken case would run anyway
         _note(run, source, "inside a branch, it routes on a reply from outside the branch")
+        return None
+    if len(run.ctx.choices[route.var.id]) > MAX_SWITCH_CASES:
+        _note(run, source, f"over {MAX_SWITCH_CASES} literals")
         return None
     cases: dict[str, list[str]] = {}
     for literal in run.ctx.choices[route.var.id]:
@@ -289,7 +292,11 @@ async def fork(run: GraphRun, point: Fork, step: int, budget: ForkBudget) -> Cho
         cases[literal] = Branch(output, ctx.calls, child.maps, child.steps, ctx.own)
         traces.append((literal, ctx.trace))
     session = run.ctx.session.session
-    budget.switches.append(session.switch(route.var, {lit: b.own for lit, b in cases.items()}))
+    try:
+        switch_id = session.switch(route.var, {lit: b.own for lit, b in cases.items()})
+    except ValueError as exc:  # nothing the switch could guard: never a wrong result
+        raise NotSwitchable(str(exc)) from exc
+    budget.switches.append(switch_id)
     trace = run.ctx.trace
     trace.switched.append(point.point.source)
     with trace.nested(f"switch on {point.point.key!r}: the server takes one case, no cut"):
