@@ -33,9 +33,7 @@ def test_a_triage_router_routes_on_the_server(embedded: Embedded, steps: int) ->
     compiled it is a server switch, still one frame (each branch's planner, map and
     synthesizer declared; only the taken one runs: steps + 3 calls in every mode)."""
     params = PlanExecuteJsonParams(steps=steps, triage=True, **SMALL)
-    ours = run_recipe("plan-execute-json", params, embedded.target("eclectus"), text=TEXT)
-    eager = run_recipe("plan-execute-json", params, embedded.target("eclectus", False), text=TEXT)
-    stock = run_recipe("plan-execute-json", params, embedded.target("openai"), text=TEXT)
+    ours, eager, stock = run_three_modes(embedded, "plan-execute-json", params)
     assert ours.output == eager.output and ours.output and stock.output
     assert ours.details["style"] == eager.details["style"] in ("brief", "detailed")
     assert ours.num_calls == eager.num_calls == stock.num_calls == steps + 3
