@@ -168,6 +168,7 @@ class EclectusProcess(ServerProcess):
     serves the WebSocket protocol, ``/v1`` and ``/metrics``."""
 
     trace_path: Path | None = None
+    serve_flags: tuple[str, ...] = ()  # more ``eclectus serve`` flags (--engine-process on)
 
     @property
     def ws_url(self) -> str:
@@ -189,6 +190,7 @@ class EclectusProcess(ServerProcess):
             "--max-frame-bytes",
             str(MAX_FRAME_BYTES),
             *self.budget.serve_args(),
+            *self.serve_flags,
         ]
         return cmd + (["--trace-file", str(self.trace_path)] if self.trace_path else [])
 

@@ -151,12 +151,40 @@ def run_bench(
     return {m: float(result[m]) for m in METRICS}
 
 
+# --engine-process -> the Eclectus servers to start: (name, its extra ``eclectus serve`` flags)
+ENGINE_PROCESS_SERVERS = {
+    "off": (("eclectus", ("--engine-process", "off")),),
+    "on": (("eclectus-process", ("--engine-process", "on")),),
+    "both": (
+        ("eclectus", ("--engine-process", "off")),
+        ("eclectus-process", ("--engine-process", "on")),
+    ),
+}
+
+
 @contextlib.contextmanager
 def servers(
-    model_dir: Path, budget: Budget, python: str, log_dir: Path, startup_timeout_s: float
+    model_dir: Path,
+    budget: Budget,
+    python: str,
+    log_dir: Path,
+    startup_timeout_s: float,
+    engine_process: str = "off",
 ) -> Iterator[list[ServerProcess]]:
-    """Stock vLLM and Eclectus on ``model_dir``, started one after the other, stopped after."""
+    """Stock vLLM and Eclectus on ``model_dir`` (one Eclectus server per ``engine_process``
+    mode: "off", "on" or "both"), started one after the other, stopped after."""
     started: list[ServerProcess] = []
+    eclectus = [
+        EclectusProcess(
+            name,
+            model_dir,
+            budget,
+            log_dir / f"server-{name}.log",
+            startup_timeout_s=startup_timeout_s,
+            serve_flags=flags,
+        )
+        for name, flags in ENGINE_PROCESS_SERVERS[engine_process]
+    ]
     try:
         for server in (
             VllmProcess(
@@ -168,13 +196,7 @@ def servers(
                 served_name=model_dir.name,
                 startup_timeout_s=startup_timeout_s,
             ),
-            EclectusProcess(
-                "eclectus",
-                model_dir,
-                budget,
-                log_dir / "server-eclectus.log",
-                startup_timeout_s=startup_timeout_s,
-            ),
+            *eclectus,
         ):
             server.start()
             started.append(server)
@@ -190,7 +212,7 @@ def _ratio(ours: float, theirs: float) -> str:
 
 
 def table(runs: list[Run]) -> str:
-    """Markdown: per model and workload, each system's medians, then Eclectus / vLLM."""
+    """Markdown: per model and workload, each system's medians, then each Eclectus / vLLM."""
     lines = [
         "| model | workload | system | duration s | TTFT ms | TPOT ms | out tok/s | rounds |",
         "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |",
@@ -198,7 +220,10 @@ def table(runs: list[Run]) -> str:
     keys = dict.fromkeys((r.model, r.workload) for r in runs)
     for model, workload in keys:
         medians: dict[str, dict[str, float]] = {}
-        for system in ("vllm", "eclectus"):
+        systems = dict.fromkeys(
+            r.system for r in runs if (r.model, r.workload) == (model, workload)
+        )
+        for system in sorted(systems, key=lambda name: (name != "vllm", name)):
             mine = [
                 r.metrics
                 for r in runs
@@ -215,10 +240,10 @@ def table(runs: list[Run]) -> str:
                 f"{v['mean_ttft_ms']:.0f} | {v['mean_tpot_ms']:.1f} | "
                 f"{v['output_throughput']:.0f} | {len(mine)} |"
             )
-        if len(medians) == 2:
-            e, v = medians["eclectus"], medians["vllm"]
+        for ours in [name for name in medians if name != "vllm" and "vllm" in medians]:
+            e, v = medians[ours], medians["vllm"]
             lines.append(
-                f"| {model} | {workload} | eclectus / vllm | {e['duration'] / v['duration']:.2f}x"
+                f"| {model} | {workload} | {ours} / vllm | {e['duration'] / v['duration']:.2f}x"
                 f" | {e['mean_ttft_ms'] / v['mean_ttft_ms']:.2f}x | "
                 f"{_ratio(e['mean_tpot_ms'], v['mean_tpot_ms'])} | "
                 f"{e['output_throughput'] / v['output_throughput']:.2f}x | |"
@@ -237,6 +262,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--rounds", type=int, default=3, help="measured rounds (+1 warm-up)")
     parser.add_argument("--out", type=Path, default=Path("vllm-bench-results"))
+    parser.add_argument(
+        "--engine-process",
+        choices=tuple(ENGINE_PROCESS_SERVERS),
+        default="off",
+        help="Eclectus's engine core in its own process (eclectus serve --engine-process); "
+        "both: two Eclectus servers, eclectus (off) and eclectus-process (on)",
+    )
     parser.add_argument(
         "--startup-timeout",
         type=float,
@@ -266,10 +298,16 @@ def run(args: argparse.Namespace) -> int:
         model_dir = resolve_model_dir(model)
         try:
             with servers(
-                model_dir, budget, args.vllm_python, args.out, args.startup_timeout
+                model_dir,
+                budget,
+                args.vllm_python,
+                args.out,
+                args.startup_timeout,
+                args.engine_process,
             ) as started:
                 for r in range(args.rounds + 1):  # round 0 warms up
-                    order = started[r % 2 :] + started[: r % 2]
+                    k = r % len(started)
+                    order = started[k:] + started[:k]
                     for workload in workloads:
                         for server in order:
                             metrics = run_bench(

@@ -378,6 +378,13 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         default=defaults.seed,
         help="the generator of unseeded sampled requests",
     )
+    engine.add_argument(
+        "--engine-process",
+        choices=("on", "off"),
+        default="off",
+        help="on: step the engine in its own process (vLLM's EngineCore split; the torch "
+        "threads are that process's); off: on a thread of the server's process",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
@@ -401,13 +408,18 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
 
 
 def load_engine(
-    engine_config: EngineConfig, wrap: Callable[[Backend], Backend] | None = None
+    engine_config: EngineConfig,
+    wrap: Callable[[Backend], Backend] | None = None,
+    *,
+    process: bool = False,
 ) -> Backend:
     """Load the built-in engine (blocking: reads the weights), wrapped by ``wrap`` when given
-    (the evals wrap it in a tracer). ValueError for a model that cannot be found."""
-    from eclectus.server.engine import AsyncEngine
+    (the evals wrap it in a tracer); ``process``: its core in its own process
+    (:class:`ProcessEngine`), else on a thread here. ValueError for a model that cannot be
+    found."""
+    from eclectus.server.engine import AsyncEngine, ProcessEngine
 
-    engine = AsyncEngine.from_config(engine_config)
+    engine = ProcessEngine(engine_config) if process else AsyncEngine.from_config(engine_config)
     return engine if wrap is None else wrap(engine)
 
 
@@ -487,7 +499,8 @@ def run(args: argparse.Namespace, wrap: Callable[[Backend], Backend] | None = No
         if args.engine_urls:
             backend = load_remote(args, wrap)
         else:
-            backend = load_engine(engine_config_from_args(args), wrap)
+            process = getattr(args, "engine_process", "off") == "on"
+            backend = load_engine(engine_config_from_args(args), wrap, process=process)
     except ValueError as exc:
         print(f"eclectus serve: {exc}", file=sys.stderr)
         return 2

@@ -17,15 +17,25 @@ if TYPE_CHECKING:
     from eclectus.server.engine.async_engine import AsyncEngine
     from eclectus.server.engine.llm import LLM, RequestOutput
     from eclectus.server.engine.llm_engine import LLMEngine
+    from eclectus.server.engine.process_engine import ProcessEngine
 
 _LAZY = {
     "LLM": "eclectus.server.engine.llm",
     "RequestOutput": "eclectus.server.engine.llm",
     "LLMEngine": "eclectus.server.engine.llm_engine",
     "AsyncEngine": "eclectus.server.engine.async_engine",
+    "ProcessEngine": "eclectus.server.engine.process_engine",
 }
 
-__all__ = ["LLM", "AsyncEngine", "EngineConfig", "LLMEngine", "RequestOutput", "SamplingParams"]
+__all__ = [
+    "LLM",
+    "AsyncEngine",
+    "EngineConfig",
+    "LLMEngine",
+    "ProcessEngine",
+    "RequestOutput",
+    "SamplingParams",
+]
 
 
 def __getattr__(name: str) -> Any:

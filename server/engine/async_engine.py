@@ -201,6 +201,11 @@ class AsyncEngine:
                 self._step()  # refreshes the stats itself, before delivering
             else:
                 self._stats = self.engine.stats()
+            self._flush()
+
+    def _flush(self) -> None:
+        """End of one iteration of the step thread: outputs are delivered one by one as they
+        come, so nothing is left to send here; the engine core process batches (mutates)."""
 
     def _apply(self, command: _Command) -> None:
         if command.kind == "add":
@@ -226,8 +231,8 @@ class AsyncEngine:
                 self._fail(request_id, str(exc))
         except Exception as exc:  # a bug outside the forward: fail everything in flight
             logger.exception("engine loop error; failing all requests")
-            with self._cond:
-                request_ids = list(self._streams)
+            with self._cond:  # the engine's own ids too: a core process has no streams
+                request_ids = sorted(set(self._streams) | set(self.engine.request_ids))
             for request_id in request_ids:
                 self.engine.abort(request_id)
                 self._fail(request_id, f"engine error: {exc}")

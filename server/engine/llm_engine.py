@@ -103,11 +103,7 @@ class LLMEngine:
     def tokenize_prompt(self, segments: Iterable[str]) -> TokenizedPrompt:
         """Token ids of a prompt given as segments (BOS before the first) and the token
         offset where each segment ends (pure)."""
-        token_ids: list[int] = []
-        ends: list[int] = []
-        for i, segment in enumerate(segments):
-            token_ids += self.tokenizer.encode(segment, add_bos=i == 0)
-            ends.append(len(token_ids))
+        token_ids, ends = self.tokenizer.encode_segments(segments)
         return TokenizedPrompt(tuple(token_ids), tuple(ends))
 
     def add_request(self, request: EngineRequest, grammar: GrammarState | None = None) -> None:
@@ -234,6 +230,11 @@ class LLMEngine:
     @property
     def has_unfinished(self) -> bool:
         return bool(self._seqs)
+
+    @property
+    def request_ids(self) -> list[str]:
+        """The ids of the requests queued or running (pure)."""
+        return list(self._seqs)
 
     def stats(self) -> EngineStats:
         """A snapshot of load and counters (pure)."""

@@ -9,7 +9,7 @@ explicitly when the tokenizer has one, so a prompt's segments can be encoded one
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +82,16 @@ class Tokenizer:
         if add_bos and self.bos_token_id is not None:
             return [self.bos_token_id, *ids]
         return ids
+
+    def encode_segments(self, segments: Iterable[str]) -> tuple[list[int], list[int]]:
+        """Token ids of a prompt given as segments (BOS before the first; each segment
+        encoded on its own) and the token offset where each segment ends (pure)."""
+        token_ids: list[int] = []
+        ends: list[int] = []
+        for i, segment in enumerate(segments):
+            token_ids += self.encode(segment, add_bos=i == 0)
+            ends.append(len(token_ids))
+        return token_ids, ends
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of ``ids``, special tokens skipped. Incomplete UTF-8 decodes to U+FFFD."""

@@ -1,0 +1,317 @@
+"""ProcessEngine: the built-in engine behind the server's Backend, its core in its own process.
+
+As vLLM splits its API server from its EngineCore: the front (this class, in the server's
+process) keeps everything the event loop needs at once — tokenizing (``tokenize``,
+``tokenize_prompt``, the model card), the per-request async streams, the latest stats — and
+sends add / abort / unpin / check commands down one pipe to a spawned child that owns the
+``LLMEngine`` and steps it (:mod:`eclectus.server.engine.core_process`). The child answers
+with one message per step; a reader thread here routes its items to the requests' queues with
+one ``call_soon_threadsafe`` per event loop per message.
+
+Constrained requests are compiled where their matchers live, in the child: ``check_constraint``
+asks it (blocking, as the Backend contract says), and ``generate`` lets it refuse a constraint
+before anything is queued (the stream raises RequestRefused).
+
+Faults: when the child dies, every open request fails with EngineError, and every later call
+does too, at once; the server lives on and answers errors. ``shutdown`` asks the child to stop,
+then terminates it if it does not; a server killed outright closes the pipe, which ends the
+child as well.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+
+from eclectus.protocol import ModelCard, SamplingParams
+from eclectus.server.backend import (
+    EngineError,
+    EngineOutput,
+    EngineRequest,
+    EngineStats,
+    RequestRefused,
+    TokenizedPrompt,
+)
+from eclectus.server.engine.core_process import (
+    CHILD_CODE,
+    ConstraintChecked,
+    CoreCommand,
+    CoreFailed,
+    CoreReady,
+    RequestFailed,
+    StepOutputs,
+)
+from eclectus.server.engine.engine_config import EngineConfig
+from eclectus.server.engine.tokenizer import Tokenizer
+
+logger = logging.getLogger(__name__)
+
+_Item = EngineOutput | EngineError
+
+
+@dataclass(slots=True)
+class _Stream:
+    loop: asyncio.AbstractEventLoop
+    queue: asyncio.Queue[_Item]
+
+
+@dataclass(slots=True)
+class _Check:
+    done: threading.Event = field(default_factory=threading.Event)
+    error: EngineError | None = None
+
+
+class ProcessEngine:
+    """Implements ``eclectus.server.backend.Backend`` with the engine core in a child process.
+    Constructing it starts the child and waits until the model is loaded (blocking); raises
+    ValueError when the model cannot be found or loaded as configured."""
+
+    def __init__(self, config: EngineConfig | None = None, *, start_timeout_s: float = 600.0):
+        from eclectus.server.engine.presets import resolve_model_dir
+
+        self.config = config or EngineConfig()
+        model_dir = resolve_model_dir(self.config.model)  # materialised once, here
+        self.tokenizer = Tokenizer.from_dir(model_dir)
+        front_end, core_end = socket.socketpair()
+        self._process = subprocess.Popen(
+            [sys.executable, "-c", CHILD_CODE, str(core_end.fileno())],
+            pass_fds=(core_end.fileno(),),
+        )
+        core_end.close()  # the child's end lives in the child only: EOF when it exits
+        self._conn = Connection(front_end.detach())
+        self._conn.send(self.config.replace(model=str(model_dir)))
+        ready = self._wait_ready(start_timeout_s)
+        self._stats = ready.stats
+        eos = self.tokenizer.eos_token_ids
+        self._card = ModelCard(
+            name=self.config.model,
+            context_window=ready.max_model_len,
+            eos_token_id=eos[0] if eos else None,
+            chat_template=self.tokenizer.effective_chat_template,
+            template_vars=self.tokenizer.template_vars,
+        )
+        self._lock = threading.Lock()
+        self._send_lock = threading.Lock()
+        self._streams: dict[str, _Stream] = {}  # guarded by _lock
+        self._checks: dict[int, _Check] = {}  # guarded by _lock
+        self._call_ids = itertools.count()
+        self._stopping = False
+        self._dead: str | None = None  # why no call can succeed any more
+        self._reader = threading.Thread(target=self._read, name="eclectus-core-front", daemon=True)
+        self._reader.start()
+
+    def _wait_ready(self, timeout_s: float) -> CoreReady:
+        waited = 0.0
+        while not self._conn.poll(1.0):
+            waited += 1.0
+            if self._process.poll() is not None or waited >= timeout_s:
+                self._kill()
+                raise RuntimeError(
+                    f"the engine core process did not start (exit code {self._process.returncode})"
+                )
+        message = self._conn.recv()
+        if isinstance(message, CoreFailed):
+            self._process.wait(10)
+            raise (ValueError if message.bad_config else RuntimeError)(message.message)
+        assert isinstance(message, CoreReady), message
+        return message
+
+    @property
+    def model(self) -> ModelCard:
+        return self._card
+
+    @property
+    def pid(self) -> int | None:
+        """The engine core's process id (pure)."""
+        return self._process.pid
+
+    # ---- lifecycle --------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Nothing to start: the core steps from construction on (raises EngineError when it
+        has exited)."""
+        self._raise_if_dead()
+
+    async def shutdown(self) -> None:
+        """Stop the core process (asked, then terminated after 10 s) and end every open stream
+        with "abort" (mutates; idempotent)."""
+        with self._lock:
+            self._stopping = True
+        self._post(CoreCommand("shutdown"))
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            await asyncio.to_thread(self._process.wait, 10)
+        self._kill()
+        await asyncio.to_thread(self._reader.join, 10)
+
+    def _kill(self) -> None:
+        """Terminate the core if it still runs, then kill it (mutates; blocking)."""
+        for stop in (self._process.terminate, self._process.kill):
+            if self._process.poll() is None:
+                stop()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self._process.wait(5)
+
+    # ---- requests ---------------------------------------------------------------------------
+
+    async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
+        """Submit ``request`` and stream its outputs until finished (mutates: enqueues).
+        Raises RequestRefused for a constraint the core cannot compile, EngineError if the
+        engine fails it or the core has exited; closing the iterator early aborts it."""
+        stream = _Stream(asyncio.get_running_loop(), asyncio.Queue())
+        with self._lock:
+            self._raise_if_dead()
+            if request.request_id in self._streams:
+                raise EngineError(f"request id {request.request_id!r} is already running")
+            self._streams[request.request_id] = stream
+        self._post(CoreCommand("add", request.request_id, request))
+        finished = False
+        try:
+            while not finished:
+                item = await stream.queue.get()
+                if isinstance(item, EngineError):
+                    finished = True
+                    raise item
+                finished = item.finished
+                yield item
+        finally:
+            if not finished:  # the caller stopped listening: free what it holds
+                with self._lock:
+                    self._streams.pop(request.request_id, None)
+                self._post(CoreCommand("abort", request.request_id))
+
+    async def abort(self, request_id: str) -> None:
+        """Abort a request if it is still running and free its blocks (mutates)."""
+        self._post(CoreCommand("abort", request_id))
+
+    async def unpin(self, request_id: str) -> None:
+        """Release the prefix pinned by ``request_id`` (mutates; no-op if none)."""
+        self._post(CoreCommand("unpin", request_id))
+
+    def check_constraint(self, sampling: SamplingParams) -> None:
+        """Raise RequestRefused when ``sampling``'s constraint does not compile or its
+        ``max_tokens`` cannot hold a valid output (blocking: the core compiles it, cached;
+        call on a worker thread). EngineError when the core has exited."""
+        if sampling.structured_outputs is None:
+            return
+        check = _Check()
+        with self._lock:
+            self._raise_if_dead()
+            call_id = next(self._call_ids)
+            self._checks[call_id] = check
+        self._post(CoreCommand("check", sampling=sampling, call_id=call_id))
+        check.done.wait()
+        if check.error is not None:
+            raise check.error
+
+    def tokenize(self, text: str) -> list[int]:
+        """Token ids of ``text`` as one non-first segment (pure, any thread)."""
+        return self.tokenizer.encode(text, add_bos=False)
+
+    def tokenize_prompt(self, segments: tuple[str, ...]) -> TokenizedPrompt:
+        """The ids :meth:`generate` would compute for ``segments`` (pure, any thread)."""
+        token_ids, ends = self.tokenizer.encode_segments(segments)
+        return TokenizedPrompt(tuple(token_ids), tuple(ends))
+
+    def stats(self) -> EngineStats:
+        """The snapshot the core sent after its latest step (pure)."""
+        return self._stats
+
+    def _raise_if_dead(self) -> None:
+        if self._dead is not None:
+            raise EngineError(self._dead)
+
+    def _post(self, command: CoreCommand) -> None:
+        try:
+            with self._send_lock:
+                self._conn.send(command)
+        except OSError:  # the core is gone: the reader fails what is open
+            pass
+
+    # ---- the reader thread ------------------------------------------------------------------
+
+    def _read(self) -> None:
+        while True:
+            try:
+                message = self._conn.recv()
+            except (EOFError, OSError):
+                self._on_exit()
+                return
+            if isinstance(message, StepOutputs):
+                self._stats = message.stats  # first: an output's tokens are counted when seen
+                self._route(message.items)
+            elif isinstance(message, ConstraintChecked):
+                self._answer(message)
+
+    def _route(self, items: tuple[EngineOutput | RequestFailed, ...]) -> None:
+        """Hand each item to its request's queue: one callback per event loop (mutates)."""
+        puts: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue[_Item], _Item]]] = {}
+        with self._lock:
+            for item in items:
+                value: _Item
+                if isinstance(item, RequestFailed):
+                    value = (RequestRefused if item.refused else EngineError)(item.message)
+                    stream = self._streams.pop(item.request_id, None)
+                else:
+                    value = item
+                    get = self._streams.pop if item.finished else self._streams.get
+                    stream = get(item.request_id, None)
+                if stream is not None:
+                    puts.setdefault(stream.loop, []).append((stream.queue, value))
+        for loop, batch in puts.items():
+            # a RuntimeError means the caller's loop is closed: nobody is listening
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_put_all, batch)
+
+    def _answer(self, message: ConstraintChecked) -> None:
+        with self._lock:
+            check = self._checks.pop(message.call_id, None)
+        if check is not None:
+            if message.refusal is not None:
+                check.error = RequestRefused(message.refusal)
+            check.done.set()
+
+    def _on_exit(self) -> None:
+        """The pipe closed: the core has exited. Open requests end with "abort" after a
+        shutdown, else with EngineError; so do later calls (mutates)."""
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._process.wait(5)
+        code = self._process.returncode
+        with self._lock:
+            stopping = self._stopping
+            self._dead = (
+                "the engine is shut down"
+                if stopping
+                else f"the engine core process exited (exit code {code})"
+            )
+            streams, self._streams = self._streams, {}
+            checks, self._checks = self._checks, {}
+        if not stopping:
+            logger.error("%s; failing %d open requests", self._dead, len(streams))
+        items: list[EngineOutput | RequestFailed] = [
+            _aborted(request_id) if stopping else RequestFailed(request_id, self._dead)
+            for request_id in streams
+        ]
+        with self._lock:
+            self._streams = streams
+        self._route(tuple(items))
+        for check in checks.values():
+            check.error = EngineError(self._dead)
+            check.done.set()
+
+
+def _put_all(batch: list[tuple[asyncio.Queue[_Item], _Item]]) -> None:
+    for queue, item in batch:
+        queue.put_nowait(item)
+
+
+def _aborted(request_id: str) -> EngineOutput:
+    return EngineOutput(request_id, "", (), finished=True, finish_reason="abort")
