@@ -443,8 +443,10 @@ def load_remote(args: argparse.Namespace, wrap: Callable[[Backend], Backend] | N
         max_model_len=args.max_model_len,
     )
     engine_config = engine_config_from_args(args) if config.builtin else None
+    process = getattr(args, "engine_process", "off") == "on"
     backend = build_remote_backend(
-        config, lambda: load_engine(engine_config) if engine_config is not None else None
+        config,
+        lambda: load_engine(engine_config, process=process) if engine_config is not None else None,
     )
     return backend if wrap is None else wrap(backend)
 
