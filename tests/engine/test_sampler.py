@@ -65,6 +65,21 @@ def test_sampling_follows_probabilities() -> None:
     assert torch.allclose(freq, x[0].softmax(-1), atol=0.03)
 
 
+def test_unfiltered_rows_follow_probabilities_without_the_sort() -> None:
+    """No top-k / top-p: the draw skips the sort and still follows the softmax, and an id
+    masked to zero probability is never drawn (nor is id 0 for a draw of 0)."""
+    x = torch.tensor([[-torch.inf, 0.0, -torch.inf, 1.0, 2.0, -torch.inf]]).expand(6000, 6)
+    got = torch.tensor(
+        Sampler(seed=0)(x.contiguous(), [SamplingParams(temperature=1.0)] * 6000, [None] * 6000)
+    )
+    freq = torch.bincount(got, minlength=6).float() / 6000
+    assert torch.allclose(freq, x[0].softmax(-1), atol=0.03)
+    assert set(got.tolist()) == {1, 3, 4}
+    sampler = Sampler()
+    sampler._uniforms = lambda n, gens: torch.zeros(n)  # type: ignore[method-assign]
+    assert sampler(x[:1].contiguous(), [SamplingParams(temperature=1.0)], [None]) == [1]
+
+
 def test_mixed_batch_keeps_greedy_rows_greedy() -> None:
     x = logits(4, seed=5)
     params = [
