@@ -130,9 +130,14 @@ class ProcessEngine:
         return self._card
 
     @property
-    def pid(self) -> int | None:
+    def pid(self) -> int:
         """The engine core's process id (pure)."""
         return self._process.pid
+
+    @property
+    def exit_code(self) -> int | None:
+        """The core's exit status once it has exited, else None (reaps it if it has)."""
+        return self._process.poll()
 
     # ---- lifecycle --------------------------------------------------------------------------
 
@@ -284,25 +289,23 @@ class ProcessEngine:
         shutdown, else with EngineError; so do later calls (mutates)."""
         with contextlib.suppress(subprocess.TimeoutExpired):
             self._process.wait(5)
-        code = self._process.returncode
-        with self._lock:
+        with self._lock:  # from here on nothing new is registered
             stopping = self._stopping
             self._dead = (
                 "the engine is shut down"
                 if stopping
-                else f"the engine core process exited (exit code {code})"
+                else f"the engine core process exited (exit code {self._process.returncode})"
             )
-            streams, self._streams = self._streams, {}
+            request_ids = list(self._streams)
             checks, self._checks = self._checks, {}
         if not stopping:
-            logger.error("%s; failing %d open requests", self._dead, len(streams))
-        items: list[EngineOutput | RequestFailed] = [
-            _aborted(request_id) if stopping else RequestFailed(request_id, self._dead)
-            for request_id in streams
-        ]
-        with self._lock:
-            self._streams = streams
-        self._route(tuple(items))
+            logger.error("%s; failing %d open requests", self._dead, len(request_ids))
+        self._route(
+            tuple(
+                _aborted(request_id) if stopping else RequestFailed(request_id, self._dead)
+                for request_id in request_ids
+            )
+        )
         for check in checks.values():
             check.error = EngineError(self._dead)
             check.done.set()
