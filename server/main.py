@@ -52,6 +52,11 @@ def positive_int_or_none(text: str) -> int | None:
     return None if text.strip().lower() == "none" else positive_int(text)
 
 
+def non_negative_int_or_none(text: str) -> int | None:
+    """An argparse type: an integer >= 0, or "none" (no limit)."""
+    return None if text.strip().lower() == "none" else non_negative_int(text)
+
+
 def non_negative_int(text: str) -> int:
     """An argparse type: an integer >= 0."""
     try:
@@ -271,6 +276,13 @@ def add_remote_arguments(parser: argparse.ArgumentParser) -> None:
         help="our requests on one engine at once",
     )
     remote.add_argument(
+        "--engine-max-background",
+        type=non_negative_int_or_none,
+        default=defaults["max_background_per_engine"],
+        help="background (throughput) calls one engine runs while latency calls are in "
+        "flight on it; the others are paused and continued later (none: no cap)",
+    )
+    remote.add_argument(
         "--engine-api-key",
         default=None,
         help="bearer token for the engines (vLLM --api-key; default: $ECLECTUS_ENGINE_API_KEY)",
@@ -437,6 +449,7 @@ def load_remote(args: argparse.Namespace, wrap: Callable[[Backend], Backend] | N
         builtin=args.engine == "builtin",
         routing=RoutingPolicy(args.routing),
         max_inflight_per_engine=args.engine_max_inflight,
+        max_background_per_engine=args.engine_max_background,
         api_key=args.engine_api_key or os.environ.get("ECLECTUS_ENGINE_API_KEY"),
         read_timeout_s=args.engine_timeout,
         probe_interval_s=args.engine_probe_interval,

@@ -8,6 +8,7 @@
     load.py          an engine's load from its /metrics
     prefix_index.py  which segment-end prefixes each engine has seen
     routing.py       the routing policy, a pure function of the pool's state
+    preemption.py    background work beside latency work: a cap per engine, preemption
     members.py       remote engines and the built-in one behind one attempt interface
     pool.py          health, re-probing, slots, pins and groups per engine
     backend.py       RemoteBackend: the scheduler's Backend, with failover by continuation
@@ -57,6 +58,7 @@ def build_remote_backend(
         policy=config.routing,
         params=config.routing_params,
         max_inflight_per_engine=config.max_inflight_per_engine,
+        max_background_per_engine=config.max_background_per_engine,
         probe_interval_s=config.probe_interval_s,
     )
     return RemoteBackend(pool, tokenizer, config.model, max_model_len=config.max_model_len)

@@ -18,6 +18,10 @@ engines that can enforce them. A constrained call that fails after streaming tex
 continued elsewhere (the next engine's grammar would start over mid-structure): it fails with
 ``engine_error``; one that failed before any text fails over as usual.
 
+Preemption uses the same continuation (preemption.py): a background attempt the pool pauses
+for a chat stops at its next piece, waits for the engine to admit background work again,
+and continues where it stopped; pauses do not count as failed attempts.
+
 What the graph knows, the engines get: the scheduler's rank as ``priority`` (engines that
 accept one), the tenant as ``cache_salt``, and the prompt's segment structure for routing
 (pool.py, routing.py).
@@ -77,6 +81,7 @@ class RemoteBackend:
         self.name = name
         self.max_model_len = max_model_len
         self.num_failovers = 0
+        self.num_preemptions = 0
         self.num_generated_tokens = 0
         self.num_prompt_tokens = 0
         self.num_cached_tokens = 0
@@ -124,21 +129,24 @@ class RemoteBackend:
         self._check_constraint(request)
         progress = _Progress()
         max_attempts = len(self.pool.engines) + 1
-        for number in range(max_attempts):
+        number = num_failed = 0
+        while num_failed < max_attempts:
             attempt = self._attempt(request, prompt, progress, number)
             if attempt is None and number == 0:
                 raise EngineError(
                     f"prompt of {len(prompt)} tokens leaves no room in the context window "
                     f"of {self.model.context_window}"
                 )
-            if attempt is None:  # the budget ran out exactly at the failover
+            if attempt is None:  # the budget ran out exactly at the failover or pause
                 progress.finish_reason = "length"
                 break
+            number += 1
             placement = await self.pool.acquire(request, attempt.prompt)
             if placement is None:
                 raise EngineUnavailableError(
                     f"no engine is available for {request.request_id} ({self._down_reasons()})"
                 )
+            paused = False
             try:
                 stream = placement.engine.member.stream(attempt, self.model.context_window)
                 async with contextlib.aclosing(stream):  # closing it aborts the request
@@ -148,10 +156,18 @@ class RemoteBackend:
                             yield output
                         if progress.finish_reason == "stop" and progress.local is not None:
                             break  # the local text met a stop string
-                break
+                        if progress.finish_reason is None and placement.preempted:
+                            paused = True
+                            break  # closing the stream aborts it; continued below
+                if not paused:
+                    break
+                self.num_preemptions += 1
+                log.debug("paused %s after %d tokens", request.request_id, len(progress.token_ids))
+                self._go_local(request, progress)
             except EngineDown as exc:
                 if progress.finish_reason is not None:
                     break  # it failed after saying it was done: nothing is missing
+                num_failed += 1
                 self.pool.mark_down(placement.engine, str(exc))
                 if request.sampling.structured_outputs is not None and progress.token_ids:
                     raise EngineError(
@@ -291,7 +307,10 @@ class RemoteBackend:
         our in-flight counts; each engine's health and in-flight count, failovers and
         routing decisions in ``extra`` (pure)."""
         running = waiting = 0
-        extra: dict[str, float] = {"failovers": float(self.num_failovers)}
+        extra: dict[str, float] = {
+            "failovers": float(self.num_failovers),
+            "preemptions": float(self.num_preemptions),
+        }
         for e in self.pool.engines:
             extra[f"engine{e.index}_healthy"] = float(e.healthy)
             extra[f"engine{e.index}_inflight"] = float(e.num_inflight)

@@ -13,7 +13,10 @@ class RemoteConfig:
     """``model``: the local model directory (or preset) whose tokenizer and chat template
     the engines must share. ``engine_urls``: each engine's OpenAI base (``.../v1``).
     ``builtin``: also run the built-in engine as one member of the pool.
-    ``max_inflight_per_engine``: our requests on one engine at once. ``read_timeout_s``: the
+    ``max_inflight_per_engine``: our requests on one engine at once.
+    ``max_background_per_engine``: background (throughput) attempts one engine runs while
+    latency work is in flight on it; those beyond are paused and continued later
+    (preemption.py; None: no cap). ``read_timeout_s``: the
     longest wait for the next piece of a stream (a queued request waits for its first token
     too) before the engine counts as down. ``probe_interval_s``: how often down engines are
     re-probed and healthy ones' /metrics scraped. ``max_model_len``: a cap on the context
@@ -25,6 +28,7 @@ class RemoteConfig:
     routing: RoutingPolicy = RoutingPolicy.GRAPH
     routing_params: RoutingParams = field(default_factory=RoutingParams)
     max_inflight_per_engine: int = 256
+    max_background_per_engine: int | None = 1
     api_key: str | None = None
     connect_timeout_s: float = 5.0
     read_timeout_s: float = 600.0
@@ -42,6 +46,8 @@ class RemoteConfig:
         for name in ("max_inflight_per_engine",):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
+        if self.max_background_per_engine is not None and self.max_background_per_engine < 0:
+            raise ValueError("max_background_per_engine must be >= 0 (None: no cap)")
         for name in ("connect_timeout_s", "read_timeout_s", "probe_interval_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0")

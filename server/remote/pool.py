@@ -10,6 +10,11 @@ ones it scrapes ``/metrics`` for load.
 Routing state per engine: our requests in flight on it, the prefixes it has seen
 (prefix_index.py), the prefixes pinned there and the task groups running there; the choice
 itself is :func:`routing.route`, a pure function of :meth:`EnginePool.views`.
+
+Background beside foreground (preemption.py): per engine, the foreground attempts in flight
+and the background ones running; while foreground runs there, a background attempt is not
+placed beyond ``max_background_per_engine`` and those beyond it are marked paused (the
+backend closes their streams at their next piece and continues them later).
 """
 
 from __future__ import annotations
@@ -19,11 +24,13 @@ import contextlib
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import count
 
 from eclectus.server.backend import EngineRequest, TokenizedPrompt
 from eclectus.server.remote.errors import EngineDown, RemoteStartError
 from eclectus.server.remote.load import EngineLoad
 from eclectus.server.remote.members import Member
+from eclectus.server.remote.preemption import BackgroundAttempt, admits_background, to_preempt
 from eclectus.server.remote.prefix_index import PrefixIndex, PrefixKey, prefix_keys
 from eclectus.server.remote.routing import (
     Decision,
@@ -50,6 +57,10 @@ class PoolEngine:
     prefixes: PrefixIndex = field(default_factory=PrefixIndex)
     pins: dict[str, tuple[PrefixKey, ...]] = field(default_factory=dict)  # request id -> keys
     groups: Counter[str] = field(default_factory=Counter)  # group -> requests in flight
+    num_foreground: int = 0  # latency/deadline attempts in flight
+    background: dict[str, BackgroundAttempt] = field(default_factory=dict)  # by request id
+    paused: set[str] = field(default_factory=set)  # background request ids told to stop
+    num_preemptions: int = 0
     down_reason: str | None = None
     num_requests: int = 0
     num_failures: int = 0
@@ -71,6 +82,13 @@ class Placement:
     decision: Decision
     request_id: str
     group: str | None
+    background: bool = False
+
+    @property
+    def preempted(self) -> bool:
+        """Whether the pool has paused this background attempt (pure): its stream should
+        stop and the request continue later."""
+        return self.request_id in self.engine.paused
 
 
 class EnginePool:
@@ -83,9 +101,12 @@ class EnginePool:
         policy: RoutingPolicy = RoutingPolicy.GRAPH,
         params: RoutingParams | None = None,
         max_inflight_per_engine: int = 256,
+        max_background_per_engine: int | None = 1,
         probe_interval_s: float = 2.0,
     ) -> None:
         self.engines = [PoolEngine(i, m, max_inflight_per_engine) for i, m in enumerate(members)]
+        self.max_background = max_background_per_engine  # beside foreground; None: no cap
+        self._seq = count()
         self.policy = policy
         self.params = params or RoutingParams()
         self.probe_interval_s = probe_interval_s
@@ -137,7 +158,7 @@ class EnginePool:
                 index=e.index,
                 healthy=e.healthy and e.member.supports(request.sampling),
                 num_inflight=e.num_inflight,
-                max_inflight=e.max_inflight,
+                max_inflight=e.max_inflight if self._admits(e, request) else e.num_inflight,
                 num_running=e.load.num_running,
                 num_waiting=e.load.num_waiting,
                 kv_usage=e.load.kv_usage,
@@ -147,6 +168,14 @@ class EnginePool:
             )
             for e in self.engines
         ]
+
+    def _admits(self, engine: PoolEngine, request: EngineRequest) -> bool:
+        """Whether ``engine`` may start ``request`` now as far as background work goes
+        (pure): a background request waits while foreground work holds the engine's
+        background slots (preemption.py)."""
+        if not request.background:
+            return True
+        return admits_background(engine.num_foreground, len(engine.background), self.max_background)
 
     def has_healthy(self, request: EngineRequest | None = None) -> bool:
         """Whether an engine is healthy (and can serve ``request``, when given)."""
@@ -191,12 +220,35 @@ class EnginePool:
         if request.group is not None:
             engine.groups[request.group] += 1
         log.debug("%s -> %s (%s)", request.request_id, engine.member.name, decision.reason)
-        return Placement(engine, decision, request.request_id, request.group)
+        if request.background:
+            engine.background[request.request_id] = BackgroundAttempt(
+                request.request_id,
+                request.priority,
+                next(self._seq),
+                preemptible=request.sampling.structured_outputs is None,
+            )
+        else:
+            engine.num_foreground += 1
+            self._pause_excess(engine)
+        return Placement(engine, decision, request.request_id, request.group, request.background)
+
+    def _pause_excess(self, engine: PoolEngine) -> None:
+        """Mark the background attempts beyond the cap paused (mutates ``engine``)."""
+        running = [a for a in engine.background.values() if a.request_id not in engine.paused]
+        for request_id in to_preempt(engine.num_foreground, running, self.max_background):
+            engine.paused.add(request_id)
+            engine.num_preemptions += 1
+            log.debug("pausing %s on %s", request_id, engine.member.name)
 
     def release(self, placement: Placement) -> None:
         """The attempt ended (mutates): free its slot and its group count."""
         engine = placement.engine
         engine.num_inflight -= 1
+        if placement.background:
+            engine.background.pop(placement.request_id, None)
+            engine.paused.discard(placement.request_id)
+        else:
+            engine.num_foreground -= 1
         if placement.group is not None:
             engine.groups[placement.group] -= 1
             if engine.groups[placement.group] <= 0:

@@ -160,7 +160,10 @@ class RecordingProxy:
     ``drop_fields`` are removed from completion bodies before forwarding (an engine that
     ignores fields it does not know), ``no_tokenize`` answers 404 on the tokenize routes,
     ``text_only`` refuses token-id prompts with a 400, ``cut_after`` ends every completion
-    stream after that many events, without ``[DONE]`` (a dropped connection)."""
+    stream after that many events, without ``[DONE]`` (a dropped connection).
+    ``open_at_chunk`` maps a streamed body's index in ``bodies`` to, for each chunk relayed,
+    the indices of the streams then open (its own included): what the engine was running
+    beside it."""
 
     def __init__(
         self,
@@ -180,13 +183,17 @@ class RecordingProxy:
         self.text_only = text_only
         self.cut_after = cut_after
         self._http = httpx.AsyncClient(timeout=120)
+        self.open_streams: set[int] = set()
+        self.open_at_chunk: dict[int, list[frozenset[int]]] = {}
 
     async def handle(self, request: Request) -> Response:
         raw = await request.body()
         body = json.loads(raw) if raw else None
         if self.no_tokenize and request.url.path in ("/tokenize", "/v1/tokenize"):
             return JSONResponse({"error": {"message": "not found"}}, status_code=404)
+        index = None  # this body's place in ``bodies``
         if body is not None and request.url.path == "/v1/completions":
+            index = len(self.bodies)
             self.bodies.append(body)
             if self.fail_streams and body.get("stream"):
                 return JSONResponse({"error": {"message": "overloaded"}}, status_code=503)
@@ -204,12 +211,25 @@ class RecordingProxy:
         kind = response.headers.get("content-type", "application/json")
         if "event-stream" in kind:
             relay = _relay(response) if self.cut_after is None else _cut(response, self.cut_after)
+            if index is not None:
+                relay = self._tracked(relay, index)
             return StreamingResponse(relay, status_code=response.status_code, media_type=kind)
         content = await response.aread()
         return Response(content, status_code=response.status_code, media_type=kind)
 
     async def aclose(self) -> None:
         await self._http.aclose()
+
+    async def _tracked(self, relay: AsyncIterator[bytes], index: int) -> AsyncIterator[bytes]:
+        """``relay``, noting the open streams at each chunk (mutates ``open_at_chunk``)."""
+        self.open_streams.add(index)
+        seen = self.open_at_chunk.setdefault(index, [])
+        try:
+            async for chunk in relay:
+                seen.append(frozenset(self.open_streams))
+                yield chunk
+        finally:
+            self.open_streams.discard(index)
 
 
 async def _relay(response: httpx.Response) -> AsyncIterator[bytes]:
