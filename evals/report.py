@@ -120,8 +120,14 @@ def describe(workload: Workload) -> str:
             f"{p.requests} chats from {p.users} users sharing a {p.system_tokens}-token system "
             f"prompt, Poisson arrivals at {p.rate}/s, {p.answer_tokens}-token answers"
         )
-        if p.background is not None:
+        if p.background is not None and p.background_jobs == 1:
             shape += f"; beside them a background job: {_map_reduce_shape(p.background)}"
+        elif p.background is not None:
+            window = p.requests / p.rate
+            shape += (
+                f"; beside them {p.background_jobs} background jobs, one starting every "
+                f"{window / p.background_jobs:.2g} s: {_map_reduce_shape(p.background)}"
+            )
         return shape
     return workload.description or workload.recipe
 

@@ -21,7 +21,9 @@ def test_the_description_is_the_shape_that_ran() -> None:
     assert describe(shrunk).startswith("4 parallel maps over 1024-token chunks")
     assert "8 parallel" not in describe(shrunk)
     mixed = describe(workload("mixed", True, {"background.num_chunks": "2"}, {}))
-    assert "beside them a background job: 2 parallel maps" in mixed
+    assert "beside them 2 background jobs, one starting every 0.25 s: 2 parallel maps" in mixed
+    one = describe(workload("mixed", True, {"background_jobs": "1"}, {}))
+    assert "beside them a background job: 3 parallel maps" in one
     for name, chosen in full_workloads().items():
         assert describe(chosen), name
 

@@ -9,7 +9,15 @@ import pytest
 from eclectus.recipes.cli import add_arguments, build_params, remote_target
 from eclectus.recipes.map_reduce import MapReduceParams, collapse_levels, planned_calls
 from eclectus.recipes.multi_agent import file_names
-from eclectus.recipes.shared_prompt import SharedPromptParams, arrivals, questions
+from eclectus.recipes.shared_prompt import (
+    SharedPromptParams,
+    arrivals,
+    job_starts,
+    plan,
+    questions,
+    split_document,
+    split_jobs,
+)
 from eclectus.recipes.text import approx_tokens, load_sample, sample_names, split_chunks
 
 
@@ -56,6 +64,27 @@ def test_shared_prompt_workload_is_seeded() -> None:
     assert questions(params, text) == questions(params, text)
     times = arrivals(params)
     assert times == arrivals(params) and times == sorted(times) and times[0] == 0.0
+
+
+def test_background_jobs_spread_over_the_chats_with_their_own_chunks() -> None:
+    """Jobs start evenly over the chats' expected arrival window; each reads chunks no other
+    job reads (wrapped ones are prefixed with the job's number); one job is the old job."""
+    text = load_sample(sample_names()[0])
+    background = MapReduceParams(chunk_tokens=1024, num_chunks=8, map_tokens=8, width=8)
+    params = SharedPromptParams(
+        requests=16, rate=2.0, system_tokens=1024, background=background, background_jobs=8
+    )
+    assert job_starts(params) == [float(k) for k in range(8)]
+    handbook, jobs = split_jobs(params, text)
+    assert len(jobs) == 8 and all(len(chunks) == 8 for chunks in jobs)
+    every = [c for chunks in jobs for c in chunks]
+    assert len(set(every)) == len(every)  # no two map prompts alike
+    assert split_document(params, text) == (handbook, jobs[0])
+    single = SharedPromptParams(requests=16, rate=2.0, system_tokens=1024, background=background)
+    assert split_jobs(single, text)[1] == [jobs[0]] and job_starts(single) == [0.0]
+    assert plan(params, text) == 16 + 8 * planned_calls(background, 8)[0]
+    with pytest.raises(ValueError, match="background_jobs"):
+        SharedPromptParams(background_jobs=0)
 
 
 def parse(*argv: str) -> argparse.Namespace:
