@@ -48,6 +48,7 @@ from eclectus.server.remote.continuation import LocalText
 from eclectus.server.remote.errors import EngineDown, EngineRejected, RemoteStartError
 from eclectus.server.remote.members import Attempt, Piece
 from eclectus.server.remote.pool import EnginePool
+from eclectus.server.remote.preemption import until_paused
 
 log = logging.getLogger(__name__)
 
@@ -146,20 +147,20 @@ class RemoteBackend:
                 raise EngineUnavailableError(
                     f"no engine is available for {request.request_id} ({self._down_reasons()})"
                 )
-            paused = False
             try:
                 stream = placement.engine.member.stream(attempt, self.model.context_window)
-                async with contextlib.aclosing(stream):  # closing it aborts the request
-                    async for piece in stream:
+                pieces = (
+                    stream if placement.pause is None else until_paused(stream, placement.pause)
+                )
+                # closing the stream aborts the request (the pieces first: they may be waiting)
+                async with contextlib.aclosing(stream), contextlib.aclosing(pieces):
+                    async for piece in pieces:
                         output = self._absorb(request.request_id, piece, progress)
                         if output is not None:
                             yield output
                         if progress.finish_reason == "stop" and progress.local is not None:
                             break  # the local text met a stop string
-                        if progress.finish_reason is None and placement.preempted:
-                            paused = True
-                            break  # closing the stream aborts it; continued below
-                if not paused:
+                if not placement.preempted or progress.finish_reason is not None:
                     break
                 self.num_preemptions += 1
                 log.debug("paused %s after %d tokens", request.request_id, len(progress.token_ids))

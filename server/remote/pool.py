@@ -59,7 +59,7 @@ class PoolEngine:
     groups: Counter[str] = field(default_factory=Counter)  # group -> requests in flight
     num_foreground: int = 0  # latency/deadline attempts in flight
     background: dict[str, BackgroundAttempt] = field(default_factory=dict)  # by request id
-    paused: set[str] = field(default_factory=set)  # background request ids told to stop
+    pauses: dict[str, asyncio.Event] = field(default_factory=dict)  # by background request id
     num_preemptions: int = 0
     down_reason: str | None = None
     num_requests: int = 0
@@ -82,13 +82,13 @@ class Placement:
     decision: Decision
     request_id: str
     group: str | None
-    background: bool = False
+    pause: asyncio.Event | None = None  # a background attempt's: set when the pool pauses it
 
     @property
     def preempted(self) -> bool:
         """Whether the pool has paused this background attempt (pure): its stream should
         stop and the request continue later."""
-        return self.request_id in self.engine.paused
+        return self.pause is not None and self.pause.is_set()
 
 
 class EnginePool:
@@ -220,6 +220,7 @@ class EnginePool:
         if request.group is not None:
             engine.groups[request.group] += 1
         log.debug("%s -> %s (%s)", request.request_id, engine.member.name, decision.reason)
+        pause = None
         if request.background:
             engine.background[request.request_id] = BackgroundAttempt(
                 request.request_id,
@@ -227,16 +228,19 @@ class EnginePool:
                 next(self._seq),
                 preemptible=request.sampling.structured_outputs is None,
             )
+            pause = engine.pauses[request.request_id] = asyncio.Event()
         else:
             engine.num_foreground += 1
             self._pause_excess(engine)
-        return Placement(engine, decision, request.request_id, request.group, request.background)
+        return Placement(engine, decision, request.request_id, request.group, pause)
 
     def _pause_excess(self, engine: PoolEngine) -> None:
         """Mark the background attempts beyond the cap paused (mutates ``engine``)."""
-        running = [a for a in engine.background.values() if a.request_id not in engine.paused]
+        running = [
+            a for a in engine.background.values() if not engine.pauses[a.request_id].is_set()
+        ]
         for request_id in to_preempt(engine.num_foreground, running, self.max_background):
-            engine.paused.add(request_id)
+            engine.pauses[request_id].set()
             engine.num_preemptions += 1
             log.debug("pausing %s on %s", request_id, engine.member.name)
 
@@ -244,9 +248,9 @@ class EnginePool:
         """The attempt ended (mutates): free its slot and its group count."""
         engine = placement.engine
         engine.num_inflight -= 1
-        if placement.background:
+        if placement.pause is not None:
             engine.background.pop(placement.request_id, None)
-            engine.paused.discard(placement.request_id)
+            engine.pauses.pop(placement.request_id, None)
         else:
             engine.num_foreground -= 1
         if placement.group is not None:

@@ -21,13 +21,18 @@ flight on it:
 Who keeps running: the attempts with the best rank (the smallest priority), then the oldest
 (most of their work done). A constrained attempt (structured outputs) is never preempted: its
 grammar would start over mid-structure on the next attempt. With no foreground in flight,
-background runs uncapped. A paused attempt stops at its next streamed piece (a decode step
-later; one still prefilling stops after its first token).
+background runs uncapped. A paused attempt stops at once, even mid-prefill or between two
+pieces (:func:`until_paused`): the engine's step in progress is the last it spends on it.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,3 +61,24 @@ def to_preempt(
         return []
     ranked = sorted(running, key=lambda a: (a.preemptible, a.priority, a.seq))
     return [a.request_id for a in ranked[max_background:] if a.preemptible]
+
+
+async def until_paused(stream: AsyncIterator[T], pause: asyncio.Event) -> AsyncIterator[T]:
+    """``stream``'s items until ``pause`` is set, then stop at once: the wait for the next
+    item is cancelled (which ends ``stream``; closing it aborts the engine's request). An
+    item that arrived together with the pause is still yielded."""
+    waiter = asyncio.ensure_future(pause.wait())
+    try:
+        while True:
+            item = asyncio.ensure_future(anext(stream))
+            await asyncio.wait({item, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            if not item.done():
+                item.cancel()
+                await asyncio.wait({item})
+                return
+            try:
+                yield item.result()
+            except StopAsyncIteration:
+                return
+    finally:
+        waiter.cancel()

@@ -3,10 +3,18 @@ hold for any engine state (hypothesis)."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
+
 from hypothesis import given
 from hypothesis import strategies as st
 
-from eclectus.server.remote.preemption import BackgroundAttempt, admits_background, to_preempt
+from eclectus.server.remote.preemption import (
+    BackgroundAttempt,
+    admits_background,
+    to_preempt,
+    until_paused,
+)
 
 
 def _attempt(i: int, priority: float = 10.0, preemptible: bool = True) -> BackgroundAttempt:
@@ -74,3 +82,35 @@ def test_after_pausing_at_most_the_cap_runs(
         for k in kept:
             if k.preemptible:
                 assert (k.priority, k.seq) <= (by_id[p].priority, by_id[p].seq)
+
+
+async def test_until_paused_stops_mid_wait_and_ends_the_stream() -> None:
+    """A pause set while the next item is awaited stops the iteration at once (not at the
+    next item) and ends the stream (its cleanup runs: the engine's request is aborted)."""
+    closed = asyncio.Event()
+
+    async def slow() -> AsyncIterator[int]:
+        try:
+            yield 1
+            await asyncio.sleep(60)  # a prefill, or a long step
+            yield 2
+        finally:
+            closed.set()
+
+    pause = asyncio.Event()
+    got = []
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    async for item in until_paused(slow(), pause):
+        got.append(item)
+        loop.call_later(0.05, pause.set)
+    assert got == [1] and closed.is_set()
+    assert loop.time() - started < 5
+
+
+async def test_until_paused_passes_everything_when_not_paused() -> None:
+    async def numbers() -> AsyncIterator[int]:
+        for i in range(5):
+            yield i
+
+    assert [i async for i in until_paused(numbers(), asyncio.Event())] == list(range(5))
