@@ -13,8 +13,9 @@ itself is :func:`routing.route`, a pure function of :meth:`EnginePool.views`.
 
 Background beside foreground (preemption.py): per engine, the foreground attempts in flight
 and the background ones running; while foreground runs there, a background attempt is not
-placed beyond ``max_background_per_engine`` and those beyond it are marked paused (the
-backend closes their streams at their next piece and continues them later).
+placed beyond ``max_background_per_engine`` and those beyond it are paused (their
+``Placement.pause`` is set: the backend closes their streams at once and continues them
+later).
 """
 
 from __future__ import annotations
@@ -245,7 +246,8 @@ class EnginePool:
             log.debug("pausing %s on %s", request_id, engine.member.name)
 
     def release(self, placement: Placement) -> None:
-        """The attempt ended (mutates): free its slot and its group count."""
+        """The attempt ended (mutates): free its slot, its group count and its place among
+        the engine's foreground or background attempts."""
         engine = placement.engine
         engine.num_inflight -= 1
         if placement.pause is not None:
