@@ -87,12 +87,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="let vLLM compile (slower start) instead of --enforce-eager",
     )
     parser.add_argument(
+        "--front-max-background",
+        default=None,
+        metavar="N|none",
+        help="the Eclectus fronts' --engine-max-background (default: eclectus serve's, 1): "
+        "background calls one vLLM runs beside latency calls; none: no pausing",
+    )
+    parser.add_argument(
         "--reference",
         default="eclectus",
         help="the system the ratios are taken against (default eclectus)",
     )
     parser.add_argument("--no-plots", action="store_true", help="write no PNG plots")
     Budget.add_arguments(parser)
+
+
+def _front_max_background(text: str | None) -> str | None:
+    """``--front-max-background``'s value as ``eclectus serve`` takes it (pure; ValueError
+    naming the flag when it is neither an integer >= 0 nor none)."""
+    if text is None or text.strip().lower() == "none":
+        return None if text is None else "none"
+    if not text.strip().isdigit():
+        raise ValueError(f"--front-max-background {text}: an integer >= 0, or none")
+    return text.strip()
 
 
 def _pairs(entries: list[str], flag: str, name: str) -> dict[str, str]:
@@ -174,6 +191,7 @@ def run(args: argparse.Namespace) -> int:
             args.vllm_python,
             args.vllm_prefix_caching,
             not args.vllm_no_eager,
+            _front_max_background(args.front_max_background),
         )
         if args.reference not in system_names(plan):
             raise ValueError(

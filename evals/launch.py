@@ -32,7 +32,8 @@ class LaunchPlan:
     arrival order). "pool": a second such vLLM, and one Eclectus per routing policy
     (:data:`POOL_ROUTINGS`) in front of both.
     ``vllm_prefix_caching``: "on", "off" or "both" (a vLLM server for each) for the ``vllm``
-    systems; the engines behind Eclectus always cache prefixes."""
+    systems; the engines behind Eclectus always cache prefixes. ``front_max_background``: the
+    fronts' ``--engine-max-background`` (None: ``eclectus serve``'s default)."""
 
     model_dir: Path
     model_name: str
@@ -43,6 +44,7 @@ class LaunchPlan:
     vllm_python: str | None = None
     vllm_prefix_caching: str = "both"
     vllm_eager: bool = True
+    front_max_background: str | None = None  # the fronts' --engine-max-background; None: default
 
     def __post_init__(self) -> None:
         for entry in self.baselines:
@@ -85,6 +87,7 @@ class LaunchPlan:
             trace_path=self.out_dir / f"{name}-trace.jsonl",
             engines=engines,
             routing=routing,
+            max_background=self.front_max_background,
         )
 
 

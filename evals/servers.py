@@ -216,12 +216,14 @@ class EclectusRemoteProcess(EclectusProcess):
 
     engines: list[VllmProcess] = field(default_factory=list)
     routing: str | None = None  # None: the server's default (graph)
+    max_background: str | None = None  # --engine-max-background; None: the server's default
 
     def command(self) -> list[str]:
         assert self.engines, "an engine to schedule for"
         urls = [arg for e in self.engines for arg in ("--engine-url", e.openai_url)]
         routing = ["--routing", self.routing] if self.routing else []
-        return [*super().command(), *urls, *routing]
+        cap = ["--engine-max-background", self.max_background] if self.max_background else []
+        return [*super().command(), *urls, *routing, *cap]
 
     @property
     def engine_name(self) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -77,6 +78,11 @@ def test_eclectus_vllm_puts_eclectus_in_front_of_a_priority_vllm(tmp_path: Path)
     assert command[command.index("--scheduling-policy") + 1] == "priority"
     args = build_parser().parse_args(front.command()[3:])
     assert args.engine_urls == [engine.openai_url] and args.trace_file is not None
+    assert args.engine_max_background == 1  # the server's default: the fronts are not told
+    for cap, parsed in (("none", None), ("0", 0), ("3", 3)):
+        capped = dataclasses.replace(plan, front_max_background=cap)
+        (front,) = plan_servers(capped).fronts
+        assert build_parser().parse_args(front.command()[3:]).engine_max_background == parsed
     counters = {"vllm:prompt_tokens_total": 10.0, "vllm:prefix_cache_hits_total": 4.0}
     assert front.token_counts(counters) == (10.0, 4.0)
     assert front.engine_name == engine.name

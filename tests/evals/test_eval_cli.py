@@ -113,3 +113,13 @@ def test_a_reference_that_is_not_a_system_is_one_line(
     err = capsys.readouterr().err
     assert "--reference vllm: not a system of this run; choose from eclectus, self" in err
     assert not (tmp_path / "results.json").exists()
+
+
+def test_a_bad_front_max_background_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--front-max-background takes an integer >= 0 or none; anything else exits 2 at once."""
+    argv = ["eval", "map-reduce", "--front-max-background", "some", "--out", str(tmp_path)]
+    assert main(argv) == 2
+    assert "--front-max-background some: an integer >= 0, or none" in capsys.readouterr().err
+    assert not (tmp_path / "results.json").exists()
