@@ -124,11 +124,12 @@ def test_eval_vllm_python_missing() -> None:
 
 def test_ctrl_c_in_run_stops_with_one_line() -> None:
     """Ctrl-C (SIGINT) while a recipe runs: the embedded server stops, one line, exit 130."""
-    # 151 calls of up to 128 tokens (~10 s here), so the signal lands mid-run on a fast machine
-    # too: with the default 17 calls, CI once finished before the signal and exited at shutdown.
-    long_run = ["--chunk-tokens", "128", "--num-chunks", "150", "--output-tokens", "128"]
+    # chain-summary: 80 calls one after another (~16 s here), and progress every 2 s, so the
+    # signal lands mid-run however fast the machine; a map-reduce's parallel maps all answer
+    # in one step, and under load its first progress line came with the run nearly done.
+    long_run = ["--chunk-tokens", "64", "--num-chunks", "80", "--output-tokens", "128"]
     proc = subprocess.Popen(
-        [*ECLECTUS, "run", "map-reduce", *long_run],
+        [*ECLECTUS, "run", "chain-summary", *long_run],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -138,7 +139,7 @@ def test_ctrl_c_in_run_stops_with_one_line() -> None:
     for line in proc.stderr:  # the run is under way once the first call has answered
         if "calls" in line:
             break
-    time.sleep(1)
+    time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=120)
     done = subprocess.CompletedProcess(proc.args, proc.returncode, "", stderr)
