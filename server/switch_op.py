@@ -1,11 +1,12 @@
 """Switches: routing on the server, one branch of the graph chosen by a router's literal.
 
 A switch node (``Node.switch``) consumes ``on``, the output of a call constrained to a
-``choice`` of literals, and produces one *gate* variable per case (``{switch}#case{i}``,
-released at birth, so freed once its consumers are done). Every node a case guards gets
-that case's gate as one more input: it cannot run before the switch resolves, a get
-downstream of it activates the switch and the router (so the router inherits the branch's
-objective), and cycles through a switch are refused at submit like any other.
+``choice`` of literals (or, with a ``path``, to a JSON Schema pinning that field to an
+``enum`` of strings: eclectus/protocol/schema_enum.py), and produces one *gate* variable per
+case (``{switch}#case{i}``, released at birth, so freed once its consumers are done). Every
+node a case guards gets that case's gate as one more input: it cannot run before the switch
+resolves, a get downstream of it activates the switch and the router (so the router inherits
+the branch's objective), and cycles through a switch are refused at submit like any other.
 
 When ``on`` is final, :func:`resolve` makes the taken case's gate READY (its nodes may run)
 and fails every other gate with ``skipped``: the graph's failure propagation then skips the
@@ -16,11 +17,13 @@ value. Nothing here awaits or knows the scheduler.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Container, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from eclectus.protocol import MAX_SWITCH_DEPTH, GenSegment, SwitchSpec
+from eclectus.protocol import MAX_SWITCH_DEPTH, GenSegment, StructuredOutputs, SwitchSpec
+from eclectus.protocol.schema_enum import NotPinned, field_at, pinned_literals
 from eclectus.server.errors import GraphError
 
 if TYPE_CHECKING:
@@ -60,7 +63,8 @@ def stage_switch(
     if unknown:
         raise GraphError(
             "bad_request",
-            f"case {unknown[0]!r} is not one of {spec.on!r}'s choices {list(choices)}",
+            f"case {unknown[0]!r} is not one of {spec.on!r}'s choices {list(choices)}"
+            + (f" (switch {spec.id!r}, path {spec.path!r})" if spec.path else ""),
             field=f"{where}.cases",
             var=spec.on,
         )
@@ -120,14 +124,38 @@ def _choices(
     for segment in producer.segments if producer is not None else ():
         if isinstance(segment, GenSegment) and segment.gen == spec.on:
             constraint = segment.sampling.structured_outputs
+            if spec.path:
+                return _pinned(spec, where, constraint)
             if constraint is not None and constraint.choice is not None:
                 return constraint.choice
+    kind = "a JSON Schema" if spec.path else "a choice of literals"
     raise GraphError(
         "bad_request",
-        f"{spec.on!r} is not the output of a call constrained to a choice of literals",
+        f"{spec.on!r} is not the output of a call constrained to {kind}",
         field=f"{where}.on",
         var=spec.on,
     )
+
+
+def _pinned(spec: SwitchSpec, where: str, constraint: StructuredOutputs | None) -> tuple[str, ...]:
+    """The literals ``on``'s JSON Schema pins ``spec.path`` to (pure); GraphError naming
+    the switch and the path when it does not."""
+    if constraint is None or constraint.json_schema is None:
+        raise GraphError(
+            "bad_request",
+            f"switch {spec.id!r}: a path needs {spec.on!r} constrained to a JSON Schema",
+            field=f"{where}.on",
+            var=spec.on,
+        )
+    try:
+        return pinned_literals(json.loads(constraint.json_schema), spec.path)
+    except NotPinned as exc:
+        raise GraphError(
+            "bad_request",
+            f"switch {spec.id!r}: path {spec.path!r} of {spec.on!r}: {exc}",
+            field=f"{where}.path",
+            var=spec.on,
+        ) from None
 
 
 def _depth(on: str, graph: Graph, staged: Mapping[str, Node], guards: Mapping[str, str]) -> int:
@@ -164,10 +192,15 @@ def resolve(graph: Graph, node: Node) -> list[Node]:
     the nodes to settle (the taken gate's consumers)."""
     plan = node.switch
     assert plan is not None
-    value = graph.vars[plan.spec.on].value or ""
-    if value not in plan.gates:
+    text = graph.vars[plan.spec.on].value or ""
+    # under a path, the field of the JSON reply (None: not JSON, or no such field — a
+    # constraint broken, say by an engine without the budget guarantee)
+    value = field_at(text, plan.spec.path) if plan.spec.path else text
+    if value is None or value not in plan.gates:
+        at = f" at {plan.spec.path!r}" if plan.spec.path else ""
+        shown = value if value is not None else text
         message = (
-            f"switch {node.node_id!r}: {plan.spec.on!r} is {value!r}, "
+            f"switch {node.node_id!r}: {plan.spec.on!r}{at} is {shown!r}, "
             f"not one of its cases {list(plan.gates)}"
         )
         graph.fail(node, "bad_request", message)

@@ -137,13 +137,20 @@ class Declarations:
         self.declare([VarSpec(id=output.id, name="map")], map=spec)
         return output
 
-    def switch(self, on: SemanticVariable, cases: Mapping[str, Iterable[SemanticVariable]]) -> None:
+    def switch(
+        self,
+        on: SemanticVariable,
+        cases: Mapping[str, Iterable[SemanticVariable]],
+        path: Sequence[str] = (),
+    ) -> str:
         """Routing on the server (a SwitchSpec): ``on`` is the output of a call constrained
-        to a ``choice`` of literals; each case lists outputs whose producers (calls, ops,
-        maps of this session, not yet shipped with a get) run only when ``on`` is that
-        literal. The others are skipped: their outputs, and whatever reads them, fail with
-        ``skipped`` (VariableFailed). Returns the switch's id. Mutates the pending fragment;
-        ValueError for a variable no call, op or map of this session produces."""
+        to a ``choice`` of literals, or with ``path`` (object keys) of a call constrained to
+        a JSON Schema pinning that field to an ``enum`` of strings; each case lists outputs
+        whose producers (calls, ops, maps of this session, not yet shipped with a get) run
+        only when ``on`` is that literal. The others are skipped: their outputs, and
+        whatever reads them, fail with ``skipped`` (VariableFailed). Returns the switch's
+        id. Mutates the pending fragment; ValueError for a variable no call, op or map of
+        this session produces."""
         self.check_owned(on)
         guarded: dict[str, list[str]] = {}
         for literal, outputs in cases.items():
@@ -155,7 +162,7 @@ class Declarations:
                     raise ValueError(f"{var!r} is not the output of a call, op or map")
                 if producer not in guarded[literal]:
                     guarded[literal].append(producer)
-        spec = SwitchSpec(id=self.new_id("w"), on=on.id, cases=guarded)
+        spec = SwitchSpec(id=self.new_id("w"), on=on.id, path=list(path), cases=guarded)
         self.declare([], switch=spec)
         return spec.id
 

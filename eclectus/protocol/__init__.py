@@ -42,7 +42,13 @@ from eclectus.protocol.frames import (
     VarSpec,
     Welcome,
 )
-from eclectus.protocol.limits import MAX_RELEASE_IDS, MAX_SWITCH_CASES, MAX_SWITCH_DEPTH, Limits
+from eclectus.protocol.limits import (
+    MAX_RELEASE_IDS,
+    MAX_SWITCH_CASES,
+    MAX_SWITCH_DEPTH,
+    MAX_SWITCH_PATH,
+    Limits,
+)
 from eclectus.protocol.model_card import ModelCard
 from eclectus.protocol.sampling import COMPLETIONS_DEFAULT_MAX_TOKENS, SamplingParams
 from eclectus.protocol.structured import StructuredOutputs
@@ -54,6 +60,7 @@ __all__ = [
     "MAX_RELEASE_IDS",
     "MAX_SWITCH_CASES",
     "MAX_SWITCH_DEPTH",
+    "MAX_SWITCH_PATH",
     "PROTOCOL_VERSION",
     "SERVER_FRAME",
     "Ack",

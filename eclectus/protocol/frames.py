@@ -23,7 +23,7 @@ from pydantic import (
     model_validator,
 )
 
-from eclectus.protocol.limits import MAX_RELEASE_IDS, MAX_SWITCH_CASES, Limits
+from eclectus.protocol.limits import MAX_RELEASE_IDS, MAX_SWITCH_CASES, MAX_SWITCH_PATH, Limits
 from eclectus.protocol.model_card import ModelCard
 from eclectus.protocol.sampling import SamplingParams
 
@@ -189,7 +189,9 @@ class MapSpec(BaseModel):
 class SwitchSpec(BaseModel):
     """Routing on the server: run one branch of the graph, chosen by a variable's value.
 
-    ``on`` is the output of a call constrained to a ``choice`` of literals (a router). Each
+    ``on`` is the output of a call constrained to a ``choice`` of literals (a router), or,
+    with a ``path`` (object keys), of a call constrained to a JSON Schema that pins the
+    field at ``path`` to an ``enum`` / ``const`` of strings (a structured router). Each
     case names, for one of those literals, the calls, ops and maps of the graph that run
     only when ``on`` is that literal (``[]``: none, say a route to the end). When ``on`` is
     final, the taken case's nodes may run; every other case's nodes are *skipped*: never
@@ -201,6 +203,7 @@ class SwitchSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     id: VarId
     on: VarId
+    path: list[str] = Field(default_factory=list, max_length=MAX_SWITCH_PATH)
     cases: dict[str, list[VarId]] = Field(min_length=1, max_length=MAX_SWITCH_CASES)
 
     @model_validator(mode="after")

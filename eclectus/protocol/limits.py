@@ -7,6 +7,7 @@ from pydantic import BaseModel, ConfigDict
 MAX_RELEASE_IDS = 10_000  # variable ids in one ``release`` frame
 MAX_SWITCH_CASES = 64  # literals one switch (SwitchSpec) routes on
 MAX_SWITCH_DEPTH = 8  # switches nested in a switch's branches, the outermost counted
+MAX_SWITCH_PATH = 16  # object keys of a switch's ``path`` into a JSON reply
 
 
 class Limits(BaseModel):
