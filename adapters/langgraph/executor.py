@@ -28,6 +28,7 @@ from typing import Any
 
 from langchain_core.runnables import Runnable
 from langgraph._internal._constants import CONFIG_KEY_RUNTIME
+from langgraph._internal._fields import get_cached_annotated_keys, get_update_as_tuples
 from langgraph._internal._typing import MISSING
 from langgraph.channels.base import BaseChannel
 from langgraph.channels.binop import BinaryOperatorAggregate
@@ -38,15 +39,17 @@ from langgraph.types import Command, Send
 
 from eclectus.adapters.langchain.compiler.context import Lowering
 from eclectus.adapters.langchain.compiler.registry import lower
-from eclectus.adapters.langchain.compiler.symbols import collect_refs
+from eclectus.adapters.langchain.compiler.symbols import SymParsed, collect_refs
 from eclectus.adapters.langgraph.fanout import MapRecord, MapTask, SendEach, lower_send_each
 from eclectus.adapters.langgraph.routing import (
     Fork,
     ForkBudget,
     NotSwitchable,
+    RouteKey,
     SwitchPoint,
     fork,
     give_up,
+    split_fields,
     switch_point,
 )
 from eclectus.adapters.langgraph.support import is_python_node
@@ -98,9 +101,10 @@ class GraphRun:
         self.switching = on_step is None
         self.depth = 0  # forks this run is a branch of
         self.budget: ForkBudget | None = None  # the enclosing fork's (None: the top run)
-        self.known: dict[str, str] = {}  # router variable id -> the literal of this branch
+        # (router variable id, path into its JSON) -> the literal of this branch
+        self.known: dict[RouteKey, str] = {}
 
-    def child(self, ctx: Lowering, budget: ForkBudget, route: str, literal: str) -> GraphRun:
+    def child(self, ctx: Lowering, budget: ForkBudget, route: RouteKey, literal: str) -> GraphRun:
         """A branch of this run where ``route`` is ``literal``: the state copied, its own
         records, lowering on ``ctx`` (pure)."""
         child = GraphRun(self.app, ctx, self.recursion_limit)
@@ -243,6 +247,11 @@ class GraphRun:
             return await self.ctx.cut(runnable, node_input, f"node {task.node!r} is Python")
         with self.ctx.trace.nested(f"node {task.node!r}"):
             output = await lower(runnable, node_input, self.ctx)
+        router = self.switching and bool(self.builder.branches.get(task.node))
+        if isinstance(output, SymParsed) and router:
+            # a structured router (``prompt | model.with_structured_output(Router)``): its
+            # fields become state keys still symbolic, so the edge may be a server switch
+            output = split_fields(output, self.builder.channels) or output
         if output is not None and not isinstance(output, dict | Command):
             output = await self.ctx.resolve(output)  # LangGraph's own error, on the value
         return output
@@ -258,6 +267,8 @@ class GraphRun:
             return [(k, v) for k, v in output._update_as_tuples() if k in keys]
         if isinstance(output, dict):
             return [(k, v) for k, v in output.items() if k in keys]
+        if get_cached_annotated_keys(type(output)):  # a Pydantic model or dataclass, as eager
+            return get_update_as_tuples(output, list(keys))
         raise InvalidUpdateError(f"Expected dict, got {output}")
 
     async def _apply(self, channels: Channels, writes: list[tuple[str, Any]]) -> None:

@@ -97,6 +97,8 @@ async def lower_send_each(run: GraphRun, fan: SendEach, state: dict[str, Any]) -
     target = run.builder.nodes.get(fan.node)
     if not isinstance(source, SymParsed) or target is None or is_python_node(target.runnable):
         return None
+    if source.path:  # one field of a split output (routing.split_fields): the cut, as ever
+        return None
     if run.builder.branches.get(fan.node):
         return None
     if any(k not in state for k in fan.keep) or not _string_list(source, fan.path):

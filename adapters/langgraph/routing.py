@@ -2,7 +2,12 @@
 
 A supervisor's router node writes one of N literals (a call constrained to a ``choice``,
 ``extra_body={"structured_outputs": {"choice": [...]}}`` or vLLM's ``guided_choice``) to a
-state key, and a conditional edge maps it to the next node. The edge function is Python,
+state key, and a conditional edge maps it to the next node. The common LangGraph router —
+a node ``prompt | model.with_structured_output(Router)`` whose dict output is merged into
+the state, ``Router`` a TypedDict with ``next: Literal[...]`` — is one too: its reply is
+constrained to a JSON Schema pinning ``next`` to an ``enum``, so :func:`split_fields` keeps
+each field symbolic under its state key and the switch routes on that field (a SwitchSpec
+``path``). The edge function is Python,
 but it is deterministic and sees only N possible values, so the client evaluates it ahead
 of time for each literal (:func:`switch_point`), on a state where every key it does not
 know yet raises. When each literal leads to known node names (or the end), the run *forks*:
@@ -27,24 +32,28 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
+from langchain_core.output_parsers import JsonOutputParser
 from langgraph.constants import END, START
 from langgraph.types import Send
 
 from eclectus.adapters.langchain.compiler.callbacks import CallRecord, pending_vars
 from eclectus.adapters.langchain.compiler.context import Lowering
 from eclectus.adapters.langchain.compiler.graph import GraphTrace
-from eclectus.adapters.langchain.compiler.symbols import collect_refs
+from eclectus.adapters.langchain.compiler.symbols import SymParsed, collect_refs, rebuild
 from eclectus.adapters.langchain.pieces import Piece, Ref
 from eclectus.adapters.langgraph.fanout import MapRecord, map_vars
 from eclectus.protocol import MAX_SWITCH_CASES, MAX_SWITCH_DEPTH, SamplingParams
+from eclectus.protocol.schema_enum import NotPinned, pinned_literals
 
 if TYPE_CHECKING:
     from eclectus.adapters.langgraph.executor import GraphRun, Task
 
 MAX_FORK_RUNS = 32  # branch runs one top-level fork may lower before it gives up
+
+RouteKey = tuple[str, tuple[str, ...]]  # a router's variable id, and the path into its JSON
 
 
 class NotSwitchable(Exception):
@@ -64,6 +73,8 @@ class SwitchPoint:
     key: str
     route: Ref
     cases: dict[str, list[str]]
+    path: tuple[str, ...] = ()  # into the route's JSON reply (a structured router)
+    parsed: SymParsed | None = None  # that field, as the state holds it
 
 
 @dataclass(slots=True)
@@ -95,6 +106,7 @@ class Chosen:
 
     route: Ref
     cases: dict[str, Branch]
+    parsed: SymParsed | None = None  # a structured router's field (the literal is in JSON)
 
 
 class _KnownState(Mapping[str, Any]):
@@ -102,14 +114,15 @@ class _KnownState(Mapping[str, Any]):
     router's key as one literal; reading any other value holding a ref raises
     :class:`_Unknown` (keys themselves are known)."""
 
-    def __init__(self, state: Mapping[str, Any], known: Mapping[str, str]) -> None:
+    def __init__(self, state: Mapping[str, Any], known: Mapping[RouteKey, str]) -> None:
         self._state = state
         self._known = known
 
     def __getitem__(self, key: str) -> Any:
         value = self._state[key]
-        if isinstance(value, Ref) and value.var.id in self._known:
-            return self._known[value.var.id]
+        route = _route_key(value)
+        if route is not None and route in self._known:
+            return self._known[route]
         if collect_refs(value, []):
             raise _Unknown(key)
         return value
@@ -132,7 +145,7 @@ def switch_point(
     routers; no chain callbacks fire for it)."""
     func = getattr(branch.path, "func", None)
     choice = next(
-        ((k, v) for k, v in state.items() if isinstance(v, Ref) and v.var.id in run.ctx.choices),
+        ((k, v, lits) for k, v in state.items() if (lits := _literals(run, v)) is not None),
         None,
     )
     if func is None or getattr(branch.path, "func_accepts", None):
@@ -142,20 +155,23 @@ def switch_point(
     known = run.known
     if choice is None:
         return None  # a router over anything else: the cut, as ever
-    if choice[1].var.id in known:  # decided by an enclosing fork (a branch cannot cut)
+    key, value, literals = choice
+    route_key = _route_key(value)
+    assert route_key is not None
+    if route_key in known:  # decided by an enclosing fork (a branch cannot cut)
         return _evaluate(run, func, branch, _KnownState(state, known))
-    key, route = choice
+    route = value.ref if isinstance(value, SymParsed) else value
     if isinstance(run.ctx, ForkLowering) and not any(v is route.var for v in run.ctx.own):
         # a nested switch must route on a reply of its own branch: then it is skipped with
         # the branch (its router is); on an older reply its taken case would run anyway
         _note(run, source, "inside a branch, it routes on a reply from outside the branch")
         return None
-    if len(run.ctx.choices[route.var.id]) > MAX_SWITCH_CASES:
+    if len(literals) > MAX_SWITCH_CASES:
         _note(run, source, f"over {MAX_SWITCH_CASES} literals")
         return None
     cases: dict[str, list[str]] = {}
-    for literal in run.ctx.choices[route.var.id]:
-        dests = _evaluate(run, func, branch, _KnownState(state, {**known, route.var.id: literal}))
+    for literal in literals:
+        dests = _evaluate(run, func, branch, _KnownState(state, {**known, route_key: literal}))
         if dests is None:
             why = f"for {literal!r} it reads state the client does not know, or routes to a Send"
             _note(run, source, why)
@@ -166,7 +182,55 @@ def switch_point(
     if _loops_back(run, source, [d for ds in cases.values() for d in ds]):
         _note(run, source, "a branch loops back to the router")
         return None
+    if isinstance(value, SymParsed):
+        return SwitchPoint(source, key, route, cases, value.path, value)
     return SwitchPoint(source, key, route, cases)
+
+
+def split_fields(output: SymParsed, channels: Mapping[str, Any]) -> dict[str, SymParsed] | None:
+    """A structured reply parsed to a dict, as one symbolic field per state key, when the
+    schema fixes the dict's keys: a plain JSON parser, an object whose every property is
+    required, and no other key that names a state channel possible. The engine compiles a
+    schema in xgrammar's strict mode (no property outside ``properties`` unless
+    ``additionalProperties`` allows it), so only a schema allowing more keys, while some
+    channel lies outside the properties, is refused. None otherwise (the whole value is
+    then resolved, as before). Pure."""
+    schema = output.schema
+    if type(output.parser) is not JsonOutputParser or output.path or not isinstance(schema, dict):
+        return None
+    properties = schema.get("properties")
+    if schema.get("type") != "object" or not isinstance(properties, dict) or not properties:
+        return None
+    if set(properties) - set(schema.get("required", ())):
+        return None  # a key the reply may leave out: the eager state would lack it
+    extra = schema.get("additionalProperties", False) is not False or "patternProperties" in schema
+    if extra and set(channels) - set(properties):
+        return None  # an extra key naming a channel would write it eagerly
+    return {key: replace(output, path=(key,)) for key in properties}
+
+
+def _literals(run: GraphRun, value: Any) -> tuple[str, ...] | None:
+    """The literals ``value`` is one of by construction: a call's ``choice``, or a field a
+    JSON Schema pins to an ``enum`` (pure); None for any other value."""
+    if isinstance(value, Ref):
+        return run.ctx.choices.get(value.var.id)
+    if isinstance(value, SymParsed) and value.path and value.schema is not None:
+        if type(value.parser) is not JsonOutputParser:
+            return None
+        try:
+            return pinned_literals(value.schema, value.path)
+        except NotPinned:
+            return None
+    return None
+
+
+def _route_key(value: Any) -> RouteKey | None:
+    """The key a router's value is known by in a branch (pure)."""
+    if isinstance(value, Ref):
+        return (value.var.id, ())
+    if isinstance(value, SymParsed) and value.path:
+        return (value.ref.var.id, value.path)
+    return None
 
 
 def _note(run: GraphRun, source: str, reason: str) -> None:
@@ -280,7 +344,7 @@ async def fork(run: GraphRun, point: Fork, step: int, budget: ForkBudget) -> Cho
         if budget.runs_left < 0:
             raise NotSwitchable(f"over {MAX_FORK_RUNS} branch runs")
         ctx = ForkLowering.of(run.ctx, budget)
-        child = run.child(ctx, budget, route.var.id, literal)
+        child = run.child(ctx, budget, (route.var.id, point.point.path), literal)
         try:
             output = await child.loop(tasks, step)
         except NotSwitchable:
@@ -293,7 +357,8 @@ async def fork(run: GraphRun, point: Fork, step: int, budget: ForkBudget) -> Cho
         traces.append((literal, ctx.trace))
     session = run.ctx.session.session
     try:
-        switch_id = session.switch(route.var, {lit: b.own for lit, b in cases.items()})
+        owned = {lit: b.own for lit, b in cases.items()}
+        switch_id = session.switch(route.var, owned, path=point.point.path)
     except ValueError as exc:  # nothing the switch could guard: never a wrong result
         raise NotSwitchable(str(exc)) from exc
     budget.switches.append(switch_id)
@@ -304,7 +369,7 @@ async def fork(run: GraphRun, point: Fork, step: int, budget: ForkBudget) -> Cho
             dests = ", ".join(point.point.cases[literal]) or END
             with trace.nested(f"case {literal!r} -> {dests}"):
                 trace.merge(branch_trace)
-    return Chosen(route, cases)
+    return Chosen(route, cases, point.point.parsed)
 
 
 def give_up(run: GraphRun, budget: ForkBudget, reason: str) -> None:
@@ -333,6 +398,8 @@ async def settle(ctx: Lowering, run: GraphRun, output: Chosen) -> Any:
         value = node.route.var.value
         if value is None:  # the router failed: raise its error as the run would
             await ctx.fetch([node.route.var])
+        if node.parsed is not None:  # the field, parsed as eagerly (its error if no JSON)
+            value = rebuild(node.parsed, {id(node.parsed.ref): value})
         if value not in node.cases:
             raise ValueError(f"the router's reply {value!r} is none of its literals")
         branch = node.cases[value]

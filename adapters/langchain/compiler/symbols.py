@@ -35,11 +35,14 @@ class SymPrompt(Symbolic):
 class SymParsed(Symbolic):
     """A JSON output parser's result over a constrained reply (``with_structured_output``):
     the reply is valid JSON by construction; ``schema`` is its constraint's JSON Schema
-    (None: any JSON object); ``parser`` turns the reply into the eager value."""
+    (None: any JSON object); ``parser`` turns the reply into the eager value. ``path``:
+    object keys into that value (one field of the parsed dict, as a node's output is split
+    into state keys); empty for the whole value."""
 
     message: SymMessage | Ref  # a chat model's reply, or a completion model's text
     parser: Any
     schema: dict[str, Any] | None
+    path: tuple[str, ...] = ()
 
     @property
     def ref(self) -> Ref:
@@ -78,8 +81,12 @@ def rebuild(value: Any, texts: Mapping[int, str]) -> Any:
     if isinstance(value, SymParsed):
         text = texts[id(value.ref)]
         if isinstance(value.message, SymMessage):
-            return value.parser.invoke(ai_message(value.message, text))
-        return value.parser.invoke(text)
+            parsed = value.parser.invoke(ai_message(value.message, text))
+        else:
+            parsed = value.parser.invoke(text)
+        for key in value.path:  # a field of a dict output, as the eager state holds it
+            parsed = parsed[key]
+        return parsed
     if isinstance(value, dict):
         return {key: rebuild(item, texts) for key, item in value.items()}
     if isinstance(value, list):

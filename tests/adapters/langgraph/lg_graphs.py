@@ -4,7 +4,7 @@ a compiled StateGraph (``builder.compile()``) and an input for it."""
 from __future__ import annotations
 
 import operator
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, Any, Literal, TypedDict
 
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder, PromptTemplate
@@ -249,6 +249,38 @@ def routed_supervisor(
     pick = PromptTemplate.from_template("Task: {task}\nWho acts next?") | router | StrOutputParser()
     builder = StateGraph(RoutedTask)
     builder.add_node("supervisor", {"next": pick})
+    builder.add_node("researcher", {"answer": text(model, "Research {task}:")})
+    builder.add_node("writer", {"answer": text(model, "Write about {task}:")})
+    builder.add_node("review", {"review": text(model, "Review: {answer}\nVerdict:")})
+    builder.add_edge(START, "supervisor")
+    ends = {routes[0]: "researcher", routes[1]: "writer", routes[2]: END}
+    builder.add_conditional_edges("supervisor", lambda s: s["next"], ends)
+    builder.add_edge("researcher", "review")
+    builder.add_edge("writer", "review")
+    builder.add_edge("review", END)
+    return builder.compile(), {"task": task}
+
+
+def structured_supervisor(
+    model: ChatEclectus,
+    routes: tuple[str, ...] = PICKS,
+    task: str = "a bridge",
+    router_schema: Any = None,
+) -> tuple[Any, dict[str, Any]]:
+    """The supervisor as LangGraph's docs write it: the router node is
+    ``prompt | model.with_structured_output(Router)``, ``Router`` a TypedDict whose ``next``
+    is a ``Literal`` of the routes; its dict output is merged into the state and the
+    conditional edge reads ``next``."""
+    router_type = router_schema
+    if router_type is None:  # class Router(TypedDict): next: Literal[*routes]
+        router_type = TypedDict("Router", {"next": Literal[routes]})  # type: ignore[operator,misc]  # noqa: UP013
+        router_type.__doc__ = "Who acts next."
+    router_model = model.model_copy(update={"max_tokens": 24})
+    pick = PromptTemplate.from_template("Task: {task}\nWho acts next?") | (
+        router_model.with_structured_output(router_type)
+    )
+    builder = StateGraph(RoutedTask)
+    builder.add_node("supervisor", pick)
     builder.add_node("researcher", {"answer": text(model, "Research {task}:")})
     builder.add_node("writer", {"answer": text(model, "Write about {task}:")})
     builder.add_node("review", {"review": text(model, "Review: {answer}\nVerdict:")})
