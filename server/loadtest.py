@@ -15,7 +15,9 @@ scenario's "stall", and any of its generations that fails counts against the sce
 Scenarios: concurrent SDK sessions; OpenAI clients (plain and streamed); slow readers (must be
 disconnected with 1008); abrupt disconnects mid-generation; the bad-input table (each must be
 answered with its error code); adversarial submits (a ladder of ops, a 4,094-call submit, a
-flood of gets, sampling values out of range, deep JSON); then churn: thousands of short
+flood of gets, sampling values out of range, deep JSON); a flood of /v1 token-id prompts (what
+a remote Eclectus sends: scheduled graph calls, so they queue behind the in-flight cap; the row
+notes the peak in flight and queued); then churn: thousands of short
 sessions, after which nothing may be left behind (sessions, scheduler work, KV blocks, pins).
 Prints one row per scenario and the targets met or missed; exits 1 on a miss.
 """
@@ -68,10 +70,11 @@ class Plan:
     get_flood: int = 100_000
     max_tokens: int = 8
     scenario_timeout_s: float = 300.0
+    token_flood: int = 8  # /v1 requests of 64 token-id prompts each, all at once
 
     @classmethod
     def quick(cls) -> Plan:
-        return cls(20, 6, 2, 10, 150, 25, 5_000, 4, 60.0)
+        return cls(20, 6, 2, 10, 150, 25, 5_000, 4, 60.0, 2)
 
 
 @dataclass(slots=True)
@@ -489,6 +492,56 @@ async def openai_out_of_range(openai_url: str | None, plan: Plan, row: Row) -> N
                 row.notes.append(f"{name} out of range: HTTP {resp.status_code}")
 
 
+async def token_prompt_flood(openai_url: str | None, plan: Plan, row: Row) -> None:
+    """``plan.token_flood`` /v1 completions at once from one client, each 64 token-id
+    prompts (what a remote Eclectus sends), while /metrics is polled: they are graph calls,
+    so the scheduler's cap bounds what reaches the engine and the rest queue in app-FIFO
+    (the canary's work is not starved). Notes the peaks seen."""
+    if openai_url is None:
+        row.notes.append("no OpenAI endpoint found: skipped")
+        return
+    http_url = openai_url.removesuffix("/v1")
+    prompts = [[100 + i, 200 + i, 300 + i] * 8 for i in range(64)]
+    body = {"model": "tiny", "prompt": prompts, "max_tokens": plan.max_tokens}
+    peaks = {"eclectus_inflight": 0.0, "eclectus_queue_depth": 0.0}
+
+    async def watch() -> None:
+        while True:
+            m = await asyncio.to_thread(_metrics, http_url)
+            for name in peaks:
+                peaks[name] = max(peaks[name], m.get(name, 0.0))
+            await asyncio.sleep(0.05)
+
+    async def one(client: httpx.AsyncClient) -> None:
+        start = time.perf_counter()
+        try:
+            resp = await client.post("/completions", json=body)
+        except httpx.HTTPError:
+            row.lost += 1
+            return
+        choices = resp.json().get("choices", []) if resp.status_code == 200 else []
+        if len(choices) == len(prompts) and all(c.get("token_ids") for c in choices):
+            row.held += 1
+            row.latencies.append(time.perf_counter() - start)
+        else:
+            row.errored += 1
+            row.notes.append(f"HTTP {resp.status_code}")
+
+    watcher = asyncio.create_task(watch())
+    timeout = httpx.Timeout(plan.scenario_timeout_s)
+    try:
+        async with httpx.AsyncClient(base_url=openai_url, timeout=timeout) as client:
+            await asyncio.gather(*(one(client) for _ in range(plan.token_flood)))
+    finally:
+        watcher.cancel()
+        await asyncio.gather(watcher, return_exceptions=True)
+    calls = plan.token_flood * len(prompts)
+    row.notes.append(
+        f"{calls} token-id calls: peak in flight {peaks['eclectus_inflight']:g}, "
+        f"peak queued {peaks['eclectus_queue_depth']:g}"
+    )
+
+
 async def churn(url: str, plan: Plan, row: Row) -> None:
     """Many short sessions (a call and a get each), ``churn_parallel`` at a time."""
     gate = asyncio.Semaphore(plan.churn_parallel)
@@ -702,6 +755,7 @@ async def run(
         ("adversarial: 4,000-call submit", lambda r: big_submit(url, plan, r)),
         (f"adversarial: {plan.get_flood} gets", lambda r: get_flood(url, plan, r)),
         ("adversarial: OpenAI out of range", lambda r: openai_out_of_range(openai_url, plan, r)),
+        ("adversarial: token-prompt flood", lambda r: token_prompt_flood(openai_url, plan, r)),
         (f"churn ({plan.churn} sessions)", lambda r: churn(url, plan, r)),
     ]
     async with Canary(url, plan.max_tokens) as canary:

@@ -29,7 +29,7 @@ import asyncio
 import re
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,7 +50,7 @@ from eclectus.protocol.openai_tools import (
 from eclectus.protocol.sampling import COMPLETIONS_DEFAULT_MAX_TOKENS
 from eclectus.protocol.tool_formats import ToolFormatName
 from eclectus.server.auth import AuthFailure, bearer_token
-from eclectus.server.backend import RequestRefused, check_constraint
+from eclectus.server.backend import EngineOutput, RequestRefused, check_constraint
 from eclectus.server.errors import ServerError
 from eclectus.server.fragment import stage
 from eclectus.server.graph import Variable, VarState
@@ -70,15 +70,17 @@ from eclectus.server.openai_schema import (
 from eclectus.server.openai_token_ids import (
     TokenizeRequest,
     check_token_ids,
-    run_token_prompts,
     token_prompts,
     tokenize,
+    tokenized,
 )
 from eclectus.server.scheduler import AppState
 from eclectus.server.session import ServerContext
 
 ChatRenderer = Callable[..., str]  # (messages, *, tools=None) -> prompt
 SHUTTING_DOWN = "the server is shutting down"
+Prompt = str | list[int]  # text, or token ids (openai_token_ids.py)
+Chunk = tuple[int, str, tuple[int, ...]]  # prompt index, new text, new token ids
 
 
 @dataclass(slots=True, eq=False)
@@ -87,8 +89,22 @@ class _Job:
 
     app: AppState
     outputs: list[str]  # output var ids, one per prompt
-    chunks: asyncio.Queue[tuple[int, str] | Variable] = field(default_factory=asyncio.Queue)
+    chunks: asyncio.Queue[Chunk | Variable] = field(default_factory=asyncio.Queue)
     num_final: int = 0
+    token_ids: list[list[int]] = field(init=False)  # generated ids, per prompt
+    index: dict[str, int] = field(init=False)  # output var id -> prompt index
+
+    def __post_init__(self) -> None:
+        self.token_ids = [[] for _ in self.outputs]
+        self.index = {var_id: i for i, var_id in enumerate(self.outputs)}
+
+    def on_output(self, var_id: str, output: EngineOutput) -> None:
+        """An engine output of prompt ``var_id``'s call: keep its ids, queue it for a stream
+        (mutates)."""
+        index = self.index[var_id]
+        self.token_ids[index] += output.token_ids
+        if output.text or output.token_ids:
+            self.chunks.put_nowait((index, output.text, output.token_ids))
 
 
 class OpenAIApi:
@@ -147,12 +163,19 @@ class OpenAIApi:
             body: CompletionRequest = parse(CompletionRequest, await self._body(request))
             constraint = completion_constraint(body.model_extra or {})
             token_ids = token_prompts(body.prompt)
-            if token_ids is not None:
-                response = await self._run_token_ids(tenant, body, token_ids, constraint)
-                return self._count(request, response)
-            prompts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
-            self._check_prompts(prompts, body.stream)
-            return await self._run(request, tenant, body, prompts, False, constraint)
+            prompts: Sequence[Prompt]
+            if token_ids is not None:  # scheduled like text (openai_token_ids.py)
+                self._check_prompts(token_ids, body.stream)
+                self._check_token_ids(token_ids)
+                prompts = token_ids
+            else:
+                text = body.prompt
+                prompts = [text] if isinstance(text, str) else text  # type: ignore[assignment]
+                self._check_prompts(prompts, body.stream)
+            with_ids = token_ids is not None or body.return_token_ids
+            return await self._run(
+                request, tenant, body, prompts, False, constraint, with_ids=with_ids
+            )
         except ApiError as exc:
             return self._error(request, exc)
 
@@ -168,33 +191,6 @@ class OpenAIApi:
             return JSONResponse(tokenize(self.ctx.backend, tokenize_request))
         except ApiError as exc:
             return self._error(request, exc)
-
-    async def _run_token_ids(
-        self,
-        tenant: str | None,
-        body: CompletionRequest,
-        prompts: list[list[int]],
-        constraint: ChatConstraint,
-    ) -> Response:
-        """Token-id prompts go straight to the engine (openai_token_ids.py)."""
-        self._check_model(body.model)
-        self._check_prompts(prompts, body.stream)  # type: ignore[arg-type]
-        tokenizer = getattr(getattr(self.ctx.backend, "engine", None), "tokenizer", None)
-        check_token_ids(prompts, getattr(tokenizer, "vocab_size", None))
-        sampling = with_constraint(to_sampling(body, COMPLETIONS_DEFAULT_MAX_TOKENS), constraint)
-        await self._check_constraint(sampling)
-        base = f"cmpl-{secrets.token_hex(8)}"
-        name = self._name(body.model)
-        return await run_token_prompts(
-            self.ctx.backend,
-            base,
-            name,
-            prompts,
-            sampling,
-            tenant=tenant,
-            stream=body.stream,
-            include_usage=body.include_usage,
-        )
 
     async def chat_completions(self, request: Request) -> Response:
         try:
@@ -243,7 +239,7 @@ class OpenAIApi:
                 raise ApiError(413, f"body over the limit of {limit} bytes")
         return bytes(body)
 
-    def _check_prompts(self, prompts: list[str], stream: bool) -> None:
+    def _check_prompts(self, prompts: Sequence[Prompt], stream: bool) -> None:
         if not prompts:
             raise ApiError(400, "prompt: must not be empty", "prompt")
         limit = self.ctx.config.max_prompts_per_request
@@ -251,6 +247,13 @@ class OpenAIApi:
             raise ApiError(400, f"prompt: {len(prompts)} prompts, limit {limit}", "prompt")
         if stream and len(prompts) != 1:
             raise ApiError(400, "prompt: streaming takes a single prompt", "prompt")
+
+    def _check_token_ids(self, prompts: list[list[int]]) -> None:
+        """ApiError(400) for an empty or too long token-id prompt, or an id outside the
+        vocabulary (pure): text prompts are checked by ``stage``, ids here."""
+        tokenizer = getattr(getattr(self.ctx.backend, "engine", None), "tokenizer", None)
+        vocab = getattr(tokenizer, "vocab_size", None)
+        check_token_ids(prompts, vocab, self.ctx.config.max_prompt_tokens)
 
     async def _check_constraint(self, sampling: SamplingParams) -> None:
         """ApiError(400) when the engine cannot serve the request's structured outputs (a
@@ -275,12 +278,15 @@ class OpenAIApi:
         request: Request,
         tenant: str | None,
         body: OpenAIRequest,
-        prompts: list[str],
+        prompts: Sequence[Prompt],
         chat: bool,
         constraint: ChatConstraint | None = None,
+        *,
+        with_ids: bool = False,
     ) -> Response:
-        """Serve ``prompts`` as one-call graphs; a chat's ``constraint`` (tools, response
-        format) constrains the sampling and shapes the reply."""
+        """Serve ``prompts`` (text, or token ids) as one-call graphs; a chat's
+        ``constraint`` (tools, response format) constrains the sampling and shapes the reply.
+        ``with_ids``: every choice and stream chunk lists its generated token ids."""
         self._check_model(body.model)
         constraint = constraint or ChatConstraint()
         sampling = to_sampling(body, None if chat else COMPLETIONS_DEFAULT_MAX_TOKENS)
@@ -290,7 +296,9 @@ class OpenAIApi:
         job = self._submit(base, tenant, prompts, sampling)
         if body.stream:
             name = self._name(body.model)
-            stream = self._stream(job, base, name, chat, body.include_usage, constraint)
+            stream = self._stream(
+                job, base, name, chat, body.include_usage, constraint, with_ids=with_ids
+            )
             return self._count(request, StreamingResponse(stream, media_type="text/event-stream"))
         try:
             results = await self._wait(request, job)
@@ -301,28 +309,28 @@ class OpenAIApi:
         failed = next((v for v in results if v.state is VarState.FAILED), None)
         if failed is not None:
             return self._error(request, _var_error(failed))
-        return self._count(
-            request,
-            JSONResponse(
-                completion_response(base, self._name(body.model), chat, results, constraint)
-            ),
-        )
+        response = completion_response(base, self._name(body.model), chat, results, constraint)
+        if with_ids:
+            for choice, ids in zip(response["choices"], job.token_ids, strict=True):
+                choice["token_ids"] = ids
+        return self._count(request, JSONResponse(response))
 
     def _submit(
-        self, base: str, tenant: str | None, prompts: list[str], sampling: SamplingParams
+        self, base: str, tenant: str | None, prompts: Sequence[Prompt], sampling: SamplingParams
     ) -> _Job:
         """Open the request's app and graph, one call per prompt, and activate every output
-        (mutates the scheduler). ApiError(400) when the graph is refused (too long a prompt,
-        too many calls)."""
+        (mutates the scheduler). A token-id prompt's call has no text: its ids go beside the
+        graph (``AppState.token_prompts``) and reach the engine unchanged. ApiError(400) when
+        the graph is refused (too long a prompt, too many calls)."""
         scheduler = self.ctx.scheduler
         app = scheduler.open_app(base, tenant)
-        calls = [
-            CallSpec(
-                id=f"c{i}",
-                segments=[TextSegment(text=p), GenSegment(gen=f"out{i}", sampling=sampling)],
-            )
-            for i, p in enumerate(prompts)
-        ]
+        calls = []
+        for i, prompt in enumerate(prompts):
+            gen = GenSegment(gen=f"out{i}", sampling=sampling)
+            text = [TextSegment(text=prompt)] if isinstance(prompt, str) else []
+            calls.append(CallSpec(id=f"c{i}", segments=[*text, gen]))
+            if not isinstance(prompt, str):
+                app.token_prompts[f"c{i}"] = tokenized(prompt)
         count = lambda text: len(self.ctx.backend.tokenize(text))  # noqa: E731
         try:
             staged = stage(app.graph, Submit(calls=calls), self.ctx.config, count)
@@ -331,11 +339,10 @@ class OpenAIApi:
             raise ApiError(400, _name_prompts(exc.message), "prompt") from None
         app.graph.add(staged.variables, staged.nodes)
         job = _Job(app, [f"out{i}" for i in range(len(prompts))])
+        app.on_output = job.on_output  # streamed text and generated ids, per prompt
         self.jobs.add(job)
-        for index, var_id in enumerate(job.outputs):
-            variable = app.graph.vars[var_id]
-            variable.streamers.append(lambda text, i=index: job.chunks.put_nowait((i, text)))
-            variable.watchers.append(job.chunks.put_nowait)
+        for var_id in job.outputs:
+            app.graph.vars[var_id].watchers.append(job.chunks.put_nowait)
             scheduler.activate(app, var_id, objective_for_get("latency", None, scheduler.clock()))
         return job
 
@@ -363,9 +370,12 @@ class OpenAIApi:
         chat: bool,
         include_usage: bool,
         constraint: ChatConstraint,
+        *,
+        with_ids: bool = False,
     ) -> AsyncIterator[bytes]:
-        """The SSE events of a one-prompt request. A disconnect cancels this generator
-        (Starlette), and its ``finally`` aborts the request."""
+        """The SSE events of a one-prompt request; ``with_ids``: each chunk lists its new
+        token ids. A disconnect cancels this generator (Starlette), and its ``finally``
+        aborts the request."""
         created = int(time.time())
         kind = "chat.completion.chunk" if chat else "text_completion"
         deltas = ChatDeltas(constraint)  # content, and a tool_calls delta per complete call
@@ -377,8 +387,14 @@ class OpenAIApi:
             while True:
                 item = await job.chunks.get()
                 if not isinstance(item, Variable):
-                    for delta in deltas.feed(item[1]) if chat else [item[1]]:
-                        yield sse(sse_chunk(base, kind, name, created, delta))
+                    _, text, ids = item
+                    if with_ids and not chat:  # even without text: a partial character
+                        chunk = sse_chunk(base, kind, name, created, text)
+                        chunk["choices"][0]["token_ids"] = list(ids)
+                        yield sse(chunk)
+                    elif text:
+                        for delta in deltas.feed(text) if chat else [text]:
+                            yield sse(sse_chunk(base, kind, name, created, delta))
                     continue
                 if item.state is VarState.FAILED:
                     yield sse(_var_error(item).body())
@@ -389,7 +405,10 @@ class OpenAIApi:
                     for delta in held:
                         yield sse(sse_chunk(base, kind, name, created, delta))
                 empty = {} if chat else ""
-                yield sse(sse_chunk(base, kind, name, created, empty, finish))
+                last = sse_chunk(base, kind, name, created, empty, finish)
+                if with_ids and not chat:
+                    last["choices"][0]["token_ids"] = []
+                yield sse(last)
                 if include_usage:
                     usage = usage_of([item])
                     yield sse(sse_chunk(base, kind, name, created, None, usage=usage))

@@ -50,8 +50,11 @@ async def run_call(
     generated: dict[str, str] = {}
     for index, var_id in enumerate(node.outputs):
         segments, gen = prompt_segments(app.graph, node, index, generated)
-        # tokenized once, here on the event loop: the engine takes the ids as they are
-        tokens = scheduler.backend.tokenize_prompt(segments)
+        # tokenized once, here on the event loop: the engine takes the ids as they are; a
+        # call whose prompt came as ids (one output, no text) sends those ids instead
+        tokens = app.token_prompts.get(node.node_id) if index == 0 else None
+        if tokens is None:
+            tokens = scheduler.backend.tokenize_prompt(segments)
         if len(tokens) > scheduler.config.max_prompt_tokens:
             raise LimitError(
                 f"prompt for {var_id!r} has {len(tokens)} tokens, limit "
@@ -86,6 +89,8 @@ async def _generate(
     stream = scheduler.backend.generate(request)
     try:
         async for output in stream:
+            if app.on_output is not None:
+                app.on_output(var_id, output)
             if output.text:
                 chunks.append(output.text)
                 app.graph.stream(var_id, output.text)

@@ -25,7 +25,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import count
 
-from eclectus.server.backend import Backend, EngineError, EngineRequest
+from eclectus.server.backend import (
+    Backend,
+    EngineError,
+    EngineOutput,
+    EngineRequest,
+    TokenizedPrompt,
+)
 from eclectus.server.config import ServerConfig
 from eclectus.server.errors import ServerError
 from eclectus.server.graph import FINAL_NODE_STATES, Graph, Node
@@ -49,6 +55,13 @@ class AppState:
     tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)  # node id -> task
     pins: PinTable = field(default_factory=PinTable)
     closed: bool = False
+    # node id -> the exact ids of a call whose prompt arrived as token ids (/v1 token-id
+    # prompts; its segments are then only its output): the runner sends these ids as they
+    # are instead of tokenizing segments, so ids that no text round-trips to stay exact
+    token_prompts: dict[str, TokenizedPrompt] = field(default_factory=dict)
+    # called with (output var id, engine output) for each engine output of the app's calls,
+    # before the graph hears of it: /v1 reads generated ids here (return_token_ids)
+    on_output: Callable[[str, EngineOutput], None] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from ws_helpers import RawClient
 
 from eclectus.protocol.sampling import SamplingParams
 from eclectus.server.app import EclectusServer, start_server
-from eclectus.server.backend import EngineRequest
+from eclectus.server.backend import EngineRequest, TokenizedPrompt
 from eclectus.server.config import ServerConfig, read_token_file
 
 pytestmark = pytest.mark.slow
@@ -189,10 +189,13 @@ async def test_cached_tokens_never_reflect_another_tenants_prompts(
     assert await cached(alice) > 0
 
 
-async def test_token_id_prompts_and_tokenize(real_engine: object, base_url: str) -> None:
+async def test_token_id_prompts_and_tokenize(
+    real_engine: object, server: EclectusServer, base_url: str
+) -> None:
     """vLLM's forms (what a remote Eclectus engine is sent): /tokenize gives the ids a text
     prompt becomes; those ids as the prompt (alone or in a list) answer exactly as the text
-    does; return_token_ids lists the generated ids, streamed or not; ids the model has no
+    does, and generate the built-in engine's own greedy ids, as scheduled graph calls;
+    return_token_ids lists the generated ids, streamed or not; ids the model has no
     embedding for are a 400."""
     root = base_url.removesuffix("/v1")
     headers = {"Authorization": "Bearer sk-test"}
@@ -204,11 +207,22 @@ async def test_token_id_prompts_and_tokenize(real_engine: object, base_url: str)
         assert (await http.post(f"{root}/tokenize", json=bare)).json()["tokens"] == ids[1:]
         body = {"max_tokens": 8, "temperature": 0, "return_token_ids": True}
         by_text = await http.post(f"{base_url}/completions", json={**body, "prompt": "Once upon"})
+        calls_before = server.metrics.calls_finished
         by_ids = await http.post(f"{base_url}/completions", json={**body, "prompt": [ids, ids]})
+        assert server.metrics.calls_finished == calls_before + 2  # two graph calls
         texts = [c["text"] for c in by_ids.json()["choices"]]
         assert texts == [by_text.json()["choices"][0]["text"]] * 2
+        assert by_text.json()["choices"][0]["token_ids"] == by_ids.json()["choices"][0]["token_ids"]
         generated = by_ids.json()["choices"][0]["token_ids"]
         assert len(generated) == 8
+        request = EngineRequest(
+            "direct-ids",
+            (),
+            SamplingParams(max_tokens=8, temperature=0),
+            tokens=TokenizedPrompt(tuple(ids), (len(ids),)),
+        )
+        own = [i async for out in real_engine.generate(request) for i in out.token_ids]  # type: ignore[attr-defined]
+        assert generated == own
         bad = await http.post(f"{base_url}/completions", json={**body, "prompt": [10**6]})
         assert bad.status_code == 400 and "token id" in bad.json()["error"]["message"]
         stream = {**body, "prompt": ids, "stream": True}
