@@ -8,10 +8,12 @@ same prompt limits, and the authenticated tenant (so the prefix cache, and ``cac
 are shared only within it). A client that leaves aborts its request, streaming or not.
 
 Supported: ``POST /v1/completions`` (prompt: a string or a list of at most
-``max_prompts_per_request`` strings), ``POST /v1/chat/completions`` (string or text-part
+``max_prompts_per_request`` strings, or vLLM's token ids, each list one call likewise:
+openai_token_ids.py), ``POST /v1/chat/completions`` (string or text-part
 message contents), ``GET /v1/models``; ``stream`` with ``stream_options.include_usage``;
 ``max_tokens`` / ``max_completion_tokens``, ``temperature``, ``top_p``, ``seed``, ``stop`` and
-the vLLM extensions ``top_k``, ``ignore_eos`` and ``stop_token_ids``; on chat, tools and
+the vLLM extensions ``top_k``, ``ignore_eos``, ``stop_token_ids`` and (completions)
+``return_token_ids``; on chat, tools and
 structured outputs (read by :mod:`eclectus.protocol.openai_tools`: ``tools``, ``tool_choice``,
 ``parallel_tool_calls``, ``response_format``, vLLM's ``structured_outputs``); on completions
 the same structured outputs without tools (vLLM's /v1/completions takes them, and an Eclectus
