@@ -503,7 +503,8 @@ async def token_prompt_flood(openai_url: str | None, plan: Plan, row: Row) -> No
     http_url = openai_url.removesuffix("/v1")
     prompts = [[100 + i, 200 + i, 300 + i] * 8 for i in range(64)]
     body = {"model": "tiny", "prompt": prompts, "max_tokens": plan.max_tokens}
-    peaks = {"eclectus_inflight": 0.0, "eclectus_queue_depth": 0.0}
+    names = ("inflight", "queue_depth", "engine_running", "engine_waiting")
+    peaks = {f"eclectus_{name}": 0.0 for name in names}
 
     async def watch() -> None:
         while True:
@@ -538,7 +539,8 @@ async def token_prompt_flood(openai_url: str | None, plan: Plan, row: Row) -> No
     calls = plan.token_flood * len(prompts)
     row.notes.append(
         f"{calls} token-id calls: peak in flight {peaks['eclectus_inflight']:g}, "
-        f"peak queued {peaks['eclectus_queue_depth']:g}"
+        f"peak queued {peaks['eclectus_queue_depth']:g}; in the engine: peak running "
+        f"{peaks['eclectus_engine_running']:g}, peak waiting {peaks['eclectus_engine_waiting']:g}"
     )
 
 
