@@ -252,8 +252,12 @@ class OpenAIApi:
 
     def _check_token_ids(self, prompts: list[list[int]]) -> None:
         """ApiError(400) for an empty or too long token-id prompt, or an id outside the
-        vocabulary (pure): text prompts are checked by ``stage``, ids here."""
-        tokenizer = getattr(getattr(self.ctx.backend, "engine", None), "tokenizer", None)
+        vocabulary (pure): text prompts are checked by ``stage``, ids here. The tokenizer is
+        the backend's own (engine process, remote) or its engine's (in-process)."""
+        backend = self.ctx.backend
+        tokenizer = getattr(backend, "tokenizer", None) or getattr(
+            getattr(backend, "engine", None), "tokenizer", None
+        )
         vocab = getattr(tokenizer, "vocab_size", None)
         check_token_ids(prompts, vocab, self.ctx.config.max_prompt_tokens)
 
