@@ -138,3 +138,31 @@ class ScriptedEngine:
             cache_hit_tokens=self._stats["cached"],
             generated_tokens=self._stats["generated"],
         )
+
+
+class MarkedReplyEngine(ScriptedEngine):
+    """The scripted engine, but a call whose structured output sets ``kind`` (a field of
+    ``StructuredOutputs``: "choice", "json_schema", ...) answers, in one piece, the prompt's
+    text after its last ``marker``: a scripted constrained reply, valid or not."""
+
+    kind = ""
+    marker = ""
+
+    async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
+        constraint = request.sampling.structured_outputs
+        if constraint is None or getattr(constraint, self.kind) is None:
+            async for output in super().generate(request):
+                yield output
+            return
+        self.requests.append(request)
+        text = "".join(request.segments).rsplit(self.marker, 1)[1].strip()
+        yield EngineOutput(
+            request_id=request.request_id,
+            text=text,
+            token_ids=tuple(text.encode()),
+            finished=True,
+            finish_reason="stop",
+            num_prompt_tokens=1,
+            num_cached_tokens=0,
+            num_output_tokens=len(text.encode()),
+        )

@@ -10,38 +10,21 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from sched_helpers import drain, make_scheduler, submit
-from scripted_engine import ScriptedEngine, scripted_text
+from scripted_engine import MarkedReplyEngine, scripted_text
 from websockets.asyncio.client import connect
 from ws_helpers import RawClient, ServerFactory
 
 from eclectus.protocol import CLIENT_FRAME, MAX_SWITCH_CASES, MAX_SWITCH_DEPTH, SwitchSpec
-from eclectus.server.backend import EngineOutput, EngineRequest
 
 CHOICES = ["math", "poetry", "done"]
 
 
-class ChoosingEngine(ScriptedEngine):
+class ChoosingEngine(MarkedReplyEngine):
     """The scripted engine, but a call constrained to a ``choice`` answers the literal the
     prompt names after ``pick:`` (or one that is no choice, to test that error)."""
 
-    async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
-        constraint = request.sampling.structured_outputs
-        if constraint is None or constraint.choice is None:
-            async for output in super().generate(request):
-                yield output
-            return
-        self.requests.append(request)
-        text = "".join(request.segments).rsplit("pick:", 1)[1].strip()
-        yield EngineOutput(
-            request_id=request.request_id,
-            text=text,
-            token_ids=tuple(text.encode()),
-            finished=True,
-            finish_reason="stop",
-            num_prompt_tokens=1,
-            num_cached_tokens=0,
-            num_output_tokens=len(text.encode()),
-        )
+    kind = "choice"
+    marker = "pick:"
 
 
 def router(pick: str, call_id: str = "router", out: str = "route") -> dict[str, Any]:

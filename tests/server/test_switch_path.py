@@ -12,13 +12,12 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from scripted_engine import ScriptedEngine, scripted_text
+from scripted_engine import MarkedReplyEngine, scripted_text
 from websockets.asyncio.client import connect
 from ws_helpers import RawClient, ServerFactory
 
 from eclectus.protocol import MAX_SWITCH_PATH, SwitchSpec
 from eclectus.protocol.schema_enum import NotPinned, field_at, pinned_literals
-from eclectus.server.backend import EngineOutput, EngineRequest
 
 ROUTER_SCHEMA: dict[str, Any] = {
     "title": "Router",
@@ -38,28 +37,12 @@ ROUTER_SCHEMA: dict[str, Any] = {
 }
 
 
-class JsonEngine(ScriptedEngine):
+class JsonEngine(MarkedReplyEngine):
     """The scripted engine, but a call constrained to a JSON Schema answers the text the
     prompt holds after ``json:`` (valid or not, to test both)."""
 
-    async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
-        constraint = request.sampling.structured_outputs
-        if constraint is None or constraint.json_schema is None:
-            async for output in super().generate(request):
-                yield output
-            return
-        self.requests.append(request)
-        text = "".join(request.segments).rsplit("json:", 1)[1].strip()
-        yield EngineOutput(
-            request_id=request.request_id,
-            text=text,
-            token_ids=tuple(text.encode()),
-            finished=True,
-            finish_reason="stop",
-            num_prompt_tokens=1,
-            num_cached_tokens=0,
-            num_output_tokens=len(text.encode()),
-        )
+    kind = "json_schema"
+    marker = "json:"
 
 
 def reply(next_: str = "poetry", pick: str = "math") -> str:
