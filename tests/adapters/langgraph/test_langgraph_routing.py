@@ -31,6 +31,25 @@ def calls_submitted(server: EclectusServer) -> int:
     return server.metrics.calls_submitted
 
 
+def assert_routed_on_server(
+    app: Any, value: dict[str, Any], server: EclectusServer, routes: tuple[str, ...]
+) -> None:
+    """Compiled ``app`` equals the eager run in one frame, and the server ran only the taken
+    branch: router + worker + review, or the router alone when ``routes[2]`` (the end) is
+    taken; the trace declares all five calls (router, 2 workers, 2 reviews), no cut."""
+    compiled = compile(app)
+    before = calls_submitted(server)
+    out = compiled.invoke(value)
+    ran = calls_submitted(server) - before
+    assert out == app.invoke(value)
+    assert out["next"] in routes
+    assert compiled.last_frames == 1, compiled.explain()
+    assert ran == (1 if out["next"] == routes[2] else 3)
+    trace = compiled.last_graph
+    assert trace is not None and "switch on 'next'" in trace.render()
+    assert trace.num_calls == 5 and not trace.cuts
+
+
 @pytest.mark.parametrize("routes", ORDERS)
 @pytest.mark.parametrize("task", TASKS)
 def test_a_routed_supervisor_compiles_to_one_frame_and_equals_eager(
@@ -40,17 +59,7 @@ def test_a_routed_supervisor_compiles_to_one_frame_and_equals_eager(
     the eager run's; the server ran only the taken branch (router + worker + review, or the
     router alone on FINISH)."""
     app, value = lg_graphs.routed_supervisor(chat, routes, task)
-    compiled = compile(app)
-    before = calls_submitted(eclectus_server)
-    out = compiled.invoke(value)
-    ran = calls_submitted(eclectus_server) - before
-    assert out == app.invoke(value)
-    assert out["next"] in routes
-    assert compiled.last_frames == 1, compiled.explain()
-    assert ran == (1 if out["next"] == routes[2] else 3)
-    trace = compiled.last_graph
-    assert trace is not None and "switch on 'next'" in trace.render()
-    assert trace.num_calls == 5 and not trace.cuts  # router, 2 workers, 2 reviews declared
+    assert_routed_on_server(app, value, eclectus_server, routes)
 
 
 def test_the_routes_taken_cover_every_branch(chat: ChatEclectus) -> None:

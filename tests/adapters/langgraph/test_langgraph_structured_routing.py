@@ -12,7 +12,7 @@ from typing import Literal
 import lg_graphs
 import pytest
 from pydantic import BaseModel
-from test_langgraph_routing import ORDERS, TASKS, calls_submitted
+from test_langgraph_routing import ORDERS, TASKS, assert_routed_on_server
 
 from eclectus.adapters.langchain import ChatEclectus
 from eclectus.adapters.langgraph import compile
@@ -33,17 +33,7 @@ def test_a_structured_router_compiles_to_one_frame_and_equals_eager(
     eager run's; the server ran only the taken branch (router + worker + review, or the
     router alone when the literal routes to the end)."""
     app, value = lg_graphs.structured_supervisor(chat, routes, task)
-    compiled = compile(app)
-    before = calls_submitted(eclectus_server)
-    out = compiled.invoke(value)
-    ran = calls_submitted(eclectus_server) - before
-    assert out == app.invoke(value)
-    assert out["next"] in routes
-    assert compiled.last_frames == 1, compiled.explain()
-    assert ran == (1 if out["next"] == routes[2] else 3)
-    trace = compiled.last_graph
-    assert trace is not None and "switch on 'next'" in trace.render()
-    assert trace.num_calls == 5 and not trace.cuts
+    assert_routed_on_server(app, value, eclectus_server, routes)
 
 
 def test_the_structured_routes_taken_cover_every_branch(chat: ChatEclectus) -> None:
