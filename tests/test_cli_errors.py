@@ -20,6 +20,15 @@ from eclectus.cli import build_parser
 pytestmark = pytest.mark.slow
 
 ECLECTUS = [sys.executable, "-m", "eclectus"]
+# eclectus as a terminal's foreground job gets it: SIGINT at its default. A job started in the
+# background of a non-interactive shell (nohup ... &, as a CI runner may) inherits SIGINT
+# ignored, and Python then installs no KeyboardInterrupt handler at all; exec keeps the pid.
+WITH_DEFAULT_SIGINT = [
+    sys.executable,
+    "-c",
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execv(sys.executable, [sys.executable, '-m', 'eclectus', *sys.argv[1:]])",
+]
 
 
 def eclectus(*argv: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -129,7 +138,7 @@ def test_ctrl_c_in_run_stops_with_one_line() -> None:
     # in one step, and under load its first progress line came with the run nearly done.
     long_run = ["--chunk-tokens", "64", "--num-chunks", "80", "--output-tokens", "128"]
     proc = subprocess.Popen(
-        [*ECLECTUS, "run", "chain-summary", *long_run],
+        [*WITH_DEFAULT_SIGINT, "run", "chain-summary", *long_run],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
