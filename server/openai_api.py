@@ -91,6 +91,7 @@ class _Job:
 
     app: AppState
     outputs: list[str]  # output var ids, one per prompt
+    streaming: bool  # whether text and ids are queued as they come (SSE) or only finals
     chunks: asyncio.Queue[Chunk | Variable] = field(default_factory=asyncio.Queue)
     num_final: int = 0
     token_ids: list[list[int]] = field(init=False)  # generated ids, per prompt
@@ -101,11 +102,11 @@ class _Job:
         self.index = {var_id: i for i, var_id in enumerate(self.outputs)}
 
     def on_output(self, var_id: str, output: EngineOutput) -> None:
-        """An engine output of prompt ``var_id``'s call: keep its ids, queue it for a stream
-        (mutates)."""
+        """An engine output of prompt ``var_id``'s call: keep its ids, and queue it when
+        streaming; a whole response waits for the final variables only (mutates)."""
         index = self.index[var_id]
         self.token_ids[index] += output.token_ids
-        if output.text or output.token_ids:
+        if self.streaming and (output.text or output.token_ids):
             self.chunks.put_nowait((index, output.text, output.token_ids))
 
 
@@ -299,7 +300,7 @@ class OpenAIApi:
         sampling = with_constraint(sampling, constraint)
         await self._check_constraint(sampling)
         base = f"{'chatcmpl' if chat else 'cmpl'}-{secrets.token_hex(8)}"
-        job = self._submit(base, tenant, prompts, sampling)
+        job = self._submit(base, tenant, prompts, sampling, stream=body.stream)
         if body.stream:
             name = self._name(body.model)
             stream = self._stream(
@@ -322,7 +323,13 @@ class OpenAIApi:
         return self._count(request, JSONResponse(response))
 
     def _submit(
-        self, base: str, tenant: str | None, prompts: Sequence[Prompt], sampling: SamplingParams
+        self,
+        base: str,
+        tenant: str | None,
+        prompts: Sequence[Prompt],
+        sampling: SamplingParams,
+        *,
+        stream: bool,
     ) -> _Job:
         """Open the request's app and graph, one call per prompt, and activate every output
         (mutates the scheduler). A token-id prompt's call has no text: its ids go beside the
@@ -344,7 +351,7 @@ class OpenAIApi:
             scheduler.apps.pop(app.session_id, None)  # nothing of it ran
             raise ApiError(400, _name_prompts(exc.message), "prompt") from None
         app.graph.add(staged.variables, staged.nodes)
-        job = _Job(app, [f"out{i}" for i in range(len(prompts))])
+        job = _Job(app, [f"out{i}" for i in range(len(prompts))], stream)
         app.on_output = job.on_output  # streamed text and generated ids, per prompt
         self.jobs.add(job)
         for var_id in job.outputs:
