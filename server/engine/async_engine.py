@@ -43,7 +43,10 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
-class _Command:
+class StepCommand:
+    """What the event loop (or the engine core's pipe reader) asks of the step thread;
+    applied in arrival order at the start of the next iteration."""
+
     kind: str  # "add" | "abort" | "unpin"
     request_id: str
     request: EngineRequest | None = None
@@ -65,7 +68,7 @@ class AsyncEngine:
         self.config = config or (engine.config if engine else EngineConfig())
         self.engine = engine if engine is not None else LLMEngine(self.config)
         self._cond = threading.Condition()
-        self._inbox: list[_Command] = []  # guarded by _cond
+        self._inbox: list[StepCommand] = []  # guarded by _cond
         self._streams: dict[str, _Stream] = {}  # guarded by _cond
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -134,7 +137,7 @@ class AsyncEngine:
             if request.request_id in self._streams:
                 raise EngineError(f"request id {request.request_id!r} is already running")
             self._streams[request.request_id] = stream
-        self._submit(_Command("add", request.request_id, request, grammar))
+        self._submit(StepCommand("add", request.request_id, request, grammar))
         finished = False
         try:
             while not finished:
@@ -146,15 +149,15 @@ class AsyncEngine:
                 yield item
         finally:
             if not finished:  # the caller stopped listening: free what it holds
-                self._submit(_Command("abort", request.request_id))
+                self._submit(StepCommand("abort", request.request_id))
 
     async def abort(self, request_id: str) -> None:
         """Abort a request if it is still running and free its blocks (mutates)."""
-        self._submit(_Command("abort", request_id))
+        self._submit(StepCommand("abort", request_id))
 
     async def unpin(self, request_id: str) -> None:
         """Release the prefix pinned by ``request_id`` (mutates; no-op if none)."""
-        self._submit(_Command("unpin", request_id))
+        self._submit(StepCommand("unpin", request_id))
 
     def check_constraint(self, sampling: SamplingParams) -> None:
         """Raise RequestRefused when ``sampling``'s constraint does not compile or its
@@ -180,7 +183,7 @@ class AsyncEngine:
         """The snapshot taken after the latest step (pure)."""
         return self._stats
 
-    def _submit(self, command: _Command) -> None:
+    def _submit(self, command: StepCommand) -> None:
         with self._cond:
             self._inbox.append(command)
             self._cond.notify()
@@ -207,7 +210,7 @@ class AsyncEngine:
         """End of one iteration of the step thread: outputs are delivered one by one as they
         come, so nothing is left to send here; the engine core process batches (mutates)."""
 
-    def _apply(self, command: _Command) -> None:
+    def _apply(self, command: StepCommand) -> None:
         if command.kind == "add":
             assert command.request is not None
             try:

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
 
 from eclectus.server.backend import EngineError, EngineOutput, EngineRequest, RequestRefused
-from eclectus.server.engine.async_engine import AsyncEngine, _Command
+from eclectus.server.engine.async_engine import AsyncEngine, StepCommand
 from eclectus.server.engine.core_process import (
     ConstraintChecked,
     CoreCommand,
@@ -67,7 +67,7 @@ class EngineCore(AsyncEngine):
             request = command.request
             assert request is not None
             if request.sampling.structured_outputs is None:
-                self._submit(_Command("add", request.request_id, request))
+                self._submit(StepCommand("add", request.request_id, request))
             else:
                 with self._cond:
                     self._compiling.add(request.request_id)
@@ -76,7 +76,7 @@ class EngineCore(AsyncEngine):
             with self._cond:
                 if command.request_id in self._compiling:
                     self._cancelled.add(command.request_id)
-            self._submit(_Command(command.kind, command.request_id))
+            self._submit(StepCommand(command.kind, command.request_id))
 
     def _check(self, command: CoreCommand) -> None:
         assert command.sampling is not None
@@ -103,7 +103,7 @@ class EngineCore(AsyncEngine):
         if failed is not None:
             self._post(StepOutputs((failed,), self._stats))
         elif not cancelled:
-            self._submit(_Command("add", request.request_id, request, grammar))
+            self._submit(StepCommand("add", request.request_id, request, grammar))
 
     # ---- outputs ----------------------------------------------------------------------------
 

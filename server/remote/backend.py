@@ -19,8 +19,8 @@ continued elsewhere (the next engine's grammar would start over mid-structure): 
 ``engine_error``; one that failed before any text fails over as usual.
 
 Preemption uses the same continuation (preemption.py): a background attempt the pool pauses
-for a chat stops at its next piece, waits for the engine to admit background work again,
-and continues where it stopped; pauses do not count as failed attempts.
+for a chat stops at once (its stream is closed, even mid-wait), waits for the engine to admit
+background work again, and continues where it stopped; pauses do not count as failed attempts.
 
 What the graph knows, the engines get: the scheduler's rank as ``priority`` (engines that
 accept one), the tenant as ``cache_salt``, and the prompt's segment structure for routing
