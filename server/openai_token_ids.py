@@ -18,14 +18,12 @@ Eclectus's engine (``eclectus serve --engine-url``, docs/engines.md).
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
 from eclectus.server.backend import Backend, TokenizedPrompt
 from eclectus.server.openai_schema import ApiError
-
-TokenIds = list[Annotated[int, Field(ge=0)]]
 
 
 class TokenizeRequest(BaseModel):

@@ -18,7 +18,6 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
-from langchain_core.messages import AIMessage
 from langchain_core.messages.tool import ToolCall as LCToolCall
 from langchain_core.messages.tool import ToolCallChunk, tool_call, tool_call_chunk
 from langchain_core.output_parsers.openai_tools import (
@@ -164,9 +163,3 @@ def structured_runnable(
             f"method is 'function_calling', 'json_schema' or 'json_mode', not {method!r}"
         )
     return parsed_runnable(llm, parser, include_raw)
-
-
-def tool_message_of(text: str, constraint: ChatConstraint, **fields: Any) -> AIMessage:
-    """The AIMessage of a reply, its calls parsed (pure)."""
-    content, calls = reply_parts(text, constraint)
-    return AIMessage(content=content, tool_calls=calls, **fields)
