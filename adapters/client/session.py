@@ -208,29 +208,35 @@ class Session(Declarations):
     async def _get_here(
         self, vars: list[SemanticVariable], criteria: Criteria, deadline_ms: float | None
     ) -> list[str]:
-        self._router.raise_if_closed()
-        results: list[str | asyncio.Future[str]] = []
-        gets: list[GetSpec] = []
-        for var in vars:
-            self.check_owned(var)
-            if var.state is VarState.READY:
-                results.append(var.value or "")
-                continue
-            if var.state is VarState.FAILED:
-                assert var.error is not None
-                raise var.error
-            waiter, is_new = self._router.waiter(var.id, (criteria, deadline_ms))
-            if is_new:
-                gets.append(GetSpec(var=var.id, criteria=criteria, deadline_ms=deadline_ms))
-            results.append(waiter)
-        if gets:
-            await self._outbox.ship(gets)
+        results = await self._ask(vars, criteria, deadline_ms, raise_failed=True)
         # shield: one caller giving up must not cancel a waiter other callers share
-        return [r if isinstance(r, str) else await asyncio.shield(r) for r in results]
+        return [r if isinstance(r, str) else await asyncio.shield(r) for r in results]  # type: ignore[arg-type]
 
     async def _settle_here(
         self, vars: list[SemanticVariable], criteria: Criteria, deadline_ms: float | None
     ) -> list[str | BaseException]:
+        settled: list[str | BaseException] = []
+        for result in await self._ask(vars, criteria, deadline_ms, raise_failed=False):
+            if not isinstance(result, asyncio.Future):
+                settled.append(result)
+                continue
+            try:
+                settled.append(await asyncio.shield(result))
+            except VariableFailed as exc:
+                settled.append(exc)
+        return settled
+
+    async def _ask(
+        self,
+        vars: list[SemanticVariable],
+        criteria: Criteria,
+        deadline_ms: float | None,
+        *,
+        raise_failed: bool,
+    ) -> list[str | BaseException | asyncio.Future[str]]:
+        """Each variable's value, failure or waiter, after shipping one ``get`` per variable
+        nobody has asked for yet (mutates the router's waiters). ``raise_failed``: a variable
+        already failed raises its error before anything ships."""
         self._router.raise_if_closed()
         results: list[str | BaseException | asyncio.Future[str]] = []
         gets: list[GetSpec] = []
@@ -240,6 +246,8 @@ class Session(Declarations):
                 results.append(var.value or "")
             elif var.state is VarState.FAILED:
                 assert var.error is not None
+                if raise_failed:
+                    raise var.error
                 results.append(var.error)
             else:
                 waiter, is_new = self._router.waiter(var.id, (criteria, deadline_ms))
@@ -248,16 +256,7 @@ class Session(Declarations):
                 results.append(waiter)
         if gets:
             await self._outbox.ship(gets)
-        settled: list[str | BaseException] = []
-        for result in results:
-            if not isinstance(result, asyncio.Future):
-                settled.append(result)
-                continue
-            try:
-                settled.append(await asyncio.shield(result))
-            except VariableFailed as exc:
-                settled.append(exc)
-        return settled
+        return results
 
     async def _stream_here(
         self, var: SemanticVariable, criteria: Criteria, deadline_ms: float | None
