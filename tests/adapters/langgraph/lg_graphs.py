@@ -247,18 +247,7 @@ def routed_supervisor(
     finishes); the worker's answer is then reviewed. The edge maps each literal to a node."""
     router = model.bind(extra_body={"structured_outputs": {"choice": list(routes)}})
     pick = PromptTemplate.from_template("Task: {task}\nWho acts next?") | router | StrOutputParser()
-    builder = StateGraph(RoutedTask)
-    builder.add_node("supervisor", {"next": pick})
-    builder.add_node("researcher", {"answer": text(model, "Research {task}:")})
-    builder.add_node("writer", {"answer": text(model, "Write about {task}:")})
-    builder.add_node("review", {"review": text(model, "Review: {answer}\nVerdict:")})
-    builder.add_edge(START, "supervisor")
-    ends = {routes[0]: "researcher", routes[1]: "writer", routes[2]: END}
-    builder.add_conditional_edges("supervisor", lambda s: s["next"], ends)
-    builder.add_edge("researcher", "review")
-    builder.add_edge("writer", "review")
-    builder.add_edge("review", END)
-    return builder.compile(), {"task": task}
+    return _supervised(model, {"next": pick}, routes), {"task": task}
 
 
 def structured_supervisor(
@@ -279,8 +268,14 @@ def structured_supervisor(
     pick = PromptTemplate.from_template("Task: {task}\nWho acts next?") | (
         router_model.with_structured_output(router_type)
     )
+    return _supervised(model, pick, routes), {"task": task}
+
+
+def _supervised(model: ChatEclectus, supervisor: Any, routes: tuple[str, ...]) -> Any:
+    """The graph both supervisors share: ``supervisor`` sets ``next``; ``routes[0]`` goes to
+    the researcher, ``routes[1]`` to the writer (each then reviewed), ``routes[2]`` ends."""
     builder = StateGraph(RoutedTask)
-    builder.add_node("supervisor", pick)
+    builder.add_node("supervisor", supervisor)
     builder.add_node("researcher", {"answer": text(model, "Research {task}:")})
     builder.add_node("writer", {"answer": text(model, "Write about {task}:")})
     builder.add_node("review", {"review": text(model, "Review: {answer}\nVerdict:")})
@@ -290,4 +285,4 @@ def structured_supervisor(
     builder.add_edge("researcher", "review")
     builder.add_edge("writer", "review")
     builder.add_edge("review", END)
-    return builder.compile(), {"task": task}
+    return builder.compile()
