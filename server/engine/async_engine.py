@@ -35,6 +35,7 @@ from eclectus.server.backend import (
 )
 from eclectus.server.engine.engine_config import EngineConfig
 from eclectus.server.engine.llm_engine import LLMEngine, StepFailed
+from eclectus.server.engine.request_stream import RequestStream, aborted, drain
 
 if TYPE_CHECKING:  # xgrammar is imported on the first constrained request
     from eclectus.server.engine.structured import GrammarState
@@ -53,12 +54,6 @@ class StepCommand:
     grammar: GrammarState | None = None  # "add": its matcher, built off the step thread
 
 
-@dataclass(slots=True)
-class _Stream:
-    loop: asyncio.AbstractEventLoop
-    queue: asyncio.Queue[EngineOutput | EngineError]
-
-
 class AsyncEngine:
     """Implements ``eclectus.server.backend.Backend``. Constructing it loads the model."""
 
@@ -69,7 +64,7 @@ class AsyncEngine:
         self.engine = engine if engine is not None else LLMEngine(self.config)
         self._cond = threading.Condition()
         self._inbox: list[StepCommand] = []  # guarded by _cond
-        self._streams: dict[str, _Stream] = {}  # guarded by _cond
+        self._streams: dict[str, RequestStream] = {}  # guarded by _cond
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._stats = self.engine.stats()  # replaced (never mutated) after every step
@@ -121,7 +116,7 @@ class AsyncEngine:
         with self._cond:
             request_ids = list(self._streams)
         for request_id in request_ids:  # the thread is gone: the engine is ours now
-            self._deliver(self.engine.abort(request_id) or _aborted(request_id))
+            self._deliver(self.engine.abort(request_id) or aborted(request_id))
 
     # ---- requests ---------------------------------------------------------------------------
 
@@ -132,24 +127,16 @@ class AsyncEngine:
         grammar = None
         if request.sampling.structured_outputs is not None:  # compiled here, not on the step
             grammar = await asyncio.to_thread(self._prepare_grammar, request.sampling)
-        stream = _Stream(asyncio.get_running_loop(), asyncio.Queue())
+        stream = RequestStream.here()
         with self._cond:
             if request.request_id in self._streams:
                 raise EngineError(f"request id {request.request_id!r} is already running")
             self._streams[request.request_id] = stream
         self._submit(StepCommand("add", request.request_id, request, grammar))
-        finished = False
-        try:
-            while not finished:
-                item = await stream.queue.get()
-                if isinstance(item, EngineError):
-                    finished = True
-                    raise item
-                finished = item.finished
-                yield item
-        finally:
-            if not finished:  # the caller stopped listening: free what it holds
-                self._submit(StepCommand("abort", request.request_id))
+        abort = StepCommand("abort", request.request_id)
+        async with contextlib.aclosing(drain(stream, lambda: self._submit(abort))) as outputs:
+            async for output in outputs:
+                yield output
 
     async def abort(self, request_id: str) -> None:
         """Abort a request if it is still running and free its blocks (mutates)."""
@@ -262,7 +249,3 @@ class AsyncEngine:
         # a RuntimeError means the caller's loop is closed: nobody is listening
         with contextlib.suppress(RuntimeError):
             stream.loop.call_soon_threadsafe(stream.queue.put_nowait, item)
-
-
-def _aborted(request_id: str) -> EngineOutput:
-    return EngineOutput(request_id, "", (), finished=True, finish_reason="abort")

@@ -51,17 +51,12 @@ from eclectus.server.engine.core_process import (
     StepOutputs,
 )
 from eclectus.server.engine.engine_config import EngineConfig
+from eclectus.server.engine.request_stream import RequestStream, aborted, drain
 from eclectus.server.engine.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
 
 _Item = EngineOutput | EngineError
-
-
-@dataclass(slots=True)
-class _Stream:
-    loop: asyncio.AbstractEventLoop
-    queue: asyncio.Queue[_Item]
 
 
 @dataclass(slots=True)
@@ -101,7 +96,7 @@ class ProcessEngine:
         )
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()
-        self._streams: dict[str, _Stream] = {}  # guarded by _lock
+        self._streams: dict[str, RequestStream] = {}  # guarded by _lock
         self._checks: dict[int, _Check] = {}  # guarded by _lock
         self._call_ids = itertools.count()
         self._stopping = False
@@ -171,27 +166,22 @@ class ProcessEngine:
         """Submit ``request`` and stream its outputs until finished (mutates: enqueues).
         Raises RequestRefused for a constraint the core cannot compile, EngineError if the
         engine fails it or the core has exited; closing the iterator early aborts it."""
-        stream = _Stream(asyncio.get_running_loop(), asyncio.Queue())
+        stream = RequestStream.here()
         with self._lock:
             self._raise_if_dead()
             if request.request_id in self._streams:
                 raise EngineError(f"request id {request.request_id!r} is already running")
             self._streams[request.request_id] = stream
         self._post(CoreCommand("add", request.request_id, request))
-        finished = False
-        try:
-            while not finished:
-                item = await stream.queue.get()
-                if isinstance(item, EngineError):
-                    finished = True
-                    raise item
-                finished = item.finished
-                yield item
-        finally:
-            if not finished:  # the caller stopped listening: free what it holds
-                with self._lock:
-                    self._streams.pop(request.request_id, None)
-                self._post(CoreCommand("abort", request.request_id))
+        async with contextlib.aclosing(drain(stream, lambda: self._abandon(request))) as outputs:
+            async for output in outputs:
+                yield output
+
+    def _abandon(self, request: EngineRequest) -> None:
+        """Its caller stopped listening: forget its stream and abort it (mutates)."""
+        with self._lock:
+            self._streams.pop(request.request_id, None)
+        self._post(CoreCommand("abort", request.request_id))
 
     async def abort(self, request_id: str) -> None:
         """Abort a request if it is still running and free its blocks (mutates)."""
@@ -302,7 +292,7 @@ class ProcessEngine:
             logger.error("%s; failing %d open requests", self._dead, len(request_ids))
         self._route(
             tuple(
-                _aborted(request_id) if stopping else RequestFailed(request_id, self._dead)
+                aborted(request_id) if stopping else RequestFailed(request_id, self._dead)
                 for request_id in request_ids
             )
         )
@@ -314,7 +304,3 @@ class ProcessEngine:
 def _put_all(batch: list[tuple[asyncio.Queue[_Item], _Item]]) -> None:
     for queue, item in batch:
         queue.put_nowait(item)
-
-
-def _aborted(request_id: str) -> EngineOutput:
-    return EngineOutput(request_id, "", (), finished=True, finish_reason="abort")
