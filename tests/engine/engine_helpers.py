@@ -1,0 +1,37 @@
+"""What the built-in engines' tests share: one config, request builder, collector, idle wait."""
+
+from __future__ import annotations
+
+import asyncio
+
+from eclectus.server.backend import EngineOutput, EngineRequest
+from eclectus.server.engine import AsyncEngine, EngineConfig, ProcessEngine, SamplingParams
+
+CONFIG = EngineConfig(model="tiny", num_kv_blocks=256)
+Engine = AsyncEngine | ProcessEngine
+
+
+def request(request_id: str, *segments: str, **sampling: object) -> EngineRequest:
+    return EngineRequest(
+        request_id, segments or ("Hello there. ",), SamplingParams(**{"max_tokens": 8, **sampling})
+    )
+
+
+async def collect(engine: Engine, req: EngineRequest) -> list[EngineOutput]:
+    return [out async for out in engine.generate(req)]
+
+
+async def wait_until_idle(engine: Engine, num_pinned: int = 0) -> None:
+    """Until nothing runs or waits, ``num_pinned`` prefixes are pinned and (with none pinned)
+    every block is free again, as the engine's stats say."""
+    for _ in range(300):
+        stats = engine.stats()
+        if (
+            stats.num_running == 0
+            and stats.num_waiting == 0
+            and stats.extra["num_pinned"] == num_pinned
+            and (num_pinned or stats.num_free_blocks == stats.num_total_blocks)
+        ):
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"engine did not go idle: {engine.stats()}")
