@@ -136,7 +136,6 @@ class EclectusServer:
         )
         gauges = {
             **self.scheduler.gauges(),
-            "pinned_prefixes": sum(len(a.pins.pins) for a in self.scheduler.apps.values()),
             "connections": sum(self.guard.per_address.values()),
             "openai_requests": len(self.openai.jobs),
             "draining": float(self.ctx.draining),
@@ -226,8 +225,7 @@ class EclectusServer:
         for session in list(self.connections):
             session.shut(message)
         await self.openai.abort_all(message)
-        for app in list(self.scheduler.apps.values()):
-            await self.scheduler.close_app(app, message)
+        await self.scheduler.close_all(message)
         timeout = self.ctx.config.close_timeout_s
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout

@@ -348,7 +348,7 @@ class OpenAIApi:
         try:
             staged = stage(app.graph, Submit(calls=calls), self.ctx.config, count)
         except ServerError as exc:
-            scheduler.apps.pop(app.session_id, None)  # nothing of it ran
+            scheduler.forget_app(app)  # nothing of it ran
             raise ApiError(400, _name_prompts(exc.message), "prompt") from None
         app.graph.add(staged.variables, staged.nodes)
         job = _Job(app, [f"out{i}" for i in range(len(prompts))], stream)

@@ -92,7 +92,7 @@ class Scheduler:
         self.queue = ReadyQueue()
         self.num_inflight = 0
         self.num_urgent_inflight = 0  # latency/deadline calls among num_inflight
-        self.apps: dict[str, AppState] = {}
+        self._apps: dict[str, AppState] = {}  # the open sessions, by id, in opening order
         self._seq = count()
         # (session id, node id) of recent dispatches, in order: tests and debugging read it;
         # bounded so a long-running server does not grow it forever
@@ -106,7 +106,7 @@ class Scheduler:
         # an op's output is at most a frame: a value a client could not have sent either
         graph = Graph(self._count_op, max_op_chars=self.config.max_frame_bytes)
         app = AppState(session_id, graph, self.clock(), tenant)
-        self.apps[session_id] = app
+        self._apps[session_id] = app
         return app
 
     async def close_app(self, app: AppState, message: str = "session closed") -> None:
@@ -123,8 +123,25 @@ class Scheduler:
         await asyncio.gather(*tasks, return_exceptions=True)
         app.graph.close(message)
         await self._unpin(app.pins.release_all())
-        self.apps.pop(app.session_id, None)
+        self._apps.pop(app.session_id, None)
         self._pump()
+
+    async def close_all(self, message: str) -> None:
+        """:meth:`close_app` every open session, failing their pending work with ``message``
+        (mutates)."""
+        for app in list(self._apps.values()):
+            await self.close_app(app, message)
+
+    def forget_app(self, app: AppState) -> None:
+        """Unregister a session none of whose work was queued, as a refused request's
+        (mutates); one that may have run needs :meth:`close_app`."""
+        assert not app.tasks and app.graph.nodes == {}, "forget_app: the session has work"
+        self._apps.pop(app.session_id, None)
+
+    def app(self, session_id: str) -> AppState | None:
+        """The open session ``session_id`` or None (pure; the live state, for tests and
+        tools that inspect one session)."""
+        return self._apps.get(session_id)
 
     # -- work arriving ----------------------------------------------------------------------
 
@@ -170,7 +187,7 @@ class Scheduler:
         reach the live state)."""
         return [
             SessionSnapshot(app.session_id, app.tenant, app.graph.depth())
-            for app in self.apps.values()
+            for app in self._apps.values()
         ]
 
     @property
@@ -347,7 +364,11 @@ class Scheduler:
 
     def gauges(self) -> dict[str, float]:
         """Scheduler gauges for /metrics (pure)."""
-        return {"queue_depth": len(self.queue), "inflight": self.num_inflight}
+        return {
+            "queue_depth": len(self.queue),
+            "inflight": self.num_inflight,
+            "pinned_prefixes": sum(len(app.pins.pins) for app in self._apps.values()),
+        }
 
 
 def _producers_first(graph: Graph, nodes: list[Node]) -> list[Node]:

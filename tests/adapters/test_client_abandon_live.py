@@ -39,7 +39,9 @@ def wait_for_idle_engine(live: LiveServer, timeout: float = 5.0) -> dict[str, fl
 
 def server_var_state(live: LiveServer, session_id: str, var_id: str) -> tuple[str, str | None]:
     """The server graph's state and error code of one variable."""
-    variable = live.server.scheduler.apps[session_id].graph.vars[var_id]
+    app = live.server.scheduler.app(session_id)
+    assert app is not None, f"session {session_id} is not open"
+    variable = app.graph.vars[var_id]
     return variable.state.value, variable.error_code
 
 

@@ -152,7 +152,9 @@ async def test_instances_are_freed_when_the_map_is_done(server: Any, client: Raw
     """Instance calls and their variables do not stay in the session's graph."""
     await client.ask(map_frame({"id": "plan", "value": '["a", "b"]'}))
     await client.values(3)
-    (app,) = server.scheduler.apps.values()
+    (session,) = server.scheduler.snapshot()
+    app = server.scheduler.app(session.session_id)
+    assert app is not None
     assert not [v for v in app.graph.vars if "#" in v]
     assert not [n for n in app.graph.nodes if "#" in n]
 

@@ -57,7 +57,7 @@ async def test_openai_requests_obey_max_inflight(make_server: ServerFactory) -> 
     engine.release()
     answer = (await pending).json()
     assert [c["text"] for c in answer["choices"]] == [scripted_text(p, 4) for p in prompts]
-    assert server.scheduler.apps == {}
+    assert server.scheduler.snapshot() == []
 
 
 async def test_openai_work_queues_behind_an_older_websocket_app(
@@ -108,7 +108,7 @@ async def test_a_client_that_leaves_aborts_its_request(make_server: ServerFactor
         request_id = engine.requests[0].request_id
         writer.close()
         await wait_for(lambda rid=request_id: rid in engine.aborted)
-        await wait_for(lambda: engine.running == set() and server.scheduler.apps == {})
+        await wait_for(lambda: engine.running == set() and server.scheduler.snapshot() == [])
         assert server.scheduler.num_inflight == 0
 
 

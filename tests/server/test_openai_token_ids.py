@@ -83,7 +83,7 @@ async def test_a_token_prompt_flood_stays_under_the_cap_and_in_app_fifo(
     assert all(request.segments == () for request in engine.requests)
     choices = answers[2].json()["choices"]
     assert len(choices) == 1 and choices[0]["token_ids"] == list(choices[0]["text"].encode())
-    assert scheduler.apps == {} and scheduler.num_inflight == 0
+    assert scheduler.snapshot() == [] and scheduler.num_inflight == 0
 
 
 async def test_token_prompt_limits_are_400s_naming_the_prompt(
@@ -104,7 +104,7 @@ async def test_token_prompt_limits_are_400s_naming_the_prompt(
         assert answer.status_code == 400, (message, answer.text)
         error = answer.json()["error"]
         assert message in error["message"] and error["param"] == "prompt"
-    assert engine.requests == [] and server.scheduler.apps == {}
+    assert engine.requests == [] and server.scheduler.snapshot() == []
     answer = await post(server, {"prompt": ids_of(16), "max_tokens": 2})  # at the limit
     assert answer.status_code == 200 and len(engine.requests) == 1
 
@@ -129,7 +129,7 @@ async def test_a_client_that_leaves_aborts_its_token_prompt(
     request_id = engine.requests[0].request_id
     writer.close()
     await wait_for(lambda: request_id in engine.aborted)
-    await wait_for(lambda: engine.running == set() and server.scheduler.apps == {})
+    await wait_for(lambda: engine.running == set() and server.scheduler.snapshot() == [])
     assert server.scheduler.num_inflight == 0
 
 

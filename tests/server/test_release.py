@@ -56,5 +56,5 @@ async def test_long_session_with_release_stays_under_the_call_limit(
                 {"type": "release", "id": "r", "vars": [*ids, "joined", "final"]}
             )
             assert reply == {"type": "ack", "id": "r"}
-        app = next(iter(server.scheduler.apps.values()))
-        assert app.graph.vars == {} and app.graph.nodes == {}
+        app = server.scheduler.app(server.scheduler.snapshot()[0].session_id)
+        assert app is not None and app.graph.vars == {} and app.graph.nodes == {}

@@ -78,7 +78,7 @@ async def test_disconnect_mid_graph_frees_everything(make_server: ServerFactory)
         assert server.metrics.sessions == 1
         assert engine.running == set() and server.scheduler.num_inflight == 0
         assert len(engine.aborted) == 30  # 3 maps in flight per session
-        assert server.scheduler.ready == [] and len(server.scheduler.apps) == 1
+        assert server.scheduler.ready == [] and len(server.scheduler.snapshot()) == 1
         engine.release()
         await live.ask(map_reduce(2))
         assert (await live.values(1))["final"]["type"] == "value"
