@@ -91,9 +91,21 @@ def arrivals(params: SharedPromptParams) -> list[float]:
 
 
 def handbook_and_rest(params: SharedPromptParams, text: str) -> tuple[str, str]:
-    """(the handbook excerpt, the text the analytics job reads) (pure)."""
+    """(the handbook excerpt, the text the analytics job reads: what follows it) (pure)."""
     handbook = split_chunks(text, params.system_tokens, 1)[0]
-    return handbook, text[len(handbook) :] if text.startswith(handbook) else text
+    return handbook, _after_non_space(text, len("".join(handbook.split()))).lstrip()
+
+
+def _after_non_space(text: str, num_chars: int) -> str:
+    """``text`` after its first ``num_chars`` non-whitespace characters (pure). The handbook
+    comes from the text with its whitespace runs made single spaces, so its length in the
+    original is counted without them."""
+    seen = 0
+    for i, char in enumerate(text):
+        if seen == num_chars:
+            return text[i:]
+        seen += not char.isspace()
+    return ""
 
 
 def split_document(params: SharedPromptParams, text: str) -> tuple[str, list[str]]:

@@ -12,6 +12,7 @@ from eclectus.recipes.multi_agent import file_names
 from eclectus.recipes.shared_prompt import (
     SharedPromptParams,
     arrivals,
+    handbook_and_rest,
     job_starts,
     plan,
     questions,
@@ -85,6 +86,22 @@ def test_background_jobs_spread_over_the_chats_with_their_own_chunks() -> None:
     assert plan(params, text) == 16 + 8 * planned_calls(background, 8)[0]
     with pytest.raises(ValueError, match="background_jobs"):
         SharedPromptParams(background_jobs=0)
+
+
+@pytest.mark.parametrize("layout", ["one space", "lines and paragraphs"])
+def test_the_handbook_is_not_read_again_by_the_analytics_job(layout: str) -> None:
+    """The rest starts where the handbook ends, however the document's whitespace runs (line
+    breaks, paragraphs, runs of spaces): the analytics job never re-reads the handbook."""
+    words = " ".join(load_sample(sample_names()[0]).split()).split(" ")
+    text = " ".join(words)
+    if layout != "one space":  # a newline every 9th word, a blank line every 40th, two spaces
+        text = "".join(
+            word + ("\n\n" if i % 40 == 39 else "\n" if i % 9 == 8 else "  ")
+            for i, word in enumerate(words)
+        )
+    handbook, rest = handbook_and_rest(SharedPromptParams(system_tokens=256), text)
+    assert 0 < len(rest) < len(text) - len(handbook) // 2
+    assert " ".join(f"{handbook} {rest}".split()) == " ".join(text.split())  # nothing lost
 
 
 def parse(*argv: str) -> argparse.Namespace:
