@@ -4,7 +4,9 @@ A get carries criteria: ``latency`` (someone waits on it), ``deadline`` (done wi
 ``deadline_ms``) or ``throughput`` (as much work per second as possible). Every call upstream
 of the get inherits the strongest objective of all gets downstream of it: latency beats
 deadline beats throughput, and the earliest deadline wins. Calls are then ranked by
-:func:`rank_key`; smaller runs first.
+:func:`rank_key`; smaller runs first. A /v1 request may also name vLLM's ``priority`` (lower
+runs first), which ranks it within its class, as an outer Eclectus ranks the requests it sends
+to this one as its engine.
 """
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ _STRENGTH: dict[Criteria, int] = {"latency": 0, "deadline": 1, "throughput": 2}
 
 @dataclass(frozen=True, slots=True)
 class Objective:
-    """One get's goal. ``deadline`` is an absolute time.monotonic() value, or None."""
+    """One get's goal. ``deadline`` is an absolute time.monotonic() value, or None;
+    ``priority`` is vLLM's request priority (lower first; 0 unless a /v1 request names one)."""
 
     criteria: Criteria = "throughput"
     deadline: float | None = None
+    priority: int = 0
 
     @property
     def urgent(self) -> bool:
@@ -31,22 +35,27 @@ class Objective:
         return self.criteria != "throughput"
 
     def merge(self, other: Objective) -> Objective:
-        """The stronger of two objectives, with the earlier deadline (pure)."""
+        """The stronger of two objectives, with the earlier deadline and the lower priority
+        (pure)."""
         criteria = min(self.criteria, other.criteria, key=_STRENGTH.__getitem__)
         deadlines = [d for d in (self.deadline, other.deadline) if d is not None]
-        return Objective(criteria, min(deadlines) if deadlines else None)
+        priority = min(self.priority, other.priority)
+        return Objective(criteria, min(deadlines) if deadlines else None, priority)
 
 
-def objective_for_get(criteria: Criteria, deadline_ms: float | None, now: float) -> Objective:
-    """The objective a get frame asks for (pure). A deadline_ms without criteria 'deadline'
-    still bounds the work; 'deadline' without deadline_ms is treated as latency."""
+def objective_for_get(
+    criteria: Criteria, deadline_ms: float | None, now: float, priority: int = 0
+) -> Objective:
+    """The objective a get frame (or a /v1 request, with its ``priority``) asks for (pure).
+    A deadline_ms without criteria 'deadline' still bounds the work; 'deadline' without
+    deadline_ms is treated as latency."""
     deadline = now + deadline_ms / 1000.0 if deadline_ms is not None else None
     if criteria == "deadline" and deadline is None:
         criteria = "latency"
-    return Objective(criteria, deadline)
+    return Objective(criteria, deadline, priority)
 
 
-RankKey = tuple[int, float, float, str, int]
+RankKey = tuple[int, float, int, float, str, int]
 
 
 def rank_key(
@@ -62,12 +71,14 @@ def rank_key(
 
     1. criteria class: latency/deadline before throughput;
     2. urgency: latency first (-inf), then the earliest deadline;
-    3. app-FIFO with aging: the arrival of the call's graph (Scheduler._stamp_arrivals)
+    3. the request's priority (vLLM's: lower first; 0 for every call but a /v1 request's that
+       names one), so an outer scheduler's order holds among the requests it sends here;
+    4. app-FIFO with aging: the arrival of the call's graph (Scheduler._stamp_arrivals)
        minus an aging credit of ``aging_rate`` seconds per second waited. At ``now`` that is
        ``app_arrival - aging_rate * (now - enqueued_at)``; ``- aging_rate * now`` is common to
        every queued call, so ``app_arrival + aging_rate * enqueued_at`` orders them the same
        at any time, and the key never needs recomputing as time passes;
-    4. group id, so the members of a task group sit together; 5. submission order.
+    5. group id, so the members of a task group sit together; 6. submission order.
     """
     if objective.criteria == "latency":
         urgency = -math.inf
@@ -76,6 +87,7 @@ def rank_key(
     return (
         0 if objective.urgent else 1,
         urgency,
+        objective.priority,
         app_arrival + aging_rate * enqueued_at,
         group or "",
         seq,
@@ -85,8 +97,10 @@ def rank_key(
 def engine_priority(key: RankKey, epoch: float, aging_rate: float) -> float:
     """Flatten a rank key into EngineRequest.priority (lower first) so the engine admits its
     waiting requests in nearly the scheduler's order: the class dominates, then the deadline
-    and the app rank, both in seconds since ``epoch`` (the server's start), are summed (pure)."""
-    urgent_class, urgency, app_rank, _group, _seq = key
+    and the app rank, both in seconds since ``epoch`` (the server's start), and the request's
+    priority (as seconds, so that a step of 1 outweighs most app ranks) are summed (pure)."""
+    urgent_class, urgency, priority, app_rank, _group, _seq = key
     deadline_part = min(max(urgency - epoch, 0.0), 1e8)  # latency 0, none 1e8
+    priority_part = min(max(priority, -1e8), 1e8)  # never across the class
     app_part = app_rank - (1.0 + aging_rate) * epoch  # rank_key's app term, shifted to ~0
-    return urgent_class * 1e9 + deadline_part + app_part
+    return urgent_class * 1e9 + deadline_part + priority_part + app_part

@@ -12,7 +12,8 @@ Supported: ``POST /v1/completions`` (prompt: a string or a list of at most
 openai_token_ids.py), ``POST /v1/chat/completions`` (string or text-part
 message contents), ``GET /v1/models``; ``stream`` with ``stream_options.include_usage``;
 ``max_tokens`` / ``max_completion_tokens``, ``temperature``, ``top_p``, ``seed``, ``stop`` and
-the vLLM extensions ``top_k``, ``ignore_eos``, ``stop_token_ids`` and (completions)
+the vLLM extensions ``top_k``, ``ignore_eos``, ``stop_token_ids``, ``priority`` (lower is
+scheduled first, within the latency class every /v1 request has) and (completions)
 ``return_token_ids``; on chat, tools and
 structured outputs (read by :mod:`eclectus.protocol.openai_tools`: ``tools``, ``tool_choice``,
 ``parallel_tool_calls``, ``response_format``, vLLM's ``structured_outputs``); on completions
@@ -300,7 +301,9 @@ class OpenAIApi:
         sampling = with_constraint(sampling, constraint)
         await self._check_constraint(sampling)
         base = f"{'chatcmpl' if chat else 'cmpl'}-{secrets.token_hex(8)}"
-        job = self._submit(base, tenant, prompts, sampling, stream=body.stream)
+        job = self._submit(
+            base, tenant, prompts, sampling, stream=body.stream, priority=body.priority
+        )
         if body.stream:
             name = self._name(body.model)
             stream = self._stream(
@@ -330,11 +333,13 @@ class OpenAIApi:
         sampling: SamplingParams,
         *,
         stream: bool,
+        priority: int = 0,
     ) -> _Job:
         """Open the request's app and graph, one call per prompt, and activate every output
-        (mutates the scheduler). A token-id prompt's call has no text: its ids go beside the
-        graph (``AppState.token_prompts``) and reach the engine unchanged. ApiError(400) when
-        the graph is refused (too long a prompt, too many calls)."""
+        with the criteria ``latency`` and the request's ``priority`` (mutates the scheduler).
+        A token-id prompt's call has no text: its ids go beside the graph
+        (``AppState.token_prompts``) and reach the engine unchanged. ApiError(400) when the
+        graph is refused (too long a prompt, too many calls)."""
         scheduler = self.ctx.scheduler
         app = scheduler.open_app(base, tenant)
         calls = []
@@ -356,7 +361,8 @@ class OpenAIApi:
         self.jobs.add(job)
         for var_id in job.outputs:
             app.graph.vars[var_id].watchers.append(job.chunks.put_nowait)
-            scheduler.activate(app, var_id, objective_for_get("latency", None, scheduler.clock()))
+            objective = objective_for_get("latency", None, scheduler.clock(), priority)
+            scheduler.activate(app, var_id, objective)
         return job
 
     async def _wait(self, request: Request, job: _Job) -> list[Variable] | None:

@@ -66,6 +66,9 @@ class OpenAIRequest(BaseModel):
     ignore_eos: bool = False  # vLLM's extension
     stop_token_ids: list[int] | None = None  # vLLM's extension
     return_token_ids: bool = False  # vLLM's extension (token-id prompts list their ids)
+    # vLLM's extension: the request's rank among this server's requests, lower first (as
+    # vLLM's --scheduling-policy priority); what an outer Eclectus sends its engines
+    priority: int = Field(default=0, ge=-(2**62), le=2**62)
 
     @model_validator(mode="after")
     def _refuse_unsupported(self) -> OpenAIRequest:

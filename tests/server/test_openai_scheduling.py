@@ -83,6 +83,32 @@ async def test_openai_work_queues_behind_an_older_websocket_app(
     assert order[:3] == ["ws", "ws", "ws"] and sorted(order[3:]) == ["late", "ws"]
 
 
+async def test_a_lower_priority_value_queued_behind_the_cap_runs_first(
+    make_server: ServerFactory,
+) -> None:
+    """vLLM's ``priority`` on both endpoints: with the one engine slot taken, a request
+    with priority 1 that arrives after one with priority 10 is dispatched before it (and the
+    engine is told so too); a priority out of range is a 400 naming the field."""
+    engine = ScriptedEngine(hold=True)
+    server = await make_server(engine, max_inflight=1)
+    blocker = asyncio.ensure_future(post(server, {"prompt": "first", "max_tokens": 2}))
+    await wait_for(lambda: len(engine.requests) == 1)
+    late = {"prompt": "ten", "max_tokens": 2, "priority": 10}
+    high = asyncio.ensure_future(post(server, late))
+    await wait_for(lambda: len(server.scheduler.queue) == 1)
+    chat = {"messages": [{"role": "user", "content": "one"}], "max_tokens": 2, "priority": 1}
+    low = asyncio.ensure_future(post(server, chat, path="chat/completions"))
+    await wait_for(lambda: len(server.scheduler.queue) == 2)
+    engine.release()
+    answers = await asyncio.gather(blocker, high, low)
+    assert [a.status_code for a in answers] == [200, 200, 200]
+    first, one, ten = engine.requests
+    assert first.segments == ("first",) and "one" in one.segments[0] and ten.segments == ("ten",)
+    assert one.priority < ten.priority
+    refused = await post(server, {"prompt": "x", "priority": 2**63})
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "priority"
+
+
 async def test_prompts_per_request_are_capped(make_server: ServerFactory) -> None:
     """A list of more than max_prompts_per_request prompts is a 400 naming the limit;
     nothing reaches the engine."""
