@@ -13,8 +13,8 @@ openai_token_ids.py), ``POST /v1/chat/completions`` (string or text-part
 message contents), ``GET /v1/models``; ``stream`` with ``stream_options.include_usage``;
 ``max_tokens`` / ``max_completion_tokens``, ``temperature``, ``top_p``, ``seed``, ``stop`` and
 the vLLM extensions ``top_k``, ``ignore_eos``, ``stop_token_ids``, ``priority`` (lower is
-scheduled first, within the latency class every /v1 request has) and (completions)
-``return_token_ids``; on chat, tools and
+scheduled first, within the latency class every /v1 request has) and ``return_token_ids``
+(generated ids per choice and chunk; on chat also the prompt's); on chat, tools and
 structured outputs (read by :mod:`eclectus.protocol.openai_tools`: ``tools``, ``tool_choice``,
 ``parallel_tool_calls``, ``response_format``, vLLM's ``structured_outputs``); on completions
 the same structured outputs without tools (vLLM's /v1/completions takes them, and an Eclectus
@@ -210,7 +210,13 @@ class OpenAIApi:
                 raise ApiError(400, str(exc), "messages") from None
             prompt = self.render_chat(messages, tools=constraint.tools or None)
             return await self._run(
-                request, tenant, body, [prompt], chat=True, constraint=constraint
+                request,
+                tenant,
+                body,
+                [prompt],
+                chat=True,
+                constraint=constraint,
+                with_ids=body.return_token_ids,
             )
         except ApiError as exc:
             return self._error(request, exc)
@@ -294,12 +300,18 @@ class OpenAIApi:
     ) -> Response:
         """Serve ``prompts`` (text, or token ids) as one-call graphs; a chat's
         ``constraint`` (tools, response format) constrains the sampling and shapes the reply.
-        ``with_ids``: every choice and stream chunk lists its generated token ids."""
+        ``with_ids``: every choice and stream chunk lists its generated token ids
+        (``token_ids``), and a chat's response, or its first chunk, its prompt's
+        (``prompt_token_ids``), as vLLM's ``return_token_ids`` does."""
         self._check_model(body.model)
         constraint = constraint or ChatConstraint()
         sampling = to_sampling(body, None if chat else COMPLETIONS_DEFAULT_MAX_TOKENS)
         sampling = with_constraint(sampling, constraint)
         await self._check_constraint(sampling)
+        prompt_ids = None
+        if chat and with_ids:  # the ids the engine is given: the rendered prompt's, one segment
+            tokenized = await asyncio.to_thread(self.ctx.backend.tokenize_prompt, (prompts[0],))
+            prompt_ids = list(tokenized.token_ids)
         base = f"{'chatcmpl' if chat else 'cmpl'}-{secrets.token_hex(8)}"
         job = self._submit(
             base, tenant, prompts, sampling, stream=body.stream, priority=body.priority
@@ -307,7 +319,14 @@ class OpenAIApi:
         if body.stream:
             name = self._name(body.model)
             stream = self._stream(
-                job, base, name, chat, body.include_usage, constraint, with_ids=with_ids
+                job,
+                base,
+                name,
+                chat,
+                body.include_usage,
+                constraint,
+                with_ids=with_ids,
+                prompt_ids=prompt_ids,
             )
             return self._count(request, StreamingResponse(stream, media_type="text/event-stream"))
         try:
@@ -323,6 +342,8 @@ class OpenAIApi:
         if with_ids:
             for choice, ids in zip(response["choices"], job.token_ids, strict=True):
                 choice["token_ids"] = ids
+        if prompt_ids is not None:
+            response["prompt_token_ids"] = prompt_ids
         return self._count(request, JSONResponse(response))
 
     def _submit(
@@ -391,29 +412,36 @@ class OpenAIApi:
         constraint: ChatConstraint,
         *,
         with_ids: bool = False,
+        prompt_ids: list[int] | None = None,
     ) -> AsyncIterator[bytes]:
         """The SSE events of a one-prompt request; ``with_ids``: each chunk lists its new
-        token ids. A disconnect cancels this generator (Starlette), and its ``finally``
-        aborts the request."""
+        token ids, and a chat's first chunk ``prompt_ids``. A disconnect cancels this
+        generator (Starlette), and its ``finally`` aborts the request."""
         created = int(time.time())
         kind = "chat.completion.chunk" if chat else "text_completion"
         deltas = ChatDeltas(constraint)  # content, and a tool_calls delta per complete call
+
+        def event(delta: Any, finish: str | None = None, ids: Sequence[int] = ()) -> bytes:
+            chunk = sse_chunk(base, kind, name, created, delta, finish)
+            if with_ids:
+                chunk["choices"][0]["token_ids"] = list(ids)
+            return sse(chunk)
+
         try:
             if chat:  # the first chunk carries the role, as OpenAI's does
-                yield sse(
-                    sse_chunk(base, kind, name, created, {"role": "assistant", "content": ""})
-                )
+                role = sse_chunk(base, kind, name, created, {"role": "assistant", "content": ""})
+                if prompt_ids is not None:
+                    role["prompt_token_ids"] = prompt_ids
+                yield sse(role)
             while True:
                 item = await job.chunks.get()
                 if not isinstance(item, Variable):
                     _, text, ids = item
-                    if with_ids and not chat:  # even without text: a partial character
-                        chunk = sse_chunk(base, kind, name, created, text)
-                        chunk["choices"][0]["token_ids"] = list(ids)
-                        yield sse(chunk)
-                    elif text:
-                        for delta in deltas.feed(text) if chat else [text]:
-                            yield sse(sse_chunk(base, kind, name, created, delta))
+                    pieces = (deltas.feed(text) if chat else [text]) if text else []
+                    if with_ids:  # every output's ids, even with no text (a partial character)
+                        pieces = pieces or [{} if chat else ""]
+                    for n, piece in enumerate(pieces):
+                        yield event(piece, ids=ids if n == 0 else ())
                     continue
                 if item.state is VarState.FAILED:
                     yield sse(_var_error(item).body())
@@ -422,12 +450,8 @@ class OpenAIApi:
                 if chat:
                     held, finish = deltas.finish(finish)
                     for delta in held:
-                        yield sse(sse_chunk(base, kind, name, created, delta))
-                empty = {} if chat else ""
-                last = sse_chunk(base, kind, name, created, empty, finish)
-                if with_ids and not chat:
-                    last["choices"][0]["token_ids"] = []
-                yield sse(last)
+                        yield event(delta)
+                yield event({} if chat else "", finish)
                 if include_usage:
                     usage = usage_of([item])
                     yield sse(sse_chunk(base, kind, name, created, None, usage=usage))

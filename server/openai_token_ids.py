@@ -9,9 +9,10 @@ Eclectus's engine (``eclectus serve --engine-url``, docs/engines.md).
   re-tokenized. The same limits as text prompts (``max_prompts_per_request``, and each
   prompt's length against ``max_prompt_tokens``, at most the context window less one) are
   checked here before anything is scheduled, as 400s naming the prompt.
-- ``return_token_ids`` (always on for token-id prompts; on text prompts when asked): each
-  choice and each stream chunk lists its generated ids, so a remote backend can continue a
-  request exactly after a failover.
+- ``return_token_ids`` (always on for token-id prompts; on text prompts and chats when
+  asked): each choice and each stream chunk lists its generated ids, so a remote backend can
+  continue a request exactly after a failover; a chat also lists its rendered prompt's
+  (``prompt_token_ids``), as vLLM does.
 - ``POST /tokenize`` ``{"prompt", "add_special_tokens"}`` -> ``{"tokens", "count",
   "max_model_len"}``, the ids a text prompt becomes here.
 """

@@ -150,3 +150,43 @@ async def test_streamed_token_ids_concatenate_to_the_answer(make_server: ServerF
         ids = [i for c in chunks for i in c["choices"][0]["token_ids"]]
         assert ids == list(text.encode()) and len(ids) == 6
         assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+
+
+async def _chat(server: EclectusServer, body: dict) -> list[dict]:
+    """The chat answer (one item) or, streamed, its data events, parsed."""
+    async with (
+        httpx.AsyncClient(timeout=10) as http,
+        http.stream("POST", f"{server.openai_url}/chat/completions", json=body) as response,
+    ):
+        assert response.status_code == 200
+        if not body.get("stream"):
+            return [json.loads(await response.aread())]
+        lines = [line async for line in response.aiter_lines()]
+    return [json.loads(line[6:]) for line in lines if line.startswith("data: {")]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_chat_returns_token_ids_under_vllms_names(
+    make_server: ServerFactory, stream: bool
+) -> None:
+    """return_token_ids on /v1/chat/completions, as vLLM answers it: the choice's generated
+    ids (streamed: each chunk's, concatenating to the answer) in ``token_ids``, the rendered
+    prompt's in ``prompt_token_ids`` (streamed: on the first chunk); without it, neither."""
+    engine = ScriptedEngine()
+    server = await make_server(engine)
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 6, "stream": stream}
+    plain = await _chat(server, body)
+    assert not any("token_ids" in c["choices"][0] for c in plain if c["choices"])
+    assert not any("prompt_token_ids" in c for c in plain)
+    events = await _chat(server, {**body, "return_token_ids": True})
+    (prompt,) = {"".join(r.segments) for r in engine.requests}  # the same rendering twice
+    assert events[0]["prompt_token_ids"] == list(prompt.encode())
+    assert not any("prompt_token_ids" in e for e in events[1:])
+    if stream:
+        content = "".join(e["choices"][0]["delta"].get("content", "") for e in events)
+        ids = [i for e in events[1:] for i in e["choices"][0]["token_ids"]]
+        assert events[-1]["choices"][0]["finish_reason"] == "length"
+    else:
+        (choice,) = events[0]["choices"]
+        content, ids = choice["message"]["content"], choice["token_ids"]
+    assert ids == list(content.encode()) and len(ids) == 6
