@@ -22,7 +22,7 @@ from eclectus.evals.critical_path import critical_chain, measure_chain
 from eclectus.evals.fresh import fresh_text
 from eclectus.evals.servers import EclectusProcess
 from eclectus.evals.systems import System
-from eclectus.evals.trace import read_spans
+from eclectus.evals.trace import idle_within, read_spans
 from eclectus.evals.workloads import RTT_FIELD, Sweep, Workload, replace_path
 from eclectus.recipes import RECIPES, run_recipe
 from eclectus.recipes.shared_prompt import drop_cached_async_clients
@@ -62,6 +62,13 @@ class RunRecord:
     round_trips: int | None = None
     # the recipe's latency details (chat mean, p50, p90 ...), seconds by name
     latencies: dict[str, float] = field(default_factory=dict)
+    # what crossed the delay proxy during the run (None without a delay): the client's
+    # turns (each at most one round trip; proxy.py) and the connections it opened
+    proxy_turns: int | None = None
+    proxy_connections: int | None = None
+    proxy_client_s: float | None = None  # the client's own time between hearing and sending
+    # seconds of the run in which its engine ran none of its calls (engine spans only)
+    engine_idle_s: float | None = None
 
     @property
     def cache_hit_ratio(self) -> float | None:
@@ -188,8 +195,11 @@ class Harness:
             server.reset_prefix_cache()
         drop_cached_async_clients()
         before = _counters(system)
+        target = system.target()  # starts the proxy, so that its counts are the run's own
+        crossed = system.traffic()
         started_epoch = time.time()
-        result = run_recipe(workload.recipe, params, system.target(), text=text)
+        result = run_recipe(workload.recipe, params, target, text=text)
+        traffic = None if crossed is None else system.traffic() - crossed  # type: ignore[operator]
         spans, source = self._spans(system, result, started_epoch)
         prompt, cached = _token_delta(system, before)
         metric = (
@@ -214,6 +224,12 @@ class Harness:
             notes,
             _round_trips(system, result),
             latencies,
+            None if traffic is None else traffic.turns,
+            None if traffic is None else traffic.connections,
+            None if traffic is None else traffic.client_s,
+            idle_within([(a, b) for a, b, _ in spans], result.wall_s)
+            if source == "engine"
+            else None,
         )
 
     def measure_bound(

@@ -6,6 +6,13 @@ RTT more, as over a wide-area link; the paper applied such a delay to every call
 systems. Per direction, a reader stamps chunks with their delivery time into a bounded queue
 (backpressure when it is full) and a writer sends them when due. Listens on 127.0.0.1 only.
 
+It also counts what crosses it (:class:`Traffic`): connections, chunks and bytes each way,
+and the client's *turns* -- chunks the client sent after the server's last delivery to it on
+that connection (or opening it). A client that waits for a reply before it sends again
+pays one round trip per turn, so turns bound the round trips a run paid from above: a
+WebSocket session's upgrade and ``hello`` are two, each compiled graph's ``submit`` one, each
+stock HTTP request one.
+
     with DelayProxy("127.0.0.1", 8000, rtt_s=0.1) as proxy:
         url = f"http://127.0.0.1:{proxy.port}/v1"
 """
@@ -14,16 +21,95 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from types import TracebackType
 
 CHUNK_BYTES = 1 << 16
 MAX_QUEUED_CHUNKS = 256  # per direction: a bound on what the proxy holds
 
 
-async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay_s: float) -> None:
-    """Copy ``reader`` to ``writer``, each chunk ``delay_s`` after it was read, in order."""
+@dataclass(frozen=True, slots=True)
+class Traffic:
+    """What crossed a :class:`DelayProxy` (totals since it started; subtract two snapshots
+    for one run's share)."""
+
+    connections: int = 0
+    turns: int = 0  # client chunks sent after hearing from the server (see the module doc)
+    chunks_up: int = 0  # client -> server
+    chunks_down: int = 0  # server -> client
+    bytes_up: int = 0
+    bytes_down: int = 0
+    # summed over the turns after a connection's first: seconds from the server's last
+    # delivery to the client until the client sent (its code's time, not the network's)
+    client_s: float = 0.0
+
+    def __sub__(self, other: Traffic) -> Traffic:
+        return Traffic(
+            *(getattr(self, f.name) - getattr(other, f.name) for f in dataclasses.fields(self))
+        )
+
+
+class _Counter:
+    """The proxy's running totals; mutated on the proxy's loop, read from any thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._totals = Traffic()
+
+    def add(self, **deltas: float) -> None:
+        """Add ``deltas`` (field name -> amount) to the totals (mutates)."""
+        with self._lock:
+            t = self._totals
+            self._totals = dataclasses.replace(
+                t, **{name: getattr(t, name) + amount for name, amount in deltas.items()}
+            )
+
+    def snapshot(self) -> Traffic:
+        with self._lock:
+            return self._totals
+
+
+@dataclass(slots=True)
+class _Link:
+    """One proxied connection's turn-taking: has the client heard from the server since it
+    last sent? (Mutated on the proxy's loop.)"""
+
+    counter: _Counter
+    heard: bool = True  # the connection's first chunk is a turn
+    heard_at: float | None = None  # when the client last got a server chunk
+
+    def sent_up(self, size: int) -> None:
+        if not self.heard:
+            self.counter.add(chunks_up=1, bytes_up=size)
+            return
+        self.heard = False
+        waited = 0.0 if self.heard_at is None else time.monotonic() - self.heard_at
+        self.counter.add(turns=1, chunks_up=1, bytes_up=size, client_s=waited)
+
+    def read_down(self, size: int) -> None:
+        self.counter.add(chunks_down=1, bytes_down=size)
+
+    def delivered_down(self, size: int) -> None:
+        self.heard, self.heard_at = True, time.monotonic()
+
+
+def _ignore(size: int) -> None:
+    pass
+
+
+async def _pump(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    delay_s: float,
+    on_read: Callable[[int], None] = _ignore,
+    on_delivered: Callable[[int], None] = _ignore,
+) -> None:
+    """Copy ``reader`` to ``writer``, each chunk ``delay_s`` after it was read, in order;
+    ``on_read`` / ``on_delivered`` hear each chunk's size when it is read / written."""
     queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue(MAX_QUEUED_CHUNKS)
 
     async def deliver() -> None:
@@ -34,12 +120,14 @@ async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, dela
             await asyncio.sleep(max(0.0, due - time.monotonic()))
             writer.write(data)
             await writer.drain()
+            on_delivered(len(data))
         with contextlib.suppress(OSError):
             writer.write_eof()
 
     sender = asyncio.create_task(deliver())
     try:
         while data := await reader.read(CHUNK_BYTES):
+            on_read(len(data))
             await queue.put((time.monotonic() + delay_s, data))
     except OSError:
         pass
@@ -52,7 +140,8 @@ async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, dela
 class DelayProxy:
     """Forwards 127.0.0.1:``port`` (a free port) to ``host``:``target_port`` with ``rtt_s``
     of added round-trip delay; runs its own event loop in a daemon thread. ``close`` (or
-    leaving the ``with`` block) stops it (mutates; idempotent)."""
+    leaving the ``with`` block) stops it (mutates; idempotent). :meth:`traffic` says what
+    crossed it so far."""
 
     def __init__(self, host: str, target_port: int, rtt_s: float) -> None:
         if rtt_s < 0:
@@ -60,6 +149,7 @@ class DelayProxy:
         self.host, self.target_port, self.rtt_s = host, target_port, rtt_s
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.Server | None = None
+        self._counter = _Counter()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="delay-proxy", daemon=True
         )
@@ -67,6 +157,10 @@ class DelayProxy:
         future = asyncio.run_coroutine_threadsafe(self._listen(), self._loop)
         self._server = future.result(timeout=10)
         self.port: int = self._server.sockets[0].getsockname()[1]
+
+    def traffic(self) -> Traffic:
+        """Totals of what crossed the proxy so far (pure snapshot, any thread)."""
+        return self._counter.snapshot()
 
     async def _listen(self) -> asyncio.Server:
         return await asyncio.start_server(self._on_client, "127.0.0.1", 0)
@@ -80,10 +174,12 @@ class DelayProxy:
             client_w.close()
             return
         half = self.rtt_s / 2
+        link = _Link(self._counter)
+        self._counter.add(connections=1)
         try:
             await asyncio.gather(
-                _pump(client_r, server_w, half),
-                _pump(server_r, client_w, half),
+                _pump(client_r, server_w, half, on_read=link.sent_up),
+                _pump(server_r, client_w, half, link.read_down, link.delivered_down),
                 return_exceptions=True,
             )
         except asyncio.CancelledError:

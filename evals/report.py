@@ -22,9 +22,10 @@ from eclectus.recipes import (
 
 HEADER = (
     "| point | system | median s | min–max s | ÷ reference | lower bound s | ÷ bound "
-    "| prefix-cache hits | calls | prompt tokens | prefilled tokens | round trips |"
+    "| prefix-cache hits | calls | prompt tokens | prefilled tokens | round trips "
+    "| proxy turns | engine idle s |"
 )
-RULE = "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+RULE = "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 
 
 def write_results(
@@ -58,7 +59,8 @@ def table_rows(summary: list[PointSummary]) -> list[str]:
         f"| {_num(s.vs_reference, '{:.2f}×')} | {_num(s.bound_s)} "
         f"| {_num(s.vs_bound, '{:.2f}×')} | {_num(s.cache_hit_ratio, '{:.0%}')} "
         f"| {s.num_calls} | {_num(s.prompt_tokens, '{:.0f}')} "
-        f"| {_num(s.prefilled_tokens, '{:.0f}')} | {_num(s.round_trips, '{:.0f}')} |"
+        f"| {_num(s.prefilled_tokens, '{:.0f}')} | {_num(s.round_trips, '{:.0f}')} "
+        f"| {_num(s.proxy_turns, '{:.0f}')} | {_num(s.engine_idle_s)} |"
         for s in summary
     ]
 
@@ -166,8 +168,11 @@ def render_report(
         "system's median over its own engine's bound. Prefilled tokens: prompt tokens the "
         "engine(s) computed (prompt tokens minus prefix-cache hits, from the servers' own "
         "counters). Round trips: client frames of a compiled graph, one request per model "
-        "call for a stock client. A point `rtt_ms=V` ran the base parameters with a "
-        "V ms client round trip on every system.",
+        "call for a stock client. Proxy turns (with a round trip only): the times the "
+        "client sent after hearing from the server, counted by the delay proxy (each at "
+        "most one round trip; a new WebSocket session adds 2). Engine idle s (Eclectus "
+        "servers): the run's seconds in which its engine had none of its calls. A point "
+        "`rtt_ms=V` ran the base parameters with a V ms client round trip on every system.",
         "",
     ]
     for workload in workloads:

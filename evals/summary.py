@@ -35,6 +35,8 @@ class PointSummary:
     prefilled_tokens: float | None = None  # prompt tokens not served from a prefix cache
     round_trips: float | None = None  # client round trips per run
     latencies: dict[str, float] = field(default_factory=dict)  # median of each, seconds
+    proxy_turns: float | None = None  # client turns through the delay proxy per run
+    engine_idle_s: float | None = None  # seconds per run the engine had none of its calls
 
 
 def summarize(
@@ -56,6 +58,8 @@ def summarize(
         prompts = [r.prompt_tokens for r in mine if r.prompt_tokens is not None]
         prefilled = [p for r in mine if (p := r.prefilled_tokens) is not None]
         trips = [r.round_trips for r in mine if r.round_trips is not None]
+        turns = [r.proxy_turns for r in mine if r.proxy_turns is not None]
+        idle = [r.engine_idle_s for r in mine if r.engine_idle_s is not None]
         names = dict.fromkeys(n for r in mine for n in r.latencies)
         latencies = {
             n: statistics.median(r.latencies[n] for r in mine if n in r.latencies) for n in names
@@ -80,6 +84,8 @@ def summarize(
                 statistics.median(prefilled) if prefilled else None,
                 statistics.median(trips) if trips else None,
                 latencies,
+                statistics.median(turns) if turns else None,
+                statistics.median(idle) if idle else None,
             )
         )
     return out

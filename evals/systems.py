@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
-from eclectus.evals.proxy import DelayProxy
+from eclectus.evals.proxy import DelayProxy, Traffic
 from eclectus.evals.servers import EclectusProcess, EclectusRemoteProcess, ServerProcess
 from eclectus.recipes.target import Backend, Target
 
@@ -60,6 +60,10 @@ class System:
             self._proxy = DelayProxy(parts.hostname, parts.port, self.rtt_s)
         netloc = f"127.0.0.1:{self._proxy.port}"
         return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+    def traffic(self) -> Traffic | None:
+        """What crossed this system's delay proxy so far; None when it has none (pure)."""
+        return self._proxy.traffic() if self._proxy is not None else None
 
     def set_rtt(self, rtt_s: float) -> None:
         """Use client round trip ``rtt_s`` from the next run on (mutates: a changed delay

@@ -76,3 +76,15 @@ def read_spans(path: Path, since: float, until: float) -> list[EngineSpan]:
         return []
     spans = [EngineSpan(**json.loads(line)) for line in path.read_text().splitlines() if line]
     return [s for s in spans if since <= s.start <= until]
+
+
+def idle_within(spans: list[tuple[float, float]], total_s: float) -> float:
+    """Seconds of ``[0, total_s]`` that no span covers (pure): in a run of one app, the time
+    its engine had none of its calls: client round trips, client code, dispatch."""
+    covered, reach = 0.0, 0.0
+    for start, end in sorted(spans):
+        start, end = max(start, reach), min(end, total_s)
+        if end > start:
+            covered += end - start
+            reach = end
+    return max(0.0, total_s - covered)

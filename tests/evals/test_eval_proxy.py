@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from eclectus.evals.proxy import DelayProxy
+from eclectus.evals.proxy import DelayProxy, Traffic
 
 
 class _Echo(socketserver.BaseRequestHandler):
@@ -60,3 +60,35 @@ def test_proxy_keeps_order(echo_port: int) -> None:
 def test_proxy_rejects_negative_delay() -> None:
     with pytest.raises(ValueError):
         DelayProxy("127.0.0.1", 1, rtt_s=-1)
+
+
+def _ask(sock: socket.socket, payload: bytes) -> bytes:
+    """Send ``payload`` and wait for its echo (one request-response exchange)."""
+    sock.sendall(payload)
+    got = b""
+    while len(got) < len(payload):
+        got += sock.recv(65536)
+    return got
+
+
+def test_proxy_counts_a_turn_per_exchange_that_waited(echo_port: int) -> None:
+    """Three exchanges that each wait for the echo are three turns; three sends pipelined
+    before any answer came back are one; each connection counts once."""
+    with DelayProxy("127.0.0.1", echo_port, rtt_s=0.1) as proxy:
+        with socket.create_connection(("127.0.0.1", proxy.port)) as sock:
+            for word in (b"one", b"two", b"three"):
+                assert _ask(sock, word) == word
+        waited = proxy.traffic()
+        got, _ = _exchange(proxy.port, [b"a" * 10, b"b" * 10, b"c" * 10])
+        assert got == b"a" * 10 + b"b" * 10 + b"c" * 10
+        both = proxy.traffic()
+    assert (waited.connections, waited.turns, waited.bytes_up) == (1, 3, 11)
+    assert waited.bytes_down == 11 and waited.chunks_down >= 3
+    assert 0 <= waited.client_s < 0.1  # the client answered at once each time
+    pipelined = both - waited
+    assert (pipelined.connections, pipelined.turns, pipelined.bytes_up) == (1, 1, 30)
+
+
+def test_proxy_counts_nothing_before_traffic(echo_port: int) -> None:
+    with DelayProxy("127.0.0.1", echo_port, rtt_s=0.0) as proxy:
+        assert proxy.traffic() == Traffic()
