@@ -32,6 +32,7 @@ ARCHITECT = (
 )
 ENGINEER = "You are a software engineer on the team. The architect's design:\n\n{design}"
 REVIEWER = "You are a code reviewer on the team. The architect's design:\n\n{design}"
+APP = "multi-agent"  # the application both compiled parts run as (the session's tag)
 FILE_NAME = re.compile(r"\b[\w/-]+\.(?:py|md|toml|json|yaml|txt|js|ts)\b")
 
 architect_prompt = ChatPromptTemplate.from_messages(
@@ -130,10 +131,11 @@ def run(
 ) -> RecipeOutput:
     """Run the team on ``text`` as requirements; the output is every file, by name."""
     config = {**config, "max_concurrency": params.width}
-    architect = models.prepare(build_architect(params, models), "multi-agent architect")
+    # both parts are one application: one session (its setup paid once), one app-FIFO slot
+    architect = models.prepare(build_architect(params, models), "multi-agent architect", APP)
     planned = architect.invoke({"requirements": requirements_of(params, text)}, config)
     names = file_names(planned["file_list"], params.files)
-    team = models.prepare(build_team(params, models, names), "multi-agent team")
+    team = models.prepare(build_team(params, models, names), "multi-agent team", APP)
     inputs = {"design": planned["design"], **{f"name_{i}": n for i, n in enumerate(names)}}
     files = team.invoke(inputs, config)
     output = "\n\n".join(f"## {name}\n{files[f'file_{i}']}" for i, name in enumerate(names))

@@ -90,15 +90,17 @@ class ModelFactory:
 
         return OpenAI(**self._openai_args(max_tokens))
 
-    def prepare(self, chain: Runnable, name: str) -> Runnable:
+    def prepare(self, chain: Runnable, name: str, app: str | None = None) -> Runnable:
         """``chain`` as the app runs it: compiled in Eclectus mode (when enabled and the
-        compiler loads), unchanged otherwise. ``name`` labels fallback notes."""
+        compiler loads), unchanged otherwise. ``name`` labels fallback notes; ``app`` is the
+        application the compiled chain runs as (default ``name``): parts of one app that
+        share it share one session, so its setup is paid once (pure)."""
         if self.backend != "eclectus" or not self.target.use_compile:
             return chain
         try:
             from eclectus.adapters.langchain.compiler import compile as compile_chain
 
-            compiled = compile_chain(chain, app=name)  # one application per part
+            compiled = compile_chain(chain, app=app or name)
         except Exception as exc:  # the compiler is optional: the drop-in model still works
             self._note(f"{name}: compile unavailable ({type(exc).__name__}: {exc})")
             return chain
