@@ -196,6 +196,7 @@ class Harness:
         drop_cached_async_clients()
         before = _counters(system)
         target = system.target()  # starts the proxy, so that its counts are the run's own
+        system.new_run()
         crossed = system.traffic()
         started_epoch = time.time()
         result = run_recipe(workload.recipe, params, target, text=text)

@@ -43,8 +43,9 @@ class Traffic:
     chunks_down: int = 0  # server -> client
     bytes_up: int = 0
     bytes_down: int = 0
-    # summed over the turns after a connection's first: seconds from the server's last
-    # delivery to the client until the client sent (its code's time, not the network's)
+    # summed over the turns: seconds from the server's last delivery to the client until
+    # the client sent (its code's time, not the network's); a connection's first turn, and
+    # the first after :meth:`DelayProxy.new_run`, add none
     client_s: float = 0.0
 
     def __sub__(self, other: Traffic) -> Traffic:
@@ -73,7 +74,7 @@ class _Counter:
             return self._totals
 
 
-@dataclass(slots=True)
+@dataclass(eq=False, slots=True)
 class _Link:
     """One proxied connection's turn-taking: has the client heard from the server since it
     last sent? (Mutated on the proxy's loop.)"""
@@ -150,6 +151,7 @@ class DelayProxy:
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.Server | None = None
         self._counter = _Counter()
+        self._links: set[_Link] = set()  # open connections (the proxy's loop owns it)
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="delay-proxy", daemon=True
         )
@@ -161,6 +163,16 @@ class DelayProxy:
     def traffic(self) -> Traffic:
         """Totals of what crossed the proxy so far (pure snapshot, any thread)."""
         return self._counter.snapshot()
+
+    def new_run(self) -> None:
+        """Start a new run (mutates): the next turn on each open connection adds no client
+        time, since the time since its last answer was spent between runs, not in one."""
+
+        async def forget() -> None:
+            for link in self._links:
+                link.heard_at = None
+
+        asyncio.run_coroutine_threadsafe(forget(), self._loop).result(timeout=10)
 
     async def _listen(self) -> asyncio.Server:
         return await asyncio.start_server(self._on_client, "127.0.0.1", 0)
@@ -175,6 +187,7 @@ class DelayProxy:
             return
         half = self.rtt_s / 2
         link = _Link(self._counter)
+        self._links.add(link)
         self._counter.add(connections=1)
         try:
             await asyncio.gather(
@@ -187,6 +200,7 @@ class DelayProxy:
             # session): end quietly, or asyncio logs the cancelled task's traceback
             pass
         finally:
+            self._links.discard(link)
             for writer in (server_w, client_w):
                 writer.close()
 

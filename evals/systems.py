@@ -65,6 +65,11 @@ class System:
         """What crossed this system's delay proxy so far; None when it has none (pure)."""
         return self._proxy.traffic() if self._proxy is not None else None
 
+    def new_run(self) -> None:
+        """Tell the proxy a run starts (mutates; see DelayProxy.new_run); no-op without one."""
+        if self._proxy is not None:
+            self._proxy.new_run()
+
     def set_rtt(self, rtt_s: float) -> None:
         """Use client round trip ``rtt_s`` from the next run on (mutates: a changed delay
         stops the old proxy; the next :meth:`client_url` starts one with the new delay)."""
