@@ -32,6 +32,9 @@ UNKNOWN_RATIO_NOTE = "prefix-cache hit ratio unknown"  # run_recipe's note; we m
 # recipe details kept per run: "chat mean latency s", ..., and the background jobs' times
 # ("analytics mean job s", "analytics all done s": what the chats' speed cost them)
 LATENCY_SUFFIXES = ("latency s", " job s", " done s")
+# ... and what the background got done beside the chats ("analytics jobs done", "analytics
+# jobs cancelled", "analytics output tok/s"), so chat latency bought by starving it shows
+THROUGHPUT_SUFFIXES = (" jobs done", " jobs cancelled", " tok/s")
 FRAMES_COUNTER = "eclectus_client_frames_total"
 
 
@@ -69,6 +72,8 @@ class RunRecord:
     proxy_client_s: float | None = None  # the client's own time between hearing and sending
     # seconds of the run in which its engine ran none of its calls (engine spans only)
     engine_idle_s: float | None = None
+    # the recipe's background throughput details (jobs done and cancelled, output tok/s)
+    background: dict[str, float] = field(default_factory=dict)
 
     @property
     def cache_hit_ratio(self) -> float | None:
@@ -207,7 +212,7 @@ class Harness:
             result.wall_s if workload.metric == "wall_s" else float(result.details[workload.metric])
         )
         notes = [n for n in result.notes if not n.startswith(UNKNOWN_RATIO_NOTE)]
-        latencies = {k: float(v) for k, v in result.details.items() if k.endswith(LATENCY_SUFFIXES)}
+        latencies = _details(result.details, LATENCY_SUFFIXES)
         return RunRecord(
             workload.name,
             field_name,
@@ -231,6 +236,7 @@ class Harness:
             idle_within([(a, b) for a, b, _ in spans], result.wall_s)
             if source == "engine"
             else None,
+            _details(result.details, THROUGHPUT_SUFFIXES),
         )
 
     def measure_bound(
@@ -274,6 +280,11 @@ class Harness:
                 (s.start - offset, s.end - offset, ENGINE_LABELS[s.background]) for s in traced
             ], "engine"
         return [(s.start_s, s.end_s, s.label) for s in result.timeline], "client"
+
+
+def _details(details: dict[str, Any], suffixes: tuple[str, ...]) -> dict[str, float]:
+    """The recipe's details whose names end with one of ``suffixes``, as floats (pure)."""
+    return {k: float(v) for k, v in details.items() if k.endswith(suffixes)}
 
 
 def _round_trips(system: System, result: Any) -> int | None:

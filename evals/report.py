@@ -66,16 +66,21 @@ def table_rows(summary: list[PointSummary]) -> list[str]:
 
 
 def latency_rows(summary: list[PointSummary]) -> list[str]:
-    """A table of the recipes' latency details (chat mean, p50, p90: medians over the
-    runs), when any run reported them (pure)."""
+    """A table of the recipes' latency details (chat mean, p50, p90, seconds) and, beside
+    them, what their background got done (jobs completed and cancelled, output tokens per
+    second): medians over the runs, when any run reported them (pure)."""
     names = list(dict.fromkeys(n for s in summary for n in s.latencies))
-    if not names:
+    jobs = list(dict.fromkeys(n for s in summary for n in s.background))
+    if not names and not jobs:
         return []
-    head = "| point | system | " + " | ".join(names) + " |"
-    rule = "|---|---|" + "---:|" * len(names)
+    head = "| point | system | " + " | ".join(names + jobs) + " |"
+    rule = "|---|---|" + "---:|" * (len(names) + len(jobs))
     rows = [
         f"| {s.field}={s.value} | {s.system} | "
-        + " | ".join(_num(s.latencies.get(n)) for n in names)
+        + " | ".join(
+            [_num(s.latencies.get(n)) for n in names]
+            + [_num(s.background.get(n), "{:.1f}") for n in jobs]
+        )
         + " |"
         for s in summary
     ]
@@ -122,7 +127,14 @@ def describe(workload: Workload) -> str:
             f"{p.requests} chats from {p.users} users sharing a {p.system_tokens}-token system "
             f"prompt, Poisson arrivals at {p.rate}/s, {p.answer_tokens}-token answers"
         )
-        if p.background is not None and p.background_jobs == 1:
+        if p.background is not None and p.background_concurrency is not None:
+            shape += (
+                f"; beside them {p.background_concurrency} background "
+                f"job{'s' if p.background_concurrency > 1 else ''} kept running "
+                "from the first chat to the last answer (a new one starting when one ends, "
+                f"those running at the end cancelled): {_map_reduce_shape(p.background)}"
+            )
+        elif p.background is not None and p.background_jobs == 1:
             shape += f"; beside them a background job: {_map_reduce_shape(p.background)}"
         elif p.background is not None:
             window = p.requests / p.rate

@@ -37,6 +37,7 @@ class PointSummary:
     latencies: dict[str, float] = field(default_factory=dict)  # median of each, seconds
     proxy_turns: float | None = None  # client turns through the delay proxy per run
     engine_idle_s: float | None = None  # seconds per run the engine had none of its calls
+    background: dict[str, float] = field(default_factory=dict)  # median of each (jobs, tok/s)
 
 
 def summarize(
@@ -60,10 +61,6 @@ def summarize(
         trips = [r.round_trips for r in mine if r.round_trips is not None]
         turns = [r.proxy_turns for r in mine if r.proxy_turns is not None]
         idle = [r.engine_idle_s for r in mine if r.engine_idle_s is not None]
-        names = dict.fromkeys(n for r in mine for n in r.latencies)
-        latencies = {
-            n: statistics.median(r.latencies[n] for r in mine if n in r.latencies) for n in names
-        }
         median = medians[key]
         out.append(
             PointSummary(
@@ -83,12 +80,19 @@ def summarize(
                 statistics.median(prompts) if prompts else None,
                 statistics.median(prefilled) if prefilled else None,
                 statistics.median(trips) if trips else None,
-                latencies,
+                _medians([r.latencies for r in mine]),
                 statistics.median(turns) if turns else None,
                 statistics.median(idle) if idle else None,
+                _medians([r.background for r in mine]),
             )
         )
     return out
+
+
+def _medians(runs: list[dict[str, float]]) -> dict[str, float]:
+    """Each name's median over the runs that reported it (pure)."""
+    names = dict.fromkeys(n for run in runs for n in run)
+    return {n: statistics.median(run[n] for run in runs if n in run) for n in names}
 
 
 def _key(value: Any) -> str:

@@ -109,6 +109,13 @@ def planned_calls(params: MapReduceParams, num_chunks: int) -> tuple[int, int]:
     return num_chunks + sum(levels) + 1, len(levels) + 2
 
 
+def planned_output_tokens(params: MapReduceParams, num_chunks: int) -> int:
+    """Tokens a run over ``num_chunks`` chunks generates when every call generates its whole
+    budget (as the evals' calls do: ``ignore_eos``) (pure)."""
+    calls, _ = planned_calls(params, num_chunks)
+    return (calls - 1) * params.map_tokens + params.reduce_tokens
+
+
 def run(
     params: MapReduceParams, models: ModelFactory, text: str, config: RunnableConfig
 ) -> RecipeOutput:

@@ -147,6 +147,7 @@ def _run(
     metric: float,
     round_trips: int | None = None,
     latencies: dict[str, float] | None = None,
+    background: dict[str, float] | None = None,
 ) -> RunRecord:
     return RunRecord(
         "w",
@@ -162,15 +163,21 @@ def _run(
         25.0,
         round_trips=round_trips,
         latencies=latencies or {},
+        background=background or {},
     )
 
 
 def test_summary_prefilled_tokens_round_trips_and_latencies() -> None:
-    """Prefilled = prompt - cached; round trips and each latency detail are medians."""
-    runs = [_run("eclectus", i, 1.0, 2, {"chat p50 latency s": v}) for i, v in enumerate([1, 3, 2])]
+    """Prefilled = prompt - cached; round trips, each latency and each background detail
+    are medians."""
+    runs = [
+        _run("eclectus", i, 1.0, 2, {"chat p50 latency s": v}, {"analytics jobs done": 10 - v})
+        for i, v in enumerate([1, 3, 2])
+    ]
     (row,) = summarize(runs, [], {}, "eclectus")
     assert row.prefilled_tokens == 75 and row.round_trips == 2
     assert row.latencies == {"chat p50 latency s": 2}
+    assert row.background == {"analytics jobs done": 8}
 
 
 def test_summary_medians_ratios_and_bounds() -> None:

@@ -10,7 +10,7 @@ import matplotlib.colors
 
 from eclectus.evals.harness import RunRecord
 from eclectus.evals.plots import span_colors, timeline_figure, timeline_plot
-from eclectus.evals.report import describe, render_report
+from eclectus.evals.report import describe, latency_rows, render_report
 from eclectus.evals.summary import PointSummary
 from eclectus.evals.workloads import full_workloads, workload
 
@@ -21,9 +21,13 @@ def test_the_description_is_the_shape_that_ran() -> None:
     assert describe(shrunk).startswith("4 parallel maps over 1024-token chunks")
     assert "8 parallel" not in describe(shrunk)
     mixed = describe(workload("mixed", True, {"background.num_chunks": "2"}, {}))
-    assert "beside them 2 background jobs, one starting every 0.25 s: 2 parallel maps" in mixed
-    one = describe(workload("mixed", True, {"background_jobs": "1"}, {}))
-    assert "beside them a background job: 3 parallel maps" in one
+    assert "beside them 2 background jobs kept running from the first chat" in mixed
+    assert "2 parallel maps" in mixed
+    spread = {"background.num_chunks": "2", "background_concurrency": "none"}
+    opened = describe(workload("mixed", True, spread, {}))
+    assert "beside them 2 background jobs, one starting every 0.25 s: 2 parallel maps" in opened
+    one = describe(workload("mixed", True, {**spread, "background_jobs": "1"}, {}))
+    assert "beside them a background job: 2 parallel maps" in one
     for name, chosen in full_workloads().items():
         assert describe(chosen), name
 
@@ -47,6 +51,25 @@ def test_the_report_uses_the_derived_description() -> None:
     )  # fmt: skip
     text = render_report(config, [chosen], [row], {})
     assert "refine chain of 2 steps over 256-token chunks" in text
+
+
+def test_the_latency_table_shows_the_background_beside_the_chats() -> None:
+    """Chat latencies and the background's jobs and output rate, one row per system."""
+
+    def row(system: str, p50: float, jobs: float, rate: float) -> PointSummary:
+        return PointSummary(
+            "mixed", "rtt_ms", 0.0, system, 2, 0.2, 0.1, 0.3, None, None, None, None, 40, None,
+            latencies={"chat p50 latency s": p50},
+            background={"analytics jobs done": jobs, "analytics output tok/s": rate},
+        )  # fmt: skip
+
+    rows = [row("vllm", 0.3, 9.5, 520.26), row("eclectus-vllm", 0.1, 4, 210)]
+    head, _, vllm, ours, _ = latency_rows(rows)
+    assert head == (
+        "| point | system | chat p50 latency s | analytics jobs done | analytics output tok/s |"
+    )
+    assert vllm == "| rtt_ms=0.0 | vllm | 0.300 | 9.5 | 520.3 |"
+    assert ours == "| rtt_ms=0.0 | eclectus-vllm | 0.100 | 4.0 | 210.0 |"
 
 
 def _run(system: str, spans: list[tuple[float, float, str]]) -> RunRecord:

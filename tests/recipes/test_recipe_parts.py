@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 import pytest
 
@@ -13,6 +14,7 @@ from eclectus.recipes.shared_prompt import (
     SharedPromptParams,
     arrivals,
     handbook_and_rest,
+    job_reader,
     job_starts,
     plan,
     questions,
@@ -102,6 +104,25 @@ def test_the_handbook_is_not_read_again_by_the_analytics_job(layout: str) -> Non
     handbook, rest = handbook_and_rest(SharedPromptParams(system_tokens=256), text)
     assert 0 < len(rest) < len(text) - len(handbook) // 2
     assert " ".join(f"{handbook} {rest}".split()) == " ".join(text.split())  # nothing lost
+
+
+def test_closed_loop_jobs_read_their_own_chunks_however_many_run() -> None:
+    """A closed loop's job k reads what the open loop's job k reads, for any k; its plan
+    counts the first wave of jobs; its concurrency is at least 1."""
+    text = load_sample(sample_names()[0])
+    background = MapReduceParams(chunk_tokens=1024, num_chunks=8, map_tokens=8, width=8)
+    spread = SharedPromptParams(requests=16, system_tokens=1024, background=background)
+    closed = dataclasses.replace(spread, background_concurrency=2)
+    _, read = job_reader(closed, text)
+    assert read is not None
+    opened = split_jobs(dataclasses.replace(spread, background_jobs=8), text)[1]
+    assert [read(k) for k in range(8)] == opened
+    every = [c for k in range(40) for c in read(k)]
+    assert len(set(every)) == len(every)
+    assert plan(closed, text) == 16 + 2 * planned_calls(background, 8)[0]
+    assert job_reader(dataclasses.replace(closed, background=None), text)[1] is None
+    with pytest.raises(ValueError, match="background_concurrency"):
+        SharedPromptParams(background_concurrency=0)
 
 
 def parse(*argv: str) -> argparse.Namespace:
