@@ -38,11 +38,13 @@ from eclectus.kernels.reference import (
     ref_paged_decode,
     ref_prefill,
 )
+from eclectus.kernels.table_cache import BlockTableCache
 
 __all__ = [
     "CASCADE_MIN_GROUP_SIZE",
     "CASCADE_MIN_SHARED_TOKENS",
     "HAS_TRITON",
+    "BlockTableCache",
     "CascadeGroup",
     "CascadePlan",
     "CascadeTables",

@@ -3,10 +3,11 @@ torch path.
 
 Triton runs when q is on a CUDA device and triton imports, or when ``ECLECTUS_KERNELS=triton``
 forces it (CPU tensors under ``TRITON_INTERPRET=1``, for tests). On the CPU, fp32 decode
-attention runs the compiled kernel of :mod:`eclectus.kernels.native` when it built, the rest
-the torch paths; ``ECLECTUS_KERNELS=native`` insists on that kernel (an error where it cannot
-run), ``ECLECTUS_KERNELS=torch`` forces the torch paths. The variable is read once, at import;
-:func:`force_backend` switches the choice for a block of code (the benchmarks' A/B, tests).
+attention and the KV store run the compiled kernels of :mod:`eclectus.kernels.native` when
+they built, the rest the torch paths; ``ECLECTUS_KERNELS=native`` insists on that kernel (an
+error where it cannot run), ``ECLECTUS_KERNELS=torch`` forces the torch paths. The variable is
+read once, at import; :func:`force_backend` switches the choice for a block of code (the
+benchmarks' A/B, tests).
 Shapes (every function): caches [num_blocks, Hkv, block_size, D] (head-major blocks);
 q [tokens, Hq, D] with Hq a multiple of Hkv; LSE natural log, [tokens, Hq], fp32; outputs in
 q's dtype.
@@ -128,11 +129,31 @@ def store_kv(k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, slot_mappin
     k, v [T, Hkv, D]; caches [num_blocks, Hkv, block_size, D]; slot_mapping int64 [T],
     slot = block_id * block_size + offset.
     """
+    if _store_natively(k, v, k_cache, v_cache, slot_mapping):
+        native.store_kv_native(k, v, k_cache, v_cache, slot_mapping)
+        return
     block_size = k_cache.shape[2]
     blocks, offsets = slot_mapping // block_size, slot_mapping % block_size
     # advanced indices around a slice: the indexed view is [T, Hkv, D], k's shape
     k_cache[blocks, :, offsets] = k.to(k_cache.dtype)
     v_cache[blocks, :, offsets] = v.to(v_cache.dtype)
+
+
+def _store_natively(
+    k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, slot_mapping: Tensor
+) -> bool:
+    """Whether the C store serves this call: the native kernels' fp32 CPU cache, fp32 rows
+    with a unit last stride, int64 slots (pure)."""
+    return (
+        _native_allowed(k_cache)
+        and k.dtype == v.dtype == torch.float32
+        and k.device.type == v.device.type == "cpu"
+        and k.stride(-1) == v.stride(-1) == 1
+        and k_cache.stride() == v_cache.stride()
+        and k_cache.stride(3) == 1
+        and slot_mapping.dtype == torch.int64
+        and slot_mapping.is_contiguous()
+    )
 
 
 def merge_attention_states(

@@ -131,6 +131,48 @@ def _launch(
     return o, lse
 
 
+def store_kv_native(
+    k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, slot_mapping: Tensor
+) -> None:
+    """``dispatch.store_kv`` in C: one copy of each token's rows, where torch's indexed
+    assignment costs ~25 us per cache and layer in index arithmetic and dispatch. MUTATES the
+    caches. k, v [T, Hkv, D] fp32 with a unit last stride (views of the fused projection are
+    fine); caches fp32, equal strides, unit head_dim stride; slot_mapping int64 [T], all on
+    the CPU. Raises ValueError for arguments it would write outside of."""
+    tensors = (k, v, k_cache, v_cache)
+    if any(t.device.type != "cpu" or t.dtype != torch.float32 for t in tensors):
+        raise ValueError("the native store_kv takes fp32 CPU tensors")
+    num_blocks, num_kv_heads, block_size, head_dim = k_cache.shape
+    shape = (slot_mapping.shape[0], num_kv_heads, head_dim)
+    if k.shape != shape or v.shape != shape or k.stride(2) != 1 or v.stride(2) != 1:
+        raise ValueError(f"want k and v {shape} with a unit last stride, got {tuple(k.shape)}")
+    if k_cache.stride() != v_cache.stride() or k_cache.stride(3) != 1:
+        raise ValueError("k and v caches need equal strides and a unit head_dim stride")
+    if slot_mapping.dtype != torch.int64 or not slot_mapping.is_contiguous():
+        raise ValueError("slot_mapping must be contiguous int64")
+    status = loaded_library().store_kv_f32(
+        k.data_ptr(),
+        v.data_ptr(),
+        k.stride(0),
+        k.stride(1),
+        v.stride(0),
+        v.stride(1),
+        k_cache.data_ptr(),
+        v_cache.data_ptr(),
+        k_cache.stride(0),
+        k_cache.stride(2),
+        k_cache.stride(1),
+        slot_mapping.data_ptr(),
+        shape[0],
+        num_kv_heads,
+        head_dim,
+        block_size,
+        num_blocks,
+    )
+    if status != 0:
+        raise ValueError(f"a slot in slot_mapping lies outside the cache's {num_blocks} blocks")
+
+
 def loaded_library() -> ctypes.CDLL:
     """The compiled kernel library (built on first use); RuntimeError when it could not be
     built (the log says why)."""
@@ -291,6 +333,12 @@ def _declare(lib: ctypes.CDLL) -> None:
         ptr, ptr,  # o, lse
         i32, i32, i32, i32, i32,  # B, Hq, Hkv, D, block_size
         ctypes.c_float, i32,  # scale, num_threads
+    ]  # fmt: skip
+    lib.store_kv_f32.restype = ctypes.c_int
+    lib.store_kv_f32.argtypes = [
+        ptr, ptr, i64, i64, i64, i64,  # k, v, their token and head strides
+        ptr, ptr, i64, i64, i64,  # k_cache, v_cache, cache strides: block, slot, head
+        ptr, i32, i32, i32, i32, i64,  # slots (int64), T, Hkv, D, block_size, num_blocks
     ]  # fmt: skip
     lib.cascade_merge_f32.restype = None
     lib.cascade_merge_f32.argtypes = [

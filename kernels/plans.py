@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 from eclectus.kernels.gather import Scratch
+from eclectus.kernels.table_cache import BlockTableCache, table_tensor
 
 # A group of one request shares nothing.
 CASCADE_MIN_GROUP_SIZE = 2
@@ -50,8 +51,7 @@ def _table_tensor(block_tables: list[list[int]], device: torch.device) -> Tensor
     first_row: dict[int, int] = {}  # id() of a table -> its row among the distinct tables
     index = [first_row.setdefault(id(t), len(first_row)) for t in block_tables]
     distinct = list({id(t): t for t in block_tables}.values())  # first-appearance order
-    rows = [list(t) + [0] * (width - len(t)) for t in distinct]
-    table = torch.tensor(rows, dtype=torch.int32, device=device).reshape(len(rows), width)
+    table = table_tensor(distinct, width, device)
     if len(distinct) == len(block_tables):
         return table
     return table[torch.tensor(index, device=device)]
@@ -330,8 +330,10 @@ def build_decode_plan(
     cascade: bool = True,
     min_shared_tokens: int = CASCADE_MIN_SHARED_TOKENS,
     min_group_size: int = CASCADE_MIN_GROUP_SIZE,
+    table_cache: BlockTableCache | None = None,
 ) -> DecodePlan:
-    """:func:`plan_decode` with the grouping thresholds exposed (tests, benchmarks). Pure."""
+    """:func:`plan_decode` with the grouping thresholds exposed (tests, benchmarks). Pure
+    unless ``table_cache`` is given (see :func:`plan_decode`)."""
     _check_lengths(block_tables, seq_lens, block_size)
     cascade_plan = None
     if cascade and (min_group_size < 2 or _may_share(block_tables, seq_lens, block_size)):
@@ -345,8 +347,12 @@ def build_decode_plan(
         if groups:
             cascade_plan = _cascade_plan(seq_lens, block_size, groups, suffix_starts)
     max_seq_len = max(seq_lens, default=0)
+    if table_cache is None:
+        tables = _table_tensor(block_tables, device)
+    else:
+        tables = table_cache.tensor(block_tables, device)
     return DecodePlan(
-        block_tables=_table_tensor(block_tables, device),
+        block_tables=tables,
         seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=device),
         seq_lens_list=tuple(seq_lens),
         block_size=block_size,
@@ -364,8 +370,11 @@ def plan_decode(
     *,
     cascade: bool = True,
     thresholds: tuple[int, int] = (CASCADE_MIN_SHARED_TOKENS, CASCADE_MIN_GROUP_SIZE),
+    table_cache: BlockTableCache | None = None,
 ) -> DecodePlan:
-    """Build the decode plan for one step (pure: reads lists, allocates small device tensors).
+    """Build the decode plan for one step (pure: reads lists, allocates small device tensors;
+    with ``table_cache`` the block-table tensor is the cache's, patched in place from the last
+    step's: MUTATES the cache and the previous plan built on it).
 
     One query per request at position ``seq_lens[i] - 1`` (already stored in the cache). With
     ``cascade=True`` requests sharing leading physical blocks are grouped (module docstring)
@@ -382,4 +391,5 @@ def plan_decode(
         cascade=cascade,
         min_shared_tokens=min_shared_tokens,
         min_group_size=min_group_size,
+        table_cache=table_cache,
     )

@@ -441,3 +441,25 @@ void cascade_merge_f32(float *o, float *lse, const float *o_mem, const float *ls
             lse[(int64_t)b * Hq + h] = m + logf(total);
         }
 }
+
+/* Store T new tokens' K and V rows into the paged caches: token t goes to slot slots[t]
+ * (block slots[t] / block_size, offset slots[t] % block_size), every kv head. k and v rows may
+ * have any token and head strides (they are views into the fused qkv projection); the
+ * head_dim stride must be 1 everywhere. Returns 0, or -1 (nothing written) when a slot lies
+ * outside the cache's num_blocks * block_size slots. */
+int store_kv_f32(const float *k, const float *v, int64_t s_tok_k, int64_t s_head_k,
+                 int64_t s_tok_v, int64_t s_head_v, float *k_cache, float *v_cache,
+                 int64_t s_block, int64_t s_slot, int64_t s_head, const int64_t *slots, int T,
+                 int Hkv, int D, int block_size, int64_t num_blocks) {
+    for (int t = 0; t < T; ++t)
+        if (slots[t] < 0 || slots[t] >= num_blocks * block_size) return -1;
+    const size_t row = sizeof(float) * (size_t)D;
+    for (int t = 0; t < T; ++t) {
+        const int64_t base = (slots[t] / block_size) * s_block + (slots[t] % block_size) * s_slot;
+        for (int h = 0; h < Hkv; ++h) {
+            memcpy(k_cache + base + h * s_head, k + t * s_tok_k + h * s_head_k, row);
+            memcpy(v_cache + base + h * s_head, v + t * s_tok_v + h * s_head_v, row);
+        }
+    }
+    return 0;
+}

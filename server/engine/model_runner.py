@@ -117,6 +117,9 @@ class ModelRunner:
         # (0: never; the benchmarks' A/B sets it)
         self.max_row_prefill_tokens = MAX_ROW_PREFILL_TOKENS
         self.num_row_prefill_tokens = 0  # prefill tokens that attended as decode rows, ever
+        # the decode steps' block-table tensor, patched from step to step (None: rebuilt from
+        # the lists every step; the benchmarks' A/B sets it)
+        self.table_cache: kernels.BlockTableCache | None = kernels.BlockTableCache()
 
     @torch.inference_mode()
     def execute(self, out: SchedulerOutput) -> tuple[list[ScheduledSeq], Tensor]:
@@ -172,7 +175,7 @@ class ModelRunner:
                 start = s.seq.num_computed_tokens
                 row_tables += [s.seq.block_table] * s.num_new_tokens
                 row_lens += range(start + 1, start + s.num_new_tokens + 1)
-            plan = self._decode_plan(row_tables, row_lens)
+            plan = self._decode_plan(row_tables, row_lens, reuse=False)  # rows repeat tables
             if plan.cascade is not None:  # the rows share context: attend as decodes
                 decode_plan, num_decodes = plan, len(row_lens)
                 self.num_row_prefill_tokens += len(row_lens) - len(decodes)
@@ -198,8 +201,10 @@ class ModelRunner:
         )
 
     def _decode_plan(
-        self, block_tables: list[list[int]], seq_lens: list[int]
+        self, block_tables: list[list[int]], seq_lens: list[int], *, reuse: bool = True
     ) -> kernels.DecodePlan:
+        """The step's decode plan; ``reuse``: its table tensor from :attr:`table_cache`
+        (mutates the cache)."""
         return kernels.plan_decode(
             block_tables,
             seq_lens,
@@ -208,6 +213,7 @@ class ModelRunner:
             cascade=self.config.cascade_attention,
             # when a shared prefix pays as a group depends on the decode backend
             thresholds=kernels.cascade_thresholds(self.k_caches[0]),
+            table_cache=self.table_cache if reuse else None,
         )
 
     def _row_prefill(self, item: ScheduledSeq) -> bool:

@@ -23,6 +23,7 @@ from eclectus.kernels import (
     native,
     paged_decode_attention,
     ref_paged_decode,
+    store_kv,
 )
 from eclectus.kernels.dispatch import NATIVE_CASCADE_THRESHOLDS, force_backend, use_native
 
@@ -252,3 +253,47 @@ def test_cascade_thresholds_follow_the_decode_backend(backend_choice: contextlib
     )
     backend_choice.enter_context(force_backend("torch"))
     assert cascade_thresholds(cache) == (CASCADE_MIN_SHARED_TOKENS, CASCADE_MIN_GROUP_SIZE)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(1, 12),
+    st.sampled_from([(1, 4), (2, 8), (4, 16)]),
+    st.sampled_from([1, 4, 16]),
+    st.booleans(),
+    st.integers(0, 2**16),
+)
+def test_native_store_kv_writes_what_the_torch_store_writes(
+    tokens: int, heads: tuple[int, int], block_size: int, fused: bool, seed: int
+) -> None:
+    """Any slots, kv heads and block size, rows given as views of a fused projection or
+    contiguous: the C store leaves both caches exactly as torch's indexed assignment does."""
+    num_kv_heads, head_dim = heads
+    gen = torch.Generator().manual_seed(seed)
+    num_blocks = 1 + (tokens + block_size - 1) // block_size + 2
+    slots = torch.randperm(num_blocks * block_size, generator=gen)[:tokens]
+    if fused:  # k and v as the model hands them: strided views into [T, (Hq + 2 Hkv) * D]
+        qkv = torch.randn(tokens, 4 * num_kv_heads * head_dim, generator=gen)
+        k = qkv[:, 2 * num_kv_heads * head_dim : 3 * num_kv_heads * head_dim]
+        v = qkv[:, 3 * num_kv_heads * head_dim :]
+        k, v = k.view(tokens, num_kv_heads, head_dim), v.view(tokens, num_kv_heads, head_dim)
+    else:
+        k = torch.randn(tokens, num_kv_heads, head_dim, generator=gen)
+        v = torch.randn(tokens, num_kv_heads, head_dim, generator=gen)
+    shape = (num_blocks, num_kv_heads, block_size, head_dim)
+    k_native, v_native = torch.randn(shape, generator=gen), torch.randn(shape, generator=gen)
+    k_torch, v_torch = k_native.clone(), v_native.clone()
+    with force_backend("native"):
+        store_kv(k, v, k_native, v_native, slots)
+    with force_backend("torch"):
+        store_kv(k, v, k_torch, v_torch, slots)
+    assert torch.equal(k_native, k_torch) and torch.equal(v_native, v_torch)
+
+
+def test_native_store_kv_refuses_a_slot_outside_the_cache() -> None:
+    """A slot past the last block is a ValueError naming the cache, and nothing is written."""
+    k_cache, v_cache = torch.zeros(2, 1, 4, 8), torch.zeros(2, 1, 4, 8)
+    k, v = torch.ones(2, 1, 8), torch.ones(2, 1, 8)
+    with pytest.raises(ValueError, match="outside the cache's 2 blocks"):
+        native.store_kv_native(k, v, k_cache, v_cache, torch.tensor([1, 8]))
+    assert not k_cache.any() and not v_cache.any()
