@@ -155,13 +155,19 @@ class ModelRunner:
         prefills = [s for s in out.scheduled if s.num_new_tokens > 1]
         rows = [s for s in prefills if self._row_prefill(s)]  # may attend as decode rows
         prefills = rows + [s for s in prefills if not self._row_prefill(s)]
-        items = decodes + prefills
         input_ids: list[int] = []
         positions: list[int] = []
         slots: list[int] = []
         sample_row: dict[int, int] = {}  # id(item) -> row of its last token
         bs = self.block_size
-        for item in items:
+        for item in decodes:  # one token each: its slot without building the block's range
+            seq, pos = item.seq, item.seq.num_computed_tokens
+            input_ids.append(seq.token_ids[pos])
+            positions.append(pos)
+            slots.append(seq.block_table[pos // bs] * bs + pos % bs)
+            if item.samples:
+                sample_row[id(item)] = len(input_ids) - 1
+        for item in prefills:
             seq, start = item.seq, item.seq.num_computed_tokens
             end = start + item.num_new_tokens
             input_ids += seq.token_ids[start:end]
@@ -175,10 +181,11 @@ class ModelRunner:
             torch.tensor(input_ids, device=dev), torch.tensor(positions, device=dev), attn
         )
         sampling = [item for item in out.scheduled if item.samples]
-        rows = torch.tensor(
-            [sample_row[id(item)] for item in sampling], device=dev, dtype=torch.int64
-        )
-        return sampling, self.model.compute_logits(hidden[rows])
+        sample_rows = [sample_row[id(item)] for item in sampling]
+        if len(sample_rows) < len(input_ids) or sample_rows != list(range(len(input_ids))):
+            hidden = hidden[torch.tensor(sample_rows, device=dev, dtype=torch.int64)]
+        # else every row samples, in order (a decode-only step): no gather
+        return sampling, self.model.compute_logits(hidden)
 
     def _attention(
         self,
