@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from eclectus.server.backend import EngineOutput, EngineRequest, TokenizedPrompt
 from eclectus.server.engine import EngineConfig, LLMEngine, SamplingParams
@@ -136,3 +138,53 @@ def test_a_prompt_the_kv_pool_cannot_hold_is_refused_at_add() -> None:
     small.add_tokens("fits", list(range(1, 64)), SamplingParams(max_tokens=4))
     outs = run(small)
     assert outs["fits"][-1].finish_reason == "length" and outs["fits"][-1].num_output_tokens == 1
+
+
+# (prefix blocks shared, max_tokens, steps before it arrives) per request
+_REQUESTS = st.tuples(st.integers(0, 3), st.integers(2, 24), st.integers(0, 3))
+_PREFIX = list(range(40, 40 + 3 * 16))
+
+
+def _outputs(
+    requests: list[tuple[int, int, int]], num_kv_blocks: int, reuse: bool
+) -> tuple[dict[str, tuple[int, ...]], LLMEngine]:
+    """Greedy outputs of ``requests`` (see _REQUESTS), the block-table cache on or off."""
+    engine = LLMEngine(EngineConfig(model="tiny", num_kv_blocks=num_kv_blocks))
+    if not reuse:
+        engine.runner.table_cache = None
+    got: dict[str, tuple[int, ...]] = {}
+
+    def step() -> None:
+        for out in engine.step():
+            got[out.request_id] = got.get(out.request_id, ()) + out.token_ids
+
+    for i, (shared, max_tokens, arrives) in enumerate(requests):
+        for _ in range(arrives):  # arrives while the others run
+            step()
+        ids = [*_PREFIX[: 16 * shared], *range(100 + 6 * i, 106 + 6 * i)]
+        engine.add_tokens(f"r{i}", ids, SamplingParams(max_tokens=max_tokens, ignore_eos=True))
+    while engine.has_unfinished:
+        step()
+    return got, engine
+
+
+@settings(max_examples=6, deadline=None)
+@given(st.lists(_REQUESTS, min_size=2, max_size=7), st.sampled_from([10, 40]))
+def test_the_block_table_cache_changes_no_output(
+    requests: list[tuple[int, int, int]], num_kv_blocks: int
+) -> None:
+    """Requests sharing a prefix or not, leaving at different lengths, arriving while others
+    decode, in a small pool or a roomy one: greedy outputs are the same whether the decode
+    steps' block-table tensor is patched across steps or built anew each step."""
+    assert _outputs(requests, num_kv_blocks, True)[0] == _outputs(requests, num_kv_blocks, False)[0]
+
+
+def test_the_block_table_cache_changes_no_output_through_preemption() -> None:
+    """Six requests outgrow a 14-block pool: some are preempted and recomputed, the cache
+    patches rows in between, and the outputs equal those without the cache."""
+    requests = [(0, 40, 0), (1, 40, 0), (2, 40, 1), (3, 40, 0), (1, 40, 2), (0, 40, 3)]
+    cached, engine = _outputs(requests, 14, True)
+    assert engine.scheduler.num_preemptions > 0
+    table_cache = engine.runner.table_cache
+    assert table_cache is not None and table_cache.num_patched_rows > 0
+    assert cached == _outputs(requests, 14, False)[0]

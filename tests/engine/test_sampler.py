@@ -156,3 +156,20 @@ def test_ignore_eos_generates_past_eos(llm: LLM) -> None:
     )
     assert going.finish_reason == "length" and len(going.token_ids) == k + 5
     assert going.token_ids[:k] == stopped.token_ids
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_an_all_sampled_batch_draws_what_it_draws_beside_a_greedy_row(temperature: float) -> None:
+    """The all-sampled path (no argmax, no row gather, no division at temperature 1) gives
+    each seeded row the token the general path gives it next to a greedy row."""
+    x = logits(6, seed=5)
+    sampled = [SamplingParams(temperature=temperature, seed=s) for s in range(6)]
+    sampler = Sampler()
+    for _ in range(10):
+        alone = sampler(x, sampled, [sampler.new_generator(s) for s in range(6)])
+        mixed = sampler(
+            torch.cat([x[:1], x]),
+            [SamplingParams(temperature=0.0), *sampled],
+            [None, *(sampler.new_generator(s) for s in range(6))],
+        )
+        assert mixed[0] == int(x[0].argmax()) and mixed[1:] == alone
