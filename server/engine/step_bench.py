@@ -8,11 +8,12 @@ The engine steps in this thread with torch on one thread (``--threads 1`` of the
 benchmark), so other processes on a shared machine slow no part by taking the core away.
 Requests sample at temperature 1 without top-k/p (what vLLM's client sends) and ignore EOS;
 a step counts once every request of the batch has its first token. Each part is timed by
-wrapping the engine's own calls; "model, not attention" is the runner's time minus the plans,
-the attention kernels and the KV stores (the matmuls, norms, RoPE, MLP, LM head, and the
-runner's and the kernels' Python glue). With ``--table-cache both`` two engines, equal but for
-the decode steps' block-table cache (``runner.table_cache``), alternate run by run.
-Medians over the decode steps of a run; the best run of ``--runs``.
+wrapping the engine's own calls ("attention kernels" includes their Python launch glue, "plans"
+the decode and prefill plans and the slot tensor); "model, not attention" is the runner's time
+minus the plans, the attention kernels and the KV stores: the matmuls, norms, RoPE, MLP and LM
+head, the flat batch built from the sequences, and the per-layer glue. With ``--table-cache
+both`` two engines, equal but for the decode steps' block-table cache (``runner.table_cache``),
+alternate run by run. Medians over the decode steps of a run; the best run of ``--runs``.
 """
 
 from __future__ import annotations
