@@ -28,6 +28,7 @@ def cascade_decode_native(
     equal to paged attention over the whole sequences. Needs ``plan.cascade``; fills
     ``plan.scratch``. Raises like :func:`native.paged_decode_native`."""
     cascade = plan.require_cascade()
+    q = q.contiguous()  # once for both passes (the model's q is a view into q and k heads)
     o_mem, lse_mem = cascade_prefix(q, k_cache, v_cache, plan, scale)
     o, lse = native.decode_window(
         q, k_cache, v_cache, plan, scale, kv_starts=cascade.suffix_starts, tag="suffix"
