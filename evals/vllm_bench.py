@@ -90,7 +90,9 @@ def bench_command(
     out: Path,
 ) -> list[str]:
     """The ``vllm bench serve`` command for one run against ``server`` serving ``model``,
-    writing its JSON result to ``out``."""
+    writing its JSON result to ``out``. Paths go out absolute: the client runs from a
+    temporary directory."""
+    out, model_dir = out.resolve(), model_dir.resolve()
     return [
         python,
         "-c",

@@ -37,6 +37,18 @@ def test_client_targets_each_servers_openai_root(tmp_path: Path) -> None:
         assert {"--ignore-eos", "/v1/completions", "inf"} <= set(cmd)
 
 
+def test_client_paths_are_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A relative --out (the default) and model directory still name the same files from the
+    client's temporary working directory."""
+    monkeypatch.chdir(tmp_path)
+    server = EclectusProcess("eclectus", Path("m"), Budget(), tmp_path / "log")
+    cmd = vllm_bench.bench_command(
+        "py", server, "served", Path("m"), "random", 1, Path("vllm-bench-results/r.json")
+    )
+    assert cmd[cmd.index("--result-dir") + 1] == str(tmp_path / "vllm-bench-results")
+    assert cmd[cmd.index("--tokenizer") + 1] == str(tmp_path / "m")
+
+
 def test_table_gives_medians_and_ratios() -> None:
     def metrics(duration: float) -> dict[str, float]:
         return dict(duration=duration, mean_ttft_ms=100, mean_tpot_ms=10, output_throughput=50)
