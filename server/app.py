@@ -226,6 +226,7 @@ class EclectusServer:
             session.shut(message)
         await self.openai.abort_all(message)
         await self.scheduler.close_all(message)
+        self.scheduler.prompt_tokenizer.close()
         timeout = self.ctx.config.close_timeout_s
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout

@@ -53,7 +53,12 @@ from eclectus.protocol.openai_tools import (
 from eclectus.protocol.sampling import COMPLETIONS_DEFAULT_MAX_TOKENS
 from eclectus.protocol.tool_formats import ToolFormatName
 from eclectus.server.auth import AuthFailure, bearer_token
-from eclectus.server.backend import EngineOutput, RequestRefused, check_constraint
+from eclectus.server.backend import (
+    EngineOutput,
+    RequestRefused,
+    TokenizedPrompt,
+    check_constraint,
+)
 from eclectus.server.errors import ServerError
 from eclectus.server.fragment import stage
 from eclectus.server.graph import Variable, VarState
@@ -308,13 +313,12 @@ class OpenAIApi:
         sampling = to_sampling(body, None if chat else COMPLETIONS_DEFAULT_MAX_TOKENS)
         sampling = with_constraint(sampling, constraint)
         await self._check_constraint(sampling)
-        prompt_ids = None
-        if chat and with_ids:  # the ids the engine is given: the rendered prompt's, one segment
-            tokenized = await asyncio.to_thread(self.ctx.backend.tokenize_prompt, (prompts[0],))
-            prompt_ids = list(tokenized.token_ids)
+        tokens = [await self._tokenize(prompt) for prompt in prompts]
+        # a chat's prompt ids, as the engine is given them: the rendered prompt's, one segment
+        prompt_ids = list(tokens[0].token_ids) if chat and with_ids else None
         base = f"{'chatcmpl' if chat else 'cmpl'}-{secrets.token_hex(8)}"
         job = self._submit(
-            base, tenant, prompts, sampling, stream=body.stream, priority=body.priority
+            base, tenant, prompts, tokens, sampling, stream=body.stream, priority=body.priority
         )
         if body.stream:
             name = self._name(body.model)
@@ -346,11 +350,19 @@ class OpenAIApi:
             response["prompt_token_ids"] = prompt_ids
         return self._count(request, JSONResponse(response))
 
+    async def _tokenize(self, prompt: Prompt) -> TokenizedPrompt:
+        """The ids the engine will get for ``prompt``: a token-id prompt's own, a text's
+        tokenized once, here, off the event loop when it is long (prompt_tokenizer.py)."""
+        if isinstance(prompt, str):
+            return await self.ctx.scheduler.prompt_tokenizer.tokenize_prompt((prompt,))
+        return tokenized(prompt)
+
     def _submit(
         self,
         base: str,
         tenant: str | None,
         prompts: Sequence[Prompt],
+        tokens: Sequence[TokenizedPrompt],
         sampling: SamplingParams,
         *,
         stream: bool,
@@ -358,19 +370,22 @@ class OpenAIApi:
     ) -> _Job:
         """Open the request's app and graph, one call per prompt, and activate every output
         with the criteria ``latency`` and the request's ``priority`` (mutates the scheduler).
-        A token-id prompt's call has no text: its ids go beside the graph
-        (``AppState.token_prompts``) and reach the engine unchanged. ApiError(400) when the
-        graph is refused (too long a prompt, too many calls)."""
+        Every prompt's ids (``tokens``) go beside the graph (``AppState.token_prompts``) and
+        reach the engine unchanged, so nothing tokenizes a prompt again; a token-id prompt's
+        call has no text. ApiError(400) when the graph is refused (too long a prompt, too many
+        calls)."""
         scheduler = self.ctx.scheduler
         app = scheduler.open_app(base, tenant)
         calls = []
-        for i, prompt in enumerate(prompts):
+        num_tokens: dict[str, int] = {}  # a text prompt's token count, for the size check
+        for i, (prompt, ids) in enumerate(zip(prompts, tokens, strict=True)):
             gen = GenSegment(gen=f"out{i}", sampling=sampling)
             text = [TextSegment(text=prompt)] if isinstance(prompt, str) else []
             calls.append(CallSpec(id=f"c{i}", segments=[*text, gen]))
-            if not isinstance(prompt, str):
-                app.token_prompts[f"c{i}"] = tokenized(prompt)
-        count = lambda text: len(self.ctx.backend.tokenize(text))  # noqa: E731
+            app.token_prompts[f"c{i}"] = ids
+            if isinstance(prompt, str):
+                num_tokens[prompt] = len(ids)
+        count = num_tokens.__getitem__  # a call's only text is its prompt
         try:
             staged = stage(app.graph, Submit(calls=calls), self.ctx.config, count)
         except ServerError as exc:

@@ -50,11 +50,12 @@ async def run_call(
     generated: dict[str, str] = {}
     for index, var_id in enumerate(node.outputs):
         segments, gen = prompt_segments(app.graph, node, index, generated)
-        # tokenized once, here on the event loop: the engine takes the ids as they are; a
-        # call whose prompt came as ids (one output, no text) sends those ids instead
+        # tokenized once, here (off the event loop when long: prompt_tokenizer.py): the
+        # engine takes the ids as they are; a call whose prompt is already tokenized (/v1:
+        # ids, or text tokenized on arrival) sends those ids instead
         tokens = app.token_prompts.get(node.node_id) if index == 0 else None
         if tokens is None:
-            tokens = scheduler.backend.tokenize_prompt(segments)
+            tokens = await scheduler.prompt_tokenizer.tokenize_prompt(segments)
         if len(tokens) > scheduler.config.max_prompt_tokens:
             raise LimitError(
                 f"prompt for {var_id!r} has {len(tokens)} tokens, limit "

@@ -38,6 +38,7 @@ from eclectus.server.graph import FINAL_NODE_STATES, Graph, Node
 from eclectus.server.metrics import Metrics
 from eclectus.server.objectives import Objective, RankKey, engine_priority, rank_key
 from eclectus.server.pins import PinTable
+from eclectus.server.prompt_tokenizer import PromptTokenizer
 from eclectus.server.ready_queue import QueuedCall, ReadyQueue
 from eclectus.server.runner import run_call
 
@@ -55,9 +56,10 @@ class AppState:
     tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)  # node id -> task
     pins: PinTable = field(default_factory=PinTable)
     closed: bool = False
-    # node id -> the exact ids of a call whose prompt arrived as token ids (/v1 token-id
-    # prompts; its segments are then only its output): the runner sends these ids as they
-    # are instead of tokenizing segments, so ids that no text round-trips to stay exact
+    # node id -> the exact ids of a call's prompt known before dispatch: /v1 token-id
+    # prompts (the call's segments are then only its output), sent as they are so ids that
+    # no text round-trips to stay exact; and /v1 text prompts, tokenized once on arrival
+    # (off the event loop) instead of again at dispatch
     token_prompts: dict[str, TokenizedPrompt] = field(default_factory=dict)
     # called with (output var id, engine output) for each engine output of the app's calls,
     # before the graph hears of it: /v1 reads generated ids here (return_token_ids)
@@ -90,6 +92,8 @@ class Scheduler:
         self.clock = clock
         self.epoch = clock()
         self.queue = ReadyQueue()
+        # dispatched calls' prompts are tokenized here, off the event loop (the runner)
+        self.prompt_tokenizer = PromptTokenizer(backend)
         self.num_inflight = 0
         self.num_urgent_inflight = 0  # latency/deadline calls among num_inflight
         self._apps: dict[str, AppState] = {}  # the open sessions, by id, in opening order

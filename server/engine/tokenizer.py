@@ -76,22 +76,33 @@ class Tokenizer:
         """Token ids of ``text``; BOS first when ``add_bos`` and the tokenizer has one,
         unless ``text`` already starts with the BOS token's text (a chat template that
         renders ``{{ bos_token }}``): BOS is never doubled."""
-        ids = self.backend.encode(text, add_special_tokens=False).ids
-        if ids[:1] == [self.bos_token_id]:
-            return ids
-        if add_bos and self.bos_token_id is not None:
-            return [self.bos_token_id, *ids]
-        return ids
+        return self._with_bos(self._encode_all([text])[0], add_bos)
 
     def encode_segments(self, segments: Iterable[str]) -> tuple[list[int], list[int]]:
         """Token ids of a prompt given as segments (BOS before the first; each segment
         encoded on its own) and the token offset where each segment ends (pure)."""
         token_ids: list[int] = []
         ends: list[int] = []
-        for i, segment in enumerate(segments):
-            token_ids += self.encode(segment, add_bos=i == 0)
+        for i, ids in enumerate(self._encode_all(list(segments))):
+            token_ids += self._with_bos(ids, add_bos=i == 0)
             ends.append(len(token_ids))
         return token_ids, ends
+
+    def _encode_all(self, texts: list[str]) -> list[list[int]]:
+        """Each text's ids, no specials added (pure). One ``encode_batch_fast`` call: unlike
+        ``encode``, it releases the GIL while it runs (a 2,000-token prompt takes ~1.5 ms),
+        so the server's event loop and the engine's step thread keep running meanwhile; and
+        it skips the character offsets nobody reads (~25% less CPU; the ids are the same)."""
+        if not texts:
+            return []
+        return [e.ids for e in self.backend.encode_batch_fast(texts, add_special_tokens=False)]
+
+    def _with_bos(self, ids: list[int], add_bos: bool) -> list[int]:
+        if ids[:1] == [self.bos_token_id]:
+            return ids
+        if add_bos and self.bos_token_id is not None:
+            return [self.bos_token_id, *ids]
+        return ids
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of ``ids``, special tokens skipped. Incomplete UTF-8 decodes to U+FFFD."""

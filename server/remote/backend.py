@@ -296,11 +296,7 @@ class RemoteBackend:
     def tokenize_prompt(self, segments: tuple[str, ...]) -> TokenizedPrompt:
         """Ids of a prompt given as segments, BOS first, and each segment's end (pure): the
         built-in engine's rule, so both backends see the same ids."""
-        token_ids: list[int] = []
-        ends: list[int] = []
-        for i, segment in enumerate(segments):
-            token_ids += self.tokenizer.encode(segment, add_bos=i == 0)
-            ends.append(len(token_ids))
+        token_ids, ends = self.tokenizer.encode_segments(segments)
         return TokenizedPrompt(tuple(token_ids), tuple(ends))
 
     def stats(self) -> EngineStats:
