@@ -193,8 +193,10 @@ class EclectusServer:
         self._port = int(sock.getsockname()[1])
 
     def busy(self) -> bool:
-        """Whether work is queued or in the engine (pure)."""
-        return self.scheduler.num_inflight > 0 or len(self.scheduler.queue) > 0
+        """Whether work is queued, in the engine, or still being tokenized (pure)."""
+        scheduler = self.scheduler
+        pending = scheduler.prompt_tokenizer.num_pending
+        return scheduler.num_inflight > 0 or len(scheduler.queue) > 0 or pending > 0
 
     async def drain(self, timeout_s: float, force: asyncio.Event | None = None) -> None:
         """Shut down gracefully (mutates): stop accepting, let queued and in-flight work finish

@@ -128,6 +128,7 @@ class OpenAIApi:
         self.ctx = ctx
         self.render_chat = render_chat
         self.jobs: set[_Job] = set()
+        self.closed = False  # set by abort_all: the server is closing, nothing more runs
         # the served model's call syntax: the flag's, else its card's (its template's), as
         # the welcome announces it to SDK clients
         card = ctx.backend.model.with_tool_call_format(ctx.config.tool_call_parser)
@@ -314,6 +315,8 @@ class OpenAIApi:
         sampling = with_constraint(sampling, constraint)
         await self._check_constraint(sampling)
         tokens = [await self._tokenize(prompt) for prompt in prompts]
+        if self.closed:  # the server closed while the prompts were tokenized
+            raise ApiError(503, SHUTTING_DOWN)
         # a chat's prompt ids, as the engine is given them: the rendered prompt's, one segment
         prompt_ids = list(tokens[0].token_ids) if chat and with_ids else None
         base = f"{'chatcmpl' if chat else 'cmpl'}-{secrets.token_hex(8)}"
@@ -483,7 +486,9 @@ class OpenAIApi:
             await self.ctx.scheduler.close_app(job.app, "client disconnected")
 
     async def abort_all(self, message: str) -> None:
-        """Fail every request in flight with ``message`` (shutdown) (mutates)."""
+        """Fail every request in flight with ``message``, and refuse those still being
+        tokenized (shutdown) (mutates)."""
+        self.closed = True
         for job in list(self.jobs):
             await self.ctx.scheduler.close_app(job.app, message)
 

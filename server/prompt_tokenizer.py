@@ -37,6 +37,12 @@ class PromptTokenizer:
         self._num_pending = 0  # handed to the worker, not yet back
         self._pool: ThreadPoolExecutor | None = None
 
+    @property
+    def num_pending(self) -> int:
+        """Prompts handed to the worker and not yet back (pure): requests that arrived but
+        are not in the scheduler yet (a draining server waits for them)."""
+        return self._num_pending
+
     async def tokenize_prompt(self, segments: tuple[str, ...]) -> TokenizedPrompt:
         """``backend.tokenize_prompt(segments)``, on the worker thread unless the prompt is
         short and nothing is pending (mutates the counts; starts the worker once)."""
@@ -53,8 +59,9 @@ class PromptTokenizer:
             self._num_pending -= 1
 
     def close(self) -> None:
-        """Stop the worker once its current prompt is done; queued ones are dropped
-        (mutates; idempotent). Their awaiters are being cancelled by the server's close."""
+        """Let the worker end once the prompts queued on it are done, a few ms each, without
+        waiting for it (mutates; idempotent): their requests then learn that the server is
+        closing and answer so."""
         if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool.shutdown(wait=False)
             self._pool = None

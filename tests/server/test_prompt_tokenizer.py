@@ -100,3 +100,25 @@ async def test_the_loop_serves_while_a_burst_of_long_prompts_is_tokenized(
     assert {p: t.token_ids if t else None for p, t in sent.items()} == {
         p: tuple(p.encode()) for p in prompts
     }
+
+
+async def test_a_draining_server_waits_for_prompts_still_being_tokenized(
+    make_server: ServerFactory,
+) -> None:
+    """A request admitted before a drain but still in tokenization counts as work in flight:
+    the drain waits for it and it is answered, not lost between arrival and the scheduler."""
+    engine = GatedTokenizing()
+    server = await make_server(engine)
+    async with httpx.AsyncClient(base_url=server.http_url, timeout=30) as http:
+        body = {"model": "scripted", "max_tokens": 4, "prompt": LONG}
+        post = asyncio.create_task(http.post("/v1/completions", json=body))
+        await asyncio.sleep(0.1)
+        assert server.busy()
+        drain = asyncio.create_task(server.drain(timeout_s=10))
+        await asyncio.sleep(0.1)
+        assert not drain.done()
+        engine.gate.set()
+        answer = await post
+        await drain
+    assert answer.status_code == 200
+    assert [r.segments for r in engine.requests] == [(LONG,)]
