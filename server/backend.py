@@ -34,8 +34,9 @@ class EngineRequest:
     The prompt is the concatenation of ``segments``; each segment is tokenized on its own and
     the token ids are concatenated (after a BOS token where the tokenizer adds one), so a
     segment boundary is an exact KV reuse point. ``tokens``: those ids, when the caller has
-    already computed them with :meth:`Backend.tokenize_prompt` (the server does, on its
-    event loop, so the engine's step thread does not tokenize); None: the engine tokenizes.
+    already computed them with :meth:`Backend.tokenize_prompt` (the server does, off its
+    event loop when the prompt is long, so the engine's step thread does not tokenize); None:
+    the engine tokenizes.
     ``priority``: lower runs first (the engine admits waiting requests in (priority, arrival)
     order). ``background``: throughput work nobody waits on; while foreground requests are in
     the engine, it computes at most ``EngineConfig.max_background_seqs`` of these per step.
