@@ -32,6 +32,10 @@ class AttentionFn(Protocol):
     [T, Hq, D]: softmax(q·kᵀ / sqrt(D)) v over each token's own sequence up to and including
     itself (earlier tokens come from the cache). The implementation typically mutates its KV
     cache (stores k/v); the model never looks at the cache.
+
+    In the last layer of a forward given ``rows`` (see :meth:`LlamaForCausalLM.forward`), q
+    holds only those rows ([R, Hq, D], in the order given) while k/v still hold all T tokens
+    (every token's K/V is stored); o is then [R, Hq, D].
     """
 
     def __call__(self, layer_idx: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor: ...
@@ -79,9 +83,16 @@ class Attention(nn.Module):
         )
         self.o_proj = _linear(self.q_size, hidden, False, dtype, device)
 
-    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor], attn: AttentionFn) -> Tensor:
-        """x [T, hidden], rope (cos, sin) [T, 1, D] -> [T, hidden] (pure here; ``attn`` may
-        write its cache)."""
+    def forward(
+        self,
+        x: Tensor,
+        rope: tuple[Tensor, Tensor],
+        attn: AttentionFn,
+        rows: Tensor | None = None,
+    ) -> Tensor:
+        """x [T, hidden], rope (cos, sin) [T, 1, D] -> [T, hidden], or [R, hidden] for the
+        ``rows`` [R] only (every token's K/V still goes to ``attn``). Pure here; ``attn`` may
+        write its cache."""
         qkv = self.qkv_proj(x)
         t = x.shape[0]
         # q and k heads are adjacent in qkv: rotate them together (one set of kernels)
@@ -89,8 +100,10 @@ class Attention(nn.Module):
         qk = apply_rope(qk, *rope)
         q, k = qk[:, : self.num_heads], qk[:, self.num_heads :]
         v = qkv[:, self.q_size + self.kv_size :].view(t, self.num_kv_heads, self.head_dim)
+        if rows is not None:
+            q = q[rows]
         o = attn(self.layer_idx, q, k, v)
-        return self.o_proj(o.reshape(t, self.q_size))
+        return self.o_proj(o.reshape(q.shape[0], self.q_size))
 
 
 class MLP(nn.Module):
@@ -121,9 +134,17 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, eps, dtype, device)
         self.mlp = MLP(config, dtype, device)
 
-    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor], attn: AttentionFn) -> Tensor:
-        """Pre-norm residual block: x [T, hidden] -> [T, hidden]."""
-        x = x + self.self_attn(self.input_layernorm(x), rope, attn)
+    def forward(
+        self,
+        x: Tensor,
+        rope: tuple[Tensor, Tensor],
+        attn: AttentionFn,
+        rows: Tensor | None = None,
+    ) -> Tensor:
+        """Pre-norm residual block: x [T, hidden] -> [T, hidden], or [R, hidden] for the
+        ``rows`` [R] only (their attention still sees every token's K/V)."""
+        h = self.self_attn(self.input_layernorm(x), rope, attn, rows)
+        x = (x if rows is None else x[rows]) + h
         return x.add_(self.mlp(self.post_attention_layernorm(x)))  # x is this layer's own
 
 
@@ -172,19 +193,32 @@ class LlamaForCausalLM(nn.Module):
         self.check_positions = True
 
     @torch.inference_mode()
-    def forward(self, input_ids: Tensor, positions: Tensor, attn: AttentionFn) -> Tensor:
-        """input_ids [T] int64, positions [T] int64 -> hidden [T, hidden] in the model dtype.
+    def forward(
+        self,
+        input_ids: Tensor,
+        positions: Tensor,
+        attn: AttentionFn,
+        rows: Tensor | None = None,
+    ) -> Tensor:
+        """input_ids [T] int64, positions [T] int64 -> hidden [T, hidden] in the model dtype,
+        or [R, hidden] for ``rows`` [R] int64 only (the rows that get logits).
 
-        Raises ValueError if a position lies beyond what the model computes correctly (the
-        RoPE table, or a sliding window we do not implement). Pure except through ``attn``.
+        With ``rows`` the last layer computes every token's K/V (for ``attn`` to store) but
+        its queries, output projection, MLP and the final norm only for those rows: nothing
+        after the last K/V reads another row, so the other rows' outputs would be thrown
+        away (on a 2,048-token prefill step of 4 prompts, a layer's attention and MLP for
+        2,044 unused rows). Raises ValueError if a position lies beyond what the model
+        computes correctly (the RoPE table, or a sliding window we do not implement). Pure
+        except through ``attn``.
         """
         if self.check_positions:
             self._check_positions(positions)
         x = self.model.embed_tokens(input_ids)
         rope = self.rotary.cos_sin(positions, x.dtype)
-        for layer in self.model.layers:
+        *layers, last = self.model.layers
+        for layer in layers:
             x = layer(x, rope, attn)
-        return self.model.norm(x)
+        return self.model.norm(last(x, rope, attn, rows))
 
     @torch.inference_mode()
     def compute_logits(self, hidden: Tensor) -> Tensor:

@@ -102,10 +102,18 @@ class StepAttention:
     decode_plan: kernels.DecodePlan | None
     prefill_plan: kernels.PrefillPlan | None
     scale: float
+    # the last layer's queries when the forward computes only the rows that sample (fewer than
+    # the step's tokens): each is its sequence's last token so far, i.e. a decode row over the
+    # block table (None: no sampled row, or every row samples)
+    rows_plan: kernels.DecodePlan | None = None
 
     def __call__(self, layer_idx: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         k_cache, v_cache = self.k_caches[layer_idx], self.v_caches[layer_idx]
         kernels.store_kv(k, v, k_cache, v_cache, self.slot_mapping)
+        if q.shape[0] != k.shape[0]:  # the last layer, for the sampled rows only
+            if self.rows_plan is None:
+                return torch.empty_like(q)  # no row samples: q is empty
+            return kernels.decode_attention(q, k_cache, v_cache, self.rows_plan, self.scale)
         nd = self.num_decodes
         if self.prefill_plan is None:
             assert self.decode_plan is not None
@@ -146,6 +154,9 @@ class ModelRunner:
         # the decode steps' block-table tensor, patched from step to step (None: rebuilt from
         # the lists every step; the benchmarks' A/B sets it)
         self.table_cache: kernels.BlockTableCache | None = kernels.BlockTableCache()
+        # a step whose rows do not all sample computes the last layer's attention output and
+        # MLP for the sampled rows only (False: for every row; the benchmarks' A/B sets it)
+        self.sampled_rows_only = True
 
     @torch.inference_mode()
     def execute(self, out: SchedulerOutput) -> tuple[list[ScheduledSeq], Tensor]:
@@ -177,14 +188,26 @@ class ModelRunner:
                 sample_row[id(item)] = len(input_ids) - 1
         attn = self._attention(decodes, rows, prefills, slots)
         dev = self.device
-        hidden = self.model(
-            torch.tensor(input_ids, device=dev), torch.tensor(positions, device=dev), attn
-        )
         sampling = [item for item in out.scheduled if item.samples]
         sample_rows = [sample_row[id(item)] for item in sampling]
-        if len(sample_rows) < len(input_ids) or sample_rows != list(range(len(input_ids))):
+        only = None  # every row samples, in order (a decode-only step): no gather
+        if self.sampled_rows_only and (
+            len(sample_rows) < len(input_ids) or sample_rows != list(range(len(input_ids)))
+        ):
+            # the last layer computes only the sampled rows (LlamaForCausalLM.forward); each
+            # attends as a decode row over its sequence's context, its own K/V included
+            only = torch.tensor(sample_rows, device=dev, dtype=torch.int64)
+            if sampling:
+                attn.rows_plan = self._decode_plan(
+                    [item.seq.block_table for item in sampling],
+                    [item.seq.num_computed_tokens + item.num_new_tokens for item in sampling],
+                    reuse=False,  # the decode steps' table cache keeps their rows
+                )
+        hidden = self.model(
+            torch.tensor(input_ids, device=dev), torch.tensor(positions, device=dev), attn, only
+        )
+        if only is None and len(sample_rows) < len(input_ids):
             hidden = hidden[torch.tensor(sample_rows, device=dev, dtype=torch.int64)]
-        # else every row samples, in order (a decode-only step): no gather
         return sampling, self.model.compute_logits(hidden)
 
     def _attention(

@@ -1,8 +1,8 @@
-"""Where a decode step's time goes: the engine's step split into its parts, at issue #18's
-shapes, in thread CPU time.
+"""Where a decode or a prefill step's time goes: the engine's step split into its parts, at
+issue #18's shapes, in thread CPU time.
 
     python -m eclectus.server.engine.step_bench [--model tiny] [--runs 3]
-        [--shapes random,prefix-1x2048,prefix-2x1536] [--table-cache both]
+        [--shapes random,prefix-1x2048,prefix-2x1536] [--table-cache both] [--phase prefill]
 
 The engine steps in this thread with torch on one thread (``--threads 1`` of the served
 benchmark), so other processes on a shared machine slow no part by taking the core away.
@@ -14,6 +14,12 @@ minus the plans, the attention kernels and the KV stores: the matmuls, norms, Ro
 head, the flat batch built from the sequences, and the per-layer glue. With ``--table-cache
 both`` two engines, equal but for the decode steps' block-table cache (``runner.table_cache``),
 alternate run by run. Medians over the decode steps of a run; the best run of ``--runs``.
+
+``--phase prefill`` times the steps before the last request has its first token instead (the
+prompts' chunks, and the decodes of the requests already started): the same parts, with the
+model's GEMMs (every ``F.linear``: QKV, O, gate/up, down, the LM head over the sampled rows)
+split out of the rest of the model (embedding, norms, RoPE, SwiGLU, the flat batch, per-layer
+glue), and the sum of those steps (the in-process first token of the batch's last request).
 """
 
 from __future__ import annotations
@@ -41,13 +47,15 @@ SHAPES = {
 }
 PARTS = ("schedule", "plans", "attention kernels", "KV store", "model, not attention")
 PARTS += ("sampler", "postprocess", "step")
+PREFILL_PARTS = ("schedule", "plans", "attention kernels", "KV store", "matmuls")
+PREFILL_PARTS += ("model, rest", "sampler", "postprocess", "step")
 
 
 class StepTimer:
     """Wraps one engine's calls to add their thread CPU time to :attr:`parts` (mutated by
     every step; the kernels' wrappers are module-wide, so time one engine at a time)."""
 
-    def __init__(self, engine: LLMEngine) -> None:
+    def __init__(self, engine: LLMEngine, *, matmuls: bool = False) -> None:
         self.parts: dict[str, float] = defaultdict(float)
         self._wrap(engine.scheduler, "schedule", "schedule")
         self._wrap(engine.runner, "_attention", "plans")
@@ -55,7 +63,10 @@ class StepTimer:
         self._wrap(engine, "_sample", "sampler")
         self._wrap(engine, "_postprocess", "postprocess")
         self._wrap(model_runner.kernels, "decode_attention", "attention kernels")
+        self._wrap(model_runner.kernels, "prefill_attention", "attention kernels")
         self._wrap(model_runner.kernels, "store_kv", "KV store")
+        if matmuls:  # nn.Linear and the LM head both call F.linear
+            self._wrap(torch.nn.functional, "linear", "matmuls")
 
     def _wrap(self, owner: Any, name: str, part: str) -> None:
         inner: Callable[..., Any] = getattr(owner, name)
@@ -88,7 +99,36 @@ def prompts(shape: str, bos: int, rng: random.Random) -> tuple[list[list[int]], 
 def decode_parts(engine: LLMEngine, shape: str, rng: random.Random) -> dict[str, float]:
     """Median milliseconds per part over the decode steps of one run of ``shape`` (runs the
     engine to completion: mutates it)."""
-    timer = StepTimer(engine)
+    steps = _run(engine, shape, rng, StepTimer(engine), prefill=False)
+    ms = {part: statistics.median(times) * 1e3 for part, times in steps.items()}
+    attention = ms["plans"] + ms["attention kernels"] + ms["KV store"]
+    ms["model, not attention"] = ms.pop("runner") - attention
+    return ms
+
+
+def prefill_parts(engine: LLMEngine, shape: str, rng: random.Random) -> dict[str, float]:
+    """Median milliseconds per part over the steps of one run of ``shape`` before its last
+    request's first token, plus ``"steps"`` (their number) and ``"total"`` (their summed
+    milliseconds). Runs the engine to completion (mutates it; F.linear is wrapped meanwhile)."""
+    timer = StepTimer(engine, matmuls=True)
+    try:
+        steps = _run(engine, shape, rng, timer, prefill=True)
+    finally:
+        torch.nn.functional.linear = torch.nn.functional.linear.__wrapped_by_step_bench__  # type: ignore[attr-defined]
+    ms = {part: statistics.median(times) * 1e3 for part, times in steps.items()}
+    attention = ms["plans"] + ms["attention kernels"] + ms["KV store"]
+    ms["model, rest"] = ms.pop("runner") - attention - ms["matmuls"]
+    ms["steps"] = len(steps["step"])
+    ms["total"] = sum(steps["step"]) * 1e3
+    return ms
+
+
+def _run(
+    engine: LLMEngine, shape: str, rng: random.Random, timer: StepTimer, *, prefill: bool
+) -> dict[str, list[float]]:
+    """Each part's seconds in each decode step (``prefill``: each step before the last first
+    token) of one run of ``shape``; every part is listed for every kept step (mutates the
+    engine: runs it to completion)."""
     batch, out = prompts(shape, engine.tokenizer.bos_token_id, rng)
     params = SamplingParams(max_tokens=out, ignore_eos=True, temperature=1.0)
     got = {}
@@ -97,21 +137,21 @@ def decode_parts(engine: LLMEngine, shape: str, rng: random.Random) -> dict[str,
         got[request_id] = 0
         engine.add_tokens(request_id, ids, params)
     steps: dict[str, list[float]] = defaultdict(list)
+    parts = ("schedule", "plans", "runner", "sampler", "postprocess", "attention kernels")
+    parts += ("KV store", "matmuls") if prefill else ("KV store",)
     while engine.has_unfinished:
-        decoding = all(got.values()) and len(engine.scheduler.running) == len(batch)
+        started = all(got.values())
+        keep = not started if prefill else started and len(engine.scheduler.running) == len(batch)
         timer.parts.clear()
         start = time.thread_time()
         outputs = engine.step()
-        if decoding:
+        if keep:
             steps["step"].append(time.thread_time() - start)
-            for part, seconds in timer.parts.items():
-                steps[part].append(seconds)
+            for part in parts:
+                steps[part].append(timer.parts.get(part, 0.0))
         for output in outputs:
             got[output.request_id] += len(output.token_ids)
-    ms = {part: statistics.median(times) * 1e3 for part, times in steps.items()}
-    attention = ms["plans"] + ms["attention kernels"] + ms["KV store"]
-    ms["model, not attention"] = ms.pop("runner") - attention
-    return ms
+    return steps
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,30 +160,46 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shapes", default=",".join(SHAPES))
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--table-cache", choices=("on", "off", "both"), default="on")
+    parser.add_argument("--sampled-rows", choices=("on", "off", "both"), default="on")
+    parser.add_argument("--phase", choices=("decode", "prefill"), default="decode")
     args = parser.parse_args(argv)
     shapes = args.shapes.split(",")
     if unknown := [s for s in shapes if s not in SHAPES]:
         parser.error(f"unknown shape {unknown[0]!r}; choose from {', '.join(SHAPES)}")
+    if args.table_cache == "both" and args.sampled_rows == "both":
+        parser.error("--table-cache both and --sampled-rows both: compare one at a time")
     torch.set_num_threads(1)
-    modes = ("on", "off") if args.table_cache == "both" else (args.table_cache,)
+    option, choice = ("table cache", args.table_cache)
+    if args.sampled_rows != "on":
+        option, choice = ("sampled rows only", args.sampled_rows)
+    modes = ("on", "off") if choice == "both" else (choice,)
     engines = {}
     for mode in modes:
-        engines[mode] = LLMEngine(EngineConfig(model=args.model, num_threads=1))
-        if mode == "off":
-            engines[mode].runner.table_cache = None
+        engine = engines[mode] = LLMEngine(EngineConfig(model=args.model, num_threads=1))
+        if args.table_cache == "off" or (option == "table cache" and mode == "off"):
+            engine.runner.table_cache = None
+        if option == "sampled rows only" and mode == "off":
+            engine.runner.sampled_rows_only = False
     rng = random.Random(0)
+    measure, rows = (
+        (prefill_parts, PREFILL_PARTS) if args.phase == "prefill" else (decode_parts, PARTS)
+    )
+    best_of = "total" if args.phase == "prefill" else "step"
     for shape in shapes:
         best: dict[str, dict[str, float]] = {}
         for run in range(args.runs + 1):  # the first run warms up
             for mode, engine in engines.items():
-                ms = decode_parts(engine, shape, rng)
-                if run and (mode not in best or ms["step"] < best[mode]["step"]):
+                ms = measure(engine, shape, rng)
+                if run and (mode not in best or ms[best_of] < best[mode][best_of]):
                     best[mode] = ms
-        print(f"\n{args.model}, {shape}: ms per decode step (thread CPU, median, best run)")
-        print("| part | " + " | ".join(f"table cache {m}" for m in modes) + " |")
+        print(f"\n{args.model}, {shape}: ms per {args.phase} step (thread CPU, median, best run)")
+        print("| part | " + " | ".join(f"{option} {m}" for m in modes) + " |")
         print("| --- |" + " ---: |" * len(modes))
-        for part in PARTS:
+        for part in rows:
             print(f"| {part} | " + " | ".join(f"{best[m][part]:.2f}" for m in modes) + " |")
+        if args.phase == "prefill":
+            for part in ("steps", "total"):
+                print(f"| {part} | " + " | ".join(f"{best[m][part]:.2f}" for m in modes) + " |")
     return 0
 
 
