@@ -146,10 +146,20 @@ _PREFIX = list(range(40, 40 + 3 * 16))
 
 
 def _outputs(
-    requests: list[tuple[int, int, int]], num_kv_blocks: int, reuse: bool
+    requests: list[tuple[int, int, int]],
+    num_kv_blocks: int,
+    reuse: bool,
+    *,
+    sampled_rows_only: bool = True,
+    max_num_batched_tokens: int = 2048,
 ) -> tuple[dict[str, tuple[int, ...]], LLMEngine]:
-    """Greedy outputs of ``requests`` (see _REQUESTS), the block-table cache on or off."""
-    engine = LLMEngine(EngineConfig(model="tiny", num_kv_blocks=num_kv_blocks))
+    """Greedy outputs of ``requests`` (see _REQUESTS), the block-table cache on or off, the
+    last layer for the sampled rows only or for all."""
+    config = EngineConfig(
+        model="tiny", num_kv_blocks=num_kv_blocks, max_num_batched_tokens=max_num_batched_tokens
+    )
+    engine = LLMEngine(config)
+    engine.runner.sampled_rows_only = sampled_rows_only
     if not reuse:
         engine.runner.table_cache = None
     got: dict[str, tuple[int, ...]] = {}
@@ -188,3 +198,16 @@ def test_the_block_table_cache_changes_no_output_through_preemption() -> None:
     table_cache = engine.runner.table_cache
     assert table_cache is not None and table_cache.num_patched_rows > 0
     assert cached == _outputs(requests, 14, False)[0]
+
+
+@settings(max_examples=6, deadline=None)
+@given(st.lists(_REQUESTS, min_size=2, max_size=7), st.sampled_from([24, 64, 2048]))
+def test_the_last_layer_for_the_sampled_rows_only_changes_no_output(
+    requests: list[tuple[int, int, int]], budget: int
+) -> None:
+    """Prompts split into chunks that do not sample (a small token budget), beside decodes,
+    over shared prefixes or not: greedy outputs are the same whether the last layer computes
+    only the sampled rows (as decode rows) or every row."""
+    only = _outputs(requests, 40, True, max_num_batched_tokens=budget)[0]
+    every = _outputs(requests, 40, True, sampled_rows_only=False, max_num_batched_tokens=budget)
+    assert only == every[0]

@@ -272,3 +272,34 @@ def test_missing_tensor_is_an_error(tmp_path: Path) -> None:
     save_file(tensors, tmp_path / "model.safetensors")
     with pytest.raises(ValueError, match=r"layers\.1\.self_attn\.qkv_proj"):
         load_model(tmp_path)
+
+
+def test_forward_with_rows_computes_those_rows_of_the_full_forward(tiny_pair) -> None:
+    """``rows``: the last layer's output for those rows only, in the order given, equal to
+    the same rows of the full forward; every token's K/V still reaches the attention."""
+    ours, _, tok = tiny_pair
+    ids = tok.encode("only the rows that sample get logits", add_bos=True)
+    seen: list[int] = []
+
+    def rows_attn(layer_idx: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        seen.append(k.shape[0])
+        if q.shape[0] == k.shape[0]:
+            return causal_sdpa(layer_idx, q, k, v)
+        # the last layer: query row r at position rows[r] over keys 0..rows[r]
+        return torch.stack([causal_sdpa(layer_idx, q_full, k, v)[r] for r in rows.tolist()])
+
+    full = ours(torch.tensor(ids), torch.arange(len(ids)), causal_sdpa)
+    rows = torch.tensor([len(ids) - 1, 3, 0])
+    q_full = torch.empty(0)
+
+    def capture(layer_idx: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        nonlocal q_full
+        if layer_idx == ours.config.num_hidden_layers - 1 and q.shape[0] == k.shape[0]:
+            q_full = q
+        return causal_sdpa(layer_idx, q, k, v)
+
+    ours(torch.tensor(ids), torch.arange(len(ids)), capture)  # the last layer's full queries
+    got = ours(torch.tensor(ids), torch.arange(len(ids)), rows_attn, rows)
+    assert got.shape == (3, ours.config.hidden_size)
+    assert seen == [len(ids)] * ours.config.num_hidden_layers
+    torch.testing.assert_close(got, full[rows], atol=1e-5, rtol=0)
