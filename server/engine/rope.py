@@ -82,10 +82,13 @@ def apply_rope(x: Tensor, cos: Tensor, signed_sin: Tensor) -> Tensor:
 
     Equals transformers' ``x * cos + rotate_half(x) * sin`` bit for bit: rotate_half(x) is
     (-x2, x1), and (-x2) * sin == x2 * (-sin) exactly, so the sign moves into the table and
-    the per-layer negation disappears; 4 element-wise kernels for q and k together.
+    the per-layer negation disappears. The rotated half is never materialised: each half of
+    the output adds its product with the other half of x in place (the same products and
+    sums; no concatenated copy of x, which cost as much as the rest of RoPE on a 2,048-token
+    prefill step: docs/benchmarks.md, "A prefill step").
     """
     half = x.shape[-1] // 2
-    rotated = torch.cat((x[..., half:], x[..., :half]), dim=-1)
-    rotated.mul_(signed_sin)
     out = x * cos
-    return out.add_(rotated)
+    out[..., :half] += x[..., half:] * signed_sin[..., :half]
+    out[..., half:] += x[..., :half] * signed_sin[..., half:]
+    return out
