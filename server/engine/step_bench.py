@@ -2,7 +2,8 @@
 issue #18's shapes, in thread CPU time.
 
     python -m eclectus.server.engine.step_bench [--model tiny] [--runs 3]
-        [--shapes random,prefix-1x2048,prefix-2x1536] [--table-cache both] [--phase prefill]
+        [--shapes random,prefix-1x2048,prefix-2x1536] [--phase prefill]
+        [--table-cache both | --sampled-rows both]
 
 The engine steps in this thread with torch on one thread (``--threads 1`` of the served
 benchmark), so other processes on a shared machine slow no part by taking the core away.
@@ -20,6 +21,8 @@ prompts' chunks, and the decodes of the requests already started): the same part
 model's GEMMs (every ``F.linear``: QKV, O, gate/up, down, the LM head over the sampled rows)
 split out of the rest of the model (embedding, norms, RoPE, SwiGLU, the flat batch, per-layer
 glue), and the sum of those steps (the in-process first token of the batch's last request).
+``--sampled-rows both`` alternates two engines equal but for ``runner.sampled_rows_only`` (the
+last layer for the sampled rows only, or for every row), as ``--table-cache both`` does.
 """
 
 from __future__ import annotations
