@@ -33,9 +33,10 @@ class AttentionFn(Protocol):
     itself (earlier tokens come from the cache). The implementation typically mutates its KV
     cache (stores k/v); the model never looks at the cache.
 
-    In the last layer of a forward given ``rows`` (see :meth:`LlamaForCausalLM.forward`), q
-    holds only those rows ([R, Hq, D], in the order given) while k/v still hold all T tokens
-    (every token's K/V is stored); o is then [R, Hq, D].
+    In the last layer of a forward given ``rows`` (R < T of them; see
+    :meth:`LlamaForCausalLM.forward`), q holds only those rows ([R, Hq, D], in the order
+    given) while k/v still hold all T tokens (every token's K/V is stored); o is then
+    [R, Hq, D]. So q and k of different lengths mean the rows' last layer.
     """
 
     def __call__(self, layer_idx: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor: ...
@@ -201,7 +202,7 @@ class LlamaForCausalLM(nn.Module):
         rows: Tensor | None = None,
     ) -> Tensor:
         """input_ids [T] int64, positions [T] int64 -> hidden [T, hidden] in the model dtype,
-        or [R, hidden] for ``rows`` [R] int64 only (the rows that get logits).
+        or [R, hidden] for ``rows`` [R < T] int64 only (the rows that get logits).
 
         With ``rows`` the last layer computes every token's K/V (for ``attn`` to store) but
         its queries, output projection, MLP and the final norm only for those rows: nothing

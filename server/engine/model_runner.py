@@ -190,10 +190,8 @@ class ModelRunner:
         dev = self.device
         sampling = [item for item in out.scheduled if item.samples]
         sample_rows = [sample_row[id(item)] for item in sampling]
-        only = None  # every row samples, in order (a decode-only step): no gather
-        if self.sampled_rows_only and (
-            len(sample_rows) < len(input_ids) or sample_rows != list(range(len(input_ids)))
-        ):
+        only = None  # every row samples (a decode-only step): the last layer for all of them
+        if self.sampled_rows_only and len(sample_rows) < len(input_ids):
             # the last layer computes only the sampled rows (LlamaForCausalLM.forward); each
             # attends as a decode row over its sequence's context, its own K/V included
             only = torch.tensor(sample_rows, device=dev, dtype=torch.int64)
@@ -206,8 +204,9 @@ class ModelRunner:
         hidden = self.model(
             torch.tensor(input_ids, device=dev), torch.tensor(positions, device=dev), attn, only
         )
-        if only is None and len(sample_rows) < len(input_ids):
+        if only is None and sample_rows != list(range(len(input_ids))):
             hidden = hidden[torch.tensor(sample_rows, device=dev, dtype=torch.int64)]
+        # else hidden holds the sampled rows, in order: no gather
         return sampling, self.model.compute_logits(hidden)
 
     def _attention(
