@@ -24,10 +24,12 @@ Beyond the peers:
   newline first, whichever is shorter). At admission a request
   whose ``max_tokens`` is below the closing path of the empty output is refused (no valid
   output fits). While generating, once the budget left is near the last closing length
-  measured, each sampled token is kept only if the closing path after it still fits the
-  budget; otherwise the policy's token is taken instead. So the output is complete when
-  ``max_tokens`` runs out, whenever a closing path exists (a grammar where the policy finds
-  none within :data:`MAX_CLOSING_TOKENS`, such as ``a*b`` read greedily, gets no guarantee).
+  measured (plus the empty output's, which one token opening another tool call or
+  top-level item can add at once), each sampled token is kept only if the closing path
+  after it still fits the budget; otherwise the policy's token is taken instead. So the
+  output is complete when ``max_tokens`` runs out, whenever a closing path exists (a grammar
+  where the policy finds none within :data:`MAX_CLOSING_TOKENS`, such as ``a*b`` read
+  greedily, gets no guarantee) and no single token adds more than the window foresees.
 """
 
 from __future__ import annotations
@@ -47,7 +49,9 @@ from eclectus.server.engine.tokenizer import Tokenizer
 MAX_CACHED_GRAMMARS = 256
 MAX_CLOSING_TOKENS = 256  # longest closing path searched for
 # The budget check runs when the tokens left are at most twice the last closing length
-# measured plus this margin: one token rarely adds more than this to the closing path.
+# measured (or that plus the empty output's, whichever is larger: a token that opens another
+# tool call or top-level item adds about a whole output's) plus this margin: one token
+# rarely adds more than that to the closing path.
 CLOSING_MARGIN = 32
 # The closing policy's preference among single-character tokens: close a string, an object,
 # an array; end a number with a separator; else the shortest values, then openers (closed
@@ -171,6 +175,7 @@ class GrammarBackend:
                     f"{needed} tokens"
                 )
             state.last_closing_length = needed
+            state.first_closing_length = needed or 0
         return state
 
     def bitmask(self, states: list[GrammarState | None]) -> Tensor | None:
@@ -194,6 +199,9 @@ class GrammarState:
     max_tokens: int | None
     num_accepted: int = 0
     last_closing_length: int | None = None
+    # the empty output's closing length: one token that opens another unit of a repeated
+    # top-level structure (a tool call after a call) can add about this much at once
+    first_closing_length: int = 0
 
     def accept(self, token_id: int) -> None:
         """Advance past one output token (mutates). The token came from a mask this matcher
@@ -226,7 +234,9 @@ class GrammarState:
         """``token_id`` if the structure can still close within ``num_left - 1`` tokens after
         it, else the closing policy's next token (pure). ``num_left`` counts this token."""
         last = self.last_closing_length
-        if self.max_tokens is None or last is None or num_left > 2 * last + CLOSING_MARGIN:
+        if self.max_tokens is None or last is None:
+            return token_id
+        if num_left > max(2 * last, last + self.first_closing_length) + CLOSING_MARGIN:
             return token_id
         trial = self.matcher.fork()
         if trial.accept_token(token_id):

@@ -218,3 +218,31 @@ def test_random_tool_schemas_decode_to_calls_that_parse_and_validate(
         assert content == "" and calls, text
         for call in calls:
             jsonschema.validate(call.arguments, parameters[int(call.name.split("_")[1])])
+
+
+def test_a_second_call_is_opened_only_when_it_still_fits_the_budget(engine: LLMEngine) -> None:
+    """Regression: after a complete call the closing path is one token (``]``), and the
+    budget check's window (twice that plus a margin) was too small to catch the ``,`` that
+    opens another call, whose own closing path is a whole call (~35 tokens): sampled runs
+    ended mid-call at ``max_tokens``. Every sampled run under a tight budget now parses."""
+    parameters = {
+        "type": "object",
+        "properties": {
+            "kind": {"type": "string", "maxLength": 1},
+            "flag": {"type": "boolean"},
+            "city": {"type": "array", "items": {"type": "integer"}, "maxItems": 2},
+        },
+        "required": ["city", "flag", "kind"],
+    }
+    tools = [{"type": "function", "function": {"name": "tool_0", "parameters": parameters}}]
+    fmt = tool_format("mistral")
+    constraint = fmt.constraint(tool_specs(tools), "required", True)
+    requests = [
+        SamplingParams(max_tokens=96, temperature=1.0, seed=seed, structured_outputs=constraint)
+        for seed in range(48)
+    ]
+    for text in generate(engine, "Call a tool:", requests):
+        content, calls = fmt.parse(text)
+        assert content == "" and calls, text
+        for call in calls:
+            jsonschema.validate(call.arguments, parameters)
