@@ -198,7 +198,9 @@ class OpenAIApi:
                 tokenize_request = TokenizeRequest.model_validate_json(body)
             except ValidationError as exc:
                 raise ApiError(400, str(exc.errors()[0]["msg"])) from None
-            return JSONResponse(tokenize(self.ctx.backend, tokenize_request))
+            prompt_tokenizer = self.ctx.scheduler.prompt_tokenizer
+            answer = await tokenize(self.ctx.backend, prompt_tokenizer, tokenize_request)
+            return JSONResponse(answer)
         except ApiError as exc:
             return self._error(request, exc)
 

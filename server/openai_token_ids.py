@@ -14,7 +14,8 @@ Eclectus's engine (``eclectus serve --engine-url``, docs/engines.md).
   continue a request exactly after a failover; a chat also lists its rendered prompt's
   (``prompt_token_ids``), as vLLM does.
 - ``POST /tokenize`` ``{"prompt", "add_special_tokens"}`` -> ``{"tokens", "count",
-  "max_model_len"}``, the ids a text prompt becomes here.
+  "max_model_len"}``, the ids a text prompt becomes here; a long prompt is encoded on the
+  prompt tokenizer's worker, so the loop keeps serving meanwhile.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pydantic import BaseModel, ConfigDict
 
 from eclectus.server.backend import Backend, TokenizedPrompt
 from eclectus.server.openai_schema import ApiError
+from eclectus.server.prompt_tokenizer import PromptTokenizer
 
 
 class TokenizeRequest(BaseModel):
@@ -36,12 +38,16 @@ class TokenizeRequest(BaseModel):
     add_special_tokens: bool = True
 
 
-def tokenize(backend: Backend, request: TokenizeRequest) -> dict[str, Any]:
-    """The /tokenize answer (pure)."""
+async def tokenize(
+    backend: Backend, prompt_tokenizer: PromptTokenizer, request: TokenizeRequest
+) -> dict[str, Any]:
+    """The /tokenize answer; a long prompt is encoded off the event loop, behind the prompts
+    already queued (prompt_tokenizer.py)."""
     if request.add_special_tokens:
-        tokens = list(backend.tokenize_prompt((request.prompt,)).token_ids)
+        prompt = await prompt_tokenizer.tokenize_prompt((request.prompt,))
+        tokens = list(prompt.token_ids)
     else:
-        tokens = backend.tokenize(request.prompt)
+        tokens = await prompt_tokenizer.tokenize_text(request.prompt)
     window = backend.model.context_window
     return {"tokens": tokens, "count": len(tokens), "max_model_len": window}
 

@@ -17,13 +17,18 @@ were handed here (one worker: its futures complete in submission order).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 from eclectus.server.backend import Backend, TokenizedPrompt
 
 # Prompts of at most this many characters are tokenized inline when the worker is idle:
 # ~50 us of encoding, about what a thread hop costs.
 INLINE_MAX_CHARS = 1024
+
+_Arg = TypeVar("_Arg")
+_Out = TypeVar("_Out")
 
 
 class PromptTokenizer:
@@ -46,15 +51,25 @@ class PromptTokenizer:
     async def tokenize_prompt(self, segments: tuple[str, ...]) -> TokenizedPrompt:
         """``backend.tokenize_prompt(segments)``, on the worker thread unless the prompt is
         short and nothing is pending (mutates the counts; starts the worker once)."""
-        if self._num_pending == 0 and sum(map(len, segments)) <= self.inline_max_chars:
-            return self.backend.tokenize_prompt(segments)
+        return await self._run(self.backend.tokenize_prompt, segments, sum(map(len, segments)))
+
+    async def tokenize_text(self, text: str) -> list[int]:
+        """``backend.tokenize(text)`` (no special tokens: vLLM's ``/tokenize`` with
+        ``add_special_tokens: false``), under the same rule as :meth:`tokenize_prompt`
+        (mutates the counts)."""
+        return await self._run(self.backend.tokenize, text, len(text))
+
+    async def _run(self, encode: Callable[[_Arg], _Out], arg: _Arg, chars: int) -> _Out:
+        """``encode(arg)`` inline when short and nothing is pending, else behind the pending
+        prompts on the worker (mutates the counts; starts the worker once)."""
+        if self._num_pending == 0 and chars <= self.inline_max_chars:
+            return encode(arg)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="eclectus-tokenize")
         self._num_pending += 1
         self.num_offloaded += 1
         try:
-            loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self._pool, self.backend.tokenize_prompt, segments)
+            return await asyncio.get_running_loop().run_in_executor(self._pool, encode, arg)
         finally:
             self._num_pending -= 1
 

@@ -27,6 +27,8 @@ class GatedTokenizing(ScriptedEngine):
         self.counted: list[str] = []
 
     def tokenize(self, text: str) -> list[int]:
+        if len(text) > INLINE_MAX_CHARS:
+            assert self.gate.wait(10), "the test never opened the gate"
         self.counted.append(text)
         return super().tokenize(text)
 
@@ -122,3 +124,25 @@ async def test_a_draining_server_waits_for_prompts_still_being_tokenized(
         await drain
     assert answer.status_code == 200
     assert [r.segments for r in engine.requests] == [(LONG,)]
+
+
+async def test_tokenize_endpoint_encodes_a_long_prompt_off_the_loop(
+    make_server: ServerFactory,
+) -> None:
+    """vLLM's ``POST /tokenize`` with a long prompt, both forms, held in encoding: /healthz
+    still answers; once released, both answer the prompt's ids, encoded on the worker."""
+    engine = GatedTokenizing()
+    server = await make_server(engine)
+    async with httpx.AsyncClient(base_url=server.http_url, timeout=30) as http:
+        forms = [{"prompt": LONG}, {"prompt": LONG + "!", "add_special_tokens": False}]
+        posts = [asyncio.create_task(http.post("/tokenize", json=form)) for form in forms]
+        await asyncio.sleep(0.1)
+        assert (await http.get("/healthz")).status_code == 200
+        assert not any(post.done() for post in posts)
+        engine.gate.set()
+        answers = [(await post).json() for post in posts]
+    assert answers[0]["tokens"] == list(LONG.encode())
+    assert answers[1]["tokens"] == list((LONG + "!").encode())
+    assert answers[1]["count"] == len(LONG) + 1
+    assert engine.tokenized == [(LONG, "eclectus-tokenize_0")]
+    assert engine.counted == [LONG + "!"]
