@@ -7,12 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from recipe_support import TEXT
+from recipe_support import SMALL_TEAM, TEXT
 
 from eclectus.recipes import (
     ChainSummaryParams,
     MapReduceParams,
-    MultiAgentParams,
     RecipeResult,
     SharedPromptParams,
     run_recipe,
@@ -31,15 +30,7 @@ CASES: dict[str, tuple[Any, int, int]] = {  # name -> (params, calls, depth)
     ),
     "chain-summary": (ChainSummaryParams(chunk_tokens=64, num_chunks=3, summary_tokens=8), 3, 3),
     "multi-agent": (
-        MultiAgentParams(
-            files=2,
-            rounds=1,
-            requirements_tokens=64,
-            design_tokens=8,
-            list_tokens=8,
-            code_tokens=8,
-            review_tokens=8,
-        ),
+        SMALL_TEAM,
         2 + 2 * 3,
         5,
     ),

@@ -9,31 +9,22 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from recipe_support import TEXT
+from recipe_support import SMALL_TEAM, TEXT
 
 from eclectus.evals.proxy import DelayProxy, Traffic
-from eclectus.recipes import ChainSummaryParams, MapReduceParams, MultiAgentParams, run_recipe
+from eclectus.recipes import ChainSummaryParams, MapReduceParams, run_recipe
 from eclectus.recipes.embedded import Embedded
 from eclectus.recipes.target import Target
 
 pytestmark = pytest.mark.slow
 
-TEAM = MultiAgentParams(
-    files=2,
-    rounds=1,
-    requirements_tokens=64,
-    design_tokens=8,
-    list_tokens=8,
-    code_tokens=8,
-    review_tokens=8,
-)
 # name -> (params, client turns per run, applications (sessions) it opens)
 CASES: dict[str, tuple[Any, int, int]] = {
     # the architect's graph, then the team's (one application, one session): the file list
     # is read by Python in between
-    "multi-agent": (TEAM, 2, 1),
+    "multi-agent": (SMALL_TEAM, 2, 1),
     # the same team as a LangGraph app: one cut at the router (Send per file)
-    "multi-agent-graph": (TEAM, 2, 1),
+    "multi-agent-graph": (SMALL_TEAM, 2, 1),
     "map-reduce": (
         MapReduceParams(chunk_tokens=64, num_chunks=3, map_tokens=8, reduce_tokens=8),
         1,
