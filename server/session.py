@@ -238,7 +238,10 @@ class Session:
             self.send(Ack(id=frame.id))
         elif isinstance(frame, Tokenize):
             self.ctx.config.check_model(frame.model, "model")
-            ids = self.ctx.backend.tokenize(frame.text)
+            # a long text is encoded on the prompt tokenizer's worker: the loop keeps serving
+            ids = await self.ctx.scheduler.prompt_tokenizer.tokenize_text(frame.text)
+            if self.app is None:  # the client left while the text was encoded
+                return
             self.send(Tokens(id=frame.id, count=len(ids), ids=ids))
         elif isinstance(frame, Close):
             self.send(Ack(id=frame.id))

@@ -8,7 +8,8 @@ import threading
 
 import httpx
 from scripted_engine import ScriptedEngine
-from ws_helpers import ServerFactory
+from websockets.asyncio.client import connect
+from ws_helpers import RawClient, ServerFactory
 
 from eclectus.server.backend import TokenizedPrompt
 from eclectus.server.prompt_tokenizer import INLINE_MAX_CHARS, PromptTokenizer
@@ -146,3 +147,25 @@ async def test_tokenize_endpoint_encodes_a_long_prompt_off_the_loop(
     assert answers[1]["count"] == len(LONG) + 1
     assert engine.tokenized == [(LONG, "eclectus-tokenize_0")]
     assert engine.counted == [LONG + "!"]
+
+
+async def test_a_tokenize_frame_encodes_a_long_text_off_the_loop(
+    make_server: ServerFactory,
+) -> None:
+    """A WebSocket ``tokenize`` frame with a long text, held in encoding: another session
+    still opens; once released, the frame is answered with the ids, and a short text sent
+    meanwhile (queued behind it, in arrival order) is answered too."""
+    engine = GatedTokenizing()
+    server = await make_server(engine)
+    async with connect(server.url) as ws, connect(server.url) as ws2:
+        held, other = RawClient(ws), RawClient(ws2)
+        await held.hello()
+        await held.send({"type": "tokenize", "id": "long", "text": LONG})
+        await asyncio.sleep(0.1)
+        await other.hello()  # the loop is free while the long text is encoded
+        await other.send({"type": "tokenize", "id": "short", "text": "abc"})
+        engine.gate.set()
+        answer = await held.recv(timeout=10)
+        reply = await other.recv(timeout=10)
+    assert answer["type"] == "tokens" and answer["ids"] == list(LONG.encode())
+    assert reply == {"type": "tokens", "id": "short", "count": 3, "ids": list(b"abc")}
