@@ -46,6 +46,8 @@ class ServerConfig:
     max_connections_per_client: int = 128  # open TCP connections per client address
     max_prompts_per_request: int = 64  # prompts in one /v1/completions request
     max_inflight: int = 256  # engine requests in flight at once, all sessions together
+    # a tenant's fair share of those while another tenant's calls wait; None: app-FIFO only
+    max_inflight_per_tenant: int | None = None
     aging_rate: float = 0.1
     # throughput-class calls let into the engine while latency/deadline work is in flight:
     # a throughput call dispatched next to an urgent one slows every one of its steps (a
@@ -88,6 +90,10 @@ class ServerConfig:
         ):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.max_inflight_per_tenant is not None and self.max_inflight_per_tenant < 1:
+            raise ValueError(
+                f"max_inflight_per_tenant must be >= 1, got {self.max_inflight_per_tenant}"
+            )
         if self.shutdown_timeout_s < 0:
             raise ValueError(f"shutdown_timeout_s must be >= 0, got {self.shutdown_timeout_s}")
         if self.aging_rate < 0:

@@ -211,6 +211,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="engine requests in flight at once, all sessions together",
     )
     parser.add_argument(
+        "--max-inflight-per-tenant",
+        type=positive_int_or_none,
+        default=defaults.max_inflight_per_tenant,
+        metavar="N|none",
+        help="a tenant's fair share of --max-inflight while another tenant's calls wait "
+        "(work-conserving: unused slots still go to anyone); none (default): app-FIFO only",
+    )
+    parser.add_argument(
         "--max-background-inflight",
         type=int,
         default=defaults.max_background_inflight,

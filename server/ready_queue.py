@@ -1,15 +1,18 @@
 """The scheduler's ready queue: calls whose inputs are ready, across all sessions, by rank.
 
-A binary heap with lazy deletion: removing or re-ranking a call marks its entry dead and (for
-a re-rank) pushes a fresh one, so every operation is O(log n) and a graph of thousands of
-ready calls does not make each dispatch scan them all. Rank keys never go stale with time
-(objectives.rank_key folds aging into a time-invariant term), so the heap order stays valid.
+A binary heap per tenant, with lazy deletion: removing or re-ranking a call marks its entry
+dead and (for a re-rank) pushes a fresh one, so every operation is O(log n) in the calls
+plus O(T) in the tenants with queued calls, and a graph of thousands of ready calls does not
+make each dispatch scan them all. Rank keys never go stale with time (objectives.rank_key
+folds aging into a time-invariant term), so the heap order stays valid. One heap per tenant
+lets the scheduler ask for the best call of the tenants still under their fair share
+(``peek_best(skip=...)``) without walking past another tenant's backlog.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -38,7 +41,8 @@ class QueuedCall:
 class ReadyQueue:
     """Methods that change the queue say so; the rest are pure."""
 
-    _heap: list[QueuedCall] = field(default_factory=list)
+    _heaps: dict[str | None, list[QueuedCall]] = field(default_factory=dict)  # by tenant
+    _num_live: dict[str | None, int] = field(default_factory=dict)  # live calls by tenant
     _by_node: dict[tuple[str, str], QueuedCall] = field(default_factory=dict)
     _by_group: dict[str, dict[tuple[str, str], QueuedCall]] = field(default_factory=dict)
 
@@ -57,25 +61,33 @@ class ReadyQueue:
         self._by_node[ident] = queued
         if queued.node.group is not None:
             self._by_group.setdefault(queued.node.group, {})[ident] = queued
-        heapq.heappush(self._heap, queued)
+        tenant = queued.app.tenant
+        heapq.heappush(self._heaps.setdefault(tenant, []), queued)
+        self._num_live[tenant] = self._num_live.get(tenant, 0) + 1
 
     def get(self, app: AppState, node: Node) -> QueuedCall | None:
         return self._by_node.get((app.session_id, node.node_id))
 
-    def peek_best(self) -> QueuedCall | None:
-        """The best-ranked live call, left queued, or None (drops dead heap entries only)."""
-        while self._heap and not self._heap[0].live:
-            heapq.heappop(self._heap)
-        return self._heap[0] if self._heap else None
+    def peek_best(self, skip: Collection[str | None] = ()) -> QueuedCall | None:
+        """The best-ranked live call of a tenant not in ``skip``, left queued, or None (drops
+        dead heap entries and emptied heaps only)."""
+        best = None
+        for tenant in list(self._heaps):
+            heap = self._heaps[tenant]
+            while heap and not heap[0].live:
+                heapq.heappop(heap)
+            if not heap:
+                del self._heaps[tenant]
+            elif tenant not in skip and (best is None or heap[0] < best):
+                best = heap[0]
+        return best
 
-    def pop_best(self) -> QueuedCall | None:
-        """Remove and return the best-ranked live call, or None (mutates)."""
-        while self._heap:
-            queued = heapq.heappop(self._heap)
-            if queued.live:
-                self._forget(queued)
-                return queued
-        return None
+    def pop_best(self, skip: Collection[str | None] = ()) -> QueuedCall | None:
+        """Remove and return what :meth:`peek_best` would return (mutates)."""
+        queued = self.peek_best(skip)
+        if queued is not None:
+            self._forget(queued)
+        return queued
 
     def take_group(self, group: str) -> list[QueuedCall]:
         """Remove and return every queued member of ``group``, in rank order (mutates)."""
@@ -99,7 +111,18 @@ class ReadyQueue:
             self._by_group[group].pop(ident, None)
             if not self._by_group[group]:
                 del self._by_group[group]
-        if len(self._heap) > 64 and len(self._heap) > 4 * len(self._by_node):
+        tenant = queued.app.tenant
+        live = self._num_live[tenant] = self._num_live[tenant] - 1
+        if live == 0:
+            del self._num_live[tenant]
+            self._heaps.pop(tenant, None)  # every entry left in it is dead
+            return
+        heap = self._heaps[tenant]
+        if len(heap) > 64 and len(heap) > 4 * live:
             # mostly dead entries: rebuild so the heap does not grow without bound
-            self._heap = [q for q in self._heap if q.live]
-            heapq.heapify(self._heap)
+            heap[:] = [q for q in heap if q.live]
+            heapq.heapify(heap)
+
+    def tenants(self) -> list[str | None]:
+        """The tenants with queued calls."""
+        return list(self._num_live)

@@ -18,9 +18,10 @@ calls. Engine batching does the rest.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import count
@@ -96,6 +97,7 @@ class Scheduler:
         self.prompt_tokenizer = PromptTokenizer(backend)
         self.num_inflight = 0
         self.num_urgent_inflight = 0  # latency/deadline calls among num_inflight
+        self._tenant_inflight: Counter[str | None] = Counter()  # num_inflight by tenant
         self._apps: dict[str, AppState] = {}  # the open sessions, by id, in opening order
         self._seq = count()
         # (session id, node id) of recent dispatches, in order: tests and debugging read it;
@@ -216,14 +218,14 @@ class Scheduler:
 
     def _pump(self) -> None:
         while self.num_inflight < self.config.max_inflight:
-            best = self.queue.peek_best()
+            best = self._next_call()
             if best is None:
                 return
             if not _urgent(best) and self._background_full():
                 # the best is throughput work, so everything queued is: it waits for the
                 # urgent calls in flight to finish (or a background slot to free)
                 return
-            self.queue.pop_best()
+            self.queue.remove([best])
             batch = [best]
             if best.node.group is not None:
                 batch += self.queue.take_group(best.node.group)
@@ -231,15 +233,35 @@ class Scheduler:
             for queued in batch:
                 self._dispatch(queued, priority)
 
+    def _next_call(self) -> QueuedCall | None:
+        """The call to dispatch next, left queued (pure): the best-ranked, unless its tenant
+        holds ``max_inflight_per_tenant`` slots while another tenant's call of the same class
+        waits under its share; then that tenant's best. Work-conserving: a tenant over its
+        share still gets every slot nobody under theirs is waiting for."""
+        best = self.queue.peek_best()
+        cap = self.config.max_inflight_per_tenant
+        if best is None or cap is None or self._tenant_inflight[best.app.tenant] < cap:
+            return best
+        full = {tenant for tenant, n in self._tenant_inflight.items() if n >= cap}
+        fair = self.queue.peek_best(skip=full)
+        if fair is not None and _urgent(fair) == _urgent(best):
+            return fair  # latency work still comes before throughput work, whoever's
+        return best
+
     def _dispatch(self, queued: QueuedCall, priority: float) -> None:
         app, node = queued.app, queued.node
         app.graph.start(node)
         self.num_inflight += 1
+        self._tenant_inflight[app.tenant] += 1
         urgent = _urgent(queued)
         self.num_urgent_inflight += urgent
         self.dispatch_log.append((app.session_id, node.node_id))
         task = asyncio.get_running_loop().create_task(self._run(app, node, priority, urgent))
         app.tasks[node.node_id] = task
+        # the slot is freed by a done callback, not by a finally in _run: a task cancelled
+        # before its first step (dispatched and cancelled in one turn of the loop) never
+        # runs a line of its coroutine, so a finally there would leak the slot for good
+        task.add_done_callback(functools.partial(self._ended, app, node.node_id, urgent))
 
     def _background_full(self) -> bool:
         """While urgent calls are in flight, throughput calls may hold at most
@@ -252,9 +274,6 @@ class Scheduler:
     async def _run(self, app: AppState, node: Node, priority: float, urgent: bool) -> None:
         try:
             await run_call(self, app, node, priority, background=not urgent)
-        except asyncio.CancelledError:
-            self.metrics.calls_cancelled += 1
-            raise
         except EngineError as exc:
             self.metrics.calls_failed += 1
             self._drop(app, app.graph.fail(node, exc.code, str(exc) or "engine error"))
@@ -265,13 +284,22 @@ class Scheduler:
             log.exception("call %s/%s failed", app.session_id, node.node_id)
             self.metrics.calls_failed += 1
             self._drop(app, app.graph.fail(node, "internal", f"internal error: {exc}"))
-        finally:
-            self.num_inflight -= 1
-            if urgent:
-                self.num_urgent_inflight -= 1
-            app.tasks.pop(node.node_id, None)
-            if not app.closed:
-                self._pump()
+
+    def _ended(self, app: AppState, node_id: str, urgent: bool, task: asyncio.Task[None]) -> None:
+        """A dispatched call's task is done, however it ended (started or not): free its slot
+        and dispatch what fits (mutates)."""
+        if task.cancelled():
+            self.metrics.calls_cancelled += 1
+        self.num_inflight -= 1
+        self._tenant_inflight[app.tenant] -= 1
+        if not self._tenant_inflight[app.tenant]:
+            del self._tenant_inflight[app.tenant]
+        if urgent:
+            self.num_urgent_inflight -= 1
+        if app.tasks.get(node_id) is task:
+            del app.tasks[node_id]
+        if not app.closed:
+            self._pump()
 
     def request(self, app: AppState, node: Node, index: int, **kwargs: object) -> EngineRequest:
         """Build the engine request for output ``index`` of ``node`` (mutates the pin table

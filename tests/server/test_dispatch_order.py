@@ -322,3 +322,23 @@ async def test_background_is_not_capped_without_urgent_work() -> None:
     assert order(sched) == ["m0", "m1", "m2", "m3"]
     engine.release()
     await drain(sched)
+
+
+async def test_a_call_cancelled_before_its_task_ran_frees_its_slot() -> None:
+    """A call dispatched and cancelled in the same turn of the loop (a get then a cancel
+    read from one buffer) never runs a line of its task, so no ``finally`` of it runs: its
+    slot, its tenant's count and its task entry must be freed all the same, or each such
+    pair would leak one of max_inflight for good."""
+    engine = ScriptedEngine()
+    sched = make_scheduler(engine, max_inflight=2)
+    app = sched.open_app("s")
+    for i in range(5):
+        submit(sched, app, calls=[call(f"c{i}", f"v{i}")], gets=[{"var": f"v{i}"}])
+        assert sched.num_inflight == 1
+        sched.cancel(app, f"v{i}")  # before the task's first step
+        await drain(sched)
+        assert sched.num_inflight == 0 and app.tasks == {}
+    assert sched.metrics.calls_cancelled == 5
+    submit(sched, app, calls=[call("ok", "w")], gets=[{"var": "w"}])
+    await drain(sched)
+    assert app.graph.var("w").state is VarState.READY
