@@ -26,6 +26,7 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -52,6 +53,18 @@ def available() -> bool:
     return _library() is not None
 
 
+@dataclass(frozen=True, slots=True)
+class PrefixStates:
+    """Attention states for the kernel to join into each request's own window (the cascade's
+    prefix pass): request b's are rows ``request_rows[request_offsets[b]:request_offsets[b +
+    1]]`` of (o, lse), the exact attention over key sets disjoint from its window."""
+
+    o: Tensor  # fp32 [M, Hq, D], contiguous
+    lse: Tensor  # fp32 [M, Hq], contiguous, natural log; -inf for an empty state
+    request_offsets: Tensor  # int32 [B + 1], non-decreasing, from 0
+    request_rows: Tensor  # int32 [request_offsets[B]], each in [0, M)
+
+
 def decode_window(
     q: Tensor,
     k_cache: Tensor,
@@ -60,10 +73,13 @@ def decode_window(
     scale: float,
     kv_starts: Sequence[int] | None = None,
     tag: str = "full",
+    prefix: PrefixStates | None = None,
 ) -> tuple[Tensor, Tensor]:
     """The torch path's ``decode_window`` (torch_ops.DecodeWindow), on this kernel: the plan's
     tables and lengths as they are, the window starts cached in ``plan.scratch`` as int32; the
-    bounds are checked once per plan."""
+    bounds are checked once per plan. With ``prefix`` (its rows already checked against the
+    plan, as ``native_cascade`` does once per plan), each request's window is joined with its
+    prefix states in the same pass: the cascade's suffix pass and merge."""
     starts = None
     if kv_starts is not None:
         starts = plan.scratch.cached(
@@ -73,7 +89,7 @@ def decode_window(
         ("native_checked", tag, k_cache.shape),
         lambda: _check_bounds(k_cache, plan.block_tables, plan.seq_lens, starts, plan.block_size),
     )
-    return _launch(q, k_cache, v_cache, plan.block_tables, plan.seq_lens, scale, starts)
+    return _launch(q, k_cache, v_cache, plan.block_tables, plan.seq_lens, scale, starts, prefix)
 
 
 def paged_decode_native(
@@ -84,17 +100,39 @@ def paged_decode_native(
     seq_lens: Tensor,
     scale: float,
     kv_starts: Tensor | None = None,
+    prefix: PrefixStates | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """Request i's query q[i] attends to its tokens [kv_starts[i] (default 0), seq_lens[i]).
+    """Request i's query q[i] attends to its tokens [kv_starts[i] (default 0), seq_lens[i]),
+    joined with its ``prefix`` states when given.
 
     q [B, Hq, D] fp32; caches [num_blocks, Hkv, block_size, D] fp32 (any strides but a unit
     head_dim stride); block_tables int32 [B, W]; seq_lens, kv_starts int32 [B]; all on the
-    CPU. Returns (o [B, Hq, D] fp32, lse [B, Hq] fp32, natural log; an empty window gives
-    o = 0, lse = -inf). Pure. Raises ValueError for arguments the kernel would read outside
-    of, RuntimeError if the kernel is unavailable.
+    CPU. Returns (o [B, Hq, D] fp32, lse [B, Hq] fp32, natural log; an empty window and no
+    non-empty prefix state give o = 0, lse = -inf). Pure. Raises ValueError for arguments the
+    kernel would read outside of, RuntimeError if the kernel is unavailable.
     """
     _check_bounds(k_cache, block_tables, seq_lens, kv_starts, k_cache.shape[2])
-    return _launch(q, k_cache, v_cache, block_tables, seq_lens, scale, kv_starts)
+    if prefix is not None:
+        check_prefix_rows(
+            prefix.request_offsets, prefix.request_rows, prefix.o.shape[0], seq_lens.shape[0]
+        )
+    return _launch(q, k_cache, v_cache, block_tables, seq_lens, scale, kv_starts, prefix)
+
+
+def check_prefix_rows(offsets: Tensor, rows: Tensor, num_states: int, batch: int) -> bool:
+    """Refuse the request -> prefix rows tables of :class:`PrefixStates` (``request_offsets``,
+    ``request_rows``) where they would take the kernel outside ``num_states`` rows (pure)."""
+    if offsets.dtype != torch.int32 or rows.dtype != torch.int32:
+        raise ValueError("prefix request_offsets and request_rows must be int32")
+    if offsets.shape != (batch + 1,) or rows.dim() != 1:
+        raise ValueError(f"want prefix request_offsets [{batch + 1}] and request_rows [N]")
+    if int(offsets[0]) != 0 or int(offsets[-1]) != rows.shape[0]:
+        raise ValueError("prefix request_offsets must run from 0 to len(request_rows)")
+    if batch and bool((offsets[1:] < offsets[:-1]).any()):
+        raise ValueError("prefix request_offsets must not decrease")
+    if rows.numel() and not (int(rows.min()) >= 0 and int(rows.max()) < num_states):
+        raise ValueError(f"prefix request_rows outside [0, {num_states})")
+    return True
 
 
 def _launch(
@@ -105,6 +143,7 @@ def _launch(
     seq_lens: Tensor,
     scale: float,
     kv_starts: Tensor | None,
+    prefix: PrefixStates | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Call the kernel on checked bounds (types, shapes and strides are checked here)."""
     lib = loaded_library()
@@ -113,6 +152,15 @@ def _launch(
     q = q.contiguous()
     tables, lens = block_tables.contiguous(), seq_lens.contiguous()
     starts = kv_starts.contiguous() if kv_starts is not None else None
+    joined: tuple[int | None, ...] = (None, None, None, None)
+    if prefix is not None:
+        _check_prefix(prefix, q)
+        joined = (
+            prefix.o.data_ptr(),
+            prefix.lse.data_ptr(),
+            prefix.request_offsets.data_ptr(),
+            prefix.request_rows.data_ptr(),
+        )
     o = torch.empty_like(q)
     lse = torch.empty(batch, num_q_heads, dtype=torch.float32)
     status = lib.paged_decode_f32(
@@ -121,6 +169,7 @@ def _launch(
         tables.stride(0),
         lens.data_ptr(),
         starts.data_ptr() if starts is not None else None,
+        *joined,
         o.data_ptr(),
         lse.data_ptr(),
         batch,
@@ -129,6 +178,26 @@ def _launch(
     if status != 0:
         raise MemoryError("native decode kernel: scratch allocation failed")
     return o, lse
+
+
+def _check_prefix(prefix: PrefixStates, q: Tensor) -> None:
+    """The prefix states' types and shapes against q [B, Hq, D] (their row tables are checked
+    by :func:`check_prefix_rows`, once per plan on the engine's path)."""
+    num_states = prefix.o.shape[0]
+    tensors = (prefix.o, prefix.lse, prefix.request_offsets, prefix.request_rows)
+    if any(t.device.type != "cpu" or not t.is_contiguous() for t in tensors):
+        raise ValueError("prefix states must be contiguous CPU tensors")
+    if prefix.o.dtype != torch.float32 or prefix.lse.dtype != torch.float32:
+        raise ValueError("prefix states o and lse must be fp32")
+    if prefix.request_offsets.dtype != torch.int32 or prefix.request_rows.dtype != torch.int32:
+        raise ValueError("prefix request_offsets and request_rows must be int32")
+    if prefix.o.shape != (num_states, *q.shape[1:]) or prefix.lse.shape != prefix.o.shape[:2]:
+        raise ValueError(
+            f"want prefix o [M, {q.shape[1]}, {q.shape[2]}] and lse [M, {q.shape[1]}], got "
+            f"{tuple(prefix.o.shape)} and {tuple(prefix.lse.shape)}"
+        )
+    if prefix.request_offsets.shape != (q.shape[0] + 1,):
+        raise ValueError(f"want prefix request_offsets [{q.shape[0] + 1}]")
 
 
 def store_kv_native(
@@ -330,6 +399,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         ptr, ptr, ptr,  # q, k_cache, v_cache
         i64, i64, i64,  # cache strides: block, slot, head
         ptr, i64, ptr, ptr,  # block_tables, its row stride, seq_lens, kv_starts (nullable)
+        ptr, ptr, ptr, ptr,  # prefix states to join (all nullable): o_mem, lse_mem, CSR
         ptr, ptr,  # o, lse
         i32, i32, i32, i32, i32,  # B, Hq, Hkv, D, block_size
         ctypes.c_float, i32,  # scale, num_threads
@@ -339,12 +409,6 @@ def _declare(lib: ctypes.CDLL) -> None:
         ptr, ptr, i64, i64, i64, i64,  # k, v, their token and head strides
         ptr, ptr, i64, i64, i64,  # k_cache, v_cache, cache strides: block, slot, head
         ptr, i32, i32, i32, i32, i64,  # slots (int64), T, Hkv, D, block_size, num_blocks
-    ]  # fmt: skip
-    lib.cascade_merge_f32.restype = None
-    lib.cascade_merge_f32.argtypes = [
-        ptr, ptr, ptr, ptr,  # o, lse (merged in place), o_mem, lse_mem
-        ptr, ptr,  # request -> membership rows CSR: offsets, rows
-        i32, i32, i32,  # B, Hq, D
     ]  # fmt: skip
     lib.cascade_prefix_f32.restype = ctypes.c_int
     lib.cascade_prefix_f32.argtypes = [

@@ -1,12 +1,13 @@
 """The cascade (shared-prefix decode) on the compiled CPU kernels of :mod:`native`.
 
-Three calls per layer, all in C (``csrc/paged_decode.c``), none of which copies KV:
+Two calls per layer, both in C (``csrc/paged_decode.c``), neither of which copies KV:
 
 1. the prefix pass: per (group, kv head), the stacked queries of all members meet each shared
    key/value tile once (an online-softmax matrix-matrix product), so a shared prefix costs
    one read from memory per step and layer, whatever the group's size;
-2. the suffix pass: the native paged decode over each request's own tokens;
-3. the merge: each request's suffix state and its groups' states, by LSE, in place.
+2. the suffix pass and the merge in one: the native paged decode over each request's own
+   tokens, joined with its groups' states (by LSE) before its values are summed, so o is
+   written once and no separate merge pass reads it back.
 
 The plan's cascade tables (``plans.cascade_tables``, int32) are built and bounds-checked once
 per plan and cached in ``plan.scratch``.
@@ -30,23 +31,13 @@ def cascade_decode_native(
     cascade = plan.require_cascade()
     q = q.contiguous()  # once for both passes (the model's q is a view into q and k heads)
     o_mem, lse_mem = cascade_prefix(q, k_cache, v_cache, plan, scale)
-    o, lse = native.decode_window(
-        q, k_cache, v_cache, plan, scale, kv_starts=cascade.suffix_starts, tag="suffix"
-    )
     tables = _tables(plan, k_cache)
-    lib = native.loaded_library()  # loaded: the passes above ran on it
-    lib.cascade_merge_f32(
-        o.data_ptr(),
-        lse.data_ptr(),
-        o_mem.data_ptr(),
-        lse_mem.data_ptr(),
-        tables.request_member_offsets.data_ptr(),
-        tables.request_member_rows.data_ptr(),
-        q.shape[0],
-        q.shape[1],
-        q.shape[2],
+    prefix = native.PrefixStates(
+        o_mem, lse_mem, tables.request_member_offsets, tables.request_member_rows
     )
-    return o, lse
+    return native.decode_window(
+        q, k_cache, v_cache, plan, scale, cascade.suffix_starts, "suffix", prefix
+    )
 
 
 def _tables(plan: DecodePlan, k_cache: Tensor) -> CascadeTables:
@@ -80,7 +71,14 @@ def _cascade_tables_checked(plan: DecodePlan, k_cache: Tensor) -> CascadeTables:
             raise ValueError(f"cascade group {g} outside the plan's {plan.num_requests} rows")
         if g.end_block > width or not all(0 <= i < plan.num_requests for i in g.request_ids):
             raise ValueError(f"cascade group {g} outside the plan's tables (width {width})")
-    return cascade_tables(cascade, torch.device("cpu"))
+    tables = cascade_tables(cascade, torch.device("cpu"))
+    native.check_prefix_rows(  # the suffix pass joins the prefix pass's rows through these
+        tables.request_member_offsets,
+        tables.request_member_rows,
+        tables.member_request_ids.shape[0],
+        plan.num_requests,
+    )
+    return tables
 
 
 def _launch_prefix(

@@ -2,11 +2,12 @@
  * softmax and a second bmm, done in one pass over each request's blocks.
  *
  * The torch path copies every request's K and V window into a head-major buffer before it
- * multiplies (three trips through memory per byte of KV). Here each (request, kv head) task
- * walks its block table and reads each key and value row once, straight from the paged cache:
- * pass 1 scores the G = Hq / Hkv query heads of the group against each key, then a softmax
- * per head, then pass 2 accumulates the weighted values. Natural-log LSE, as everywhere in
- * eclectus.kernels. Built and loaded by kernels/native.py.
+ * multiplies (three trips through memory per byte of KV). Here each request's task walks its
+ * block table and reads each key and value row once, straight from the paged cache: pass 1
+ * scores the G = Hq / Hkv query heads of each kv head against each key, then a softmax per
+ * head (joined with the request's cascade prefix states, if any), then pass 2 accumulates the
+ * weighted values. Natural-log LSE, as everywhere in eclectus.kernels. Built and loaded by
+ * kernels/native.py.
  *
  * Caches may have any strides for (block, slot, head); the head_dim stride must be 1.
  * q, o: [B, Hq, D] contiguous. lse: [B, Hq]. block_tables: int32 with row stride bt_stride.
@@ -23,22 +24,6 @@ static inline float dot(const float *restrict a, const float *restrict b, int n)
 #pragma omp simd reduction(+ : acc)
     for (int i = 0; i < n; ++i) acc += a[i] * b[i];
     return acc;
-}
-
-/* Four keys at once: four independent accumulator chains keep the FMA units busy (one chain
- * waits on its own latency), and each query element is loaded once for the four. */
-static inline void dot4(const float *restrict q, const float *restrict k, int64_t stride, int n,
-                        float *restrict out) {
-    float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
-    const float *k1 = k + stride, *k2 = k + 2 * stride, *k3 = k + 3 * stride;
-#pragma omp simd reduction(+ : a0, a1, a2, a3)
-    for (int i = 0; i < n; ++i) {
-        a0 += q[i] * k[i];
-        a1 += q[i] * k1[i];
-        a2 += q[i] * k2[i];
-        a3 += q[i] * k3[i];
-    }
-    out[0] = a0, out[1] = a1, out[2] = a2, out[3] = a3;
 }
 
 /* e^x for x <= 0, to ~2e-7 relative: 2^n * e^r with |r| <= ln2 / 2 and a degree-6 Taylor
@@ -62,91 +47,263 @@ static inline void axpy(float *restrict y, float a, const float *restrict x, int
     for (int i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
-/* One request: its Hq query heads (G per kv head) against tokens [start, end). A block is
- * visited once per pass with all its kv heads, so its bytes come from memory once whatever the
- * layout ([block, slot, head, dim] or [block, head, slot, dim]). */
-static void attend_request(const float *restrict q, const float *k_cache, const float *v_cache,
-                           int64_t s_block, int64_t s_slot, int64_t s_head, const int32_t *table,
-                           int start, int end, int block_size, int Hq, int Hkv, int D,
-                           float scale, float *restrict scores, float *restrict o,
-                           float *restrict lse) {
-    const int L = end - start, G = Hq / Hkv;
-    memset(o, 0, sizeof(float) * (size_t)Hq * D);
-    if (L <= 0) {
-        for (int h = 0; h < Hq; ++h) lse[h] = -INFINITY;
-        return;
+/* ---- Each request's own window (plain decode, and the cascade's suffix pass + merge) --------
+ * One task per request walks its block table twice: keys, then values, each block with all its
+ * kv heads at once (one contiguous run of the pool per block and pass, where head by head the
+ * runs are half as long: on the 2-core VM, whose decode windows come from memory, that
+ * measured ~0.2-0.3 ms of ~2.6 ms per step at prefix-1x2048; software prefetch of the next block
+ * did not pay). Scores come KEY_CHUNK keys at a time: each key's dot product is a vector of
+ * partial sums, and one transpose-reduce (hsum16) turns sixteen of them into one vector of
+ * sixteen scores, where a horizontal sum per key costs ~8 shuffles and adds. The values pass
+ * keeps two heads x 64 floats of output in registers across a block's rows.
+ *
+ * The cascade's merge is folded in: a request's prefix states (o_j, lse_j: its rows of the
+ * prefix pass) are known before its values pass, so the softmax normalises against the union
+ * of its own keys and its prefixes, and the values accumulate onto sum_j c_j o_j: o is
+ * written once and no merge pass runs.
+ */
+typedef float v16 __attribute__((vector_size(16 * sizeof(float)), aligned(4)));
+#define KEY_CHUNK 16       /* keys scored together: one per lane of a v16 */
+#define STACK_SCRATCH 4096 /* floats of per-request scratch kept on the stack (16 KiB) */
+
+#if defined(__clang__)
+#define SHUFFLE(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+typedef int32_t v16i __attribute__((vector_size(16 * sizeof(int32_t))));
+#define SHUFFLE(a, b, ...) __builtin_shuffle(a, b, (v16i){__VA_ARGS__})
+#endif
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+static inline v16 load16(const float *p) { return *(const v16 *)p; }
+static inline void store16(float *p, v16 x) { *(v16 *)p = x; }
+
+/* Lane i of the result is the sum of x[i]'s lanes: four levels of pairwise shuffles and adds,
+ * each halving the partial sums per vector (15 steps for 16 vectors). */
+ALWAYS_INLINE v16 hsum16(const v16 x[16]) {
+    v16 a[8], b[4], c[2];
+    for (int i = 0; i < 8; ++i) /* a[i]: x[2i]'s 8 partial sums, then x[2i + 1]'s */
+        a[i] = SHUFFLE(x[2 * i], x[2 * i + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21,
+                       22, 23) +
+               SHUFFLE(x[2 * i], x[2 * i + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28,
+                       29, 30, 31);
+    for (int i = 0; i < 4; ++i) /* b[i]: 4 partials each of x[4i .. 4i + 3] */
+        b[i] = SHUFFLE(a[2 * i], a[2 * i + 1], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25,
+                       26, 27) +
+               SHUFFLE(a[2 * i], a[2 * i + 1], 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28,
+                       29, 30, 31);
+    for (int i = 0; i < 2; ++i) /* c[i]: 2 partials each of x[8i .. 8i + 7] */
+        c[i] = SHUFFLE(b[2 * i], b[2 * i + 1], 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25,
+                       28, 29) +
+               SHUFFLE(b[2 * i], b[2 * i + 1], 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26,
+                       27, 30, 31);
+    return SHUFFLE(c[0], c[1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30) +
+           SHUFFLE(c[0], c[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+}
+
+/* s[g * s_stride + t] = q_g . k_t for the G query rows at q (row stride D) and the n <=
+ * KEY_CHUNK keys at k (row stride s_slot). All KEY_CHUNK floats of each score row are written
+ * (lanes past n repeat key n - 1). Inlined per head size, so a 64-wide dot unrolls with the
+ * query in registers. */
+ALWAYS_INLINE void score_chunk(const float *restrict q, int G, int D, const float *k,
+                               int64_t s_slot, int n, float *restrict s, int64_t s_stride) {
+    const int D16 = D / 16 * 16;
+    for (int g = 0; g < G; ++g) {
+        const float *qg = q + (int64_t)g * D;
+        v16 acc[KEY_CHUNK];
+#pragma GCC unroll 16
+        for (int t = 0; t < KEY_CHUNK; ++t) {
+            const float *kt = k + (int64_t)(t < n ? t : n - 1) * s_slot;
+            v16 a = {0};
+            for (int d = 0; d < D16; d += 16) a += load16(qg + d) * load16(kt + d);
+            acc[t] = a;
+        }
+        float *sg = s + g * s_stride;
+        store16(sg, hsum16(acc));
+        if (D16 < D) /* a head size off the vector width: the last columns one by one */
+            for (int t = 0; t < n; ++t) sg[t] += dot(qg + D16, k + t * s_slot + D16, D - D16);
     }
-    /* pass 1: scores[qh][t - start] = scale * q_qh . k_t */
+}
+
+/* out[g][c0 + d] += sum_t w[g * w_stride + t] v_t[c0 + d] for NG query heads, NC * 16
+ * columns from c0 and the n value rows at v (row stride s_slot): the NG x NC accumulators stay
+ * in registers across the rows. Inlined per (NG, NC). */
+ALWAYS_INLINE void values_tile(const float *v, int64_t s_slot, int n, const float *restrict w,
+                               int64_t w_stride, float *restrict out, int D, int c0,
+                               const int NG, const int NC) {
+    v16 acc[2][4];
+    for (int g = 0; g < NG; ++g)
+        for (int c = 0; c < NC; ++c) acc[g][c] = load16(out + g * D + c0 + 16 * c);
+    v += c0;
+    for (int t = 0; t < n; ++t, v += s_slot) {
+        v16 x[4];
+        for (int c = 0; c < NC; ++c) x[c] = load16(v + 16 * c);
+        for (int g = 0; g < NG; ++g) {
+            const float p = w[g * w_stride + t];
+            for (int c = 0; c < NC; ++c) acc[g][c] += p * x[c];
+        }
+    }
+    for (int g = 0; g < NG; ++g)
+        for (int c = 0; c < NC; ++c) store16(out + g * D + c0 + 16 * c, acc[g][c]);
+}
+
+/* values_tile over one kv head's G query heads and all D columns for the n value rows at v:
+ * tiles of two heads x 64 columns, then the columns past the last multiple of 16 one by one. */
+static void head_values(const float *v, int64_t s_slot, int n, const float *w, int64_t w_stride,
+                        float *out, int G, int D) {
+#define TILE(ng, nc) \
+    values_tile(v, s_slot, n, w + g * w_stride, w_stride, out + g * D, D, c0, ng, nc)
+    const int D16 = D / 16 * 16;
+    for (int g = 0; g < G; g += 2)
+        for (int c0 = 0; c0 < D16; c0 += 64) {
+            const int nc = (D16 - c0) / 16 < 4 ? (D16 - c0) / 16 : 4;
+            if (G - g >= 2)
+                nc == 4 ? TILE(2, 4) : nc == 3 ? TILE(2, 3) : nc == 2 ? TILE(2, 2) : TILE(2, 1);
+            else
+                nc == 4 ? TILE(1, 4) : nc == 3 ? TILE(1, 3) : nc == 2 ? TILE(1, 2) : TILE(1, 1);
+        }
+#undef TILE
+    if (D16 < D)
+        for (int t = 0; t < n; ++t)
+            for (int g = 0; g < G; ++g)
+                axpy(out + g * D + D16, w[g * w_stride + t], v + t * s_slot + D16, D - D16);
+}
+
+/* The values pass over the window [start, end): block by block, all kv heads of a block
+ * together (like the scores), accumulating onto o. */
+static void window_values(const float *v_cache, int64_t s_block, int64_t s_slot, int64_t s_head,
+                          const int32_t *table, int start, int end, int block_size, int Hq,
+                          int Hkv, int D, const float *w, int64_t w_stride, float *o) {
+    const int G = Hq / Hkv;
     for (int first = start; first < end;) {
         const int within = first % block_size;
         const int n = (block_size - within < end - first) ? block_size - within : end - first;
-        const float *block = k_cache + (int64_t)table[first / block_size] * s_block;
-        for (int h = 0; h < Hkv; ++h) {
-            const float *k = block + h * s_head + (int64_t)within * s_slot;
-            for (int g = 0; g < G; ++g) {
-                const float *qh = q + (int64_t)(h * G + g) * D;
-                float *s = scores + (int64_t)(h * G + g) * L + (first - start);
-                int i = 0;
-                for (; i + 4 <= n; i += 4) dot4(qh, k + i * s_slot, s_slot, D, s + i);
-                for (; i < n; ++i) s[i] = dot(qh, k + i * s_slot, D);
-            }
-        }
+        const float *block =
+            v_cache + (int64_t)table[first / block_size] * s_block + within * s_slot;
+        for (int h = 0; h < Hkv; ++h)
+            head_values(block + h * s_head, s_slot, n,
+                        w + (int64_t)h * G * w_stride + (first - start), w_stride,
+                        o + (int64_t)h * G * D, G, D);
         first += n;
     }
-    /* softmax per query head; the weights overwrite the scores */
-    for (int h = 0; h < Hq; ++h) {
-        float *s = scores + (int64_t)h * L;
-        float m = -INFINITY;
-#pragma omp simd reduction(max : m)
-        for (int i = 0; i < L; ++i) m = s[i] > m ? s[i] : m;
-        float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-        for (int i = 0; i < L; ++i) {
-            s[i] = exp_nonpositive((s[i] - m) * scale);
-            sum += s[i];
-        }
-        const float inv = 1.0f / sum;
-#pragma omp simd
-        for (int i = 0; i < L; ++i) s[i] *= inv;
-        lse[h] = m * scale + logf(sum);
-    }
-    /* pass 2: o_qh = sum_t w[qh][t] v_t */
+}
+
+/* Scores of the window [start, end) into s ([Hq][s_stride], by query head), for queries q
+ * already scaled: block by block, all kv heads of a block together. */
+static void window_scores(const float *q, const float *k_cache, int64_t s_block, int64_t s_slot,
+                          int64_t s_head, const int32_t *table, int start, int end,
+                          int block_size, int Hq, int Hkv, int D, float *s, int64_t s_stride) {
+    const int G = Hq / Hkv;
     for (int first = start; first < end;) {
         const int within = first % block_size;
-        const int n = (block_size - within < end - first) ? block_size - within : end - first;
-        const float *block = v_cache + (int64_t)table[first / block_size] * s_block;
+        int n = (block_size - within < end - first) ? block_size - within : end - first;
+        n = n < KEY_CHUNK ? n : KEY_CHUNK;
+        const int64_t at = (int64_t)table[first / block_size] * s_block + within * s_slot;
         for (int h = 0; h < Hkv; ++h) {
-            const float *v = block + h * s_head + (int64_t)within * s_slot;
-            for (int i = 0; i < n; ++i, v += s_slot)
-                for (int g = 0; g < G; ++g) {
-                    const int qh = h * G + g;
-                    axpy(o + (int64_t)qh * D, scores[(int64_t)qh * L + (first - start) + i], v, D);
-                }
+            const float *qh = q + (int64_t)h * G * D, *k = k_cache + at + h * s_head;
+            float *sh = s + (int64_t)h * G * s_stride + (first - start);
+            if (D == 64)
+                score_chunk(qh, G, 64, k, s_slot, n, sh, s_stride);
+            else
+                score_chunk(qh, G, D, k, s_slot, n, sh, s_stride);
         }
         first += n;
     }
 }
 
-/* Returns 0, or -1 when scratch memory could not be allocated. */
+/* The softmax of query head row s (L scores) joined with the request's prefix states
+ * lse_j = lse_mem[rows[j] * Hq]: turns s into the weights of its own keys in the union and
+ * writes the prefixes' part sum_j c_j o_j (o_j = o_mem + rows[j] * Hq * D) into out, so the
+ * values pass accumulates onto it. Returns the union's LSE; -inf when it is empty (then out = 0
+ * and no weights are needed). */
+static float join_softmax(float *restrict s, int L, const float *o_mem, const float *lse_mem,
+                          const int32_t *rows, int num_rows, int Hq, int D,
+                          float *restrict out) {
+    float m = -INFINITY;
+#pragma omp simd reduction(max : m)
+    for (int i = 0; i < L; ++i) m = s[i] > m ? s[i] : m;
+    float top = m;
+    for (int j = 0; j < num_rows; ++j) {
+        const float x = lse_mem[(int64_t)rows[j] * Hq];
+        top = x > top ? x : top;
+    }
+    memset(out, 0, sizeof(float) * (size_t)D);
+    if (top == -INFINITY) return -INFINITY; /* no keys anywhere */
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int i = 0; i < L; ++i) {
+        s[i] = exp_nonpositive(s[i] - m);
+        sum += s[i];
+    }
+    const float own = L > 0 ? exp_nonpositive(m - top) : 0.0f;
+    float total = own * sum;
+    for (int j = 0; j < num_rows; ++j)
+        total += exp_nonpositive(lse_mem[(int64_t)rows[j] * Hq] - top);
+    const float inv = 1.0f / total, f = own * inv;
+#pragma omp simd
+    for (int i = 0; i < L; ++i) s[i] *= f;
+    for (int j = 0; j < num_rows; ++j)
+        axpy(out, exp_nonpositive(lse_mem[(int64_t)rows[j] * Hq] - top) * inv,
+             o_mem + (int64_t)rows[j] * Hq * D, D);
+    return top + logf(total);
+}
+
+/* One request: its Hq query heads (G per kv head) against its tokens [start, end), joined with
+ * its num_rows prefix states (none for a plain decode). scratch holds Hq * (D + L + KEY_CHUNK)
+ * floats. */
+static void attend_request(const float *restrict q, const float *k_cache, const float *v_cache,
+                           int64_t s_block, int64_t s_slot, int64_t s_head, const int32_t *table,
+                           int start, int end, int block_size, int Hq, int Hkv, int D,
+                           float scale, const float *o_mem, const float *lse_mem,
+                           const int32_t *rows, int num_rows, float *restrict scratch,
+                           float *restrict o, float *restrict lse) {
+    const int L = end > start ? end - start : 0;
+    const int64_t s_stride = L + KEY_CHUNK;
+    float *qs = scratch, *s = scratch + (int64_t)Hq * D;
+    for (int i = 0; i < Hq * D; ++i) qs[i] = q[i] * scale;
+    window_scores(qs, k_cache, s_block, s_slot, s_head, table, start, end, block_size, Hq, Hkv, D,
+                  s, s_stride);
+    int any = 0;
+    for (int h = 0; h < Hq; ++h) {
+        lse[h] = join_softmax(s + h * s_stride, L, o_mem ? o_mem + (int64_t)h * D : NULL,
+                              lse_mem ? lse_mem + h : NULL, rows, num_rows, Hq, D,
+                              o + (int64_t)h * D);
+        any |= lse[h] != -INFINITY;
+    }
+    if (L == 0 || !any) return;
+    window_values(v_cache, s_block, s_slot, s_head, table, start, end, block_size, Hq, Hkv, D, s,
+                  s_stride, o);
+}
+
+/* Request b attends to its tokens [kv_starts[b] (0 when kv_starts is NULL), seq_lens[b]).
+ * With mem_offsets non-NULL it is the cascade's suffix pass and merge in one: request b's
+ * prefix states are rows mem_rows[mem_offsets[b] .. mem_offsets[b + 1]) of (o_mem [M, Hq, D],
+ * lse_mem [M, Hq]), and (o, lse) are the exact attention over the union of its prefixes and
+ * its window. Returns 0, or -1 when scratch memory could not be allocated. */
 int paged_decode_f32(const float *q, const float *k_cache, const float *v_cache, int64_t s_block,
                      int64_t s_slot, int64_t s_head, const int32_t *block_tables,
                      int64_t bt_stride, const int32_t *seq_lens, const int32_t *kv_starts,
-                     float *o, float *lse, int B, int Hq, int Hkv, int D, int block_size,
-                     float scale, int num_threads) {
+                     const float *o_mem, const float *lse_mem, const int32_t *mem_offsets,
+                     const int32_t *mem_rows, float *o, float *lse, int B, int Hq, int Hkv, int D,
+                     int block_size, float scale, int num_threads) {
     int failed = 0;
 #pragma omp parallel for num_threads(num_threads) schedule(dynamic, 1) reduction(| : failed)
     for (int b = 0; b < B; ++b) {
         const int start = kv_starts ? kv_starts[b] : 0, end = seq_lens[b];
-        const size_t len = end > start ? (size_t)(end - start) : 1;
-        float *scores = malloc(sizeof(float) * (size_t)Hq * len);
-        if (scores == NULL) {
+        const int64_t L = end > start ? end - start : 0;
+        const size_t need = (size_t)Hq * (size_t)(D + L + KEY_CHUNK);
+        float stack[STACK_SCRATCH];
+        float *scratch = need <= STACK_SCRATCH ? stack : malloc(sizeof(float) * need);
+        if (scratch == NULL) {
             failed = 1;
             continue;
         }
+        const int first = mem_offsets ? mem_offsets[b] : 0;
+        const int num_rows = mem_offsets ? mem_offsets[b + 1] - first : 0;
         attend_request(q + (int64_t)b * Hq * D, k_cache, v_cache, s_block, s_slot, s_head,
                        block_tables + b * bt_stride, start, end, block_size, Hq, Hkv, D, scale,
-                       scores, o + (int64_t)b * Hq * D, lse + (int64_t)b * Hq);
-        free(scores);
+                       o_mem, lse_mem, mem_offsets ? mem_rows + first : NULL, num_rows, scratch,
+                       o + (int64_t)b * Hq * D, lse + (int64_t)b * Hq);
+        if (scratch != stack) free(scratch);
     }
     return failed ? -1 : 0;
 }
@@ -406,40 +563,6 @@ int cascade_prefix_f32(const float *q, const float *k_cache, const float *v_cach
         free(scratch);
     }
     return failed ? -1 : 0;
-}
-
-/* The cascade's merge: request b's own state (o, lse: its suffix pass, [B, Hq, D] and
- * [B, Hq]) is merged IN PLACE with its membership rows req_rows[req_offsets[b] ..
- * req_offsets[b + 1]) of (o_mem, lse_mem): the exact union of attentions over disjoint key
- * sets, weights e^(lse_x - max); empty states (lse = -inf) weigh nothing, all empty gives
- * (0, -inf). */
-void cascade_merge_f32(float *o, float *lse, const float *o_mem, const float *lse_mem,
-                       const int32_t *req_offsets, const int32_t *req_rows, int B, int Hq,
-                       int D) {
-    for (int b = 0; b < B; ++b)
-        for (int h = 0; h < Hq; ++h) {
-            float *out = o + ((int64_t)b * Hq + h) * D;
-            float m = lse[(int64_t)b * Hq + h];
-            for (int j = req_offsets[b]; j < req_offsets[b + 1]; ++j) {
-                const float x = lse_mem[(int64_t)req_rows[j] * Hq + h];
-                m = x > m ? x : m;
-            }
-            if (m == -INFINITY) continue; /* every part empty: the suffix's (0, -inf) stands */
-            const float w0 = exp_nonpositive(lse[(int64_t)b * Hq + h] - m);
-            float total = w0;
-#pragma omp simd
-            for (int d = 0; d < D; ++d) out[d] *= w0;
-            for (int j = req_offsets[b]; j < req_offsets[b + 1]; ++j) {
-                const float w = exp_nonpositive(lse_mem[(int64_t)req_rows[j] * Hq + h] - m);
-                const float *part = o_mem + ((int64_t)req_rows[j] * Hq + h) * D;
-                total += w;
-                axpy(out, w, part, D);
-            }
-            const float inv = 1.0f / total;
-#pragma omp simd
-            for (int d = 0; d < D; ++d) out[d] *= inv;
-            lse[(int64_t)b * Hq + h] = m + logf(total);
-        }
 }
 
 /* Store T new tokens' K and V rows into the paged caches: token t goes to slot slots[t]
