@@ -228,7 +228,7 @@ def decode_path(device: torch.device, dtype: torch.dtype) -> str:
     if dispatch.use_triton(probe):
         return "triton kernels"
     if dispatch.use_native(probe, probe[None]):
-        return "native C paged decode and cascade (prefix pass, suffix pass, merge)"
+        return "native C paged decode and cascade (prefix pass, suffix pass + merge)"
     return "torch paths"
 
 
