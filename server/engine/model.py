@@ -53,7 +53,7 @@ class RMSNorm(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         """x [T, size] -> [T, size] in x's dtype (pure)."""
         if x.dtype == torch.float32:  # same ops, fewer temporaries (a * b == b * a exactly)
-            inv = torch.rsqrt(x.pow(2).mean(-1, keepdim=True).add_(self.eps))
+            inv = x.pow(2).mean(-1, keepdim=True).add_(self.eps).rsqrt_()
             return (x * inv).mul_(self.weight)
         x32 = x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
@@ -63,8 +63,17 @@ class RMSNorm(nn.Module):
 def _linear(
     n_in: int, n_out: int, bias: bool, dtype: torch.dtype, device: torch.device
 ) -> nn.Linear:
+    """An uninitialised nn.Linear (the checkpoint fills it). On a CPU its weight [out, in] is
+    laid out column-major, i.e. the transpose of a contiguous [in, out]: F.linear multiplies
+    by weight.t(), which is then a plain row-major matrix, and MKL's sgemm on the small-row
+    shapes of a decode step runs ~25% faster on that than on a transposed operand (64 rows:
+    docs/benchmarks.md, issue #18), with the same sums in the same order. Loading copies
+    into the weight whatever its strides; other devices keep the checkpoint's layout."""
     # skip_init: weights come from the checkpoint; random init would only cost time
-    return torch.nn.utils.skip_init(nn.Linear, n_in, n_out, bias=bias, device=device, dtype=dtype)
+    linear = torch.nn.utils.skip_init(nn.Linear, n_in, n_out, bias=bias, device=device, dtype=dtype)
+    if device.type == "cpu":
+        linear.weight = nn.Parameter(torch.empty(n_in, n_out, dtype=dtype, device=device).t())
+    return linear
 
 
 class Attention(nn.Module):
@@ -121,7 +130,8 @@ class MLP(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         """x [T, hidden] -> [T, hidden] (pure)."""
         gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)
-        return self.down_proj(F.silu(gate).mul_(up))
+        # in place in the projection's own output: no [T, intermediate] temporaries
+        return self.down_proj(F.silu(gate, inplace=True).mul_(up))
 
 
 class DecoderLayer(nn.Module):
@@ -192,6 +202,16 @@ class LlamaForCausalLM(nn.Module):
         # forward() checks positions against max_model_len with one host sync; a runner that
         # already bounds sequence lengths (or captures CUDA graphs) may switch it off
         self.check_positions = True
+
+    def set_column_major_weights(self, column_major: bool) -> None:
+        """Lay every projection's weight (the LM head's too) out column-major, as
+        :func:`_linear` does on a CPU, or row-major as in the checkpoint (mutates the
+        parameters' storage, not their values; the benchmarks' A/B sets it)."""
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                weight = module.weight.detach()
+                weight = weight.t().contiguous().t() if column_major else weight.contiguous()
+                module.weight = nn.Parameter(weight, requires_grad=False)
 
     @torch.inference_mode()
     def forward(

@@ -71,8 +71,9 @@ class RotaryEmbedding(torch.nn.Module):
         """cos [T, 1, D] and the *signed* sin [T, 1, D] = (-sin, sin) in ``dtype`` for
         positions [T] (pure), the form :func:`apply_rope` takes. Gathered once per forward and
         shared by every layer."""
-        cos = self.cos_cache[positions].to(dtype)
-        sin = self.sin_cache[positions].to(dtype)
+        # index_select, not advanced indexing: the same rows, in one plain gather
+        cos = self.cos_cache.index_select(0, positions).to(dtype)
+        sin = self.sin_cache.index_select(0, positions).to(dtype)
         return torch.cat((cos, cos), -1)[:, None, :], torch.cat((-sin, sin), -1)[:, None, :]
 
 
@@ -82,13 +83,11 @@ def apply_rope(x: Tensor, cos: Tensor, signed_sin: Tensor) -> Tensor:
 
     Equals transformers' ``x * cos + rotate_half(x) * sin`` bit for bit: rotate_half(x) is
     (-x2, x1), and (-x2) * sin == x2 * (-sin) exactly, so the sign moves into the table and
-    the per-layer negation disappears. The rotated half is never materialised: each half of
-    the output adds its product with the other half of x in place (the same products and
-    sums; no concatenated copy of x, which cost as much as the rest of RoPE on a 2,048-token
-    prefill step: docs/benchmarks.md, "A prefill step").
+    the per-layer negation disappears. The rotated halves come from one ``roll`` of x by
+    half a head, (x2, x1), times the signed table: the same products and sums, in four
+    kernels instead of a product and an in-place sum per half through slices (the slices,
+    products, sums and setitem copies were ~15 dispatcher calls per layer; on a decode step
+    each costs far more than its arithmetic: docs/benchmarks.md, issue #18).
     """
-    half = x.shape[-1] // 2
     out = x * cos
-    out[..., :half] += x[..., half:] * signed_sin[..., :half]
-    out[..., half:] += x[..., :half] * signed_sin[..., half:]
-    return out
+    return out.add_(torch.roll(x, x.shape[-1] // 2, -1).mul_(signed_sin))

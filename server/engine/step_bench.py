@@ -3,7 +3,7 @@ issue #18's shapes, in thread CPU time.
 
     python -m eclectus.server.engine.step_bench [--model tiny] [--runs 3]
         [--shapes random,prefix-1x2048,prefix-2x1536] [--phase prefill]
-        [--table-cache both | --sampled-rows both]
+        [--table-cache both | --sampled-rows both | --column-major-weights both]
 
 The engine steps in this thread with torch on one thread (``--threads 1`` of the served
 benchmark), so other processes on a shared machine slow no part by taking the core away.
@@ -22,7 +22,9 @@ model's GEMMs (every ``F.linear``: QKV, O, gate/up, down, the LM head over the s
 split out of the rest of the model (embedding, norms, RoPE, SwiGLU, the flat batch, per-layer
 glue), and the sum of those steps (the in-process first token of the batch's last request).
 ``--sampled-rows both`` alternates two engines equal but for ``runner.sampled_rows_only`` (the
-last layer for the sampled rows only, or for every row), as ``--table-cache both`` does.
+last layer for the sampled rows only, or for every row), as ``--table-cache both`` does, and
+``--column-major-weights both`` two engines equal but for the projections' weight layout
+(``LlamaForCausalLM.set_column_major_weights``; column-major is the default on a CPU).
 """
 
 from __future__ import annotations
@@ -164,25 +166,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--table-cache", choices=("on", "off", "both"), default="on")
     parser.add_argument("--sampled-rows", choices=("on", "off", "both"), default="on")
+    parser.add_argument("--column-major-weights", choices=("on", "off", "both"), default="on")
     parser.add_argument("--phase", choices=("decode", "prefill"), default="decode")
     args = parser.parse_args(argv)
     shapes = args.shapes.split(",")
     if unknown := [s for s in shapes if s not in SHAPES]:
         parser.error(f"unknown shape {unknown[0]!r}; choose from {', '.join(SHAPES)}")
-    if args.table_cache == "both" and args.sampled_rows == "both":
-        parser.error("--table-cache both and --sampled-rows both: compare one at a time")
+    switches = {
+        "table cache": args.table_cache,
+        "sampled rows only": args.sampled_rows,
+        "column-major weights": args.column_major_weights,
+    }
+    both = [name for name, value in switches.items() if value == "both"]
+    if len(both) > 1:
+        parser.error(f"{' and '.join(both)} both: compare one at a time")
     torch.set_num_threads(1)
-    option, choice = ("table cache", args.table_cache)
-    if args.sampled_rows != "on":
-        option, choice = ("sampled rows only", args.sampled_rows)
-    modes = ("on", "off") if choice == "both" else (choice,)
+    # the column heading: the option compared, else the one switched off, else the first
+    option = (
+        both or [name for name, value in switches.items() if value == "off"] or ["table cache"]
+    )[0]
+    modes = ("on", "off") if switches[option] == "both" else (switches[option],)
     engines = {}
     for mode in modes:
         engine = engines[mode] = LLMEngine(EngineConfig(model=args.model, num_threads=1))
-        if args.table_cache == "off" or (option == "table cache" and mode == "off"):
+        value = {name: mode if name == option else v for name, v in switches.items()}
+        if value["table cache"] == "off":
             engine.runner.table_cache = None
-        if option == "sampled rows only" and mode == "off":
+        if value["sampled rows only"] == "off":
             engine.runner.sampled_rows_only = False
+        if value["column-major weights"] == "off":
+            engine.runner.model.set_column_major_weights(False)
     rng = random.Random(0)
     measure, rows = (
         (prefill_parts, PREFILL_PARTS) if args.phase == "prefill" else (decode_parts, PARTS)

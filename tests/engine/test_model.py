@@ -303,3 +303,23 @@ def test_forward_with_rows_computes_those_rows_of_the_full_forward(tiny_pair) ->
     assert got.shape == (3, ours.config.hidden_size)
     assert seen == [len(ids)] * ours.config.num_hidden_layers
     torch.testing.assert_close(got, full[rows], atol=1e-5, rtol=0)
+
+
+def test_cpu_projections_are_column_major_and_compute_what_row_major_does(tiny_dir: Path) -> None:
+    """On a CPU every projection's weight is stored column-major (weight.t() is a contiguous
+    row-major matrix for the GEMM); the logits are the ones of the checkpoint's row-major
+    layout, and switching the layout back and forth keeps every value."""
+    model, _ = load_model(tiny_dir, torch.float32)
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    assert len(linears) == 4 * model.config.num_hidden_layers + 1  # and the LM head
+    assert all(m.weight.t().is_contiguous() and not m.weight.is_contiguous() for m in linears)
+    ids = list(range(3, 40))
+    column_major = our_logits(model, ids)
+    weights = [m.weight.clone() for m in linears]
+    model.set_column_major_weights(False)
+    assert all(m.weight.is_contiguous() for m in linears)
+    assert all(torch.equal(m.weight, w) for m, w in zip(linears, weights, strict=True))
+    torch.testing.assert_close(our_logits(model, ids), column_major, atol=1e-5, rtol=0)
+    model.set_column_major_weights(True)
+    assert all(m.weight.t().is_contiguous() for m in linears)
+    assert torch.equal(our_logits(model, ids), column_major)

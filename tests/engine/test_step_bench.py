@@ -48,3 +48,12 @@ def test_an_unknown_shape_is_one_clear_error(capsys: pytest.CaptureFixture[str])
         step_bench.main(["--shapes", "random,nope"])
     assert exit_info.value.code == 2
     assert "unknown shape 'nope'" in capsys.readouterr().err
+
+
+def test_two_options_compared_at_once_is_one_clear_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        step_bench.main(["--sampled-rows", "both", "--column-major-weights", "both"])
+    assert exit_info.value.code == 2
+    assert "compare one at a time" in capsys.readouterr().err
