@@ -323,3 +323,17 @@ def test_cpu_projections_are_column_major_and_compute_what_row_major_does(tiny_d
     model.set_column_major_weights(True)
     assert all(m.weight.t().is_contiguous() for m in linears)
     assert torch.equal(our_logits(model, ids), column_major)
+
+
+def test_layer_weights_follow_the_parameters(tiny_dir: Path) -> None:
+    """The forward's per-layer tensors are the modules' parameters themselves (a load into
+    them is seen), and replacing the parameters (a layout switch, a dtype conversion)
+    rebuilds them."""
+    model, _ = load_model(tiny_dir, torch.float32)
+    first = model.layer_weights()
+    assert first[0].qkv is model.model.layers[0].self_attn.qkv_proj.weight
+    assert [w.layer_idx for w in first] == list(range(model.config.num_hidden_layers))
+    model.set_column_major_weights(False)
+    assert model.layer_weights()[0].qkv is model.model.layers[0].self_attn.qkv_proj.weight
+    model.to(torch.float64)
+    assert model.layer_weights()[0].down.dtype == torch.float64
