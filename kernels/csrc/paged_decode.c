@@ -311,176 +311,221 @@ int paged_decode_f32(const float *q, const float *k_cache, const float *v_cache,
 /* ---- The cascade's shared-prefix pass ------------------------------------------------------
  * Every member of a group attends to the group's shared tokens [start, end), read through one
  * member's table row. One task per (group, kv head) stacks the R = members x G query rows of
- * that kv head and walks the shared blocks ONCE: each key/value tile, read from memory once,
- * feeds all R rows (a matrix-matrix product), with an online softmax per row. Rows are the
- * innermost (vector) dimension: q^T [D][Rp], scores [tile][Rp], o^T [D][Rp], so every inner
- * loop is a broadcast-FMA over ROW_CHUNK rows with no horizontal reduction. Rp = R rounded up
- * to ROW_CHUNK; the padding rows are zero queries whose results are dropped.
+ * that kv head and walks the shared keys ONCE, in tiles of up to TILE_MAX keys (across block
+ * boundaries): each key/value tile, read from memory once, feeds all R rows (a matrix-matrix
+ * product), with an online softmax per row. Rows are the innermost (vector) dimension: q^T
+ * [D][Rp], o^T [D][Rp], so every inner loop is a broadcast-FMA over ROW_CHUNK rows with no
+ * horizontal reduction. Rp = R rounded up to ROW_CHUNK; the padding rows are zero queries
+ * whose results are dropped. Within a tile the rows go in blocks of up to ROW_VECS vectors,
+ * and each block runs scores -> softmax -> values back to back while its scores are in L1.
  */
 #define ROW_CHUNK 16 /* rows per vector: one AVX-512 register of fp32 (two AVX2 ones) */
-#define TILE_MAX 64  /* keys per online-softmax step (at most one block's worth) */
+#define ROW_VECS 4   /* row vectors per register block: 64 rows */
+#define BLOCK_ROWS (ROW_VECS * ROW_CHUNK)
+/* Keys per online-softmax step, across block boundaries. Measured on the 2-core AVX-512 VM
+ * (64 members x 2 heads x 2,048 keys): 32 and 48 alike, 64 ~5% slower (a block of rows'
+ * q^T, o^T, scores and the K and V tiles outgrow the 48 KiB L1), 16 ~15% slower (the o^T
+ * rescale and the softmax bookkeeping once per 16 keys). */
+#define TILE_MAX 32
+/* Register blocks: NV row vectors x STEP(NV) keys (scores) or head dims (values), ~16
+ * accumulators of the 32 AVX-512 registers, so each FMA waits on nothing (4-cycle latency,
+ * 2 FMA ports) and a load feeds 4-8 FMAs. NV x 6 (24 accumulators) measured no better. */
+#define STEP(NV) ((NV) > 2 ? 4 : 8)
 
 /* GCC/Clang vector extensions: the compiler keeps these in registers and lowers them to the
  * target's widest vectors (auto-vectorising the loops instead gave 256-bit code that spilled
  * its accumulators). vrow loads and stores unaligned rows of ROW_CHUNK floats. */
 typedef float vrow __attribute__((vector_size(ROW_CHUNK * sizeof(float)), aligned(4)));
+typedef int32_t vint __attribute__((vector_size(ROW_CHUNK * sizeof(int32_t)), aligned(4)));
 static inline vrow load_row(const float *p) { return *(const vrow *)p; }
 static inline void store_row(float *p, vrow x) { *(vrow *)p = x; }
+static inline vrow vmax(vrow a, vrow b) {
+    const vint gt = a > b;
+    return (vrow)(((vint)a & gt) | ((vint)b & ~gt));
+}
 
-/* scores[t][r] = q_r . k_t for the n keys at k (row stride s_slot), r in [0, Rp). Two row
- * vectors x four keys per sweep over d: eight accumulators, each load of q feeds four FMAs
- * and each key element two. */
-static void tile_scores(const float *restrict qt, int Rp, const float *k, int64_t s_slot, int n,
-                        int D, float *restrict scores) {
-    int r0 = 0;
-    for (; r0 + 2 * ROW_CHUNK <= Rp; r0 += 2 * ROW_CHUNK) {
-        int t = 0;
-        for (; t + 4 <= n; t += 4) {
-            const float *k0 = k + t * s_slot, *k1 = k0 + s_slot, *k2 = k1 + s_slot,
-                        *k3 = k2 + s_slot;
-            vrow a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, b0 = {0}, b1 = {0}, b2 = {0}, b3 = {0};
-            for (int d = 0; d < D; ++d) {
-                const vrow qa = load_row(qt + (int64_t)d * Rp + r0);
-                const vrow qb = load_row(qt + (int64_t)d * Rp + r0 + ROW_CHUNK);
-                const float x0 = k0[d], x1 = k1[d], x2 = k2[d], x3 = k3[d];
-                a0 += x0 * qa, a1 += x1 * qa, a2 += x2 * qa, a3 += x3 * qa;
-                b0 += x0 * qb, b1 += x1 * qb, b2 += x2 * qb, b3 += x3 * qb;
+/* exp_nonpositive on a vector, the same steps lane by lane. With AVX-512, floor and the
+ * scaling by 2^n are one instruction each (vrndscaleps, vscalefps) where the portable form
+ * takes six and three. */
+#if defined(__AVX512F__) && ROW_CHUNK == 16
+#include <immintrin.h>
+static inline vrow exp_nonpositive_v(vrow x) {
+    const __m512 v = _mm512_max_ps((__m512)x, _mm512_set1_ps(-87.0f));
+    const __m512 n = _mm512_roundscale_ps(
+        _mm512_fmadd_ps(v, _mm512_set1_ps(1.44269504f), _mm512_set1_ps(0.5f)),
+        _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    const vrow r = ((vrow)v - (vrow)n * 0.693145752f) - (vrow)n * 1.42860677e-6f;
+    const vrow p =
+        1.0f + r * (1.0f + r * (0.5f + r * (1.6666667e-1f +
+                   r * (4.1666668e-2f + r * (8.3333338e-3f + r * 1.3888889e-3f)))));
+    return (vrow)_mm512_scalef_ps((__m512)p, n);
+}
+#else
+static inline vrow exp_nonpositive_v(vrow x) {
+    x = vmax(x, (vrow){0} - 87.0f);
+    const vrow t = x * 1.44269504f + 0.5f;
+    vint ni = __builtin_convertvector(t, vint); /* truncates: floor, less one below zero */
+    ni += (vint)(__builtin_convertvector(ni, vrow) > t);
+    const vrow n = __builtin_convertvector(ni, vrow);
+    const vrow r = (x - n * 0.693145752f) - n * 1.42860677e-6f;
+    const vrow p =
+        1.0f + r * (1.0f + r * (0.5f + r * (1.6666667e-1f +
+                   r * (4.1666668e-2f + r * (8.3333338e-3f + r * 1.3888889e-3f)))));
+    return p * (vrow)((ni + 127) << 23);
+}
+#endif
+
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+
+/* s[t][v * ROW_CHUNK + i] = q_(v * ROW_CHUNK + i) . k_t (q^T from qt, row stride Rp) for the
+ * n keys keys[t], NV row vectors; mx gets the per-row max over the n keys. NV x STEP(NV)
+ * accumulators per sweep over d: each row load feeds STEP(NV) FMAs, each key element NV. */
+static ALWAYS_INLINE void block_scores(const float *restrict qt, int Rp, const float *const *keys,
+                                       int n, int D, float *restrict s, vrow *mx, const int NV) {
+    for (int v = 0; v < NV; ++v) mx[v] = (vrow){0} - INFINITY;
+    const int KS = STEP(NV);
+    int t = 0;
+    for (; t + KS <= n; t += KS) {
+        vrow acc[ROW_VECS][8];
+#pragma GCC unroll 8
+        for (int v = 0; v < NV; ++v)
+#pragma GCC unroll 8
+            for (int j = 0; j < KS; ++j) acc[v][j] = (vrow){0};
+        for (int d = 0; d < D; ++d) {
+            vrow qd[ROW_VECS];
+#pragma GCC unroll 8
+            for (int v = 0; v < NV; ++v) qd[v] = load_row(qt + (int64_t)d * Rp + v * ROW_CHUNK);
+#pragma GCC unroll 8
+            for (int j = 0; j < KS; ++j) {
+                const float x = keys[t + j][d];
+#pragma GCC unroll 8
+                for (int v = 0; v < NV; ++v) acc[v][j] += x * qd[v];
             }
-            float *s = scores + (int64_t)t * Rp + r0;
-            store_row(s, a0), store_row(s + ROW_CHUNK, b0);
-            store_row(s + Rp, a1), store_row(s + Rp + ROW_CHUNK, b1);
-            store_row(s + 2 * Rp, a2), store_row(s + 2 * Rp + ROW_CHUNK, b2);
-            store_row(s + 3 * Rp, a3), store_row(s + 3 * Rp + ROW_CHUNK, b3);
         }
-        for (; t < n; ++t) {
-            const float *kt = k + t * s_slot;
-            vrow a = {0}, b = {0};
-            for (int d = 0; d < D; ++d) {
-                a += kt[d] * load_row(qt + (int64_t)d * Rp + r0);
-                b += kt[d] * load_row(qt + (int64_t)d * Rp + r0 + ROW_CHUNK);
+#pragma GCC unroll 8
+        for (int j = 0; j < KS; ++j)
+#pragma GCC unroll 8
+            for (int v = 0; v < NV; ++v) {
+                store_row(s + (t + j) * BLOCK_ROWS + v * ROW_CHUNK, acc[v][j]);
+                mx[v] = vmax(mx[v], acc[v][j]);
             }
-            store_row(scores + (int64_t)t * Rp + r0, a);
-            store_row(scores + (int64_t)t * Rp + r0 + ROW_CHUNK, b);
-        }
     }
-    for (; r0 < Rp; r0 += ROW_CHUNK) { /* an odd last vector of rows */
-        int t = 0;
-        for (; t + 4 <= n; t += 4) {
-            const float *k0 = k + t * s_slot, *k1 = k0 + s_slot, *k2 = k1 + s_slot,
-                        *k3 = k2 + s_slot;
-            vrow a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
-            for (int d = 0; d < D; ++d) {
-                const vrow qd = load_row(qt + (int64_t)d * Rp + r0);
-                a0 += k0[d] * qd, a1 += k1[d] * qd, a2 += k2[d] * qd, a3 += k3[d] * qd;
-            }
-            store_row(scores + (int64_t)t * Rp + r0, a0);
-            store_row(scores + (int64_t)(t + 1) * Rp + r0, a1);
-            store_row(scores + (int64_t)(t + 2) * Rp + r0, a2);
-            store_row(scores + (int64_t)(t + 3) * Rp + r0, a3);
+    for (; t < n; ++t) {
+        vrow acc[ROW_VECS];
+#pragma GCC unroll 8
+        for (int v = 0; v < NV; ++v) acc[v] = (vrow){0};
+        for (int d = 0; d < D; ++d) {
+            const float x = keys[t][d];
+#pragma GCC unroll 8
+            for (int v = 0; v < NV; ++v)
+                acc[v] += x * load_row(qt + (int64_t)d * Rp + v * ROW_CHUNK);
         }
-        for (; t < n; ++t) {
-            const float *kt = k + t * s_slot;
-            vrow a = {0};
-            for (int d = 0; d < D; ++d) a += kt[d] * load_row(qt + (int64_t)d * Rp + r0);
-            store_row(scores + (int64_t)t * Rp + r0, a);
+#pragma GCC unroll 8
+        for (int v = 0; v < NV; ++v) {
+            store_row(s + t * BLOCK_ROWS + v * ROW_CHUNK, acc[v]);
+            mx[v] = vmax(mx[v], acc[v]);
         }
     }
 }
 
-/* Online softmax step over n keys: turns scores into weights against the new running max,
- * rescales the running sums by e^(m_old - m_new) (returned in corr). */
-static void tile_softmax(float *restrict scores, int Rp, int n, float *restrict m,
-                         float *restrict l, float *restrict corr) {
-    for (int r0 = 0; r0 < Rp; r0 += ROW_CHUNK) {
-        float mx[ROW_CHUNK];
-        memcpy(mx, m + r0, sizeof mx);
-        for (int t = 0; t < n; ++t) {
-            const float *s = scores + (int64_t)t * Rp + r0;
-#pragma omp simd
-            for (int i = 0; i < ROW_CHUNK; ++i) mx[i] = s[i] > mx[i] ? s[i] : mx[i];
+/* The online-softmax step of NV row vectors over n keys: the scores s become weights against
+ * the new running max m, the running sums l are rescaled by corr = e^(m_old - m_new). */
+static ALWAYS_INLINE void block_softmax(float *restrict s, int n, const vrow *mx,
+                                        float *restrict m, float *restrict l, vrow *corr,
+                                        const int NV) {
+    vrow mn[ROW_VECS], sum[ROW_VECS];
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) {
+        const vrow old = load_row(m + v * ROW_CHUNK);
+        mn[v] = vmax(old, mx[v]);
+        corr[v] = exp_nonpositive_v(old - mn[v]); /* m = -inf at first: ~0 */
+        sum[v] = load_row(l + v * ROW_CHUNK) * corr[v];
+        store_row(m + v * ROW_CHUNK, mn[v]);
+    }
+    for (int t = 0; t < n; ++t)
+#pragma GCC unroll 8
+        for (int v = 0; v < NV; ++v) {
+            float *w = s + t * BLOCK_ROWS + v * ROW_CHUNK;
+            const vrow e = exp_nonpositive_v(load_row(w) - mn[v]);
+            store_row(w, e);
+            sum[v] += e;
         }
-        float sum[ROW_CHUNK];
-#pragma omp simd
-        for (int i = 0; i < ROW_CHUNK; ++i) {
-            corr[r0 + i] = exp_nonpositive(m[r0 + i] - mx[i]); /* m = -inf at first: ~0 */
-            sum[i] = l[r0 + i] * corr[r0 + i];
-        }
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) store_row(l + v * ROW_CHUNK, sum[v]);
+}
+
+/* o^T[d][r] = corr[r] * o^T[d][r] + sum_t w[t][r] * v_t[d] for NV row vectors: NV x
+ * STEP(NV) accumulators per sweep over the keys. */
+static ALWAYS_INLINE void block_values(float *restrict ot, int Rp, const float *const *vals,
+                                       int n, int D, const float *restrict w, const vrow *corr,
+                                       const int NV) {
+    const int DS = STEP(NV);
+    int d = 0;
+    for (; d + DS <= D; d += DS) {
+        vrow acc[ROW_VECS][8];
+#pragma GCC unroll 8
+        for (int j = 0; j < DS; ++j)
+#pragma GCC unroll 8
+            for (int v = 0; v < NV; ++v)
+                acc[v][j] = load_row(ot + (int64_t)(d + j) * Rp + v * ROW_CHUNK) * corr[v];
         for (int t = 0; t < n; ++t) {
-            float *s = scores + (int64_t)t * Rp + r0;
-#pragma omp simd
-            for (int i = 0; i < ROW_CHUNK; ++i) {
-                s[i] = exp_nonpositive(s[i] - mx[i]);
-                sum[i] += s[i];
+            vrow wt[ROW_VECS];
+#pragma GCC unroll 8
+            for (int v = 0; v < NV; ++v) wt[v] = load_row(w + t * BLOCK_ROWS + v * ROW_CHUNK);
+            const float *vt = vals[t] + d;
+#pragma GCC unroll 8
+            for (int j = 0; j < DS; ++j) {
+                const float x = vt[j];
+#pragma GCC unroll 8
+                for (int v = 0; v < NV; ++v) acc[v][j] += x * wt[v];
             }
         }
-        memcpy(m + r0, mx, sizeof mx);
-        memcpy(l + r0, sum, sizeof sum);
+#pragma GCC unroll 8
+        for (int j = 0; j < DS; ++j)
+#pragma GCC unroll 8
+            for (int v = 0; v < NV; ++v)
+                store_row(ot + (int64_t)(d + j) * Rp + v * ROW_CHUNK, acc[v][j]);
+    }
+    for (; d < D; ++d) {
+        vrow acc[ROW_VECS];
+#pragma GCC unroll 8
+        for (int v = 0; v < NV; ++v) acc[v] = load_row(ot + (int64_t)d * Rp + v * ROW_CHUNK) * corr[v];
+        for (int t = 0; t < n; ++t) {
+            const float x = vals[t][d];
+#pragma GCC unroll 8
+            for (int v = 0; v < NV; ++v) acc[v] += x * load_row(w + t * BLOCK_ROWS + v * ROW_CHUNK);
+        }
+#pragma GCC unroll 8
+        for (int v = 0; v < NV; ++v) store_row(ot + (int64_t)d * Rp + v * ROW_CHUNK, acc[v]);
     }
 }
 
-/* o^T[d][r] = corr[r] * o^T[d][r] + sum_t w[t][r] * v_t[d]: four d at a time, so one load of
- * the weights feeds four FMAs. */
-static void tile_values(float *restrict ot, int Rp, const float *v, int64_t s_slot, int n, int D,
-                        const float *restrict weights, const float *restrict corr) {
+/* One block of NV row vectors (rows [r0, r0 + NV * ROW_CHUNK)) through one key tile. */
+static ALWAYS_INLINE void block_tile(const float *qt, float *ot, int Rp, int r0,
+                                     const float *const *keys, const float *const *vals, int n,
+                                     int D, float *scores, float *m, float *l, const int NV) {
+    vrow mx[ROW_VECS], corr[ROW_VECS];
+    block_scores(qt + r0, Rp, keys, n, D, scores, mx, NV);
+    block_softmax(scores, n, mx, m + r0, l + r0, corr, NV);
+    block_values(ot + r0, Rp, vals, n, D, scores, corr, NV);
+}
+
+static void rows_tile(const float *qt, float *ot, int Rp, const float *const *keys,
+                      const float *const *vals, int n, int D, float *scores, float *m, float *l) {
     int r0 = 0;
-    for (; r0 + 2 * ROW_CHUNK <= Rp; r0 += 2 * ROW_CHUNK) { /* two row vectors x four d */
-        const vrow ca = load_row(corr + r0), cb = load_row(corr + r0 + ROW_CHUNK);
-        int d = 0;
-        for (; d + 4 <= D; d += 4) {
-            float *o0 = ot + (int64_t)d * Rp + r0, *o1 = o0 + Rp, *o2 = o1 + Rp, *o3 = o2 + Rp;
-            vrow a0 = load_row(o0) * ca, a1 = load_row(o1) * ca, a2 = load_row(o2) * ca,
-                 a3 = load_row(o3) * ca;
-            vrow b0 = load_row(o0 + ROW_CHUNK) * cb, b1 = load_row(o1 + ROW_CHUNK) * cb,
-                 b2 = load_row(o2 + ROW_CHUNK) * cb, b3 = load_row(o3 + ROW_CHUNK) * cb;
-            for (int t = 0; t < n; ++t) {
-                const float *vt = v + t * s_slot + d;
-                const float *w = weights + (int64_t)t * Rp + r0;
-                const vrow wa = load_row(w), wb = load_row(w + ROW_CHUNK);
-                const float x0 = vt[0], x1 = vt[1], x2 = vt[2], x3 = vt[3];
-                a0 += x0 * wa, a1 += x1 * wa, a2 += x2 * wa, a3 += x3 * wa;
-                b0 += x0 * wb, b1 += x1 * wb, b2 += x2 * wb, b3 += x3 * wb;
-            }
-            store_row(o0, a0), store_row(o1, a1), store_row(o2, a2), store_row(o3, a3);
-            store_row(o0 + ROW_CHUNK, b0), store_row(o1 + ROW_CHUNK, b1);
-            store_row(o2 + ROW_CHUNK, b2), store_row(o3 + ROW_CHUNK, b3);
-        }
-        for (; d < D; ++d) {
-            float *od = ot + (int64_t)d * Rp + r0;
-            vrow a = load_row(od) * ca, b = load_row(od + ROW_CHUNK) * cb;
-            for (int t = 0; t < n; ++t) {
-                const float x = v[t * s_slot + d], *w = weights + (int64_t)t * Rp + r0;
-                a += x * load_row(w), b += x * load_row(w + ROW_CHUNK);
-            }
-            store_row(od, a), store_row(od + ROW_CHUNK, b);
-        }
-    }
-    for (; r0 < Rp; r0 += ROW_CHUNK) { /* an odd last vector of rows */
-        const vrow c = load_row(corr + r0);
-        int d = 0;
-        for (; d + 4 <= D; d += 4) {
-            float *o0 = ot + (int64_t)d * Rp + r0, *o1 = o0 + Rp, *o2 = o1 + Rp, *o3 = o2 + Rp;
-            vrow a0 = load_row(o0) * c, a1 = load_row(o1) * c, a2 = load_row(o2) * c,
-                 a3 = load_row(o3) * c;
-            for (int t = 0; t < n; ++t) {
-                const float *vt = v + t * s_slot + d;
-                const vrow w = load_row(weights + (int64_t)t * Rp + r0);
-                a0 += vt[0] * w, a1 += vt[1] * w, a2 += vt[2] * w, a3 += vt[3] * w;
-            }
-            store_row(o0, a0), store_row(o1, a1), store_row(o2, a2), store_row(o3, a3);
-        }
-        for (; d < D; ++d) {
-            float *od = ot + (int64_t)d * Rp + r0;
-            vrow a = load_row(od) * c;
-            for (int t = 0; t < n; ++t)
-                a += v[t * s_slot + d] * load_row(weights + (int64_t)t * Rp + r0);
-            store_row(od, a);
-        }
+    for (; r0 + BLOCK_ROWS <= Rp; r0 += BLOCK_ROWS)
+        block_tile(qt, ot, Rp, r0, keys, vals, n, D, scores, m, l, ROW_VECS);
+    switch ((Rp - r0) / ROW_CHUNK) { /* the last, narrower block */
+    case 3: block_tile(qt, ot, Rp, r0, keys, vals, n, D, scores, m, l, 3); break;
+    case 2: block_tile(qt, ot, Rp, r0, keys, vals, n, D, scores, m, l, 2); break;
+    case 1: block_tile(qt, ot, Rp, r0, keys, vals, n, D, scores, m, l, 1); break;
+    default: break;
     }
 }
 
 /* One (group, kv head): rows r = j * G + g are member j's query head h * G + g. Writes the
  * members' membership rows of o [M, Hq, D] and lse [M, Hq]. scratch holds 2 * D * Rp +
- * TILE_MAX * Rp + 3 * Rp floats. */
+ * TILE_MAX * BLOCK_ROWS + 2 * Rp floats. */
 static void attend_group(const float *q, const float *k_cache, const float *v_cache,
                          int64_t s_block, int64_t s_slot, int64_t s_head, const int32_t *table,
                          const int32_t *members, int size, int start, int end, int h,
@@ -489,7 +534,7 @@ static void attend_group(const float *q, const float *k_cache, const float *v_ca
     const int G = Hq / Hkv, R = size * G;
     const int Rp = (R + ROW_CHUNK - 1) / ROW_CHUNK * ROW_CHUNK;
     float *qt = scratch, *ot = qt + (int64_t)D * Rp, *scores = ot + (int64_t)D * Rp;
-    float *m = scores + (int64_t)TILE_MAX * Rp, *l = m + Rp, *corr = l + Rp;
+    float *m = scores + (int64_t)TILE_MAX * BLOCK_ROWS, *l = m + Rp;
     memset(qt, 0, sizeof(float) * (size_t)D * Rp);
     memset(ot, 0, sizeof(float) * (size_t)D * Rp);
     for (int r = 0; r < Rp; ++r) m[r] = -INFINITY, l[r] = 0.0f;
@@ -498,15 +543,15 @@ static void attend_group(const float *q, const float *k_cache, const float *v_ca
             const float *qr = q + ((int64_t)members[j] * Hq + h * G + g) * D;
             for (int d = 0; d < D; ++d) qt[(int64_t)d * Rp + j * G + g] = qr[d] * scale;
         }
+    const float *keys[TILE_MAX], *vals[TILE_MAX];
     for (int first = start; first < end;) {
-        const int within = first % block_size;
-        int n = (block_size - within < end - first) ? block_size - within : end - first;
-        n = n < TILE_MAX ? n : TILE_MAX;
-        const int64_t at = (int64_t)table[first / block_size] * s_block + h * s_head +
-                           (int64_t)within * s_slot;
-        tile_scores(qt, Rp, k_cache + at, s_slot, n, D, scores);
-        tile_softmax(scores, Rp, n, m, l, corr);
-        tile_values(ot, Rp, v_cache + at, s_slot, n, D, scores, corr);
+        const int n = end - first < TILE_MAX ? end - first : TILE_MAX;
+        for (int t = 0; t < n; ++t) {
+            const int64_t at = (int64_t)table[(first + t) / block_size] * s_block + h * s_head +
+                               (int64_t)((first + t) % block_size) * s_slot;
+            keys[t] = k_cache + at, vals[t] = v_cache + at;
+        }
+        rows_tile(qt, ot, Rp, keys, vals, n, D, scores, m, l);
         first += n;
     }
     for (int j = 0; j < size; ++j)
@@ -520,8 +565,8 @@ static void attend_group(const float *q, const float *k_cache, const float *v_ca
 }
 
 /* Members per prefix-pass task: a group's rows are cut into tiles of this many members, each
- * sweeping the group's keys on its own, so one task's transposed queries, output and scores
- * (3 * D * 2 * MEMBER_TILE floats at G = 2, 96 KiB at D = 64) stay in L2 however large the
+ * sweeping the group's keys on its own, so one task's transposed queries and output
+ * (2 * D * 2 * MEMBER_TILE floats at G = 2, 64 KiB at D = 64) stay in L2 however large the
  * group. A group of thousands of rows (a prefill chunk's tokens attending as decode rows) in
  * one sweep streamed megabytes per key tile through memory; the shared keys, re-read once
  * per tile, are a fraction of that and stay in cache. */
@@ -550,7 +595,8 @@ int cascade_prefix_f32(const float *q, const float *k_cache, const float *v_cach
         if (first >= group_size) continue; /* a smaller group: fewer tiles */
         const int size = group_size - first < MEMBER_TILE ? group_size - first : MEMBER_TILE;
         const int Rp = (size * (Hq / Hkv) + ROW_CHUNK - 1) / ROW_CHUNK * ROW_CHUNK;
-        float *scratch = malloc(sizeof(float) * (size_t)Rp * (2 * D + TILE_MAX + 3));
+        float *scratch =
+            malloc(sizeof(float) * ((size_t)Rp * (2 * D + 2) + TILE_MAX * BLOCK_ROWS));
         if (scratch == NULL) {
             failed = 1;
             continue;

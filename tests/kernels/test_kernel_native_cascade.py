@@ -187,3 +187,42 @@ def test_hypothesis_prefix_forests(
     with force_backend("native"):
         o = decode_attention(q, batch.k_cache, batch.v_cache, plan, scale)
     torch.testing.assert_close(o, o_ref, atol=2e-5, rtol=2e-5)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    num_members=st.integers(1, 140),
+    prefix_len=st.integers(1, 110),
+    block_size=st.sampled_from([1, 3, 16, 33, 80]),
+    heads=st.sampled_from([(2, 1), (4, 2), (3, 1), (1, 1)]),
+    head_dim=st.sampled_from([7, 16, 70]),
+    spread=st.floats(0.5, 40.0),
+)
+def test_hypothesis_register_blocks_and_key_tiles(
+    num_members: int,
+    prefix_len: int,
+    block_size: int,
+    heads: tuple[int, int],
+    head_dim: int,
+    spread: float,
+) -> None:
+    """One group, sized across the kernel's blockings: rows not a multiple of the 64-row
+    register block (1-3 vector tails) or of a 64-member task, keys not a multiple of the
+    4- or 8-key step or of the 32-key tile (tiles cross block boundaries, blocks longer than
+    a tile), head dims not a multiple of the 4- or 8-dim step, scores near and far from 0."""
+    num_q_heads, num_kv_heads = heads
+    batch = make_batch(
+        [("p",)] * num_members,
+        {"p": prefix_len},
+        [i % 3 + 1 for i in range(num_members)],
+        block_size=block_size,
+        num_kv_heads=num_kv_heads,
+        head_dim=head_dim,
+    )
+    plan = build_decode_plan(
+        batch.block_tables, batch.seq_lens, block_size, torch.device("cpu"), min_shared_tokens=1
+    )
+    if plan.cascade is None:
+        return  # a prefix shorter than one block, or a single request: nothing is shared
+    q = _queries(num_members, num_q_heads, head_dim, seed=num_members) * spread
+    _assert_prefix_matches_torch(batch, q, head_dim**-0.5)
