@@ -322,14 +322,14 @@ int paged_decode_f32(const float *q, const float *k_cache, const float *v_cache,
 #define ROW_CHUNK 16 /* rows per vector: one AVX-512 register of fp32 (two AVX2 ones) */
 #define ROW_VECS 4   /* row vectors per register block: 64 rows */
 #define BLOCK_ROWS (ROW_VECS * ROW_CHUNK)
-/* Keys per online-softmax step, across block boundaries. Measured on the 2-core AVX-512 VM
- * (64 members x 2 heads x 2,048 keys): 32 and 48 alike, 64 ~5% slower (a block of rows'
- * q^T, o^T, scores and the K and V tiles outgrow the 48 KiB L1), 16 ~15% slower (the o^T
- * rescale and the softmax bookkeeping once per 16 keys). */
+/* Keys per online-softmax step, across block boundaries. On the 2-core AVX-512 VM, 16 to 64
+ * ran within the noise (+-5%) at 64 x 2,048, 2 x 32 x 1,536 and 16 x 1,024. At 32 (D = 64),
+ * a block of rows' q^T and o^T (16 KiB each) and the tile's scores, K and V (8 KiB each)
+ * come to 56 KiB, about the 48 KiB L1 plus what the prefetchers hide. */
 #define TILE_MAX 32
 /* Register blocks: NV row vectors x STEP(NV) keys (scores) or head dims (values), ~16
  * accumulators of the 32 AVX-512 registers, so each FMA waits on nothing (4-cycle latency,
- * 2 FMA ports) and a load feeds 4-8 FMAs. NV x 6 (24 accumulators) measured no better. */
+ * 2 FMA ports) and a load feeds 4-8 FMAs. NV x 6 (24 accumulators) measured no faster. */
 #define STEP(NV) ((NV) > 2 ? 4 : 8)
 
 /* GCC/Clang vector extensions: the compiler keeps these in registers and lowers them to the
@@ -543,16 +543,23 @@ static void attend_group(const float *q, const float *k_cache, const float *v_ca
             const float *qr = q + ((int64_t)members[j] * Hq + h * G + g) * D;
             for (int d = 0; d < D; ++d) qt[(int64_t)d * Rp + j * G + g] = qr[d] * scale;
         }
+    /* the tile's key and value rows, gathered a block run at a time (one division each) */
     const float *keys[TILE_MAX], *vals[TILE_MAX];
+    int n = 0;
     for (int first = start; first < end;) {
-        const int n = end - first < TILE_MAX ? end - first : TILE_MAX;
-        for (int t = 0; t < n; ++t) {
-            const int64_t at = (int64_t)table[(first + t) / block_size] * s_block + h * s_head +
-                               (int64_t)((first + t) % block_size) * s_slot;
-            keys[t] = k_cache + at, vals[t] = v_cache + at;
+        const int within = first % block_size;
+        const int64_t at = (int64_t)table[first / block_size] * s_block + h * s_head;
+        int run = block_size - within < end - first ? block_size - within : end - first;
+        run = run < TILE_MAX - n ? run : TILE_MAX - n;
+        for (int i = 0; i < run; ++i, ++n) {
+            keys[n] = k_cache + at + (int64_t)(within + i) * s_slot;
+            vals[n] = v_cache + at + (int64_t)(within + i) * s_slot;
         }
-        rows_tile(qt, ot, Rp, keys, vals, n, D, scores, m, l);
-        first += n;
+        first += run;
+        if (n == TILE_MAX || first == end) {
+            rows_tile(qt, ot, Rp, keys, vals, n, D, scores, m, l);
+            n = 0;
+        }
     }
     for (int j = 0; j < size; ++j)
         for (int g = 0; g < G; ++g) {
