@@ -319,18 +319,27 @@ int paged_decode_f32(const float *q, const float *k_cache, const float *v_cache,
  * whose results are dropped. Within a tile the rows go in blocks of up to ROW_VECS vectors,
  * and each block runs scores -> softmax -> values back to back while its scores are in L1.
  */
-#define ROW_CHUNK 16 /* rows per vector: one AVX-512 register of fp32 (two AVX2 ones) */
+/* Register blocks: ROW_VECS vectors of ROW_CHUNK rows; NV row vectors x STEP(NV) keys (scores)
+ * or head dims (values) per sweep, so each FMA waits on nothing (4-cycle latency, 2 FMA ports)
+ * and a load feeds 4-8 FMAs. AVX-512 (32 registers): 16 accumulators; NV x 6 (24) measured no
+ * faster. Elsewhere (AVX2: 16 registers of 8 floats) 8 accumulators: the AVX-512 shapes there
+ * (vectors of 16 rows, two registers each) spilled and ran 25x slower (51 ms against 1.7-2.0
+ * at 64 x 2,048, built for haswell, run on the AVX-512 VM). */
+#if defined(__AVX512F__)
+#define ROW_CHUNK 16 /* rows per vector: one AVX-512 register of fp32 */
 #define ROW_VECS 4   /* row vectors per register block: 64 rows */
+#define STEP(NV) ((NV) > 2 ? 4 : 8)
+#else
+#define ROW_CHUNK 8 /* one AVX2 register (two NEON ones; SSE alone spills still) */
+#define ROW_VECS 2
+#define STEP(NV) 4
+#endif
 #define BLOCK_ROWS (ROW_VECS * ROW_CHUNK)
 /* Keys per online-softmax step, across block boundaries. On the 2-core AVX-512 VM, 16 to 64
  * ran within the noise (+-5%) at 64 x 2,048, 2 x 32 x 1,536 and 16 x 1,024. At 32 (D = 64),
  * a block of rows' q^T and o^T (16 KiB each) and the tile's scores, K and V (8 KiB each)
  * come to 56 KiB, about the 48 KiB L1 plus what the prefetchers hide. */
 #define TILE_MAX 32
-/* Register blocks: NV row vectors x STEP(NV) keys (scores) or head dims (values), ~16
- * accumulators of the 32 AVX-512 registers, so each FMA waits on nothing (4-cycle latency,
- * 2 FMA ports) and a load feeds 4-8 FMAs. NV x 6 (24 accumulators) measured no faster. */
-#define STEP(NV) ((NV) > 2 ? 4 : 8)
 
 /* GCC/Clang vector extensions: the compiler keeps these in registers and lowers them to the
  * target's widest vectors (auto-vectorising the loops instead gave 256-bit code that spilled
@@ -515,9 +524,13 @@ static void rows_tile(const float *qt, float *ot, int Rp, const float *const *ke
     int r0 = 0;
     for (; r0 + BLOCK_ROWS <= Rp; r0 += BLOCK_ROWS)
         block_tile(qt, ot, Rp, r0, keys, vals, n, D, scores, m, l, ROW_VECS);
-    switch ((Rp - r0) / ROW_CHUNK) { /* the last, narrower block */
+    switch ((Rp - r0) / ROW_CHUNK) { /* the last, narrower block: fewer than ROW_VECS */
+#if ROW_VECS > 3
     case 3: block_tile(qt, ot, Rp, r0, keys, vals, n, D, scores, m, l, 3); break;
+#endif
+#if ROW_VECS > 2
     case 2: block_tile(qt, ot, Rp, r0, keys, vals, n, D, scores, m, l, 2); break;
+#endif
     case 1: block_tile(qt, ot, Rp, r0, keys, vals, n, D, scores, m, l, 1); break;
     default: break;
     }
