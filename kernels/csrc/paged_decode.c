@@ -384,12 +384,10 @@ static inline vrow exp_nonpositive_v(vrow x) {
 }
 #endif
 
-#define ALWAYS_INLINE inline __attribute__((always_inline))
-
 /* s[t][v * ROW_CHUNK + i] = q_(v * ROW_CHUNK + i) . k_t (q^T from qt, row stride Rp) for the
  * n keys keys[t], NV row vectors; mx gets the per-row max over the n keys. NV x STEP(NV)
  * accumulators per sweep over d: each row load feeds STEP(NV) FMAs, each key element NV. */
-static ALWAYS_INLINE void block_scores(const float *restrict qt, int Rp, const float *const *keys,
+ALWAYS_INLINE void block_scores(const float *restrict qt, int Rp, const float *const *keys,
                                        int n, int D, float *restrict s, vrow *mx, const int NV) {
     for (int v = 0; v < NV; ++v) mx[v] = (vrow){0} - INFINITY;
     const int KS = STEP(NV);
@@ -439,7 +437,7 @@ static ALWAYS_INLINE void block_scores(const float *restrict qt, int Rp, const f
 
 /* The online-softmax step of NV row vectors over n keys: the scores s become weights against
  * the new running max m, the running sums l are rescaled by corr = e^(m_old - m_new). */
-static ALWAYS_INLINE void block_softmax(float *restrict s, int n, const vrow *mx,
+ALWAYS_INLINE void block_softmax(float *restrict s, int n, const vrow *mx,
                                         float *restrict m, float *restrict l, vrow *corr,
                                         const int NV) {
     vrow mn[ROW_VECS], sum[ROW_VECS];
@@ -465,7 +463,7 @@ static ALWAYS_INLINE void block_softmax(float *restrict s, int n, const vrow *mx
 
 /* o^T[d][r] = corr[r] * o^T[d][r] + sum_t w[t][r] * v_t[d] for NV row vectors: NV x
  * STEP(NV) accumulators per sweep over the keys. */
-static ALWAYS_INLINE void block_values(float *restrict ot, int Rp, const float *const *vals,
+ALWAYS_INLINE void block_values(float *restrict ot, int Rp, const float *const *vals,
                                        int n, int D, const float *restrict w, const vrow *corr,
                                        const int NV) {
     const int DS = STEP(NV);
@@ -510,7 +508,7 @@ static ALWAYS_INLINE void block_values(float *restrict ot, int Rp, const float *
 }
 
 /* One block of NV row vectors (rows [r0, r0 + NV * ROW_CHUNK)) through one key tile. */
-static ALWAYS_INLINE void block_tile(const float *qt, float *ot, int Rp, int r0,
+ALWAYS_INLINE void block_tile(const float *qt, float *ot, int Rp, int r0,
                                      const float *const *keys, const float *const *vals, int n,
                                      int D, float *scores, float *m, float *l, const int NV) {
     vrow mx[ROW_VECS], corr[ROW_VECS];
