@@ -172,7 +172,7 @@ def servers(
     python: str,
     log_dir: Path,
     startup_timeout_s: float,
-    engine_process: str = "off",
+    engine_process: str = "on",
 ) -> Iterator[list[ServerProcess]]:
     """Stock vLLM and Eclectus on ``model_dir`` (one Eclectus server per ``engine_process``
     mode: "off", "on" or "both"), started one after the other, stopped after."""
@@ -268,9 +268,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--engine-process",
         choices=tuple(ENGINE_PROCESS_SERVERS),
-        default="off",
-        help="Eclectus's engine core in its own process (eclectus serve --engine-process); "
-        "both: two Eclectus servers, eclectus (off) and eclectus-process (on)",
+        default="on",
+        help="Eclectus's engine core in its own process (eclectus serve --engine-process, on "
+        "by default there too); both: two Eclectus servers, eclectus (off) and "
+        "eclectus-process (on)",
     )
     parser.add_argument(
         "--startup-timeout",

@@ -401,7 +401,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     engine.add_argument(
         "--engine-process",
         choices=("on", "off"),
-        default="off",
+        default="on",
         help="on: step the engine in its own process (vLLM's EngineCore split; the torch "
         "threads are that process's); off: on a thread of the server's process",
     )
@@ -464,7 +464,7 @@ def load_remote(args: argparse.Namespace, wrap: Callable[[Backend], Backend] | N
         max_model_len=args.max_model_len,
     )
     engine_config = engine_config_from_args(args) if config.builtin else None
-    process = getattr(args, "engine_process", "off") == "on"
+    process = getattr(args, "engine_process", "on") == "on"
     backend = build_remote_backend(
         config,
         lambda: load_engine(engine_config, process=process) if engine_config is not None else None,
@@ -522,7 +522,7 @@ def run(args: argparse.Namespace, wrap: Callable[[Backend], Backend] | None = No
         if args.engine_urls:
             backend = load_remote(args, wrap)
         else:
-            process = getattr(args, "engine_process", "off") == "on"
+            process = getattr(args, "engine_process", "on") == "on"
             backend = load_engine(engine_config_from_args(args), wrap, process=process)
     except ValueError as exc:
         print(f"eclectus serve: {exc}", file=sys.stderr)
