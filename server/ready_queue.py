@@ -70,24 +70,17 @@ class ReadyQueue:
 
     def peek_best(self, skip: Collection[str | None] = ()) -> QueuedCall | None:
         """The best-ranked live call of a tenant not in ``skip``, left queued, or None (drops
-        dead heap entries and emptied heaps only)."""
+        dead heap entries only). A tenant's heap exists while it has a live call (``_forget``
+        drops it with the last), so each heap has a live top once its dead ones are popped."""
         best = None
-        for tenant in list(self._heaps):
-            heap = self._heaps[tenant]
-            while heap and not heap[0].live:
+        for tenant, heap in self._heaps.items():
+            if tenant in skip:
+                continue
+            while not heap[0].live:
                 heapq.heappop(heap)
-            if not heap:
-                del self._heaps[tenant]
-            elif tenant not in skip and (best is None or heap[0] < best):
+            if best is None or heap[0] < best:
                 best = heap[0]
         return best
-
-    def pop_best(self, skip: Collection[str | None] = ()) -> QueuedCall | None:
-        """Remove and return what :meth:`peek_best` would return (mutates)."""
-        queued = self.peek_best(skip)
-        if queued is not None:
-            self._forget(queued)
-        return queued
 
     def take_group(self, group: str) -> list[QueuedCall]:
         """Remove and return every queued member of ``group``, in rank order (mutates)."""
@@ -122,7 +115,3 @@ class ReadyQueue:
             # mostly dead entries: rebuild so the heap does not grow without bound
             heap[:] = [q for q in heap if q.live]
             heapq.heapify(heap)
-
-    def tenants(self) -> list[str | None]:
-        """The tenants with queued calls."""
-        return list(self._num_live)
