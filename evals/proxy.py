@@ -3,8 +3,13 @@
 Each chunk read from the client reaches the server ``rtt/2`` later, and each chunk from the
 server reaches the client ``rtt/2`` later, in order, so one request-response exchange costs one
 RTT more, as over a wide-area link; the paper applied such a delay to every call of both
-systems. Per direction, a reader stamps chunks with their delivery time into a bounded queue
-(backpressure when it is full) and a writer sends them when due. Listens on 127.0.0.1 only.
+systems. A new connection also pays the TCP handshake's round trip, as over any network: its
+first chunk reaches the server one RTT later still (a client's ``connect`` returns at once
+here, so the proxy holds what it sends instead of the SYN/SYN-ACK). A client that keeps its
+connections open pays that once; one whose connections were closed (vLLM's HTTP server closes
+a keep-alive connection after 5 idle seconds) pays it again on each new one. Per direction,
+a reader stamps chunks with their delivery time into a bounded queue (backpressure when it
+is full) and a writer sends them when due. Listens on 127.0.0.1 only.
 
 It also counts what crosses it (:class:`Traffic`): connections, chunks and bytes each way,
 and the client's *turns* -- chunks the client sent after the server's last delivery to it on
@@ -108,9 +113,11 @@ async def _pump(
     delay_s: float,
     on_read: Callable[[int], None] = _ignore,
     on_delivered: Callable[[int], None] = _ignore,
+    first_extra_s: float = 0.0,
 ) -> None:
-    """Copy ``reader`` to ``writer``, each chunk ``delay_s`` after it was read, in order;
-    ``on_read`` / ``on_delivered`` hear each chunk's size when it is read / written."""
+    """Copy ``reader`` to ``writer``, each chunk ``delay_s`` after it was read, in order (the
+    first ``first_extra_s`` later still: later chunks queue behind it); ``on_read`` /
+    ``on_delivered`` hear each chunk's size when it is read / written."""
     queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue(MAX_QUEUED_CHUNKS)
 
     async def deliver() -> None:
@@ -127,9 +134,11 @@ async def _pump(
 
     sender = asyncio.create_task(deliver())
     try:
+        extra = first_extra_s
         while data := await reader.read(CHUNK_BYTES):
             on_read(len(data))
-            await queue.put((time.monotonic() + delay_s, data))
+            await queue.put((time.monotonic() + delay_s + extra, data))
+            extra = 0.0
     except OSError:
         pass
     finally:
@@ -140,14 +149,18 @@ async def _pump(
 
 class DelayProxy:
     """Forwards 127.0.0.1:``port`` (a free port) to ``host``:``target_port`` with ``rtt_s``
-    of added round-trip delay; runs its own event loop in a daemon thread. ``close`` (or
-    leaving the ``with`` block) stops it (mutates; idempotent). :meth:`traffic` says what
-    crossed it so far."""
+    of added round-trip delay, plus one ``rtt_s`` for each new connection's handshake unless
+    ``handshake`` is False; runs its own event loop in a daemon thread. ``close`` (or leaving
+    the ``with`` block) stops it (mutates; idempotent). :meth:`traffic` says what crossed it
+    so far."""
 
-    def __init__(self, host: str, target_port: int, rtt_s: float) -> None:
+    def __init__(
+        self, host: str, target_port: int, rtt_s: float, *, handshake: bool = True
+    ) -> None:
         if rtt_s < 0:
             raise ValueError(f"rtt_s must be >= 0, got {rtt_s}")
         self.host, self.target_port, self.rtt_s = host, target_port, rtt_s
+        self.handshake = handshake
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.Server | None = None
         self._counter = _Counter()
@@ -191,7 +204,13 @@ class DelayProxy:
         self._counter.add(connections=1)
         try:
             await asyncio.gather(
-                _pump(client_r, server_w, half, on_read=link.sent_up),
+                _pump(
+                    client_r,
+                    server_w,
+                    half,
+                    on_read=link.sent_up,
+                    first_extra_s=self.rtt_s if self.handshake else 0.0,
+                ),
                 _pump(server_r, client_w, half, link.read_down, link.delivered_down),
                 return_exceptions=True,
             )

@@ -162,7 +162,8 @@ def render_report(
         "",
         f"Date: {config['date']}. Machine: {config['machine']}. Model: `{config['model']}`. "
         f"Repetitions: {config['reps']} per system and point (after one warm-up run), "
-        f"systems alternated; client round trip added: {config['rtt_ms']} ms.",
+        f"systems alternated; client round trip added: {config['rtt_ms']} ms"
+        f" (each new connection's handshake charged: {config.get('proxy_handshake', 'on')}).",
         "",
         "Budgets (every engine): "
         + ", ".join(f"{k}={v}" for k, v in config["budget"].items())

@@ -34,6 +34,7 @@ class System:
     server: ServerProcess | None
     description: str
     rtt_s: float = 0.0
+    handshake: bool = True  # the proxy charges each new connection's TCP handshake
     _proxy: DelayProxy | None = field(default=None, repr=False)
 
     @property
@@ -57,7 +58,9 @@ class System:
         parts = urlsplit(self.url)
         if self._proxy is None:
             assert parts.hostname is not None and parts.port is not None, self.url
-            self._proxy = DelayProxy(parts.hostname, parts.port, self.rtt_s)
+            self._proxy = DelayProxy(
+                parts.hostname, parts.port, self.rtt_s, handshake=self.handshake
+            )
         netloc = f"127.0.0.1:{self._proxy.port}"
         return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 

@@ -40,13 +40,35 @@ def _exchange(port: int, payloads: list[bytes]) -> tuple[bytes, float]:
         return got, time.perf_counter() - started
 
 
-def test_proxy_adds_one_round_trip_per_exchange(echo_port: int) -> None:
-    """An echo through a 200 ms proxy takes 200 ms more; a direct one does not."""
+def _timed_exchanges(port: int, words: list[bytes]) -> list[float]:
+    """Seconds each request-response exchange took on one new connection."""
+    times = []
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        for word in words:
+            started = time.perf_counter()
+            assert _ask(sock, word) == word
+            times.append(time.perf_counter() - started)
+    return times
+
+
+def test_proxy_adds_one_round_trip_per_exchange_and_one_per_handshake(echo_port: int) -> None:
+    """Through a 200 ms proxy a new connection's first exchange takes two round trips more
+    (the TCP handshake's, then the exchange's) and each later one a single round trip; a
+    direct echo takes neither."""
     with DelayProxy("127.0.0.1", echo_port, rtt_s=0.2) as proxy:
-        _, direct = _exchange(echo_port, [b"ping"])
-        got, delayed = _exchange(proxy.port, [b"ping"])
-    assert got == b"ping"
-    assert direct < 0.1 and 0.19 <= delayed < 0.6
+        direct = _timed_exchanges(echo_port, [b"ping"])
+        first, second = _timed_exchanges(proxy.port, [b"ping", b"pong"])
+    assert direct[0] < 0.1
+    assert 0.39 <= first < 0.8
+    assert 0.19 <= second < 0.39
+
+
+def test_proxy_without_handshake_charges_the_exchange_only(echo_port: int) -> None:
+    """``handshake=False`` (the evals' ``--proxy-handshake off``): a new connection's first
+    exchange costs one round trip, like every other."""
+    with DelayProxy("127.0.0.1", echo_port, rtt_s=0.2, handshake=False) as proxy:
+        (first,) = _timed_exchanges(proxy.port, [b"ping"])
+    assert 0.19 <= first < 0.39
 
 
 def test_proxy_keeps_order(echo_port: int) -> None:
