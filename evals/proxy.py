@@ -15,8 +15,8 @@ It also counts what crosses it (:class:`Traffic`): connections, chunks and bytes
 and the client's *turns* -- chunks the client sent after the server's last delivery to it on
 that connection (or opening it). A client that waits for a reply before it sends again
 pays one round trip per turn, so turns bound the round trips a run paid from above: a
-WebSocket session's upgrade and ``hello`` are two, each compiled graph's ``submit`` one, each
-stock HTTP request one.
+WebSocket session's upgrade (which carries the ``hello``) is one, each compiled graph's
+``submit`` one, each stock HTTP request one.
 
     with DelayProxy("127.0.0.1", 8000, rtt_s=0.1) as proxy:
         url = f"http://127.0.0.1:{proxy.port}/v1"

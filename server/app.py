@@ -31,7 +31,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
-from eclectus.protocol import ModelCard
+from eclectus.protocol import HELLO_ACCEPTED, HELLO_HEADER, ModelCard
 from eclectus.protocol.chat_template import render_chat
 from eclectus.server.auth import Authenticator
 from eclectus.server.backend import Backend
@@ -155,11 +155,15 @@ class EclectusServer:
         if self.ctx.draining or self.ctx.auth.limiter.blocked(address):
             await ws.close(_POLICY_VIOLATION)  # before accept: the handshake gets a 403
             return
-        await ws.accept()
+        # a hello in the upgrade request is answered right after the upgrade (one round
+        # trip sooner); the response header tells the client not to send it again
+        hello = ws.headers.get(HELLO_HEADER)
+        accepted = [(HELLO_HEADER.lower().encode(), HELLO_ACCEPTED.encode())]
+        await ws.accept(headers=accepted if hello is not None else None)
         session = Session(StarletteTransport(ws), self.ctx, address)
         self.connections.add(session)
         try:
-            await session.run()
+            await session.run(first=hello)
         finally:
             self.connections.discard(session)
 

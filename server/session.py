@@ -121,14 +121,17 @@ class Session:
         self._cut_off = False  # the client read too slowly: the session is ending
         self._logged_internal = False  # a handler bug's traceback was logged once already
 
-    async def run(self) -> None:
+    async def run(self, first: str | None = None) -> None:
         """Serve frames until the client leaves or a deadline passes, then release
-        everything (mutates)."""
+        everything (mutates). ``first``: a frame that came with the upgrade request (the
+        hello header), handled before any the socket brings."""
         loop = asyncio.get_running_loop()
         writer = loop.create_task(self._write())
         stop = loop.create_task(self.stopping.wait())
         self.last_active = loop.time()
         try:
+            if first is not None:
+                await self._on_message(first)
             while self.close_code is None:
                 message = await self._next_message(loop, stop)
                 if message is None:

@@ -1,5 +1,9 @@
 """Opening a session: the WebSocket, then ``hello`` -> ``welcome`` (or ``error``).
 
+The hello travels in the upgrade request (``Eclectus-Hello``), so the welcome comes right
+after the upgrade: one round trip for the whole setup. A server that does not say it took
+the header gets the hello as the first frame (docs/protocol.md, "Session").
+
 ``connect(url)`` may be awaited (``app = await connect(url)``) or used as an async context
 manager (``async with connect(url) as app``), like ``websockets.connect``.
 """
@@ -18,8 +22,8 @@ from websockets.exceptions import ConnectionClosed, WebSocketException
 
 from eclectus.adapters.client.errors import AuthError, ConnectionError, ServerError
 from eclectus.adapters.client.session import Session
-from eclectus.adapters.client.wire import decode_frame, encode_frame
-from eclectus.protocol import Error, Hello, Welcome
+from eclectus.adapters.client.wire import decode_frame, encode_frame, encode_header_frame
+from eclectus.protocol import HELLO_ACCEPTED, HELLO_HEADER, Error, Hello, Welcome
 
 DEFAULT_URL = "ws://127.0.0.1:8765"  # `eclectus serve` with its default host and port
 DEFAULT_TIMEOUT = 10.0  # seconds for the socket to open and the welcome to arrive
@@ -40,15 +44,21 @@ async def open_session(
     ConnectionError (unreachable, closed, or no welcome within ``timeout``)."""
     if token is None:
         token = os.environ.get(TOKEN_ENV) or None
+    hello = Hello(id="hello", token=token, app=app, tenant=tenant)
     try:
         ws = await ws_connect(
-            url, open_timeout=timeout, max_size=MAX_SERVER_FRAME_BYTES, ping_timeout=60
+            url,
+            additional_headers={HELLO_HEADER: encode_header_frame(hello)},
+            open_timeout=timeout,
+            max_size=MAX_SERVER_FRAME_BYTES,
+            ping_timeout=60,
         )
     except (OSError, TimeoutError, WebSocketException) as exc:
         raise ConnectionError(f"cannot connect to {url}: {exc}") from exc
     try:
-        hello = Hello(id="hello", token=token, app=app, tenant=tenant)
-        welcome = await asyncio.wait_for(_handshake(ws, hello, url), timeout)
+        response = ws.response
+        taken = response is not None and response.headers.get(HELLO_HEADER) == HELLO_ACCEPTED
+        welcome = await asyncio.wait_for(_handshake(ws, None if taken else hello, url), timeout)
     except TimeoutError as exc:
         await ws.close()
         raise ConnectionError(f"no welcome from {url} within {timeout} s") from exc
@@ -58,9 +68,12 @@ async def open_session(
     return Session(ws, welcome, url)
 
 
-async def _handshake(ws: ClientConnection, hello: Hello, url: str) -> Welcome:
+async def _handshake(ws: ClientConnection, hello: Hello | None, url: str) -> Welcome:
+    """The welcome, after sending ``hello`` as a frame (None: the server took it from the
+    upgrade request)."""
     try:
-        await ws.send(encode_frame(hello))
+        if hello is not None:
+            await ws.send(encode_frame(hello))
         raw = await ws.recv()
     except ConnectionClosed as exc:
         raise ConnectionError(f"{url} closed the connection during the handshake: {exc}") from exc

@@ -24,6 +24,11 @@ def encode_frame(frame: BaseModel) -> str:
     return json.dumps({**head, **body}, separators=(",", ":"), ensure_ascii=False)
 
 
+def encode_header_frame(frame: BaseModel) -> str:
+    """A client frame's JSON as an HTTP header value: non-ASCII escaped (pure)."""
+    return json.dumps(json.loads(encode_frame(frame)), separators=(",", ":"), ensure_ascii=True)
+
+
 def decode_frame(raw: str | bytes) -> ServerFrame:
     """Parses and validates one server frame; raises pydantic.ValidationError (pure)."""
     return SERVER_FRAME.validate_json(raw)

@@ -9,6 +9,8 @@ OpenAI endpoint and the engine import them from here; this package imports nothi
 
 from eclectus.protocol.frames import (
     CLIENT_FRAME,
+    HELLO_ACCEPTED,
+    HELLO_HEADER,
     PROTOCOL_VERSION,
     SERVER_FRAME,
     Ack,
@@ -57,6 +59,8 @@ from eclectus.protocol.templates import TemplateError, parse_template, template_
 __all__ = [
     "CLIENT_FRAME",
     "COMPLETIONS_DEFAULT_MAX_TOKENS",
+    "HELLO_ACCEPTED",
+    "HELLO_HEADER",
     "MAX_RELEASE_IDS",
     "MAX_SWITCH_CASES",
     "MAX_SWITCH_DEPTH",

@@ -227,6 +227,14 @@ class GetSpec(BaseModel):
 # -- client -> server -----------------------------------------------------------------------
 
 
+# A client may send its hello in the WebSocket upgrade request, as this header's value (the
+# frame's JSON, ASCII): the server, which says so with HELLO_ACCEPTED in its upgrade response,
+# then answers welcome (or error) right after the upgrade, one round trip sooner than a hello
+# frame could. A server that does not echo it gets the hello as the first frame.
+HELLO_HEADER = "Eclectus-Hello"
+HELLO_ACCEPTED = "accepted"
+
+
 class Hello(_Frame):
     type: Literal["hello"] = "hello"
     protocol: int = PROTOCOL_VERSION

@@ -179,6 +179,17 @@ async def test_token_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         assert guarded.of_type("hello")[0]["token"] == "from-env"
 
 
+async def test_a_server_that_ignores_the_hello_header_gets_a_hello_frame() -> None:
+    """The peer does not answer the upgrade's hello header (an older server): the client
+    sends the hello as its first frame and the session opens."""
+    peer = FakePeer()
+    with peer.running():
+        async with connect(peer.url, app="summarizer") as app:
+            assert app.session_id == "peer-session"
+        assert [f.get("app") for f in peer.of_type("hello")] == ["summarizer"]
+        assert peer.frames[0]["type"] == "hello"
+
+
 async def test_unreachable_server_is_a_connection_error() -> None:
     """Nothing listening: ConnectionError (also an OSError) naming the URL."""
     with pytest.raises(ConnectionError, match=r"127\.0\.0\.1:9"):

@@ -32,7 +32,7 @@ CASES: dict[str, tuple[Any, int, int]] = {
     ),
     "chain-summary": (ChainSummaryParams(chunk_tokens=64, num_chunks=3, summary_tokens=8), 1, 1),
 }
-SESSION_SETUP_TURNS = 2  # the WebSocket upgrade, then hello -> welcome
+SESSION_SETUP_TURNS = 1  # the WebSocket upgrade, which carries the hello
 
 
 def _proxied(embedded: Embedded, proxy: DelayProxy) -> Target:

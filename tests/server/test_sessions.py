@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import urllib.request
 
+import pytest
 from scripted_engine import ScriptedEngine, scripted_text
 from websockets.asyncio.client import connect
 from websockets.sync.client import connect as sync_connect
 from ws_helpers import RawClient, ServerFactory, map_reduce
 
+from eclectus.protocol import HELLO_ACCEPTED, HELLO_HEADER
 from eclectus.server.app import EclectusServer, serve_in_thread
 from eclectus.server.config import ServerConfig
 from eclectus.server.metrics import parse_prometheus
@@ -31,6 +34,46 @@ async def test_auth_on_accepts_the_right_token(make_server: ServerFactory) -> No
         welcome = await RawClient(ws).hello(token="s3cret", app="t")
         assert welcome["models"][0]["name"] == "scripted"
         assert welcome["limits"]["max_frame_bytes"] == server.ctx.config.max_frame_bytes
+
+
+async def test_a_hello_in_the_upgrade_request_is_answered_after_the_upgrade(
+    make_server: ServerFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With the hello header the server says it took it and sends the welcome unasked; the
+    session then serves as usual. Non-ASCII travels escaped."""
+    caplog.set_level(logging.INFO, logger="eclectus.server.session")
+    server = await make_server(token="s3cret")
+    hello = json.dumps({"type": "hello", "protocol": 1, "token": "s3cret", "app": "résumé ✓"})
+    async with connect(server.url, additional_headers={HELLO_HEADER: hello}) as ws:
+        assert ws.response is not None
+        assert ws.response.headers[HELLO_HEADER] == HELLO_ACCEPTED
+        client = RawClient(ws)
+        welcome = await client.recv()
+        assert welcome["type"] == "welcome", welcome
+        assert "(app 'résumé ✓'" in caplog.text
+        await client.ask(map_reduce(1))
+        assert (await client.values(1))["final"]["type"] == "value"
+        again = await client.ask({"type": "hello", "token": "s3cret"})
+        assert (again["code"], again["field"]) == ("bad_request", "type")
+
+
+async def test_a_refused_hello_header_closes_like_a_refused_hello_frame(
+    make_server: ServerFactory,
+) -> None:
+    """A wrong token in the header: ``unauthorized`` naming the token, then close 1008; a
+    header that is not a hello frame: ``bad_request``, and the socket waits for a hello."""
+    server = await make_server(token="s3cret")
+    wrong = json.dumps({"type": "hello", "protocol": 1, "token": "nope"})
+    async with connect(server.url, additional_headers={HELLO_HEADER: wrong}) as ws:
+        refused = await RawClient(ws).recv()
+        assert (refused["code"], refused["field"]) == ("unauthorized", "token")
+        await asyncio.wait_for(ws.wait_closed(), 5)
+        assert ws.close_code == 1008
+    open_server = await make_server()
+    async with connect(open_server.url, additional_headers={HELLO_HEADER: "{not json"}) as ws:
+        client = RawClient(ws)
+        assert (await client.recv())["code"] == "bad_request"
+        await client.hello()
 
 
 async def test_sessions_cannot_see_each_others_variables(server: EclectusServer) -> None:
