@@ -29,6 +29,7 @@ DEFAULT_URL = "ws://127.0.0.1:8765"  # `eclectus serve` with its default host an
 DEFAULT_TIMEOUT = 10.0  # seconds for the socket to open and the welcome to arrive
 MAX_SERVER_FRAME_BYTES = 64 * 2**20  # a long value or a large tokens reply fits
 TOKEN_ENV = "ECLECTUS_TOKEN"
+MAX_HELLO_HEADER_CHARS = 4096
 
 
 async def open_session(
@@ -45,10 +46,13 @@ async def open_session(
     if token is None:
         token = os.environ.get(TOKEN_ENV) or None
     hello = Hello(id="hello", token=token, app=app, tenant=tenant)
+    header = encode_header_frame(hello)
+    # HTTP servers cap a request head (h11: 16 KiB): a hello that long goes as a frame
+    headers = {HELLO_HEADER: header} if len(header) <= MAX_HELLO_HEADER_CHARS else {}
     try:
         ws = await ws_connect(
             url,
-            additional_headers={HELLO_HEADER: encode_header_frame(hello)},
+            additional_headers=headers,
             open_timeout=timeout,
             max_size=MAX_SERVER_FRAME_BYTES,
             ping_timeout=60,

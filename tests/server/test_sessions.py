@@ -13,6 +13,8 @@ from websockets.asyncio.client import connect
 from websockets.sync.client import connect as sync_connect
 from ws_helpers import RawClient, ServerFactory, map_reduce
 
+from eclectus.adapters.client import connect as connect_sdk
+from eclectus.adapters.client.connect import MAX_HELLO_HEADER_CHARS
 from eclectus.protocol import HELLO_ACCEPTED, HELLO_HEADER
 from eclectus.server.app import EclectusServer, serve_in_thread
 from eclectus.server.config import ServerConfig
@@ -74,6 +76,21 @@ async def test_a_refused_hello_header_closes_like_a_refused_hello_frame(
         client = RawClient(ws)
         assert (await client.recv())["code"] == "bad_request"
         await client.hello()
+
+
+async def test_the_sdk_sends_a_hello_too_long_for_a_header_as_a_frame(
+    make_server: ServerFactory,
+) -> None:
+    """A 20 KB token would make the upgrade's head longer than the server takes (h11: 16
+    KiB; sent as a header it fails the handshake): the SDK sends that hello as a frame, and
+    the session opens either way."""
+    for token in ("s3cret", "t" * 5 * MAX_HELLO_HEADER_CHARS):
+        server = await make_server(token=token)
+        before = server.ctx.metrics.client_frames
+        async with connect_sdk(server.url, token=token) as app:
+            assert app.session_id
+        # header: the hello (from the header) and close; frame: the same two frames
+        assert server.ctx.metrics.client_frames - before == 2
 
 
 async def test_sessions_cannot_see_each_others_variables(server: EclectusServer) -> None:
