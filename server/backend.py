@@ -44,6 +44,11 @@ class EngineRequest:
     prefix cache so tenants never share KV. ``pin_prefix_segments``: how many leading
     segments the graph still needs later; the engine keeps their KV pinned until
     :meth:`Backend.unpin` with the same request id.
+    ``stream_interval``: how many new tokens the engine may batch into one output (1: every
+    token; the first and the final outputs always come at once). The scheduler sets it above
+    1 for a call nobody watches token by token; a remote engine gets it as vLLM's
+    ``stream_interval`` (it saves a detokenize, a JSON chunk and its parse per token there);
+    the built-in engine ignores it (in-process, an output costs no serialization).
     """
 
     request_id: str
@@ -55,6 +60,7 @@ class EngineRequest:
     pin_prefix_segments: int = 0
     tokens: TokenizedPrompt | None = None
     background: bool = False
+    stream_interval: int = 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,6 +53,11 @@ class ServerConfig:
     # a throughput call dispatched next to an urgent one slows every one of its steps (a
     # bigger batch, prefill chunks), so background work trickles while someone waits
     max_background_inflight: int = 1
+    # tokens a remote engine may batch into one streamed output of a call nobody watches
+    # token by token (no streaming get, a non-streamed /v1 request): vLLM's per-request
+    # ``stream_interval``, which spares its API server and this server a detokenize, a JSON
+    # chunk and its parse per token; watched calls stream every token (1: always)
+    engine_stream_interval: int = 16
     close_timeout_s: float = 5.0
     handshake_timeout_s: float = 10.0  # an HTTP request head, or hello after the upgrade
     idle_timeout_s: float = 600.0  # a session with nothing in flight and no frame is closed
@@ -78,6 +83,7 @@ class ServerConfig:
             "max_prompts_per_request",
             "max_inflight",
             "max_background_inflight",
+            "engine_stream_interval",
             "max_auth_failures",
         ):
             if getattr(self, name) < 1:

@@ -291,6 +291,13 @@ def add_remote_arguments(parser: argparse.ArgumentParser) -> None:
         "flight on it; the others are paused and continued later (none: no cap)",
     )
     remote.add_argument(
+        "--engine-stream-interval",
+        type=positive_int,
+        default=ServerConfig().engine_stream_interval,
+        help="tokens an engine may batch into one streamed output of a call nobody watches "
+        "token by token (vLLM's stream_interval); 1: every token, as watched calls get",
+    )
+    remote.add_argument(
         "--engine-api-key",
         default=None,
         help="bearer token for the engines (vLLM --api-key; default: $ECLECTUS_ENGINE_API_KEY)",

@@ -13,7 +13,8 @@ openai_token_ids.py), ``POST /v1/chat/completions`` (string or text-part
 message contents), ``GET /v1/models``; ``stream`` with ``stream_options.include_usage``;
 ``max_tokens`` / ``max_completion_tokens``, ``temperature``, ``top_p``, ``seed``, ``stop`` and
 the vLLM extensions ``top_k``, ``ignore_eos``, ``stop_token_ids``, ``priority`` (lower is
-scheduled first, within the latency class every /v1 request has) and ``return_token_ids``
+scheduled first, within the latency class every /v1 request has), ``stream_interval`` (a
+stream's tokens per chunk, first and last chunk at once) and ``return_token_ids``
 (generated ids per choice and chunk; on chat also the prompt's); on chat, tools and
 structured outputs (read by :mod:`eclectus.protocol.openai_tools`: ``tools``, ``tool_choice``,
 ``parallel_tool_calls``, ``response_format``, vLLM's ``structured_outputs``); on completions
@@ -98,10 +99,14 @@ class _Job:
     app: AppState
     outputs: list[str]  # output var ids, one per prompt
     streaming: bool  # whether text and ids are queued as they come (SSE) or only finals
+    interval: int = 1  # a stream's tokens per chunk (``stream_interval``)
     chunks: asyncio.Queue[Chunk | Variable] = field(default_factory=asyncio.Queue)
     num_final: int = 0
     token_ids: list[list[int]] = field(init=False)  # generated ids, per prompt
     index: dict[str, int] = field(init=False)  # output var id -> prompt index
+    # a stream's output not yet queued (text, ids), and how many chunks it has queued
+    held: tuple[str, tuple[int, ...]] = ("", ())
+    num_queued: int = 0
 
     def __post_init__(self) -> None:
         self.token_ids = [[] for _ in self.outputs]
@@ -109,11 +114,21 @@ class _Job:
 
     def on_output(self, var_id: str, output: EngineOutput) -> None:
         """An engine output of prompt ``var_id``'s call: keep its ids, and queue it when
-        streaming; a whole response waits for the final variables only (mutates)."""
+        streaming; a whole response waits for the final variables only (mutates).
+        A stream queues its first output at once, then one chunk per ``interval`` tokens,
+        and what is left with the final output (vLLM's ``stream_interval``)."""
         index = self.index[var_id]
         self.token_ids[index] += output.token_ids
-        if self.streaming and (output.text or output.token_ids):
-            self.chunks.put_nowait((index, output.text, output.token_ids))
+        if not self.streaming:
+            return
+        text, ids = self.held
+        text, ids = text + output.text, ids + output.token_ids
+        due = self.num_queued == 0 or len(ids) >= self.interval or output.finished
+        if due and (text or ids):
+            self.chunks.put_nowait((index, text, ids))  # a stream has one prompt
+            self.num_queued += 1
+            text, ids = "", ()
+        self.held = (text, ids)
 
 
 class OpenAIApi:
@@ -323,7 +338,14 @@ class OpenAIApi:
         prompt_ids = list(tokens[0].token_ids) if chat and with_ids else None
         base = f"{'chatcmpl' if chat else 'cmpl'}-{secrets.token_hex(8)}"
         job = self._submit(
-            base, tenant, prompts, tokens, sampling, stream=body.stream, priority=body.priority
+            base,
+            tenant,
+            prompts,
+            tokens,
+            sampling,
+            stream=body.stream,
+            priority=body.priority,
+            interval=body.stream_interval or 1,
         )
         if body.stream:
             name = self._name(body.model)
@@ -372,13 +394,15 @@ class OpenAIApi:
         *,
         stream: bool,
         priority: int = 0,
+        interval: int = 1,
     ) -> _Job:
         """Open the request's app and graph, one call per prompt, and activate every output
         with the criteria ``latency`` and the request's ``priority`` (mutates the scheduler).
         Every prompt's ids (``tokens``) go beside the graph (``AppState.token_prompts``) and
         reach the engine unchanged, so nothing tokenizes a prompt again; a token-id prompt's
         call has no text. ApiError(400) when the graph is refused (too long a prompt, too many
-        calls)."""
+        calls). ``interval``: a stream's tokens per chunk, which the engine may batch too (a
+        whole response reads only the final ids: its calls count as unwatched)."""
         scheduler = self.ctx.scheduler
         app = scheduler.open_app(base, tenant)
         calls = []
@@ -397,8 +421,9 @@ class OpenAIApi:
             scheduler.forget_app(app)  # nothing of it ran
             raise ApiError(400, _name_prompts(exc.message), "prompt") from None
         app.graph.add(staged.variables, staged.nodes)
-        job = _Job(app, [f"out{i}" for i in range(len(prompts))], stream)
+        job = _Job(app, [f"out{i}" for i in range(len(prompts))], stream, interval)
         app.on_output = job.on_output  # streamed text and generated ids, per prompt
+        app.watch_interval = interval if stream else None
         self.jobs.add(job)
         for var_id in job.outputs:
             app.graph.vars[var_id].watchers.append(job.chunks.put_nowait)

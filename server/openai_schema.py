@@ -69,6 +69,9 @@ class OpenAIRequest(BaseModel):
     # vLLM's extension: the request's rank among this server's requests, lower first (as
     # vLLM's --scheduling-policy priority); what an outer Eclectus sends its engines
     priority: int = Field(default=0, ge=-(2**62), le=2**62)
+    # vLLM's extension: a stream's tokens per chunk (the first and the last chunk at once);
+    # what an outer Eclectus sends for calls nobody watches token by token
+    stream_interval: int | None = Field(default=None, ge=1)
 
     @model_validator(mode="after")
     def _refuse_unsupported(self) -> OpenAIRequest:

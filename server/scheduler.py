@@ -65,6 +65,10 @@ class AppState:
     # called with (output var id, engine output) for each engine output of the app's calls,
     # before the graph hears of it: /v1 reads generated ids here (return_token_ids)
     on_output: Callable[[str, EngineOutput], None] | None = None
+    # tokens per engine output that ``on_output``'s reader takes for a watched stream (a
+    # streamed /v1 request: 1, or its ``stream_interval``); None: it reads only the final
+    # ids, so a call no streamer watches gets ``ServerConfig.engine_stream_interval``
+    watch_interval: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,8 +314,23 @@ class Scheduler:
             pin, release = app.pins.on_dispatch(app.graph, node, request_id)
             self._spawn_unpin(release)
         return EngineRequest(
-            request_id=request_id, tenant=app.tenant, pin_prefix_segments=pin, **kwargs
-        )  # type: ignore[arg-type]
+            request_id=request_id,
+            tenant=app.tenant,
+            pin_prefix_segments=pin,
+            stream_interval=self._stream_interval(app, node.outputs[index]),
+            **kwargs,  # type: ignore[arg-type]
+        )
+
+    def _stream_interval(self, app: AppState, var_id: str) -> int:
+        """Tokens the engine may batch into one output for ``var_id`` (pure): 1 while a
+        streaming get watches it, the /v1 stream's own interval for a streamed /v1 request,
+        else ``engine_stream_interval``. Decided at dispatch: a streamer that attaches later
+        still gets every piece of text, in coarser chunks."""
+        if app.graph.vars[var_id].streamers:
+            return 1
+        if app.watch_interval is not None:
+            return app.watch_interval
+        return self.config.engine_stream_interval
 
     # -- helpers --------------------------------------------------------------------------
 

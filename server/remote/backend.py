@@ -23,8 +23,10 @@ for a chat stops at once (its stream is closed, even mid-wait), waits for the en
 background work again, and continues where it stopped; pauses do not count as failed attempts.
 
 What the graph knows, the engines get: the scheduler's rank as ``priority`` (engines that
-accept one), the tenant as ``cache_salt``, and the prompt's segment structure for routing
-(pool.py, routing.py).
+accept one), the tenant as ``cache_salt``, whether anyone watches the call's tokens as
+``stream_interval`` (a call nobody watches streams in chunks of several tokens; a paused or
+failed-over attempt's tokens not yet streamed are generated again by the continuation), and
+the prompt's segment structure for routing (pool.py, routing.py).
 """
 
 from __future__ import annotations
@@ -86,6 +88,7 @@ class RemoteBackend:
         self.num_generated_tokens = 0
         self.num_prompt_tokens = 0
         self.num_cached_tokens = 0
+        self.num_pieces = 0  # stream chunks received from the engines (stream_interval)
         self._card: ModelCard | None = None
         self._started = False
 
@@ -155,6 +158,7 @@ class RemoteBackend:
                 # closing the stream aborts the request (the pieces first: they may be waiting)
                 async with contextlib.aclosing(stream), contextlib.aclosing(pieces):
                     async for piece in pieces:
+                        self.num_pieces += 1
                         output = self._absorb(request.request_id, piece, progress)
                         if output is not None:
                             yield output
@@ -307,6 +311,7 @@ class RemoteBackend:
         extra: dict[str, float] = {
             "failovers": float(self.num_failovers),
             "preemptions": float(self.num_preemptions),
+            "pieces": float(self.num_pieces),
         }
         for e in self.pool.engines:
             extra[f"engine{e.index}_healthy"] = float(e.healthy)

@@ -138,6 +138,11 @@ class RemoteMember:
             "stop_token_ids": list(sampling.stop_token_ids) or None,
             "cache_salt": request.tenant,  # tenants never share KV
             "priority": self._priority(request) if self.info.priority else None,
+            # vLLM >= 0.11 (and Eclectus) batch this many tokens per chunk; older vLLM
+            # ignores it; SGLang has no such request field (only its --stream-interval)
+            "stream_interval": request.stream_interval
+            if request.stream_interval > 1 and not self.info.sglang
+            else None,
             "rid": f"{self._rid_prefix}-{request.request_id}-{attempt.number}"
             if self.info.sglang
             else None,

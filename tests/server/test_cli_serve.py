@@ -101,6 +101,10 @@ def test_a_model_that_cannot_load_exits_2_with_the_reason() -> None:
         (["--seed", "-3"], "argument --seed: must be an integer >= 0, got '-3'"),
         (["--dtype", "int8"], "argument --dtype: invalid choice: 'int8'"),
         (["--tool-call-parser", "pythonic"], "argument --tool-call-parser: invalid choice"),
+        (
+            ["--engine-stream-interval", "0"],
+            "argument --engine-stream-interval: must be an integer >= 1, got '0'",
+        ),
     ],
 )
 def test_bad_engine_flags_are_refused_by_name(
@@ -178,6 +182,7 @@ def test_every_serve_flag_reaches_the_config(monkeypatch: pytest.MonkeyPatch) ->
         "max_map_items": 8,
         "max_map_element_bytes": 99,
         "tool_call_parser": "mistral",
+        "engine_stream_interval": 4,
     }
     argv = [str(part) for k, v in flags.items() for part in (f"--{k.replace('_', '-')}", v)]
     config = config_from_args(parser.parse_args([*argv, "--token", "t"]))
