@@ -7,6 +7,7 @@ fails here (SGLang itself would drop it silently)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from typing import Any
@@ -199,6 +200,19 @@ def test_vllm_body_has_no_sglang_fields_and_priority_lower_first() -> None:
     """vLLM gets no rid (it would log it as ignored) and the rank as is (lower first)."""
     body = member(Dialect.VLLM).body(attempt(SamplingParams()), 4096)
     assert "rid" not in body and body["priority"] == 1500 and body["prompt"] == [1, 10, 11, 12]
+
+
+def test_stream_interval_goes_to_vllm_only_above_1() -> None:
+    """A call nobody watches asks vLLM (and Eclectus) for chunks of its interval; a watched
+    one (1) sends no field; SGLang, which has no such request field, never gets one."""
+    coarse = attempt(SamplingParams())
+    coarse = dataclasses.replace(
+        coarse, request=dataclasses.replace(coarse.request, stream_interval=16)
+    )
+    assert member(Dialect.VLLM).body(coarse, 4096)["stream_interval"] == 16
+    assert "stream_interval" not in member(Dialect.VLLM).body(attempt(SamplingParams()), 4096)
+    sglang = member(Dialect.SGLANG, sglang=True).body(coarse, 4096)
+    SGLangCompletionRequest.model_validate(sglang)  # no field SGLang does not define
 
 
 def test_guided_dialect_maps_all_but_the_structural_tag() -> None:

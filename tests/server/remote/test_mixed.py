@@ -68,6 +68,8 @@ async def test_chat_beside_background_calls(
         before = [proxy.bodies[i] for i in _streamed(proxy) if i < chat_index]
         assert len(before) == NUM_BACKGROUND
         assert all(chat_body["priority"] < b["priority"] for b in before)
+        # nobody watches their tokens: chunks of 16, and the continuations below stay exact
+        assert all(b["stream_interval"] == 16 for b in bodies)
         beside_chat_end = proxy.open_at_chunk[chat_index][-1] - {chat_index}
         continued = [b for b in bodies if b["max_tokens"] not in (8, BACKGROUND_TOKENS)]
         if max_background is None:
