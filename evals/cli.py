@@ -102,6 +102,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "round trip, as a network does (default on; off: only the exchanges are delayed)",
     )
     parser.add_argument(
+        "--front-stream-interval",
+        default=None,
+        metavar="N",
+        help="the Eclectus fronts' --engine-stream-interval (default: eclectus serve's, 16): "
+        "tokens vLLM may batch per streamed chunk of a call nobody watches; 1: every token",
+    )
+    parser.add_argument(
         "--reference",
         default="eclectus",
         help="the system the ratios are taken against (default eclectus)",
@@ -117,6 +124,16 @@ def _front_max_background(text: str | None) -> str | None:
         return None if text is None else "none"
     if not text.strip().isdigit():
         raise ValueError(f"--front-max-background {text}: an integer >= 0, or none")
+    return text.strip()
+
+
+def _front_stream_interval(text: str | None) -> str | None:
+    """``--front-stream-interval``'s value as ``eclectus serve`` takes it (pure; ValueError
+    naming the flag when it is not an integer >= 1)."""
+    if text is None:
+        return None
+    if not text.strip().isdigit() or int(text) < 1:
+        raise ValueError(f"--front-stream-interval {text}: an integer >= 1")
     return text.strip()
 
 
@@ -202,6 +219,7 @@ def run(args: argparse.Namespace) -> int:
             not args.vllm_no_eager,
             _front_max_background(args.front_max_background),
             args.proxy_handshake == "on",
+            front_stream_interval=_front_stream_interval(args.front_stream_interval),
         )
         if args.reference not in system_names(plan):
             raise ValueError(

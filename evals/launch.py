@@ -33,7 +33,8 @@ class LaunchPlan:
     (:data:`POOL_ROUTINGS`) in front of both.
     ``vllm_prefix_caching``: "on", "off" or "both" (a vLLM server for each) for the ``vllm``
     systems; the engines behind Eclectus always cache prefixes. ``front_max_background``: the
-    fronts' ``--engine-max-background`` (None: ``eclectus serve``'s default).
+    fronts' ``--engine-max-background`` (None: ``eclectus serve``'s default);
+    ``front_stream_interval``: their ``--engine-stream-interval`` (likewise).
     ``proxy_handshake``: with a round-trip delay, each new client connection also pays the TCP
     handshake's round trip (evals/proxy.py)."""
 
@@ -48,6 +49,7 @@ class LaunchPlan:
     vllm_eager: bool = True
     front_max_background: str | None = None  # the fronts' --engine-max-background; None: default
     proxy_handshake: bool = True  # the delay proxy charges each new connection's handshake
+    front_stream_interval: str | None = None  # the fronts' --engine-stream-interval; None: default
 
     def __post_init__(self) -> None:
         for entry in self.baselines:
@@ -91,6 +93,7 @@ class LaunchPlan:
             engines=engines,
             routing=routing,
             max_background=self.front_max_background,
+            stream_interval=self.front_stream_interval,
         )
 
 

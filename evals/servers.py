@@ -257,13 +257,15 @@ class EclectusRemoteProcess(EclectusProcess):
     engines: list[VllmProcess] = field(default_factory=list)
     routing: str | None = None  # None: the server's default (graph)
     max_background: str | None = None  # --engine-max-background; None: the server's default
+    stream_interval: str | None = None  # --engine-stream-interval; None: the server's default
 
     def command(self) -> list[str]:
         assert self.engines, "an engine to schedule for"
         urls = [arg for e in self.engines for arg in ("--engine-url", e.openai_url)]
         routing = ["--routing", self.routing] if self.routing else []
         cap = ["--engine-max-background", self.max_background] if self.max_background else []
-        return [*super().command(), *urls, *routing, *cap]
+        chunks = ["--engine-stream-interval", self.stream_interval] if self.stream_interval else []
+        return [*super().command(), *urls, *routing, *cap, *chunks]
 
     @property
     def engine_name(self) -> str:

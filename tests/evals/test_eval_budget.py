@@ -83,6 +83,9 @@ def test_eclectus_vllm_puts_eclectus_in_front_of_a_priority_vllm(tmp_path: Path)
         capped = dataclasses.replace(plan, front_max_background=cap)
         (front,) = plan_servers(capped).fronts
         assert build_parser().parse_args(front.command()[3:]).engine_max_background == parsed
+    assert args.engine_stream_interval == 16  # likewise
+    (front,) = plan_servers(dataclasses.replace(plan, front_stream_interval="1")).fronts
+    assert build_parser().parse_args(front.command()[3:]).engine_stream_interval == 1
     counters = {"vllm:prompt_tokens_total": 10.0, "vllm:prefix_cache_hits_total": 4.0}
     assert front.token_counts(counters) == (10.0, 4.0)
     assert front.engine_name == engine.name

@@ -115,6 +115,17 @@ def test_a_reference_that_is_not_a_system_is_one_line(
     assert not (tmp_path / "results.json").exists()
 
 
+@pytest.mark.parametrize("value", ["0", "often"])
+def test_a_bad_front_stream_interval_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    """--front-stream-interval takes an integer >= 1; anything else exits 2 at once."""
+    argv = ["eval", "map-reduce", "--front-stream-interval", value, "--out", str(tmp_path)]
+    assert main(argv) == 2
+    assert f"--front-stream-interval {value}: an integer >= 1" in capsys.readouterr().err
+    assert not (tmp_path / "results.json").exists()
+
+
 def test_a_bad_front_max_background_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
