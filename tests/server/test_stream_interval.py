@@ -11,11 +11,15 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from scripted_engine import ScriptedEngine, scripted_text
 from websockets.asyncio.client import connect
 from ws_helpers import RawClient, ServerFactory
 
+from eclectus.server.backend import EngineOutput
 from eclectus.server.config import ServerConfig
+from eclectus.server.openai_api import _Job
 
 Frame = dict[str, Any]
 
@@ -153,3 +157,29 @@ async def test_a_bad_stream_interval_is_a_400_naming_it(
 def test_the_config_refuses_an_interval_below_1() -> None:
     with pytest.raises(ValueError, match="engine_stream_interval must be >= 1"):
         ServerConfig(engine_stream_interval=0)
+
+
+outputs = st.lists(
+    st.tuples(st.text(max_size=3), st.lists(st.integers(0, 255), max_size=5)), max_size=30
+)
+
+
+@given(outputs, st.integers(1, 20))
+def test_coalesced_chunks_hold_every_output_in_order(
+    parts: list[tuple[str, list[int]]], interval: int
+) -> None:
+    """For any engine outputs: the queued chunks concatenate to the outputs' text and ids;
+    the first non-empty output is queued alone; every later chunk but the last has at least
+    ``interval`` ids; nothing is held once the final output is in."""
+    job = _Job(None, ["out0"], streaming=True, interval=interval)  # type: ignore[arg-type]
+    news = [EngineOutput("r", text, tuple(ids)) for text, ids in parts]
+    news.append(EngineOutput("r", "", (), finished=True, finish_reason="stop"))
+    for output in news:
+        job.on_output("out0", output)
+    chunks: list[Any] = [job.chunks.get_nowait() for _ in range(job.chunks.qsize())]
+    assert "".join(c[1] for c in chunks) == "".join(t for t, _ in parts)
+    assert [i for c in chunks for i in c[2]] == [i for _, ids in parts for i in ids]
+    first = next(((t, tuple(i)) for t, i in parts if t or i), None)
+    assert (chunks[0][1:] if chunks else None) == first
+    assert all(len(c[2]) >= interval for c in chunks[1:-1])
+    assert job.held == ("", ())
