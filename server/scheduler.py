@@ -324,8 +324,8 @@ class Scheduler:
     def _stream_interval(self, app: AppState, var_id: str) -> int:
         """Tokens the engine may batch into one output for ``var_id`` (pure): 1 while a
         streaming get watches it, the /v1 stream's own interval for a streamed /v1 request,
-        else ``engine_stream_interval``. Decided at dispatch: a streamer that attaches later
-        still gets every piece of text, in coarser chunks."""
+        else ``engine_stream_interval``. Decided at dispatch: a streaming get that arrives
+        later still gets the text from then on, in coarser chunks, and then the value."""
         if app.graph.vars[var_id].streamers:
             return 1
         if app.watch_interval is not None:
