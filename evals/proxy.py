@@ -6,8 +6,8 @@ RTT more, as over a wide-area link; the paper applied such a delay to every call
 systems. A new connection also pays the TCP handshake's round trip, as over any network: its
 first chunk reaches the server one RTT later still (a client's ``connect`` returns at once
 here, so the proxy holds what it sends instead of the SYN/SYN-ACK). A client that keeps its
-connections open pays that once; one whose connections were closed (vLLM's HTTP server closes
-a keep-alive connection after 5 idle seconds) pays it again on each new one. Per direction,
+connections open pays that once; one that opens new ones (an HTTP client per model object, or
+after vLLM closed an idle keep-alive connection, 5 s) pays it on each. Per direction,
 a reader stamps chunks with their delivery time into a bounded queue (backpressure when it
 is full) and a writer sends them when due. Listens on 127.0.0.1 only.
 
