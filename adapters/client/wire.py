@@ -15,18 +15,14 @@ from pydantic import BaseModel
 from eclectus.protocol import SERVER_FRAME, Hello, ServerFrame
 
 
-def encode_frame(frame: BaseModel) -> str:
-    """The JSON text of a client frame, defaults omitted (pure)."""
+def encode_frame(frame: BaseModel, *, ascii_only: bool = False) -> str:
+    """The JSON text of a client frame, defaults omitted (pure); ``ascii_only`` escapes
+    non-ASCII characters, for an HTTP header value."""
     body: dict[str, Any] = frame.model_dump(mode="json", exclude_defaults=True)
     head: dict[str, Any] = {"type": frame.type}  # type: ignore[attr-defined]
     if isinstance(frame, Hello):
         head["protocol"] = frame.protocol  # the server checks it; never leave it implicit
-    return json.dumps({**head, **body}, separators=(",", ":"), ensure_ascii=False)
-
-
-def encode_header_frame(frame: BaseModel) -> str:
-    """A client frame's JSON as an HTTP header value: non-ASCII escaped (pure)."""
-    return json.dumps(json.loads(encode_frame(frame)), separators=(",", ":"), ensure_ascii=True)
+    return json.dumps({**head, **body}, separators=(",", ":"), ensure_ascii=ascii_only)
 
 
 def decode_frame(raw: str | bytes) -> ServerFrame:
