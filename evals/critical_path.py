@@ -3,9 +3,10 @@ calls, each sent alone, one after the other, straight to the server (no added de
 
 The chain is rebuilt from the recipe's own prompts and sizes — for map-reduce one map (the
 longest chunk), each collapse level and the reduce; for chain-summary every step; for
-multi-agent the architect, the file list, one file's draft and its review/revise rounds; for
-shared-prompt one chat; for plan-execute the plan, one step and the answer. Outputs an
-earlier call would have produced are stood in for by text of its output length in bytes
+multi-agent (and its graph and JSON forms) the architect, the file list, one file's draft
+and its review/revise rounds; for shared-prompt one chat; for plan-execute the plan, one
+step and the answer. Outputs an earlier call would have produced are stood in for by text
+of its output length in bytes
 (exact in tokens with a byte-level tokenizer, as every call generates exactly
 ``max_tokens``; shorter with a BPE such as ``tiny``'s, which keeps it a lower bound).
 No system can finish the run faster than this chain runs on its engine alone.
@@ -23,7 +24,14 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
-from eclectus.recipes import chain_summary, map_reduce, multi_agent, plan_execute, shared_prompt
+from eclectus.recipes import (
+    chain_summary,
+    map_reduce,
+    multi_agent,
+    multi_agent_json,
+    plan_execute,
+    shared_prompt,
+)
 from eclectus.recipes.text import split_chunks
 
 ROLES = {"system": "system", "human": "user", "ai": "assistant"}
@@ -122,6 +130,19 @@ def multi_agent_chain(params: multi_agent.MultiAgentParams, text: str) -> list[C
     return calls
 
 
+def multi_agent_json_chain(params: multi_agent.MultiAgentParams, text: str) -> list[ChainCall]:
+    """multi-agent's chain with the JSON file list's prompt. The list's length is the
+    model's (constrained, it ends when the JSON does): stood in by 2 tokens a name and 2
+    more, fewer than any compact ``{"files": [...]}`` of that many names takes (pure)."""
+    calls = multi_agent_chain(params, text)
+    requirements = multi_agent.requirements_of(params, text)
+    messages = multi_agent_json.list_prompt.format_messages(
+        requirements=requirements, design=stand_in(params.design_tokens)
+    )
+    calls[1] = _chat(messages, 2 * params.files + 2)
+    return calls
+
+
 def shared_prompt_chain(params: shared_prompt.SharedPromptParams, text: str) -> list[ChainCall]:
     """One chat request (the workload's metric is chat latency), after an untimed chat with
     another question has put the shared system prompt in the prefix cache: every chat but a
@@ -156,6 +177,7 @@ CHAINS: dict[str, Callable[[Any, str], list[ChainCall]]] = {
     "shared-prompt": shared_prompt_chain,
     "plan-execute": plan_execute_chain,
     "multi-agent-graph": multi_agent_chain,  # the same prompts and calls as a StateGraph
+    "multi-agent-json": multi_agent_json_chain,
 }
 
 

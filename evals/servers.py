@@ -291,6 +291,8 @@ class EclectusRemoteProcess(EclectusProcess):
 
 
 VLLM_EXECUTORS = ("uni", "mp")
+# vLLM's --structured-outputs-config for compact JSON (whitespace control needs xgrammar)
+COMPACT_JSON = '{"backend": "xgrammar", "disable_any_whitespace": true}'
 
 
 @dataclass
@@ -308,6 +310,12 @@ class VllmProcess(ServerProcess):
     which the EngineCore process waits on by spinning on a shared-memory queue. On the 2-core
     eval machine "mp" runs were erratic (whole phases 2-3x slower at random) and "uni" runs
     steady, with the same greedy text (docs/evals.md).
+
+    ``compact_json``: JSON-constrained replies (``response_format``, ``structured_outputs``)
+    get no whitespace between tokens (``disable_any_whitespace``, xgrammar). With vLLM's
+    default, a model free to write whitespace (``tiny`` does) can run a structured reply into
+    ``max_tokens``, which langchain-openai then refuses; Eclectus's engine closes the JSON
+    within the budget instead. Both paths to the same vLLM get the same setting.
     """
 
     python: str = "python"
@@ -317,6 +325,7 @@ class VllmProcess(ServerProcess):
     max_model_len: int = 4096
     priority: bool = False
     executor: str = "uni"
+    compact_json: bool = True
 
     def __post_init__(self) -> None:
         if self.executor not in VLLM_EXECUTORS:
@@ -353,6 +362,7 @@ class VllmProcess(ServerProcess):
             "--enable-prefix-caching" if self.prefix_caching else "--no-enable-prefix-caching",
             *(["--enforce-eager"] if self.enforce_eager else []),
             *(["--scheduling-policy", "priority"] if self.priority else []),
+            *(["--structured-outputs-config", COMPACT_JSON] if self.compact_json else []),
             "--uvicorn-log-level",
             "warning",  # stats stay on: /metrics needs them
         ]

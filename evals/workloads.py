@@ -130,6 +130,21 @@ def full_workloads() -> dict[str, Workload]:
                 description="LangGraph: architect, then one engineer per file (Send)",
             ),
             Workload(
+                "multi-agent-json",
+                "multi-agent-json",
+                MultiAgentParams(
+                    files=8,
+                    rounds=1,
+                    design_tokens=100,
+                    list_tokens=30,
+                    code_tokens=60,
+                    review_tokens=30,
+                    width=16,
+                ),
+                (Sweep(RTT_FIELD, (0.0, 100.0, 250.0)), Sweep("files", (4, 8, 16))),
+                description="LangGraph: the team with a JSON file list, mapped on the server",
+            ),
+            Workload(
                 "shared-prompt",
                 "shared-prompt",
                 SharedPromptParams(
@@ -219,6 +234,17 @@ def quick_workloads() -> dict[str, Workload]:
         ),
         "multi-agent-graph": shrink(
             "multi-agent-graph",
+            Sweep(RTT_FIELD, (0.0, 100.0)),
+            files=4,
+            requirements_tokens=256,
+            design_tokens=16,
+            list_tokens=16,
+            code_tokens=16,
+            review_tokens=8,
+            width=8,
+        ),
+        "multi-agent-json": shrink(
+            "multi-agent-json",
             Sweep(RTT_FIELD, (0.0, 100.0)),
             files=4,
             requirements_tokens=256,

@@ -7,6 +7,7 @@
     eclectus run shared-prompt --param users=16 --param rate=2.5
     eclectus run plan-execute --steps 8              # a LangGraph app, compiled
     eclectus run plan-execute-json --steps 8         # its plan as JSON, fanned out on the server
+    eclectus run multi-agent-json --files 4          # the team, its file list as JSON: one frame
     eclectus run tool-agent --param tool_rounds=4    # a LangGraph tool-using agent
 
 Sizes: the common flags below, or ``--param FIELD=VALUE`` for any field of the recipe's
@@ -40,6 +41,7 @@ OUTPUT_FIELD = {
     "shared-prompt": "answer_tokens",
     "plan-execute": "step_tokens",
     "multi-agent-graph": "code_tokens",
+    "multi-agent-json": "code_tokens",
     "plan-execute-json": "step_tokens",
     "tool-agent": "answer_tokens",
 }

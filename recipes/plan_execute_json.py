@@ -96,12 +96,12 @@ def build_app(params: PlanExecuteJsonParams, models: ModelFactory) -> Any:
     planner and the server-side fan-out."""
     fan_out = SendEach("execute", "plan", key="step", path=["steps"], keep=["goal"])
     schema = plan_schema(params.steps, params.step_chars)
-    planner = plan_prompt | models.chat(plan_budget(params)).with_structured_output(schema)
+    planner = plan_prompt | models.structured_chat(plan_budget(params), schema)
     triage = None
     if params.triage:
         choice = {"structured_outputs": {"choice": STYLES}}
         router = triage_prompt | models.chat(8).bind(extra_body=choice) | StrOutputParser()
-        detailed = detailed_prompt | models.chat(plan_budget(params)).with_structured_output(schema)
+        detailed = detailed_prompt | models.structured_chat(plan_budget(params), schema)
         triage = (router, detailed)
     return plan_graph(
         PlanState, planner, fan_out, models, params.step_tokens, params.answer_tokens, triage

@@ -19,6 +19,7 @@ from eclectus.recipes import (
     map_reduce,
     multi_agent,
     multi_agent_graph,
+    multi_agent_json,
     plan_execute,
     plan_execute_json,
     shared_prompt,
@@ -60,6 +61,9 @@ RECIPES: dict[str, RecipeSpec] = {
     ),
     "multi-agent-graph": RecipeSpec(
         multi_agent.MultiAgentParams, multi_agent.plan, multi_agent_graph.run, "design-note"
+    ),
+    "multi-agent-json": RecipeSpec(
+        multi_agent.MultiAgentParams, multi_agent.plan, multi_agent_json.run, "design-note"
     ),
     "plan-execute-json": RecipeSpec(
         plan_execute_json.PlanExecuteJsonParams,

@@ -80,6 +80,14 @@ class ModelFactory:
 
         return ChatOpenAI(**self._openai_args(max_tokens))
 
+    def structured_chat(self, max_tokens: int, schema: dict[str, Any]) -> Runnable:
+        """A chat model whose reply is ``schema``'s JSON, parsed (``with_structured_output``)
+        (pure). It never ignores EOS: the reply ends where its JSON does, whereas vLLM with
+        ``ignore_eos`` goes on generating past the closed JSON up to ``max_tokens``, and
+        langchain-openai then refuses the reply."""
+        model = dataclasses.replace(self, ignore_eos=False).chat(max_tokens)
+        return model.with_structured_output(schema)
+
     def llm(self, max_tokens: int) -> BaseLLM:
         """A completion model generating at most ``max_tokens`` per call (pure)."""
         if self.backend == "eclectus":

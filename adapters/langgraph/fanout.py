@@ -129,13 +129,14 @@ def _string_list(source: SymParsed, path: Sequence[str]) -> bool:
 
 
 def _strings(schema: dict[str, Any]) -> bool:
-    """An array schema whose items are any strings (pure)."""
+    """An array schema whose items are strings, at most length- or pattern-bounded: any
+    such item binds as its text, so the parser hands the eager run the same strings (pure)."""
     items = schema.get("items")
     return (
         schema.get("type") == "array"
         and isinstance(items, dict)
         and items.get("type") == "string"
-        and set(items) <= {"type", "title", "description", "minLength", "maxLength"}
+        and set(items) <= {"type", "title", "description", "minLength", "maxLength", "pattern"}
     )
 
 

@@ -67,6 +67,22 @@ def test_a_json_dict_plan_maps_too(chat: ChatEclectus) -> None:
     assert mapped(compiled) and compiled.last_frames == 1
 
 
+def test_a_pattern_bounded_list_maps_too(chat: ChatEclectus) -> None:
+    """Items bounded by a regex ``pattern`` (file names, say) are still plain strings."""
+    item = {"type": "string", "pattern": "^[a-z_]{1,8}\\.py$"}
+    schema = {
+        "title": "plan",
+        "type": "object",
+        "properties": {"steps": {"type": "array", "items": item, "minItems": 2, "maxItems": 2}},
+        "required": ["steps"],
+    }
+    app, value = lg_graphs.constrained_plan_execute(chat, 2, schema=schema)
+    compiled = compile(app)
+    out = compiled.invoke(value)
+    assert out == app.invoke(value)
+    assert mapped(compiled) and compiled.last_frames == 1
+
+
 class MaybeEmpty(BaseModel):
     steps: list[str] = Field(max_length=2)
 
