@@ -58,6 +58,7 @@ SIZES: dict[str, Any] = {
         steps=2, goal_tokens=32, plan_tokens=8, step_tokens=4, answer_tokens=8
     ),
     "multi-agent-graph": TEAM,
+    "multi-agent-json": TEAM,
     "plan-execute-json": PlanExecuteJsonParams(
         steps=2, goal_tokens=32, plan_tokens=8, step_chars=6, step_tokens=4, answer_tokens=8
     ),
