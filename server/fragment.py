@@ -13,7 +13,7 @@ graph did not lose a variable the fragment names meanwhile. :func:`stage` does i
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from eclectus.protocol import (
@@ -118,8 +118,11 @@ def build(graph: Graph, frame: Submit, config: ServerConfig) -> Staged:
             (f"ops[{i}]", Node(op.id, tuple(dict.fromkeys(op.inputs)), (op.output,), op=op))
         )
     for i, spec in enumerate(frame.maps):
-        config.check_model(spec.call.model, f"maps[{i}].call.model")
-        segments = call_segments(spec.call, f"maps[{i}].call")
+        steps = [(spec.call, f"maps[{i}].call")]
+        steps += [(call, f"maps[{i}].then[{k}]") for k, call in enumerate(spec.then)]
+        for call, where in steps:
+            config.check_model(call.model, f"{where}.model")
+        segments = [call_segments(call, where) for call, where in steps]
         nodes.append((f"maps[{i}]", stage_map(spec, segments, f"maps[{i}]", config)))
     _check_node_ids(graph, nodes)
     nodes += _stage_switches(graph, frame, nodes, new_vars)
@@ -311,6 +314,19 @@ def known_prompts(staged: Staged, graph: Graph) -> list[KnownPrompt]:
                 texts.append(var.value or "" if var is not None else "")
         prompts.append(KnownPrompt(where, node.node_id, tuple(texts)))
     return prompts
+
+
+def staged_prompts(staged: Staged) -> Iterator[tuple[tuple[Segment, ...], str]]:
+    """Each new call's segments and its place in the frame, a map's steps included (pure).
+    A map's first step is named as the map itself (``maps[0]``, as before steps existed),
+    a later one by its place in ``then`` (``maps[0].then[1]``)."""
+    for node, where in zip(staged.nodes, staged.wheres, strict=True):
+        if node.map is not None:
+            yield node.map.steps[0].segments, where
+            for k, step in enumerate(node.map.steps[1:]):
+                yield step.segments, f"{where}.then[{k}]"
+        else:
+            yield node.segments, where
 
 
 def upper_bound_tokens(prompt: KnownPrompt) -> int:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from eclectus.protocol import ErrorCode, OpSpec, Segment, Usage
@@ -340,15 +340,19 @@ class Graph:
         for watcher in watchers:
             watcher(variable)
 
-    def _finish_instant(self, node: Node, text: str) -> list[Node]:
-        """An op or map is DONE with output ``text`` (mutates); returns its consumers."""
+    def _finish_instant(self, node: Node, texts: Sequence[str]) -> list[Node]:
+        """An op or map is DONE with its outputs' ``texts`` (mutates); returns their
+        consumers."""
         node.state = NodeState.DONE
-        output = self.vars[node.outputs[0]]
-        output.value = text
-        self._finish_var(output, VarState.READY, None, None)
-        consumers = [self.nodes[c] for c in output.consumers]
+        consumers: dict[str, None] = {}
+        for var_id, text in zip(node.outputs, texts, strict=True):
+            output = self.vars[var_id]
+            output.value = text
+            self._finish_var(output, VarState.READY, None, None)
+            consumers.update(output.consumers)
+        woken = [self.nodes[c] for c in consumers]
         sweep(self, [node.node_id], [])
-        return consumers
+        return woken
 
     def _settle(self, candidates: Iterable[Node]) -> list[Node]:
         """Move WAITING nodes whose inputs are all READY on: ops run at once (and may wake
@@ -371,10 +375,10 @@ class Graph:
                     continue
                 if self.on_op_run is not None:
                     self.on_op_run()
-                stack.extend(self._finish_instant(node, text))
+                stack.extend(self._finish_instant(node, (text,)))
             elif node.map is not None:
                 try:
-                    step = advance(self, node)  # expands the map, or its final text
+                    step = advance(self, node)  # expands the map, or its final texts
                 except MapFailed as exc:
                     self.fail(node, exc.code, f"map {node.node_id!r}: {exc.message}")
                     continue

@@ -65,6 +65,7 @@ from eclectus.server.fragment import (
     check_prompt_sizes,
     check_still_applies,
     known_prompts,
+    staged_prompts,
     texts_to_count,
 )
 from eclectus.server.graph import Graph, Variable, VarState
@@ -338,8 +339,7 @@ class Session:
         """ServerError ``bad_request`` naming the output whose structured outputs the engine
         cannot serve (a constraint it does not compile, a max_tokens too small for any valid
         output), before any of the fragment runs. Compiles on a worker thread (cached)."""
-        for node, where in zip(staged.nodes, staged.wheres, strict=True):
-            segments = node.map.segments if node.map is not None else node.segments
+        for segments, where in staged_prompts(staged):
             constrained = [
                 s
                 for s in segments

@@ -45,6 +45,7 @@ from eclectus.protocol.frames import (
     Welcome,
 )
 from eclectus.protocol.limits import (
+    MAX_MAP_STEPS,
     MAX_RELEASE_IDS,
     MAX_SWITCH_CASES,
     MAX_SWITCH_DEPTH,
@@ -61,6 +62,7 @@ __all__ = [
     "COMPLETIONS_DEFAULT_MAX_TOKENS",
     "HELLO_ACCEPTED",
     "HELLO_HEADER",
+    "MAX_MAP_STEPS",
     "MAX_RELEASE_IDS",
     "MAX_SWITCH_CASES",
     "MAX_SWITCH_DEPTH",

@@ -23,7 +23,13 @@ from pydantic import (
     model_validator,
 )
 
-from eclectus.protocol.limits import MAX_RELEASE_IDS, MAX_SWITCH_CASES, MAX_SWITCH_PATH, Limits
+from eclectus.protocol.limits import (
+    MAX_MAP_STEPS,
+    MAX_RELEASE_IDS,
+    MAX_SWITCH_CASES,
+    MAX_SWITCH_PATH,
+    Limits,
+)
 from eclectus.protocol.model_card import ModelCard
 from eclectus.protocol.sampling import SamplingParams
 
@@ -164,7 +170,8 @@ class OpSpec(BaseModel):
 
 
 class MapSpec(BaseModel):
-    """A fan-out on the server: one call per element of a JSON array variable.
+    """A fan-out on the server: one call, or a pipeline of calls, per element of a JSON
+    array variable.
 
     When ``items`` is final, the server parses its text as a JSON array (a ```` ```json ````
     fence around it is allowed) and instantiates ``call`` once per element, with the
@@ -173,8 +180,15 @@ class MapSpec(BaseModel):
     are names local to the map. ``output`` is then the JSON array of the instances' output
     texts, in element order; a ``spread`` op joins or renders it. No client round trip:
     the fan-out happens where the list is. ``items_path``: object keys leading from the
-    parsed ``items`` to the array (a planner's ``{"steps": [...]}`` is ``["steps"]``). Its
-    limits (``max_map_items``, ``max_map_element_bytes``) and errors are in docs/protocol.md.
+    parsed ``items`` to the array (a planner's ``{"steps": [...]}`` is ``["steps"]``).
+
+    ``then``: more steps per element, run after ``call`` in order, each with exactly one
+    output (a local name too) and reading ``element``, an earlier step's output or outer
+    variables; an instance's result is then its last step's output. ``step_outputs``:
+    empty, or one variable per step before the last (``call`` first), each the JSON array
+    of that step's outputs in element order, final with the map. Limits
+    (``max_map_items``, ``max_map_element_bytes``, ``MAX_MAP_STEPS``) and errors are in
+    docs/protocol.md.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -183,7 +197,9 @@ class MapSpec(BaseModel):
     items_path: list[str] = Field(default_factory=list, max_length=16)
     element: VarId
     call: CallSpec
+    then: list[CallSpec] = Field(default_factory=list, max_length=MAX_MAP_STEPS - 1)
     output: VarId
+    step_outputs: list[VarId] = Field(default_factory=list, max_length=MAX_MAP_STEPS - 1)
 
 
 class SwitchSpec(BaseModel):

@@ -8,6 +8,7 @@ MAX_RELEASE_IDS = 10_000  # variable ids in one ``release`` frame
 MAX_SWITCH_CASES = 64  # literals one switch (SwitchSpec) routes on
 MAX_SWITCH_DEPTH = 8  # switches nested in a switch's branches, the outermost counted
 MAX_SWITCH_PATH = 16  # object keys of a switch's ``path`` into a JSON reply
+MAX_MAP_STEPS = 16  # calls one map (MapSpec) chains per element: ``call`` plus ``then``
 
 
 class Limits(BaseModel):
