@@ -23,6 +23,7 @@ from eclectus.adapters.client.errors import (
     VariableFailed,
 )
 from eclectus.adapters.client.functions import Gen, SamplingArgs, SemanticFunction
+from eclectus.adapters.client.map_steps import MapSteps
 from eclectus.adapters.client.session import Session
 from eclectus.adapters.client.sync import SyncSession, connect_sync
 from eclectus.adapters.client.variables import SemanticVariable, VarState
@@ -37,6 +38,7 @@ __all__ = [
     "ConnectionLost",
     "EclectusClientError",
     "Gen",
+    "MapSteps",
     "SamplingArgs",
     "SamplingParams",
     "SemanticFunction",

@@ -71,9 +71,12 @@ class Wiring:
     ) -> None:
         """Records a declared call's, op's or map's edges (mutates)."""
         nodes: list[tuple[str, _Node]] = []
-        if map is not None:  # a map reads its items and its call's other inputs
-            inputs = [v for v in _edges(map.call)[0] if v != map.element]
-            nodes.append((map.id, _Node((map.items, *inputs), (map.output,), is_call=False)))
+        if map is not None:  # a map reads its items and its steps' other inputs
+            steps = [_edges(call) for call in (map.call, *map.then)]
+            local = {map.element, *(v for _, outputs in steps for v in outputs)}
+            inputs = [v for reads, _ in steps for v in reads if v not in local]
+            outputs = (map.output, *map.step_outputs)
+            nodes.append((map.id, _Node((map.items, *inputs), outputs, is_call=False)))
         if call is not None:
             nodes.append((call.id, _Node(*_edges(call), is_call=True)))
         if op is not None:

@@ -23,6 +23,7 @@ from eclectus.adapters.client.functions import (
     call_spec,
     declare_call,
 )
+from eclectus.adapters.client.map_steps import MapSteps
 from eclectus.adapters.client.variables import SemanticVariable
 from eclectus.protocol import CallSpec, GenSegment, MapSpec, OpSpec, SwitchSpec, VarSpec
 
@@ -46,6 +47,9 @@ class Declarations:
         self._wiring = Wiring()  # who reads what, for the abandoned-stream rule
         # output variable id -> the id of the call, op or map producing it (for switch)
         self._producers: dict[str, str] = {}
+        # a map step's local output id -> its MapSteps builder's id (only later steps of
+        # that builder may read it: map_steps.py)
+        self._map_locals: dict[str, str] = {}
 
     @property
     def _session(self) -> Session:
@@ -111,7 +115,7 @@ class Declarations:
         self,
         items: SemanticVariable,
         element: SemanticVariable,
-        pieces: Sequence[Piece],
+        pieces: Sequence[Piece] | MapSteps,
         *,
         items_path: Sequence[str] = (),
         model: str | None = None,
@@ -120,7 +124,16 @@ class Declarations:
         JSON array ``items`` holds (at ``items_path``), with ``element`` (a variable from
         :meth:`new_variable`, never declared) standing for the element. Returns the variable
         holding the JSON array of the calls' outputs (mutates the pending fragment).
-        ValueError unless ``pieces`` have exactly one :class:`Gen`."""
+        ValueError unless ``pieces`` have exactly one :class:`Gen`. ``pieces`` may instead
+        be a :class:`MapSteps` of ``element`` (:meth:`map_steps`): a pipeline of calls per
+        element, whose last step's outputs the array holds (see :meth:`map_pipeline`; give
+        each step its ``model`` there, not here)."""
+        if isinstance(pieces, MapSteps):
+            if model is not None:
+                raise ValueError("model= is for a piece list: give each steps.call its model")
+            if pieces.element is not element:
+                raise ValueError(f"{pieces!r} was built for {pieces.element!r}, not {element!r}")
+            return self.map_pipeline(items, pieces, items_path=items_path)[0]
         self.check_owned(items)
         call, outputs = call_spec(self._session, pieces, model)
         if len(outputs) != 1:
@@ -136,6 +149,47 @@ class Declarations:
         )
         self.declare([VarSpec(id=output.id, name="map")], map=spec)
         return output
+
+    def map_steps(self, element: SemanticVariable) -> MapSteps:
+        """A builder of a map's per-element pipeline of calls over ``element`` (a variable
+        from :meth:`new_variable`, never declared). Pure: declares nothing."""
+        return MapSteps(self._session, element)
+
+    def map_pipeline(
+        self,
+        items: SemanticVariable,
+        steps: MapSteps,
+        *,
+        items_path: Sequence[str] = (),
+        step_outputs: bool = False,
+    ) -> tuple[SemanticVariable, list[SemanticVariable]]:
+        """A fan-out on the server running ``steps`` (:meth:`map_steps`) per element of the
+        JSON array ``items`` holds (at ``items_path``), each step after the one before it.
+        Returns the variable holding the JSON array of the last step's outputs (element
+        order) and, with ``step_outputs``, one variable per earlier step holding the array
+        of that step's outputs (``[]`` otherwise, or for one step). Mutates the pending
+        fragment; ValueError for a builder with no steps."""
+        self.check_owned(items)
+        if steps.element.session is not self:
+            raise ValueError(f"{steps!r} belongs to another session")
+        calls = steps.calls
+        if not calls:
+            raise ValueError(f"{steps!r} has no steps: add one with steps.call([...])")
+        output = self.new_variable(name="map")
+        earlier = [self.new_variable(name="map_step") for _ in calls[1:]] if step_outputs else []
+        spec = MapSpec(
+            id=self.new_id("m"),
+            items=items.id,
+            items_path=list(items_path),
+            element=steps.element.id,
+            call=calls[0],
+            then=list(calls[1:]),
+            output=output.id,
+            step_outputs=[v.id for v in earlier],
+        )
+        declared = [VarSpec(id=v.id, name=v.name) for v in (output, *earlier)]
+        self.declare(declared, map=spec)
+        return output, earlier
 
     def switch(
         self,
@@ -230,6 +284,7 @@ class Declarations:
         with self._vars_lock:
             for var_id in taken:
                 self._producers.pop(var_id, None)
+                self._map_locals.pop(var_id, None)
         return taken
 
     def declare(
@@ -261,14 +316,26 @@ class Declarations:
         if op is not None:
             outputs.append((op.output, op.id))
         if map is not None:
-            outputs.append((map.output, map.id))
+            outputs += [(v, map.id) for v in (map.output, *map.step_outputs)]
         with self._vars_lock:
             self._producers.update(outputs)
 
-    def check_owned(self, var: SemanticVariable) -> None:
-        """ValueError unless ``var`` belongs to this session (pure)."""
+    def check_owned(self, var: SemanticVariable, builder: str | None = None) -> None:
+        """ValueError unless ``var`` belongs to this session and may be read here: a map
+        step's local output only by later steps of its own builder, ``builder`` (pure)."""
         if var.session is not self:
             raise ValueError(f"{var!r} belongs to another session")
+        owner = self._map_locals.get(var.id)
+        if owner is not None and owner != builder:
+            raise ValueError(
+                f"{var!r} is the output of a step of map_steps builder {owner!r}: only that "
+                "builder's later steps may read it (a map's result is what map returns)"
+            )
+
+    def mark_local(self, var: SemanticVariable, builder: str) -> None:
+        """Marks ``var`` a local output of the MapSteps ``builder`` (mutates the registry)."""
+        with self._vars_lock:
+            self._map_locals[var.id] = builder
 
     def _lookup(self, var_id: str) -> SemanticVariable | None:
         with self._vars_lock:

@@ -154,9 +154,12 @@ def call_spec(
     session: Session,
     pieces: Sequence[Piece],
     model: str | None = None,
+    builder: str | None = None,
 ) -> tuple[CallSpec, list[SemanticVariable]]:
     """The CallSpec of ``pieces`` and its new output variables (declares nothing; mutates
-    only the id counter). Raises as declare_call."""
+    only the id counter). ``builder``: the MapSteps whose step this is, whose local outputs
+    the pieces may read (map_steps.py). Raises as declare_call, and ValueError for a map
+    step's local output read outside its builder."""
     segments: list[Segment] = []
     outputs: list[SemanticVariable] = []
     for piece in pieces:
@@ -164,7 +167,7 @@ def call_spec(
             if piece:  # an empty constant adds nothing but a needless segment boundary
                 segments.append(TextSegment(text=piece))
         elif isinstance(piece, SemanticVariable):
-            session.check_owned(piece)
+            session.check_owned(piece, builder)
             segments.append(VarSegment(var=piece.id))
         elif isinstance(piece, Gen):
             var = session.new_variable(name=piece.name)
