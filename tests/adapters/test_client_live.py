@@ -225,6 +225,42 @@ async def test_a_map_fans_out_a_constrained_plan_in_one_frame(live_server: LiveS
         assert await app.aget_many(alone) == results
 
 
+async def test_a_map_of_steps_equals_the_same_calls_made_plainly(
+    live_server: LiveServer,
+) -> None:
+    """A 3-step map (draft, review, revise) over 2 elements in ONE submit: its result and
+    step outputs equal the same calls declared one by one as plain calls (greedy)."""
+    files = ["a festival", "parser.py"]
+    before = live_server.client_frames
+    async with connect(live_server.url, token=live_server.token) as app:
+        items = app.variable(json.dumps({"files": files}))
+        design = app.variable("Design: a tiny calculator.\n")
+        element = app.new_variable(name="element")
+        steps = app.map_steps(element)
+        code = steps.call(["Write about ", element, ":\n", Gen(max_tokens=8)])
+        review = steps.call(
+            [design, "Review ", element, ":\n", code, "\nNotes:", Gen(max_tokens=6)]
+        )
+        steps.call([design, "Revise ", element, ":\n", code, "\n", review, Gen(max_tokens=8)])
+        mapped, (codes, reviews) = app.map_pipeline(
+            items, steps, items_path=["files"], step_outputs=True
+        )
+        texts = await app.aget_many([mapped, codes, reviews])
+        assert live_server.client_frames - before == 2  # hello and ONE submit
+    finals, drafts, notes = (json.loads(t) for t in texts)
+    async with connect(live_server.url, token=live_server.token) as app:
+        design = app.variable("Design: a tiny calculator.\n")
+        plain = []
+        for name in files:
+            (c,) = app.call(["Write about ", name, ":\n", Gen(max_tokens=8)])
+            (r,) = app.call([design, "Review ", name, ":\n", c, "\nNotes:", Gen(max_tokens=6)])
+            (f,) = app.call([design, "Revise ", name, ":\n", c, "\n", r, Gen(max_tokens=8)])
+            plain += [c, r, f]
+        values = await app.aget_many(plain)
+    assert drafts == values[0::3] and notes == values[1::3] and finals == values[2::3]
+    assert drafts[0] != drafts[1]  # each element bound its own text
+
+
 async def test_switch_runs_the_taken_branch_and_retract_takes_back(
     live_server: LiveServer,
 ) -> None:
