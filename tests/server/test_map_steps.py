@@ -5,6 +5,8 @@ graph alone, the shape an expansion takes for any number of steps and elements."
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -287,3 +289,13 @@ def test_any_pipeline_expands_and_finishes_in_step_order(
     for k in range(num_steps - 1 if with_outputs else 0):
         assert json.loads(graph.vars[f"s{k}"].value or "") == [r[k] for r in results]
     assert not [v for v in graph.vars if "#" in v] and not [n for n in graph.nodes if "#" in n]
+
+
+async def test_the_protocol_docs_example_runs(client: RawClient) -> None:
+    """docs/protocol.md's map-steps frame, as printed, is accepted and answers both gets."""
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "protocol.md").read_text()
+    (block,) = [b for b in re.findall(r"```json\n(.*?)```", docs, re.DOTALL) if '"id": "team"' in b]
+    assert (await client.ask(json.loads(block)))["type"] == "ack"
+    answers = await client.values(2)
+    assert len(json.loads(answers["finals"]["text"])) == 2
+    assert len(json.loads(answers["drafts"]["text"])) == 2
