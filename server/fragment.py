@@ -29,7 +29,7 @@ from eclectus.protocol import (
 from eclectus.server.config import ServerConfig
 from eclectus.server.errors import GraphError, LimitError
 from eclectus.server.graph import Graph, Node, Variable, VarState
-from eclectus.server.map_op import stage_map
+from eclectus.server.map_op import check_names_apart, stage_map
 from eclectus.server.switch_op import stage_switch
 
 
@@ -136,6 +136,8 @@ def build(graph: Graph, frame: Submit, config: ServerConfig) -> Staged:
         )
     known = lambda v: v in graph.vars or v in new_vars  # noqa: E731
     for where, node in nodes:
+        if node.map is not None:
+            check_names_apart(node.map, known)
         for var_id in node.inputs:
             if not known(var_id):
                 raise GraphError(

@@ -22,7 +22,7 @@ loop and queues the calls that come back ready.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -153,6 +153,21 @@ def _outer_inputs(spec: MapSpec, steps: tuple[MapStep, ...]) -> list[str]:
         for s in step.segments
         if isinstance(s, VarSegment) and s.var not in local
     ]
+
+
+def check_names_apart(plan: MapPlan, is_session_var: Callable[[str], bool]) -> None:
+    """GraphError ``bad_request`` naming the first step whose output a step reads while a
+    variable of the session has that name too: the read would be ambiguous (pure)."""
+    reads = {s.var for step in plan.steps for s in step.segments if isinstance(s, VarSegment)}
+    for step in plan.steps:
+        if step.output in reads and is_session_var(step.output):
+            raise GraphError(
+                "bad_request",
+                f"output {step.output!r} is also a variable of the session that a step "
+                "reads: give the step's output a name of its own",
+                field=step.where,
+                var=step.output,
+            )
 
 
 def parse_items(text: str, path: Sequence[str] = ()) -> list[object]:

@@ -139,6 +139,13 @@ def then_step(k: int, segments: list[dict[str, Any]], out: str) -> Any:
     return lambda f: f["maps"][0]["then"].__setitem__(k, step(f"t{k}", segments, out))
 
 
+def shadow(frame: dict[str, Any]) -> None:
+    """then[0]'s output, which then[1] reads, is also the name of a session variable."""
+    frame["vars"].append({"id": "z", "value": "outer"})
+    then_step(0, [{"var": "d"}], "z")(frame)
+    then_step(1, [{"var": "z"}], "f")(frame)
+
+
 @pytest.mark.parametrize(
     ("change", "code", "field"),
     [
@@ -158,6 +165,7 @@ def then_step(k: int, segments: list[dict[str, Any]], out: str) -> Any:
         (then_step(0, [{"var": "d"}], "e"), "bad_request", "maps[0].then[0]"),  # element
         (then_step(1, [{"var": "d"}], "results"), "bad_request", "maps[0].then[1]"),  # output
         (then_step(1, [{"var": "d"}], "drafts"), "bad_request", "maps[0].then[1]"),
+        (shadow, "bad_request", "maps[0].then[0]"),
         (
             lambda f: f["maps"][0].update(step_outputs=["drafts"]),
             "bad_request",
