@@ -161,3 +161,36 @@ async def test_a_maps_call_with_an_uncompilable_constraint_is_refused_at_submit(
         assert error["type"] == "error" and error["code"] == "bad_request", error
         assert error["field"] == "maps[0].sampling.structured_outputs"
         assert "Backreference" in error["message"]
+
+
+async def test_a_later_map_steps_uncompilable_constraint_is_refused_at_submit(
+    real_server: EclectusServer,
+) -> None:
+    """The check covers every step of a map's pipeline, naming the step in ``then``."""
+    async with connect(real_server.url) as ws:
+        client = RawClient(ws)
+        await client.hello()
+        bad = {"max_tokens": 4, "structured_outputs": {"regex": r"(a)\1"}}
+        first = [{"text": "Item: "}, {"var": "e"}, {"gen": "o", "sampling": {"max_tokens": 2}}]
+        frame = {
+            "type": "submit",
+            "id": "m2",
+            "vars": [{"id": "items", "value": '["x"]'}],
+            "maps": [
+                {
+                    "id": "m",
+                    "items": "items",
+                    "element": "e",
+                    "output": "outs",
+                    "call": {"id": "per", "segments": first},
+                    "then": [
+                        {"id": "next", "segments": [{"var": "o"}, {"gen": "p"}]},
+                        {"id": "last", "segments": [{"var": "p"}, {"gen": "q", "sampling": bad}]},
+                    ],
+                }
+            ],
+        }
+        error = await client.ask(frame)
+        assert error["type"] == "error" and error["code"] == "bad_request", error
+        assert error["field"] == "maps[0].then[1].sampling.structured_outputs"
+        assert "'q'" in error["message"]
