@@ -6,9 +6,10 @@ the list must be fetched first. :class:`SendEach` is that function written as da
 still an ordinary callable LangGraph runs eagerly — so the compiler knows what it does, and
 when the list is a constrained JSON output (``with_structured_output`` whose schema makes
 the field an array of strings with at least one item), the fan-out becomes a server-side
-map (docs/protocol.md, MapSpec): one call per element, where the list is, with no client
-round trip. Anything it cannot prove equal to the eager run (see :func:`lower_send_each`)
-falls back to the client cut, which is always exact.
+map (docs/protocol.md, MapSpec): per element, the target node's calls as a pipeline (each
+step may read the element, the kept state and the earlier steps' replies), where the list
+is, with no client round trip. Anything it cannot prove equal to the eager run (see
+:func:`lower_send_each`) falls back to the client cut, which is always exact.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from eclectus.adapters.langchain.compiler.symbols import SymParsed, collect_refs
 from eclectus.adapters.langchain.pieces import Piece, Ref, Spread, SymMessage, Value
 from eclectus.adapters.langgraph.support import is_python_node
 from eclectus.protocol import SamplingParams
+from eclectus.protocol.limits import MAX_MAP_STEPS
 
 if TYPE_CHECKING:
     from eclectus.adapters.langgraph.executor import GraphRun
@@ -64,14 +66,17 @@ class SendEach:
 
 @dataclass(frozen=True, slots=True)
 class MapRecord:
-    """A declared map, for its calls' callbacks: the node's one call as the lowering
-    recorded it (over ``element``), the plan variable and path, the map's output."""
+    """A declared map, for its calls' callbacks: the node's calls as the lowering recorded
+    them (over ``element`` and the earlier calls' map-local replies), the plan variable and
+    path, the map's output (the last call's replies) and ``steps``, the SDK variables of
+    the earlier calls' replies (JSON arrays, element order; empty without handlers)."""
 
-    call: CallRecord
+    calls: tuple[CallRecord, ...]
     element: Ref
     items: Any  # the SDK variable holding the plan's JSON
     path: tuple[str, ...]
-    mapped: Any  # the SDK variable holding the JSON array of the replies
+    mapped: Any  # the SDK variable holding the JSON array of the last call's replies
+    steps: tuple[Any, ...] = ()
 
 
 @dataclass(slots=True)
@@ -91,8 +96,10 @@ async def lower_send_each(run: GraphRun, fan: SendEach, state: dict[str, Any]) -
     """The fan-out as one server map (declared on ``run.ctx``), or None when it must be a
     client cut: the list is not a constrained JSON output whose schema makes it a non-empty
     array of strings; the target is a Python node, has conditional edges, or does not lower
-    to exactly one call writing ``[its reply]`` to an ``operator.add`` key; or callbacks
-    and the map's calls fire theirs once the run's values are back (:func:`fire_maps`)."""
+    to 1..MAX_MAP_STEPS calls, the last one's reply written as ``[reply]`` to an
+    ``operator.add`` key, each call reading only the element, the kept state, constants and
+    the earlier calls' replies. With callbacks, the map's calls fire theirs once the run's
+    values are back (:func:`fire_maps`)."""
     source = state.get(fan.over)
     target = run.builder.nodes.get(fan.node)
     if not isinstance(source, SymParsed) or target is None or is_python_node(target.runnable):
@@ -143,33 +150,36 @@ def _strings(schema: dict[str, Any]) -> bool:
 async def _declare_map(
     run: GraphRun, fan: SendEach, source: SymParsed, kept: dict[str, Any]
 ) -> MapTask:
+    """Lowers the target node over a map-local ``element`` into a builder of steps (no
+    I/O), checks what it writes, then declares the map (mutates the pending fragment and
+    ``run.maps``). NotMappable, with nothing declared, for any other shape."""
     ctx = run.ctx
     session = ctx.session.session
     element = session.new_variable(name="element")
     capture = _Capture(ctx.session, ctx.server, ctx.mode, ctx.config, timeout=ctx.timeout)
+    capture.steps = session.map_steps(element)
     element_ref = Ref(element)
     node = run.builder.nodes[fan.node].runnable
     output = await lower(node, {**kept, fan.key: element_ref}, capture)
-    if capture.call is None or not isinstance(output, dict) or len(output) != 1:
-        raise NotMappable("the node is not one call writing one key")
+    if not capture.replies or not isinstance(output, dict) or len(output) != 1:
+        raise NotMappable("the node is not calls writing one key")
     ((key, value),) = output.items()
-    pieces, sampling, model, reply = capture.call
     channel = run.builder.channels.get(key)
-    if not (isinstance(value, list) and len(value) == 1 and value[0] is reply):
-        raise NotMappable("the node does not write [its reply]")
+    if not (isinstance(value, list) and len(value) == 1 and value[0] is capture.replies[-1]):
+        raise NotMappable("the node does not write [its last call's reply]")
     if not (isinstance(channel, BinaryOperatorAggregate) and channel.operator is operator.add):
         raise NotMappable(f"state key {key!r} does not concatenate")
-    parts: list[Any] = [p.var if isinstance(p, Ref) else _text(p) for p in pieces]
-    mapped = session.map(
-        source.ref.var,
-        element,
-        [*parts, Gen(sampling=sampling)],
-        items_path=fan.path,
-        model=model,
+    calls = tuple(capture.calls)
+    assert len(calls) == len(capture.replies)  # lower_model records each call it declares
+    callbacks = len(calls) > 1 and wanted(list(calls), ctx.config)
+    mapped, steps = session.map_pipeline(
+        source.ref.var, capture.steps, items_path=fan.path, step_outputs=callbacks
     )
-    run.maps.append(MapRecord(capture.calls[0], element_ref, source.ref.var, fan.path, mapped))
+    record = MapRecord(calls, element_ref, source.ref.var, fan.path, mapped, tuple(steps))
+    run.maps.append(record)
     where = ".".join((fan.over, *fan.path))
-    ctx.trace.op(f"map over {where}: one {fan.node!r} call per item, on the server")
+    what = "one call" if len(calls) == 1 else f"a pipeline of {len(calls)} calls"
+    ctx.trace.op(f"map over {where}: {what} of {fan.node!r} per item, on the server")
     return MapTask(fan.node, {key: [Spread(Ref(mapped))]})
 
 
@@ -179,19 +189,25 @@ def _text(piece: Piece) -> str:
 
 @dataclass(slots=True)
 class _Capture(Lowering):
-    """A lowering that declares nothing: it records the one call a map's node makes (its
-    output ref is a map-local name) and refuses anything else (mutated by declare_call)."""
+    """A lowering that declares nothing on the session: each call the map's node makes
+    becomes a step of ``steps`` (the SDK's map builder, no I/O) whose reply is a map-local
+    variable, and anything else is refused (mutated by declare_call)."""
 
-    call: tuple[list[Piece], SamplingParams, str | None, Ref] | None = field(default=None)
+    steps: Any = None  # the SDK's MapSteps builder, set before lowering
+    replies: list[Ref] = field(default_factory=list)  # each step's reply, in order
 
     def declare_call(
         self, pieces: Sequence[Piece], sampling: SamplingParams, model: str | None, label: str
     ) -> Ref:
-        if self.call is not None:
-            raise NotMappable("a node with more than one call")
-        reply = Ref(self.session.session.new_variable(name="reply"))
-        self.call = (list(pieces), sampling, model, reply)
-        return reply
+        if len(self.replies) >= MAX_MAP_STEPS:
+            raise NotMappable(f"a node with more than {MAX_MAP_STEPS} calls")
+        parts: list[Any] = [p.var if isinstance(p, Ref) else _text(p) for p in pieces]
+        try:
+            reply = self.steps.call([*parts, Gen(sampling=sampling)], model=model)
+        except ValueError as exc:  # a piece the map cannot read: never a wrong result
+            raise NotMappable(str(exc)) from exc
+        self.replies.append(Ref(reply))
+        return self.replies[-1]
 
     def repr_list(self, items: list[Any]) -> Ref:
         raise NotMappable("a server op inside the node")
@@ -208,17 +224,26 @@ class _Capture(Lowering):
 def map_vars(maps: list[MapRecord], config: RunnableConfig) -> list[Any]:
     """The SDK variables :func:`fire_maps` needs, when a handler wants the maps' calls
     ([] otherwise), for the run's final frame (pure)."""
-    if not maps or not wanted([m.call for m in maps], config):
+    if not maps or not wanted([c for m in maps for c in m.calls], config):
         return []
-    inputs = [r.var for m in maps for r in collect_refs(m.call.input, []) if r is not m.element]
-    return list(dict.fromkeys([*(m.items for m in maps), *(m.mapped for m in maps), *inputs]))
+    local = {id(r.var) for m in maps for c in m.calls for r in (m.element, c.ref)}
+    inputs = [
+        r.var
+        for m in maps
+        for c in m.calls
+        for r in collect_refs(c.input, [])
+        if id(r.var) not in local
+    ]
+    outputs = [v for m in maps for v in (m.items, *m.steps, m.mapped)]
+    return list(dict.fromkeys([*outputs, *inputs]))
 
 
 async def fire_maps(maps: list[MapRecord], config: RunnableConfig, mode: str) -> None:
-    """Fires each finished map's calls' callbacks, one call per item, as the eager ``Send``
-    tasks fire them (start with the messages, end with the reply; the server reports no
-    per-instance usage, so the reply has no ``usage_metadata``). No-op without handlers."""
-    if not maps or not wanted([m.call for m in maps], config):
+    """Fires each finished map's calls' callbacks as the eager ``Send`` tasks fire them:
+    per item, its calls in order (start with the messages, end with the reply; the server
+    reports no per-instance usage, so the replies have no ``usage_metadata``). No-op
+    without handlers."""
+    if not maps or not wanted([c for m in maps for c in m.calls], config):
         return
     for record in maps:
         if record.mapped.state is not VarState.READY:
@@ -226,17 +251,31 @@ async def fire_maps(maps: list[MapRecord], config: RunnableConfig, mode: str) ->
         items = json.loads(record.items.value or "")  # the server parsed it already
         for key in record.path:
             items = items[key]
-        replies = json.loads(record.mapped.value or "[]")
-        known = {
-            id(ref): ref.var.value
-            for ref in collect_refs(record.call.input, [])
-            if ref is not record.element and ref.var.state is VarState.READY
-        }
-        assert isinstance(record.call.output, SymMessage)
-        for item, reply in zip(items, replies, strict=True):
-            output = SymMessage(Ref(_Reply(reply)), record.call.output.model_name)
-            call = replace(record.call, output=output)
-            await fire_one(call, config, mode, {**known, id(record.element): item})
+        # per call, its replies in element order: the earlier calls' from ``steps``
+        replies = [json.loads(v.value or "[]") for v in (*record.steps, record.mapped)]
+        if len(replies) != len(record.calls):
+            continue  # no step outputs came back (none asked for): nothing to replay
+        for i, item in enumerate(items):
+            texts = {id(record.element.var): item}
+            for call, outputs in zip(record.calls, replies, strict=True):
+                texts[id(call.ref.var)] = outputs[i]
+            for call in record.calls:
+                await _fire_step(call, config, mode, texts)
+
+
+async def _fire_step(
+    call: CallRecord, config: RunnableConfig, mode: str, texts: dict[int, str]
+) -> None:
+    """One map instance's call: ``texts`` holds the map-local values by ``id(var)``
+    (the element, the calls' replies); outer variables are final by now."""
+    table = {
+        id(ref): texts.get(id(ref.var), ref.var.value)
+        for ref in collect_refs(call.input, [])
+        if id(ref.var) in texts or ref.var.state is VarState.READY
+    }
+    assert isinstance(call.output, SymMessage)
+    output = SymMessage(Ref(_Reply(texts[id(call.ref.var)])), call.output.model_name)
+    await fire_one(replace(call, output=output), config, mode, table)
 
 
 @dataclass(frozen=True, slots=True)
