@@ -33,8 +33,7 @@ from eclectus.adapters.langchain.compiler.registry import lower
 from eclectus.adapters.langchain.compiler.symbols import SymParsed, collect_refs
 from eclectus.adapters.langchain.pieces import Piece, Ref, Spread, SymMessage, Value
 from eclectus.adapters.langgraph.support import is_python_node
-from eclectus.protocol import SamplingParams
-from eclectus.protocol.limits import MAX_MAP_STEPS
+from eclectus.protocol import MAX_MAP_STEPS, SamplingParams
 
 if TYPE_CHECKING:
     from eclectus.adapters.langgraph.executor import GraphRun

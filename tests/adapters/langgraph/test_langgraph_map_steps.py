@@ -19,7 +19,7 @@ from langgraph.graph import END, START, StateGraph
 
 from eclectus.adapters.langchain import ChatEclectus
 from eclectus.adapters.langgraph import EagerFallbackWarning, SendEach, compile
-from eclectus.protocol.limits import MAX_MAP_STEPS
+from eclectus.protocol import MAX_MAP_STEPS
 from eclectus.server.app import EclectusServer
 
 
