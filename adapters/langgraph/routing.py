@@ -352,8 +352,8 @@ async def fork(run: GraphRun, point: Fork, step: int, budget: ForkBudget) -> Cho
         except Exception as exc:  # a branch the server might not take: only the cut knows
             raise NotSwitchable(f"case {literal!r} raised {type(exc).__name__}") from exc
         for record in child.maps:
-            for output in (record.mapped, *record.steps):  # a step's outputs too, if any
-                ctx.note(output)
+            for var in (record.mapped, *record.steps):  # a step's outputs too, if any
+                ctx.note(var)
         cases[literal] = Branch(output, ctx.calls, child.maps, child.steps, ctx.own)
         traces.append((literal, ctx.trace))
     session = run.ctx.session.session
