@@ -30,6 +30,7 @@ def chat(eclectus_server: EclectusServer) -> ChatEclectus:
 
 class Team(TypedDict, total=False):
     goal: str
+    style: str
     plan: Any
     results: Annotated[list[Any], operator.add]
     answer: str
@@ -51,21 +52,31 @@ def worker(model: ChatEclectus, rounds: int = 1, pick: Any = "final") -> Runnabl
     return chain | RunnablePick(pick) | (lambda r: [r])
 
 
-def team(model: ChatEclectus, width: int, work: Runnable) -> tuple[Any, dict[str, Any]]:
-    """A constrained planner, a SendEach to ``work`` per step, a synthesizer (pure)."""
+def team(
+    model: ChatEclectus, width: int, work: Runnable, triage: bool = False
+) -> tuple[Any, dict[str, Any]]:
+    """A constrained planner, a SendEach to ``work`` per step, a synthesizer; with
+    ``triage``, a router constrained to a choice first picks one of two planners (pure)."""
     planner_model = model.model_copy(update={"max_tokens": 24 * width + 16})
-    planner = PromptTemplate.from_template("Goal: {goal}\nPlan:") | (
-        planner_model.with_structured_output(lg_graphs.plan_model(width))
-    )
+    schema = lg_graphs.plan_model(width)
     builder = StateGraph(Team)
-    builder.add_node("plan", {"plan": planner})
+    for name, template in [("plan", "Goal: {goal}\nPlan:"), ("plan_b", "Goal: {goal}\nSteps:")]:
+        prompt = PromptTemplate.from_template(template)
+        builder.add_node(name, {"plan": prompt | planner_model.with_structured_output(schema)})
+        fan_out = SendEach("work", "plan", key="step", path=["steps"], keep=["goal"])
+        builder.add_conditional_edges(name, fan_out, ["work"])
     builder.add_node("work", {"results": work})
     builder.add_node(
         "synthesize", {"answer": lg_graphs.text(model, "Goal: {goal}\nResults: {results}\nDone:")}
     )
-    builder.add_edge(START, "plan")
-    fan_out = SendEach("work", "plan", key="step", path=["steps"], keep=["goal"])
-    builder.add_conditional_edges("plan", fan_out, ["work"])
+    if triage:
+        choice = {"structured_outputs": {"choice": ["a", "b"]}}
+        router = lg_graphs.text(model.bind(extra_body=choice), "Goal: {goal}\na or b?")
+        builder.add_node("triage", {"style": router})
+        builder.add_edge(START, "triage")
+        builder.add_conditional_edges("triage", lambda s: s["style"], {"a": "plan", "b": "plan_b"})
+    else:
+        builder.add_edge(START, "plan")
     builder.add_edge("work", "synthesize")
     builder.add_edge("synthesize", END)
     return builder.compile(), {"goal": "tidy the shed"}
@@ -128,6 +139,21 @@ def test_callbacks_fire_for_every_step_of_every_item(chat: ChatEclectus) -> None
     assert mapped(compiled, 3) and compiled.last_frames == 1
     kinds = [_kind(text) for text in fast.texts]
     assert [k for k in kinds if k != "other"] == ["draft", "review", "revise"] * 3
+
+
+def test_a_pipeline_map_inside_a_server_switch(chat: ChatEclectus) -> None:
+    """Behind a router constrained to a choice, each branch's pipeline map is declared
+    (guarded by the switch) and only the taken one runs: compiled == eager, one frame,
+    and callbacks for the taken branch's calls only, as eagerly."""
+    app, value = team(chat, 2, worker(chat), triage=True)
+    eager, fast = Recorder(), Recorder()
+    expected = app.invoke(value, {"callbacks": [eager]})
+    compiled = compile(app)
+    assert compiled.invoke(value, {"callbacks": [fast]}) == expected
+    assert sorted(fast.calls) == sorted(eager.calls) and len(fast.calls) == 1 + 1 + 2 * 3 + 1
+    render = compiled.last_graph.render()
+    assert "switch on 'style'" in render and mapped(compiled, 3)
+    assert compiled.last_frames == 1
 
 
 def _kind(text: str) -> str:
