@@ -26,6 +26,7 @@ from langgraph.channels.binop import BinaryOperatorAggregate
 from langgraph.types import Send
 
 from eclectus.adapters.client import Gen
+from eclectus.adapters.client.map_steps import MapSteps
 from eclectus.adapters.client.variables import VarState
 from eclectus.adapters.langchain.compiler.callbacks import CallRecord, fire_one, wanted
 from eclectus.adapters.langchain.compiler.context import Lowering
@@ -192,7 +193,7 @@ class _Capture(Lowering):
     becomes a step of ``steps`` (the SDK's map builder, no I/O) whose reply is a map-local
     variable, and anything else is refused (mutated by declare_call)."""
 
-    steps: Any = None  # the SDK's MapSteps builder, set before lowering
+    steps: MapSteps | None = None  # the SDK's builder, set before lowering
     replies: list[Ref] = field(default_factory=list)  # each step's reply, in order
 
     def declare_call(
@@ -200,6 +201,7 @@ class _Capture(Lowering):
     ) -> Ref:
         if len(self.replies) >= MAX_MAP_STEPS:
             raise NotMappable(f"a node with more than {MAX_MAP_STEPS} calls")
+        assert self.steps is not None
         parts: list[Any] = [p.var if isinstance(p, Ref) else _text(p) for p in pieces]
         try:
             reply = self.steps.call([*parts, Gen(sampling=sampling)], model=model)
