@@ -21,10 +21,7 @@ SMALL = dict(requirements_tokens=32, design_tokens=8, list_tokens=8, code_tokens
 
 @pytest.mark.parametrize(
     ("files", "rounds"),
-    [
-        pytest.param(2, 1, marks=pytest.mark.xfail(strict=True, reason="map steps: #14")),
-        (3, 0),
-    ],
+    [(2, 1), (3, 0), (2, 2)],
 )
 def test_multi_agent_json_maps_the_team_on_the_server(
     embedded: Embedded, files: int, rounds: int
