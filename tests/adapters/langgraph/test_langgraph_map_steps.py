@@ -17,6 +17,7 @@ from langchain_core.prompts import PromptTemplate
 from langchain_core.runnables import Runnable, RunnableLambda, RunnablePassthrough, RunnablePick
 from langgraph.graph import END, START, StateGraph
 
+from eclectus.adapters.client.declarations import Declarations
 from eclectus.adapters.langchain import ChatEclectus
 from eclectus.adapters.langgraph import EagerFallbackWarning, SendEach, compile
 from eclectus.protocol import MAX_MAP_STEPS
@@ -154,6 +155,38 @@ def test_a_pipeline_map_inside_a_server_switch(chat: ChatEclectus) -> None:
     render = compiled.last_graph.render()
     assert "switch on 'style'" in render and mapped(compiled, 3)
     assert compiled.last_frames == 1
+
+
+def test_step_outputs_only_for_handlers(
+    chat: ChatEclectus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The earlier steps' replies are declared (and fetched) only when a handler wants the
+    calls: a run without callbacks asks the map for its result alone."""
+    asked: list[bool] = []
+    real = Declarations.map_pipeline
+
+    def spy(self: Any, *args: Any, step_outputs: bool = False, **kwargs: Any) -> Any:
+        asked.append(step_outputs)
+        return real(self, *args, step_outputs=step_outputs, **kwargs)
+
+    monkeypatch.setattr(Declarations, "map_pipeline", spy)
+    app, value = team(chat, 2, worker(chat))
+    compiled = compile(app)
+    compiled.invoke(value)
+    compiled.invoke(value, {"callbacks": [Recorder()]})
+    assert asked == [False, True]
+
+
+async def test_callbacks_fire_for_every_step_async(chat: ChatEclectus) -> None:
+    """The same through ``ainvoke``: the async callback managers see every call."""
+    app, value = team(chat, 2, worker(chat, rounds=2))
+    eager, fast = Recorder(), Recorder()
+    expected = await app.ainvoke(value, {"callbacks": [eager]})
+    compiled = compile(app)
+    assert await compiled.ainvoke(value, {"callbacks": [fast]}) == expected
+    assert len(fast.calls) == len(eager.calls) == 1 + 2 * 5 + 1
+    assert sorted(fast.calls) == sorted(eager.calls)
+    assert mapped(compiled, 5) and compiled.last_frames == 1
 
 
 def _kind(text: str) -> str:
