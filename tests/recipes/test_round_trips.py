@@ -25,6 +25,8 @@ CASES: dict[str, tuple[Any, int, int]] = {
     "multi-agent": (SMALL_TEAM, 2, 1),
     # the same team as a LangGraph app: one cut at the router (Send per file)
     "multi-agent-graph": (SMALL_TEAM, 2, 1),
+    # the team with a JSON file list: the whole app is one server graph (a map of pipelines)
+    "multi-agent-json": (SMALL_TEAM, 1, 1),
     "map-reduce": (
         MapReduceParams(chunk_tokens=64, num_chunks=3, map_tokens=8, reduce_tokens=8),
         1,
