@@ -127,7 +127,9 @@ class RemoteMember:
             "temperature": sampling.temperature,
             "top_p": sampling.top_p,
             "top_k": sampling.top_k,
-            "ignore_eos": sampling.ignore_eos,
+            # a constrained reply ends where its grammar does, as on the built-in engine;
+            # vLLM with ignore_eos would go on generating past the closed JSON
+            "ignore_eos": sampling.ignore_eos and sampling.structured_outputs is None,
             "stream": True,
             "stream_options": {"include_usage": True},
             "return_token_ids": True,  # vLLM >= 0.10.2; a failover continues from exact ids

@@ -202,6 +202,16 @@ def test_vllm_body_has_no_sglang_fields_and_priority_lower_first() -> None:
     assert "rid" not in body and body["priority"] == 1500 and body["prompt"] == [1, 10, 11, 12]
 
 
+def test_a_constrained_call_never_ignores_eos() -> None:
+    """The built-in engine ends a constrained reply where its grammar does, ignore_eos or
+    not; vLLM would generate past it: the body asks for EOS there, and only there."""
+    json_only = StructuredOutputs(json={"type": "object"})
+    constrained = SamplingParams(ignore_eos=True, structured_outputs=json_only)
+    assert member(Dialect.VLLM).body(attempt(constrained), 4096)["ignore_eos"] is False
+    plain = SamplingParams(ignore_eos=True)
+    assert member(Dialect.VLLM).body(attempt(plain), 4096)["ignore_eos"] is True
+
+
 def test_stream_interval_goes_to_vllm_only_above_1() -> None:
     """A call nobody watches asks vLLM (and Eclectus) for chunks of its interval; a watched
     one (1) sends no field; SGLang, which has no such request field, never gets one."""
