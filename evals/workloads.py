@@ -38,6 +38,16 @@ CHAT_LATENCY = "chat mean latency s"  # a shared-prompt detail: what its chat us
 # A sweep over this pseudo-field varies the client round trip (ms) of every system, not a
 # recipe parameter: the servers stay up across its points (vLLM takes minutes to start).
 RTT_FIELD = "rtt_ms"
+# the quick sizes of the StateGraph teams
+QUICK_TEAM: dict[str, Any] = dict(
+    files=4, requirements_tokens=256, design_tokens=16, list_tokens=16, code_tokens=16,
+    review_tokens=8, width=8,
+)  # fmt: skip
+# the team of every multi-agent workload (the LCEL chain and both StateGraphs)
+TEAM = MultiAgentParams(
+    files=8, rounds=1, design_tokens=100, list_tokens=30, code_tokens=60, review_tokens=30,
+    width=16,
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,15 +103,7 @@ def full_workloads() -> dict[str, Workload]:
             Workload(
                 "multi-agent",
                 "multi-agent",
-                MultiAgentParams(
-                    files=8,
-                    rounds=1,
-                    design_tokens=100,
-                    list_tokens=30,
-                    code_tokens=60,
-                    review_tokens=30,
-                    width=16,
-                ),
+                TEAM,
                 (Sweep("files", (4, 8, 16)),),
                 description="architect, then one engineer per file sharing the design",
             ),
@@ -117,30 +119,14 @@ def full_workloads() -> dict[str, Workload]:
             Workload(
                 "multi-agent-graph",
                 "multi-agent-graph",
-                MultiAgentParams(
-                    files=8,
-                    rounds=1,
-                    design_tokens=100,
-                    list_tokens=30,
-                    code_tokens=60,
-                    review_tokens=30,
-                    width=16,
-                ),
+                TEAM,
                 (Sweep(RTT_FIELD, (0.0, 100.0, 250.0)), Sweep("files", (4, 8, 16))),
                 description="LangGraph: architect, then one engineer per file (Send)",
             ),
             Workload(
                 "multi-agent-json",
                 "multi-agent-json",
-                MultiAgentParams(
-                    files=8,
-                    rounds=1,
-                    design_tokens=100,
-                    list_tokens=30,
-                    code_tokens=60,
-                    review_tokens=30,
-                    width=16,
-                ),
+                TEAM,
                 (Sweep(RTT_FIELD, (0.0, 100.0, 250.0)), Sweep("files", (4, 8, 16))),
                 description="LangGraph: the team with a JSON file list, mapped on the server",
             ),
@@ -233,26 +219,10 @@ def quick_workloads() -> dict[str, Workload]:
             answer_tokens=8,
         ),
         "multi-agent-graph": shrink(
-            "multi-agent-graph",
-            Sweep(RTT_FIELD, (0.0, 100.0)),
-            files=4,
-            requirements_tokens=256,
-            design_tokens=16,
-            list_tokens=16,
-            code_tokens=16,
-            review_tokens=8,
-            width=8,
+            "multi-agent-graph", Sweep(RTT_FIELD, (0.0, 100.0)), **QUICK_TEAM
         ),
         "multi-agent-json": shrink(
-            "multi-agent-json",
-            Sweep(RTT_FIELD, (0.0, 100.0)),
-            files=4,
-            requirements_tokens=256,
-            design_tokens=16,
-            list_tokens=16,
-            code_tokens=16,
-            review_tokens=8,
-            width=8,
+            "multi-agent-json", Sweep(RTT_FIELD, (0.0, 100.0)), **QUICK_TEAM
         ),
         "shared-prompt": shrink(
             "shared-prompt",

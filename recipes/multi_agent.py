@@ -98,15 +98,22 @@ def build_architect(params: MultiAgentParams, models: ModelFactory) -> Runnable:
     return RunnablePassthrough.assign(design=design) | RunnablePassthrough.assign(file_list=listing)
 
 
-def build_team(params: MultiAgentParams, models: ModelFactory, names: list[str]) -> Runnable:
-    """Input ``{design, name_0, ...}``; output ``{file_0: code, ...}`` (pure)."""
+def engineer_chain(params: MultiAgentParams, models: ModelFactory) -> Runnable:
+    """One engineer: input ``{design, filename}``; output the input with ``code`` (the file
+    after every round) and ``review`` (the last review, with rounds) (pure). Every form of
+    the team (this chain, the StateGraphs) runs this one."""
     parser = StrOutputParser()
     coder, reviewer = models.chat(params.code_tokens), models.chat(params.review_tokens)
     engineer: Runnable = RunnablePassthrough.assign(code=write_prompt | coder | parser)
     for _ in range(params.rounds):
         engineer = engineer | RunnablePassthrough.assign(review=review_prompt | reviewer | parser)
         engineer = engineer | RunnablePassthrough.assign(code=revise_prompt | coder | parser)
-    engineer = engineer | RunnablePick("code")
+    return engineer
+
+
+def build_team(params: MultiAgentParams, models: ModelFactory, names: list[str]) -> Runnable:
+    """Input ``{design, name_0, ...}``; output ``{file_0: code, ...}`` (pure)."""
+    engineer = engineer_chain(params, models) | RunnablePick("code")
     return RunnableParallel(
         {
             f"file_{i}": {"design": RunnablePick("design"), "filename": RunnablePick(f"name_{i}")}

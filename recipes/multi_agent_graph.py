@@ -14,7 +14,7 @@ import operator
 from typing import Annotated, Any, TypedDict
 
 from langchain_core.output_parsers import StrOutputParser
-from langchain_core.runnables import Runnable, RunnableConfig, RunnablePassthrough, RunnablePick
+from langchain_core.runnables import Runnable, RunnableConfig, RunnablePick
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Send
 
@@ -22,13 +22,11 @@ from eclectus.recipes.graphs import frame_details, prepare_graph
 from eclectus.recipes.multi_agent import (
     MultiAgentParams,
     architect_prompt,
+    engineer_chain,
     file_names,
     list_prompt,
     plan,
     requirements_of,
-    review_prompt,
-    revise_prompt,
-    write_prompt,
 )
 from eclectus.recipes.result import RecipeOutput
 from eclectus.recipes.target import ModelFactory
@@ -43,34 +41,43 @@ class TeamState(TypedDict, total=False):
 
 def build_engineer(params: MultiAgentParams, models: ModelFactory) -> Runnable:
     """Input ``{design, filename}``; output ``{"files": [{filename, code}]}`` (pure)."""
-    parser = StrOutputParser()
-    coder, reviewer = models.chat(params.code_tokens), models.chat(params.review_tokens)
-    engineer: Runnable = RunnablePassthrough.assign(code=write_prompt | coder | parser)
-    for _ in range(params.rounds):
-        engineer = engineer | RunnablePassthrough.assign(review=review_prompt | reviewer | parser)
-        engineer = engineer | RunnablePassthrough.assign(code=revise_prompt | coder | parser)
-    return engineer | RunnablePick(["filename", "code"]) | (lambda f: {"files": [f]})
+    tail = RunnablePick(["filename", "code"]) | (lambda f: {"files": [f]})
+    return engineer_chain(params, models) | tail
+
+
+def team_graph(
+    state: type,
+    params: MultiAgentParams,
+    models: ModelFactory,
+    listing: Runnable,
+    route: Any,
+    engineer: Runnable | dict[str, Runnable],
+) -> Any:
+    """architect (writes ``design``) -> file_list (``listing`` writes ``file_list``) ->
+    ``route`` (a conditional edge sending each file to "engineer") -> ``engineer``, compiled
+    by LangGraph; shared with multi-agent-json (pure)."""
+    design = architect_prompt | models.chat(params.design_tokens) | StrOutputParser()
+    builder = StateGraph(state)
+    builder.add_node("architect", {"design": design})
+    builder.add_node("file_list", {"file_list": listing})
+    builder.add_node("engineer", engineer)
+    builder.add_edge(START, "architect")
+    builder.add_edge("architect", "file_list")
+    builder.add_conditional_edges("file_list", route, ["engineer"])
+    builder.add_edge("engineer", END)
+    return builder.compile()
 
 
 def build_app(params: MultiAgentParams, models: ModelFactory) -> Any:
     """The StateGraph, compiled by LangGraph (pure)."""
-    parser = StrOutputParser()
 
     def assign_files(state: TeamState) -> list[Send]:
         names = file_names(state["file_list"], params.files)
         return [Send("engineer", {"design": state["design"], "filename": n}) for n in names]
 
-    builder = StateGraph(TeamState)
-    design = architect_prompt | models.chat(params.design_tokens) | parser
-    builder.add_node("architect", {"design": design})
-    listing = list_prompt | models.chat(params.list_tokens) | parser
-    builder.add_node("file_list", {"file_list": listing})
-    builder.add_node("engineer", build_engineer(params, models))
-    builder.add_edge(START, "architect")
-    builder.add_edge("architect", "file_list")
-    builder.add_conditional_edges("file_list", assign_files, ["engineer"])
-    builder.add_edge("engineer", END)
-    return builder.compile()
+    listing = list_prompt | models.chat(params.list_tokens) | StrOutputParser()
+    engineer = build_engineer(params, models)
+    return team_graph(TeamState, params, models, listing, assign_files, engineer)
 
 
 def run(

@@ -16,23 +16,19 @@ from __future__ import annotations
 import operator
 from typing import Annotated, Any, TypedDict
 
-from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate
-from langchain_core.runnables import Runnable, RunnableConfig, RunnablePassthrough, RunnablePick
-from langgraph.graph import END, START, StateGraph
+from langchain_core.runnables import RunnableConfig, RunnablePick
 
 from eclectus.adapters.langgraph.fanout import SendEach
 from eclectus.recipes.graphs import frame_details, prepare_graph
 from eclectus.recipes.multi_agent import (
     ARCHITECT,
     MultiAgentParams,
-    architect_prompt,
+    engineer_chain,
     plan,
     requirements_of,
-    review_prompt,
-    revise_prompt,
-    write_prompt,
 )
+from eclectus.recipes.multi_agent_graph import team_graph
 from eclectus.recipes.result import RecipeOutput
 from eclectus.recipes.target import ModelFactory
 
@@ -78,33 +74,14 @@ def list_budget(params: MultiAgentParams) -> int:
     return max(params.list_tokens, 16 + params.files * (NAME_CHARS + 4))
 
 
-def build_engineer(params: MultiAgentParams, models: ModelFactory) -> Runnable:
-    """Input ``{design, filename}``; output ``[code]``, the file after every round (pure)."""
-    parser = StrOutputParser()
-    coder, reviewer = models.chat(params.code_tokens), models.chat(params.review_tokens)
-    engineer: Runnable = RunnablePassthrough.assign(code=write_prompt | coder | parser)
-    for _ in range(params.rounds):
-        engineer = engineer | RunnablePassthrough.assign(review=review_prompt | reviewer | parser)
-        engineer = engineer | RunnablePassthrough.assign(code=revise_prompt | coder | parser)
-    return engineer | RunnablePick("code") | (lambda code: [code])
-
-
 def build_app(params: MultiAgentParams, models: ModelFactory) -> Any:
-    """The StateGraph, compiled by LangGraph (pure)."""
-    parser = StrOutputParser()
-    schema = files_schema(params.files)
-    builder = StateGraph(TeamState)
-    design = architect_prompt | models.chat(params.design_tokens) | parser
-    builder.add_node("architect", {"design": design})
-    listing = list_prompt | models.structured_chat(list_budget(params), schema)
-    builder.add_node("file_list", {"file_list": listing})
-    builder.add_node("engineer", {"files": build_engineer(params, models)})
-    fan_out = SendEach("engineer", "file_list", key="filename", path=["files"], keep=["design"])
-    builder.add_edge(START, "architect")
-    builder.add_edge("architect", "file_list")
-    builder.add_conditional_edges("file_list", fan_out, ["engineer"])
-    builder.add_edge("engineer", END)
-    return builder.compile()
+    """The StateGraph, compiled by LangGraph (pure): multi-agent-graph's, with the
+    constrained list and the fan-out the compiler maps on the server. Each engineer writes
+    ``[code]``, the file after every round."""
+    listing = list_prompt | models.structured_chat(list_budget(params), files_schema(params.files))
+    route = SendEach("engineer", "file_list", key="filename", path=["files"], keep=["design"])
+    engineer = engineer_chain(params, models) | RunnablePick("code") | (lambda code: [code])
+    return team_graph(TeamState, params, models, listing, route, {"files": engineer})
 
 
 def run(
