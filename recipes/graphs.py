@@ -1,5 +1,6 @@
-"""What the LangGraph recipes share: compiling their app for the target, and counting the
-client frames a compiled run sent (the round trips it cost)."""
+"""What the LangGraph recipes share: compiling their app for the target, counting the
+client frames a compiled run sent (the round trips it cost), and the JSON Schema of a list
+their planners write (the fan-out a compiled run maps on the server)."""
 
 from __future__ import annotations
 
@@ -25,3 +26,10 @@ def frame_details(runner: Any, num_calls: int) -> dict[str, Any]:
     if frames is not None:
         return {"client frames": frames}
     return {"client round trips": num_calls}
+
+
+def list_schema(title: str, key: str, count: int, item: dict[str, Any]) -> dict[str, Any]:
+    """A JSON object whose one key, ``key``, holds exactly ``count`` values of ``item``'s
+    schema: the fan-out's width is known before the reply (pure)."""
+    array = {"type": "array", "items": item, "minItems": count, "maxItems": count}
+    return {"title": title, "type": "object", "properties": {key: array}, "required": [key]}

@@ -20,7 +20,7 @@ from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import RunnableConfig, RunnablePick
 
 from eclectus.adapters.langgraph.fanout import SendEach
-from eclectus.recipes.graphs import frame_details, prepare_graph
+from eclectus.recipes.graphs import frame_details, list_schema, prepare_graph
 from eclectus.recipes.multi_agent import (
     ARCHITECT,
     MultiAgentParams,
@@ -57,14 +57,7 @@ def files_schema(files: int) -> dict[str, Any]:
     """The list's JSON Schema: exactly ``files`` names of 1 to NAME_CHARS path characters,
     so the team's size is known and the compact reply ends within :func:`list_budget`
     (pure)."""
-    item = {"type": "string", "pattern": NAME_PATTERN}
-    array = {"type": "array", "items": item, "minItems": files, "maxItems": files}
-    return {
-        "title": "files",
-        "type": "object",
-        "properties": {"files": array},
-        "required": ["files"],
-    }
+    return list_schema("files", "files", files, {"type": "string", "pattern": NAME_PATTERN})
 
 
 def list_budget(params: MultiAgentParams) -> int:

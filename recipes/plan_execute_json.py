@@ -21,7 +21,7 @@ from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import RunnableConfig
 
 from eclectus.adapters.langgraph.fanout import SendEach
-from eclectus.recipes.graphs import prepare_graph
+from eclectus.recipes.graphs import list_schema, prepare_graph
 from eclectus.recipes.plan_execute import plan_graph, run_plan_graph
 from eclectus.recipes.result import RecipeOutput
 from eclectus.recipes.target import ModelFactory
@@ -72,14 +72,7 @@ def plan_schema(steps: int, step_chars: int) -> dict[str, Any]:
     """The plan's JSON Schema: exactly ``steps`` strings of at most ``step_chars``
     characters, so the fan-out's width is known and the reply always ends within
     :func:`plan_budget` (``ChatOpenAI`` refuses a structured reply that hit max_tokens) (pure)."""
-    item = {"type": "string", "maxLength": step_chars}
-    array = {"type": "array", "items": item, "minItems": steps, "maxItems": steps}
-    return {
-        "title": "plan",
-        "type": "object",
-        "properties": {"steps": array},
-        "required": ["steps"],
-    }
+    return list_schema("plan", "steps", steps, {"type": "string", "maxLength": step_chars})
 
 
 def plan_budget(params: PlanExecuteJsonParams) -> int:
