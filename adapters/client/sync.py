@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from eclectus.adapters.client.connect import DEFAULT_TIMEOUT, open_session
 from eclectus.adapters.client.functions import Piece, SamplingLike, SemanticFunction
+from eclectus.adapters.client.map_steps import MapSteps
 from eclectus.adapters.client.session import Session
 from eclectus.adapters.client.variables import SemanticVariable
 from eclectus.protocol import Criteria, Limits, ModelCard
@@ -124,6 +125,53 @@ class SyncSession:
     def repr_list(self, items: Iterable[str | SemanticVariable]) -> SemanticVariable:
         """See Session.repr_list (mutates the pending fragment)."""
         return self._session.repr_list(items)
+
+    def new_variable(self, name: str | None = None) -> SemanticVariable:
+        """See Session.new_variable: a variable never declared, e.g. a map's element (mutates
+        only the id counter)."""
+        return self._session.new_variable(name)
+
+    def map(
+        self,
+        items: SemanticVariable,
+        element: SemanticVariable,
+        pieces: Sequence[Piece] | MapSteps,
+        *,
+        items_path: Sequence[str] = (),
+        model: str | None = None,
+    ) -> SemanticVariable:
+        """See Session.map (mutates the pending fragment)."""
+        return self._session.map(items, element, pieces, items_path=items_path, model=model)
+
+    def map_steps(self, element: SemanticVariable) -> MapSteps:
+        """See Session.map_steps (pure)."""
+        return self._session.map_steps(element)
+
+    def map_pipeline(
+        self,
+        items: SemanticVariable,
+        steps: MapSteps,
+        *,
+        items_path: Sequence[str] = (),
+        step_outputs: bool = False,
+    ) -> tuple[SemanticVariable, list[SemanticVariable]]:
+        """See Session.map_pipeline (mutates the pending fragment)."""
+        return self._session.map_pipeline(
+            items, steps, items_path=items_path, step_outputs=step_outputs
+        )
+
+    def switch(
+        self,
+        on: SemanticVariable,
+        cases: Mapping[str, Iterable[SemanticVariable]],
+        path: Sequence[str] = (),
+    ) -> str:
+        """See Session.switch (mutates the pending fragment)."""
+        return self._session.switch(on, cases, path)
+
+    def retract(self, outputs: Iterable[SemanticVariable], switch_ids: Iterable[str] = ()) -> int:
+        """See Session.retract (mutates the pending fragment)."""
+        return self._session.retract(outputs, switch_ids)
 
     # -- asking: blocking ----------------------------------------------------------------
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import pytest
 from client_live import LiveServer, serve_live
@@ -259,6 +260,33 @@ async def test_a_map_of_steps_equals_the_same_calls_made_plainly(
         values = await app.aget_many(plain)
     assert drafts == values[0::3] and notes == values[1::3] and finals == values[2::3]
     assert drafts[0] != drafts[1]  # each element bound its own text
+
+
+def test_a_sync_session_maps_steps_too(live_server: LiveServer) -> None:
+    """connect_sync declares the same maps, pipelines included, as the async Session: the
+    same texts as the async map of the same steps."""
+    files = ["a festival", "parser.py"]
+
+    def declare(app: Any) -> tuple[Any, Any]:
+        items = app.variable(json.dumps(files))
+        element = app.new_variable(name="element")
+        steps = app.map_steps(element)
+        code = steps.call(["Write about ", element, ":\n", Gen(max_tokens=6)])
+        steps.call(["Review ", element, ":\n", code, "\nNotes:", Gen(max_tokens=4)])
+        single = app.map(items, element, ["Name ", element, ":", Gen(max_tokens=3)])
+        return app.map_pipeline(items, steps, step_outputs=True), single
+
+    with connect_sync(live_server.url, token=live_server.token) as app:
+        (mapped, (codes,)), single = declare(app)
+        synced = app.get_many([mapped, codes, single])
+
+    async def asynced() -> list[str]:
+        async with connect(live_server.url, token=live_server.token) as app:
+            (mapped, (codes,)), single = declare(app)
+            return await app.aget_many([mapped, codes, single])
+
+    assert synced == asyncio.run(asynced())
+    assert len(json.loads(synced[0])) == len(json.loads(synced[2])) == 2
 
 
 async def test_switch_runs_the_taken_branch_and_retract_takes_back(
