@@ -339,9 +339,12 @@ CONSTRAINTS: dict[str, dict[str, Any]] = {
 }
 
 
-def constrained_frame(kinds: list[str], compact: bool = False) -> dict[str, Any]:
+def constrained_frame(
+    kinds: list[str], compact: bool = False, ignore_eos: bool = False
+) -> dict[str, Any]:
     """One call per constraint kind, each output constrained and got; ``compact``: no
-    whitespace between JSON tokens (``disable_any_whitespace``)."""
+    whitespace between JSON tokens (``disable_any_whitespace``); ``ignore_eos`` asks for
+    it on every call (a constrained reply still ends where its grammar does)."""
     frame: dict[str, Any] = {"type": "submit", "vars": [], "calls": [], "gets": []}
     for kind in kinds:
         constraint = dict(CONSTRAINTS[kind])
@@ -352,7 +355,13 @@ def constrained_frame(kinds: list[str], compact: bool = False) -> dict[str, Any]
                 "id": f"c_{kind}",
                 "template": f"Reply in {kind} form.\nReply:{{{{{kind}}}}}",
                 "bind": {kind: kind},
-                "sampling": {kind: {"max_tokens": 48, "structured_outputs": constraint}},
+                "sampling": {
+                    kind: {
+                        "max_tokens": 48,
+                        "structured_outputs": constraint,
+                        **({"ignore_eos": True} if ignore_eos else {}),
+                    }
+                },
             }
         )
         frame["gets"].append({"var": kind})

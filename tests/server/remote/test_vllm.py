@@ -136,3 +136,19 @@ async def test_constraints_and_tools_through_vllm(vllm_url: str) -> None:
         (call,) = reply.json()["choices"][0]["message"]["tool_calls"]
         assert call["function"]["name"] == "get_weather"
         assert isinstance(json.loads(call["function"]["arguments"])["city"], str)
+
+
+async def test_a_constrained_reply_ends_with_its_grammar_even_with_ignore_eos(
+    vllm_url: str,
+) -> None:
+    """ignore_eos on a constrained call: vLLM would generate past the closed value up to
+    max_tokens; Eclectus does not send it there (docs/engines.md), so the reply is the valid
+    value, ended by the grammar ("stop"), as on the built-in engine."""
+    backend = remote_backend([vllm_url])
+    async with await start_server(ServerConfig(port=0), backend, owns_backend=True) as server:
+        kinds = ["json", "regex", "choice"]
+        got = await run_graph(server, constrained_frame(kinds, ignore_eos=True), len(kinds))
+        for kind in kinds:
+            assert got[kind]["type"] == "value", got[kind]
+            assert got[kind]["finish_reason"] == "stop", got[kind]
+            assert_valid(kind, got[kind]["text"])
