@@ -324,8 +324,9 @@ class OpenAIApi:
         """Serve ``prompts`` (text, or token ids) as one-call graphs; a chat's
         ``constraint`` (tools, response format) constrains the sampling and shapes the reply.
         ``with_ids``: every choice and stream chunk lists its generated token ids
-        (``token_ids``), and a chat's response, or its first chunk, its prompt's
-        (``prompt_token_ids``), as vLLM's ``return_token_ids`` does."""
+        (``token_ids``), and its prompt's (``prompt_token_ids``) as vLLM's
+        ``return_token_ids`` does: a chat on its response (or its first chunk), a completion
+        on each choice (or the first chunk's)."""
         self._check_model(body.model)
         constraint = constraint or ChatConstraint()
         sampling = to_sampling(body, None if chat else COMPLETIONS_DEFAULT_MAX_TOKENS)
@@ -334,8 +335,10 @@ class OpenAIApi:
         tokens = [await self._tokenize(prompt) for prompt in prompts]
         if self.closed:  # the server closed while the prompts were tokenized
             raise ApiError(503, SHUTTING_DOWN)
-        # a chat's prompt ids, as the engine is given them: the rendered prompt's, one segment
-        prompt_ids = list(tokens[0].token_ids) if chat and with_ids else None
+        # each prompt's ids, as the engine is given them (a chat's: the rendered prompt's);
+        # asked for, as vLLM's (a token-id prompt's generated ids come back unasked)
+        asked = with_ids and body.return_token_ids
+        prompt_ids = [list(t.token_ids) for t in tokens] if asked else None
         base = f"{'chatcmpl' if chat else 'cmpl'}-{secrets.token_hex(8)}"
         job = self._submit(
             base,
@@ -357,7 +360,7 @@ class OpenAIApi:
                 body.include_usage,
                 constraint,
                 with_ids=with_ids,
-                prompt_ids=prompt_ids,
+                prompt_ids=prompt_ids[0] if prompt_ids else None,
             )
             return self._count(request, StreamingResponse(stream, media_type="text/event-stream"))
         try:
@@ -374,7 +377,11 @@ class OpenAIApi:
             for choice, ids in zip(response["choices"], job.token_ids, strict=True):
                 choice["token_ids"] = ids
         if prompt_ids is not None:
-            response["prompt_token_ids"] = prompt_ids
+            if chat:
+                response["prompt_token_ids"] = prompt_ids[0]
+            else:
+                for choice, ids in zip(response["choices"], prompt_ids, strict=True):
+                    choice["prompt_token_ids"] = ids
         return self._count(request, JSONResponse(response))
 
     async def _tokenize(self, prompt: Prompt) -> TokenizedPrompt:
@@ -460,16 +467,23 @@ class OpenAIApi:
         prompt_ids: list[int] | None = None,
     ) -> AsyncIterator[bytes]:
         """The SSE events of a one-prompt request; ``with_ids``: each chunk lists its new
-        token ids, and a chat's first chunk ``prompt_ids``. A disconnect cancels this
-        generator (Starlette), and its ``finally`` aborts the request."""
+        token ids, and the first chunk ``prompt_ids`` (a chat's at the top, a completion's
+        in its choice, as vLLM's). A disconnect cancels this generator (Starlette), and its
+        ``finally`` aborts the request."""
         created = int(time.time())
         kind = "chat.completion.chunk" if chat else "text_completion"
         deltas = ChatDeltas(constraint)  # content, and a tool_calls delta per complete call
 
+        unsent_prompt_ids = None if chat else prompt_ids  # a completion's first chunk's
+
         def event(delta: Any, finish: str | None = None, ids: Sequence[int] = ()) -> bytes:
+            nonlocal unsent_prompt_ids
             chunk = sse_chunk(base, kind, name, created, delta, finish)
             if with_ids:
                 chunk["choices"][0]["token_ids"] = list(ids)
+            if unsent_prompt_ids is not None:
+                chunk["choices"][0]["prompt_token_ids"] = unsent_prompt_ids
+                unsent_prompt_ids = None
             return sse(chunk)
 
         try:

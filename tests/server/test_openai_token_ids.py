@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
@@ -150,6 +151,46 @@ async def test_streamed_token_ids_concatenate_to_the_answer(make_server: ServerF
         ids = [i for c in chunks for i in c["choices"][0]["token_ids"]]
         assert ids == list(text.encode()) and len(ids) == 6
         assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_completions_return_each_prompts_ids_on_its_choice(
+    make_server: ServerFactory, stream: bool
+) -> None:
+    """return_token_ids on /v1/completions, as vLLM answers it: each choice carries its
+    prompt's ids (``prompt_token_ids``; streamed, the first chunk's choice only), a
+    token-id prompt its own ids; without it, no choice has them (a token-id prompt's
+    generated ids still come back: Eclectus's remote engines continue from them)."""
+    server = await make_server(ScriptedEngine())
+    for text in [["ab", "xyz"]] if not stream else []:  # text prompts too
+        async with httpx.AsyncClient(timeout=10, headers={"Authorization": "Bearer x"}) as http:
+            reply = await http.post(
+                f"{server.openai_url}/completions",
+                json={"prompt": text, "max_tokens": 2, "return_token_ids": True},
+            )
+        got = [c["prompt_token_ids"] for c in reply.json()["choices"]]
+        assert got == [list(t.encode()) for t in text]
+    prompts: list[Any] = [[3, 4]] if stream else [[3, 4], [5], [6, 7, 8]]
+    expected = prompts
+    body = {"prompt": prompts[0] if stream else prompts, "max_tokens": 3, "stream": stream}
+    async with httpx.AsyncClient(timeout=10, headers={"Authorization": "Bearer x"}) as http:
+        for with_ids in (False, True):
+            async with http.stream(
+                "POST",
+                f"{server.openai_url}/completions",
+                json={**body, "return_token_ids": with_ids},
+            ) as response:
+                assert response.status_code == 200
+                if stream:
+                    lines = [line async for line in response.aiter_lines()]
+                    replies = [json.loads(x[6:]) for x in lines if x.startswith("data: {")]
+                else:
+                    replies = [json.loads(await response.aread())]
+            choices = [c for r in replies for c in r["choices"]]
+            found = [c["prompt_token_ids"] for c in choices if "prompt_token_ids" in c]
+            assert found == (expected if with_ids else [])
+            if with_ids and stream:
+                assert "prompt_token_ids" in replies[0]["choices"][0]
 
 
 async def _chat(server: EclectusServer, body: dict) -> list[dict]:
