@@ -101,11 +101,15 @@ class PendingFragment:
 
     def retract(self, node_ids: set[str], var_ids: set[str]) -> int:
         """Removes pending calls, ops, maps and switches whose id is in ``node_ids``, and
-        variable declarations in ``var_ids`` (mutates). Returns how many nodes were still
-        pending (the rest were shipped already: on the server they stay idle)."""
+        variable declarations in ``var_ids`` or output by a removed op or map (a map's
+        step outputs too) (mutates). Returns how many nodes were still pending (the rest
+        were shipped already: on the server they stay idle)."""
         with self._lock:
             c = self._current
             before = len(c.calls) + len(c.ops) + len(c.maps) + len(c.switches)
+            removed = [x for x in (*c.ops, *c.maps) if x.id in node_ids]
+            var_ids = var_ids | {x.output for x in removed}
+            var_ids |= {v for x in removed if isinstance(x, MapSpec) for v in x.step_outputs}
             c.calls = [x for x in c.calls if x.id not in node_ids]
             c.ops = [x for x in c.ops if x.id not in node_ids]
             c.maps = [x for x in c.maps if x.id not in node_ids]

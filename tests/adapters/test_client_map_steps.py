@@ -164,3 +164,19 @@ def test_any_pipeline_is_a_valid_map_spec(num_steps: int, outputs: bool) -> None
     assert len(spec.then) == num_steps - 1 and spec.output == mapped.id
     assert spec.step_outputs == ([v.id for v in earlier] if outputs else [])
     assert len(earlier) == (num_steps - 1 if outputs else 0)
+
+
+def test_retracting_a_map_takes_back_its_step_outputs_too() -> None:
+    """retract([mapped]) removes the map and every variable it would output (its step
+    outputs included), so nothing of the given-up fan-out ships."""
+    app = Offline()
+    items = app.variable('["a.py"]')
+    element = app.new_variable(name="element")
+    steps = app.map_steps(element)
+    code = steps.call(["Write ", element, Gen(max_tokens=6)])
+    steps.call(["Review ", code, Gen(max_tokens=4)])
+    before = app.num_pending
+    mapped, step_vars = app.map_pipeline(items, steps, step_outputs=True)
+    assert app.num_pending == before + 1 + 1 + len(step_vars)  # the map, its output, steps
+    assert app.retract([mapped]) == 1
+    assert app.num_pending == before
