@@ -46,7 +46,8 @@ async def test_issue_example_end_to_end(live_server: LiveServer) -> None:
         s1, s2 = one(summarize(doc="the first text")), one(summarize(doc="the second text"))
         final = one(combine(a=s1, b=s2))
         graph_value = await final.aget(criteria="latency")
-        assert live_server.client_frames - before == 2  # hello and ONE submit
+        assert app.num_frames_sent == 1  # ONE submit after the hello (this session's own
+        # count: the server-wide one may still see a close from an earlier test's session)
     assert final.finish_reason in ("stop", "length") and final.usage is not None
     assert final.usage.completion_tokens >= 1
     async with connect(live_server.url, token=live_server.token) as app:
@@ -232,7 +233,6 @@ async def test_a_map_of_steps_equals_the_same_calls_made_plainly(
     """A 3-step map (draft, review, revise) over 2 elements in ONE submit: its result and
     step outputs equal the same calls declared one by one as plain calls (greedy)."""
     files = ["a festival", "parser.py"]
-    before = live_server.client_frames
     async with connect(live_server.url, token=live_server.token) as app:
         items = app.variable(json.dumps({"files": files}))
         design = app.variable("Design: a tiny calculator.\n")
