@@ -45,6 +45,14 @@ from eclectus.adapters.langchain.compiler.graph import GraphTrace
 from eclectus.adapters.langchain.compiler.symbols import SymParsed, collect_refs, rebuild
 from eclectus.adapters.langchain.pieces import Piece, Ref
 from eclectus.adapters.langgraph.fanout import MapRecord, map_vars
+from eclectus.adapters.langgraph.model_routes import (
+    field_literals,
+    field_value,
+    known_model,
+    literal_of,
+    routed_field,
+    split_model,
+)
 from eclectus.protocol import MAX_SWITCH_CASES, MAX_SWITCH_DEPTH, SamplingParams
 from eclectus.protocol.schema_enum import NotPinned, pinned_literals
 
@@ -120,9 +128,15 @@ class _KnownState(Mapping[str, Any]):
 
     def __getitem__(self, key: str) -> Any:
         value = self._state[key]
-        route = _route_key(value)
+        field = _routed(value)
+        route = _route_key(field)
         if route is not None and route in self._known:
-            return self._known[route]
+            literal = self._known[route]
+            if field is not value:  # a whole Pydantic model: only the routed field known
+                return known_model(field, literal)
+            if isinstance(field, SymParsed) and type(field.parser) is not JsonOutputParser:
+                return field_value(field, literal)  # a model's field: maybe an Enum member
+            return literal
         if collect_refs(value, []):
             raise _Unknown(key)
         return value
@@ -145,7 +159,11 @@ def switch_point(
     routers; no chain callbacks fire for it)."""
     func = getattr(branch.path, "func", None)
     choice = next(
-        ((k, v, lits) for k, v in state.items() if (lits := _literals(run, v)) is not None),
+        (
+            (k, v, lits)
+            for k, v in state.items()
+            if (lits := _literals(run, _routed(v))) is not None
+        ),
         None,
     )
     if func is None or getattr(branch.path, "func_accepts", None):
@@ -155,7 +173,8 @@ def switch_point(
     known = run.known
     if choice is None:
         return None  # a router over anything else: the cut, as ever
-    key, value, literals = choice
+    key, whole, literals = choice
+    value = _routed(whole)
     route_key = _route_key(value)
     assert route_key is not None
     if route_key in known:  # decided by an enclosing fork (a branch cannot cut)
@@ -193,10 +212,13 @@ def split_fields(output: SymParsed, channels: Mapping[str, Any]) -> dict[str, Sy
     required, and no other key that names a state channel possible. The engine compiles a
     schema in xgrammar's strict mode (no property outside ``properties`` unless
     ``additionalProperties`` allows it), so only a schema allowing more keys, while some
-    channel lies outside the properties, is refused. None otherwise (the whole value is
-    then resolved, as before). Pure."""
+    channel lies outside the properties, is refused. A Pydantic model's fields are split
+    as LangGraph writes them (:func:`~.model_routes.split_model`). None otherwise (the
+    whole value is then resolved, as before). Pure."""
     schema = output.schema
-    if type(output.parser) is not JsonOutputParser or output.path or not isinstance(schema, dict):
+    if type(output.parser) is not JsonOutputParser:
+        return split_model(output, channels)  # a Pydantic router's model (model_routes)
+    if output.path or not isinstance(schema, dict):
         return None
     properties = schema.get("properties")
     if schema.get("type") != "object" or not isinstance(properties, dict) or not properties:
@@ -216,12 +238,18 @@ def _literals(run: GraphRun, value: Any) -> tuple[str, ...] | None:
         return run.ctx.choices.get(value.var.id)
     if isinstance(value, SymParsed) and value.path and value.schema is not None:
         if type(value.parser) is not JsonOutputParser:
-            return None
+            return field_literals(value)  # a Pydantic model's field, when provably exact
         try:
             return pinned_literals(value.schema, value.path)
         except NotPinned:
             return None
     return None
+
+
+def _routed(value: Any) -> Any:
+    """What a state value routes on: a whole Pydantic model's routed field, else the
+    value itself (pure)."""
+    return routed_field(value) or value
 
 
 def _route_key(value: Any) -> RouteKey | None:
@@ -400,7 +428,7 @@ async def settle(ctx: Lowering, run: GraphRun, output: Chosen) -> Any:
         if value is None:  # the router failed: raise its error as the run would
             await ctx.fetch([node.route.var])
         if node.parsed is not None:  # the field, parsed as eagerly (its error if no JSON)
-            value = rebuild(node.parsed, {id(node.parsed.ref): value})
+            value = literal_of(rebuild(node.parsed, {id(node.parsed.ref): value}))
         if value not in node.cases:
             raise ValueError(f"the router's reply {value!r} is none of its literals")
         branch = node.cases[value]

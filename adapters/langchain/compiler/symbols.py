@@ -18,6 +18,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, ChatMessage
 from langchain_core.messages.ai import InputTokenDetails, UsageMetadata
 from langchain_core.prompt_values import ChatPromptValue, StringPromptValue
+from pydantic import BaseModel
 
 from eclectus.adapters.langchain.pieces import Piece, Ref, Spread, Symbolic, SymMessage, Value
 from eclectus.adapters.langchain.prompts import PromptMessage
@@ -84,8 +85,8 @@ def rebuild(value: Any, texts: Mapping[int, str]) -> Any:
             parsed = value.parser.invoke(ai_message(value.message, text))
         else:
             parsed = value.parser.invoke(text)
-        for key in value.path:  # a field of a dict output, as the eager state holds it
-            parsed = parsed[key]
+        for key in value.path:  # a field of a dict (or model) output, as the state holds it
+            parsed = getattr(parsed, key) if isinstance(parsed, BaseModel) else parsed[key]
         return parsed
     if isinstance(value, dict):
         return {key: rebuild(item, texts) for key, item in value.items()}

@@ -271,17 +271,56 @@ def structured_supervisor(
     return _supervised(model, pick, routes), {"task": task}
 
 
-def _supervised(model: ChatEclectus, supervisor: Any, routes: tuple[str, ...]) -> Any:
-    """The graph both supervisors share: ``supervisor`` sets ``next``; ``routes[0]`` goes to
-    the researcher, ``routes[1]`` to the writer (each then reviewed), ``routes[2]`` ends."""
-    builder = StateGraph(RoutedTask)
+class ModelRoutedTask(TypedDict, total=False):
+    task: str
+    route: BaseModel
+    answer: str
+    review: str
+
+
+def route_model(routes: tuple[str, ...] = PICKS, **fields: Any) -> type[BaseModel]:
+    """``class Route(BaseModel): next: Literal[*routes]``, with ``fields`` besides."""
+    return create_model(  # type: ignore[call-overload,no-any-return]
+        "Route", __doc__="Who acts next.", next=(Literal[routes], ...), **fields
+    )
+
+
+def model_supervisor(
+    model: ChatEclectus,
+    routes: tuple[str, ...] = PICKS,
+    task: str = "a bridge",
+    route_cls: type[BaseModel] | None = None,
+    edge: Any = None,
+) -> tuple[Any, dict[str, Any]]:
+    """The supervisor with a Pydantic router whose model the node writes whole to ``route``
+    (``{"route": prompt | model.with_structured_output(Route)}``); the conditional edge
+    reads ``s["route"].next`` (or runs ``edge``)."""
+    router_model = model.model_copy(update={"max_tokens": 24})
+    pick = PromptTemplate.from_template("Task: {task}\nWho acts next?") | (
+        router_model.with_structured_output(route_cls or route_model(routes))
+    )
+    edge = edge or (lambda s: s["route"].next)
+    return _supervised(model, {"route": pick}, routes, ModelRoutedTask, edge), {"task": task}
+
+
+def _supervised(
+    model: ChatEclectus,
+    supervisor: Any,
+    routes: tuple[str, ...],
+    state: type = RoutedTask,
+    edge: Any = None,
+) -> Any:
+    """The graph the supervisors share: ``supervisor`` sets ``next`` (or what ``edge``
+    reads); ``routes[0]`` goes to the researcher, ``routes[1]`` to the writer (each then
+    reviewed), ``routes[2]`` ends."""
+    builder = StateGraph(state)
     builder.add_node("supervisor", supervisor)
     builder.add_node("researcher", {"answer": text(model, "Research {task}:")})
     builder.add_node("writer", {"answer": text(model, "Write about {task}:")})
     builder.add_node("review", {"review": text(model, "Review: {answer}\nVerdict:")})
     builder.add_edge(START, "supervisor")
     ends = {routes[0]: "researcher", routes[1]: "writer", routes[2]: END}
-    builder.add_conditional_edges("supervisor", lambda s: s["next"], ends)
+    builder.add_conditional_edges("supervisor", edge or (lambda s: s["next"]), ends)
     builder.add_edge("researcher", "review")
     builder.add_edge("writer", "review")
     builder.add_edge("review", END)

@@ -3,15 +3,13 @@
 ``Literal``), its dict merged into the state, and a conditional edge reading ``next``,
 compiles to a protocol switch on the JSON field (``SwitchSpec.path``). Compiled == eager
 (tiny model, greedy), one client frame per run instead of two, the branches not taken never
-reach the engine; a router the compiler cannot prove falls back to the client cut, exactly."""
+reach the engine; a router the compiler cannot prove falls back to the client cut, exactly
+(a Pydantic router: test_langgraph_model_routing.py)."""
 
 from __future__ import annotations
 
-from typing import Literal
-
 import lg_graphs
 import pytest
-from pydantic import BaseModel
 from test_langgraph_routing import ORDERS, TASKS, assert_routed_on_server
 
 from eclectus.adapters.langchain import ChatEclectus
@@ -52,19 +50,6 @@ async def test_ainvoke_and_abatch_route_on_the_field(chat: ChatEclectus) -> None
     assert compiled.last_frames == 1
     inputs = [{"task": t} for t in TASKS]
     assert await compiled.abatch(inputs) == await app.abatch(inputs)
-
-
-class PydanticRouter(BaseModel):
-    next: Literal["research", "write", "FINISH"]
-
-
-def test_a_pydantic_router_stays_a_cut_and_equals_eager(chat: ChatEclectus) -> None:
-    """A Pydantic router's reply parses to a model (LangGraph writes its fields): not split
-    ahead of time, it is resolved on the client as before (two frames), still exact."""
-    app, value = lg_graphs.structured_supervisor(chat, router_schema=PydanticRouter)
-    compiled = compile(app)
-    assert compiled.invoke(value) == app.invoke(value)
-    assert compiled.last_frames == 2
 
 
 def test_a_router_schema_allowing_more_keys_stays_a_cut(chat: ChatEclectus) -> None:
