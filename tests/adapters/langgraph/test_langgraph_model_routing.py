@@ -161,7 +161,8 @@ FALLBACKS: dict[str, type[BaseModel]] = {
 @pytest.mark.parametrize("whole", [False, True])
 def test_a_model_not_provably_exact_stays_a_cut(chat: ChatEclectus, why: str, whole: bool) -> None:
     """A validator may change the field after the JSON; a default lets the reply leave it
-    out; a ``str`` is no literal (even if its schema is an enum): the client cut, two frames, equal to eager."""
+    out; a ``str`` is no literal (even if its schema is an enum): the client cut, two
+    frames, equal to eager."""
     cls = FALLBACKS[why]
     if whole:
         app, value = lg_graphs.model_supervisor(chat, route_cls=cls)
