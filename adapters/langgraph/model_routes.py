@@ -10,7 +10,8 @@ nothing between them can change it. This module admits a model only when that is
 - no field has an alias (the JSON key would differ from the attribute) and the model does
   not allow extra keys;
 - the routed field is required, annotated ``Literal`` of strings or a ``str``-valued
-  ``Enum`` (no ``Annotated`` metadata), and the reply's schema pins the same literals.
+  ``Enum`` (no ``Annotated`` metadata), and the reply's schema pins the same literals;
+- no setting that changes or refuses a string (``strict``, ``str_to_lower``...).
 
 Two shapes are switched. A node returning the model (``add_node("router", router)``):
 LangGraph writes each field that names a state key (``get_update_as_tuples``), so
@@ -35,6 +36,15 @@ from pydantic import BaseModel
 from eclectus.adapters.langchain.compiler.symbols import SymParsed
 from eclectus.protocol.schema_enum import NotPinned, pinned_literals
 
+# settings under which validating the reply's JSON may change a string or refuse it
+_CHANGING_CONFIG = (
+    "alias_generator",
+    "strict",
+    "str_to_lower",
+    "str_to_upper",
+    "str_strip_whitespace",
+)
+
 
 class UnknownField(Exception):
     """A routing function read a part of a model the client does not know yet."""
@@ -53,7 +63,8 @@ def exact_model(value: Any) -> type[BaseModel] | None:
         return None
     if found.model_validators or cls.__pydantic_post_init__ is not None:
         return None
-    if cls.model_config.get("extra") == "allow" or cls.model_config.get("alias_generator"):
+    config = cls.model_config
+    if config.get("extra") == "allow" or any(config.get(k) for k in _CHANGING_CONFIG):
         return None
     fields = cls.model_fields.values()
     if any(f.alias or f.validation_alias for f in fields):
@@ -109,8 +120,11 @@ def routed_field(value: Any) -> SymParsed | None:
 def field_value(value: SymParsed, literal: str) -> Any:
     """The field's eager value when the reply holds ``literal``: the string for a
     ``Literal``, the member for an ``Enum`` (pure)."""
-    annotation = value.parser.pydantic_object.model_fields[value.path[0]].annotation
-    return annotation(literal) if _is_str_enum(annotation) else literal
+    cls = value.parser.pydantic_object
+    annotation = cls.model_fields[value.path[0]].annotation
+    if _is_str_enum(annotation) and not cls.model_config.get("use_enum_values"):
+        return annotation(literal)
+    return literal
 
 
 def known_model(field: SymParsed, literal: str) -> BaseModel:
