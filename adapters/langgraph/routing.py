@@ -7,7 +7,8 @@ a node ``prompt | model.with_structured_output(Router)`` whose dict output is me
 the state, ``Router`` a TypedDict with ``next: Literal[...]`` — is one too: its reply is
 constrained to a JSON Schema pinning ``next`` to an ``enum``, so :func:`split_fields` keeps
 each field symbolic under its state key and the switch routes on that field (a SwitchSpec
-``path``). The edge function is Python,
+``path``); so is a Pydantic ``Router`` whose parse provably keeps the field (model_routes).
+The edge function is Python,
 but it is deterministic and sees only N possible values, so the client evaluates it ahead
 of time for each literal (:func:`switch_point`), on a state where every key it does not
 know yet raises. When each literal leads to known node names (or the end), the run *forks*:

@@ -37,8 +37,8 @@ class SymParsed(Symbolic):
     """A JSON output parser's result over a constrained reply (``with_structured_output``):
     the reply is valid JSON by construction; ``schema`` is its constraint's JSON Schema
     (None: any JSON object); ``parser`` turns the reply into the eager value. ``path``:
-    object keys into that value (one field of the parsed dict, as a node's output is split
-    into state keys); empty for the whole value."""
+    object keys into that value (one field of the parsed dict or model, as a node's output
+    is split into state keys); empty for the whole value."""
 
     message: SymMessage | Ref  # a chat model's reply, or a completion model's text
     parser: Any
