@@ -230,6 +230,7 @@ class EclectusProcess(ServerProcess):
             "--max-frame-bytes",
             str(MAX_FRAME_BYTES),
             *self.budget.serve_args(),
+            "--compact-json",  # JSON as the eval's vLLM writes it (VllmProcess.compact_json)
             *self.serve_flags,
         ]
         return cmd + (["--trace-file", str(self.trace_path)] if self.trace_path else [])

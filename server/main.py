@@ -394,6 +394,13 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         help="structured outputs: close the structure within max_tokens (off: to measure it)",
     )
     engine.add_argument(
+        "--compact-json",
+        action=argparse.BooleanOptionalAction,
+        default=defaults.compact_json,
+        help="structured outputs: no free whitespace between JSON tokens, for every request "
+        "(vLLM's --structured-outputs-config disable_any_whitespace)",
+    )
+    engine.add_argument(
         "--num-threads",
         type=positive_int,
         default=defaults.num_threads,

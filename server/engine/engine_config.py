@@ -41,6 +41,10 @@ class EngineConfig:
     jump_forward: bool = True
     # structured outputs: close the structure within max_tokens (off: for measuring it)
     budget_guarantee: bool = True
+    # structured outputs: no free whitespace between JSON tokens (xgrammar's separators
+    # only), for every request (vLLM's --structured-outputs-config disable_any_whitespace);
+    # off, a request may still ask for it
+    compact_json: bool = False
     num_threads: int | None = None  # torch threads on CPU; None: all cores but one
     seed: int = 0  # the generator of unseeded sampled requests
 

@@ -224,7 +224,9 @@ class LLMEngine:
                 from eclectus.server.engine.structured import GrammarBackend
 
                 vocab_size = self.model_config.vocab_size
-                self._grammar_backend = GrammarBackend(self.tokenizer, vocab_size)
+                self._grammar_backend = GrammarBackend(
+                    self.tokenizer, vocab_size, self.config.compact_json
+                )
             return self._grammar_backend
 
     @property

@@ -106,8 +106,9 @@ class GrammarBackend:
     cache, under a lock: the async engine compiles on worker threads while the step thread
     reads cached grammars."""
 
-    def __init__(self, tokenizer: Tokenizer, vocab_size: int) -> None:
+    def __init__(self, tokenizer: Tokenizer, vocab_size: int, compact_json: bool = False) -> None:
         self.vocab_size = vocab_size
+        self.compact_json = compact_json  # every JSON constraint without whitespace
         self.info = _tokenizer_info(tokenizer, vocab_size)
         self.compiler = xgr.GrammarCompiler(self.info, max_threads=1)
         self._cache: OrderedDict[tuple[str, str, bool], xgr.CompiledGrammar] = OrderedDict()
@@ -122,7 +123,7 @@ class GrammarBackend:
     def compile(self, constraint: StructuredOutputs) -> xgr.CompiledGrammar:
         """The compiled grammar of ``constraint``, from the cache when seen before (mutates
         the cache). Raises GrammarError naming what xgrammar refused."""
-        key = (*constraint.key, constraint.disable_any_whitespace)
+        key = (*constraint.key, self._compact(constraint))
         with self._lock:
             compiled = self._cache.get(key)
             if compiled is not None:
@@ -139,8 +140,12 @@ class GrammarBackend:
                 self._cache.popitem(last=False)
         return compiled
 
+    def _compact(self, constraint: StructuredOutputs) -> bool:
+        """Whether ``constraint``'s JSON gets no whitespace between tokens (pure)."""
+        return constraint.disable_any_whitespace or self.compact_json
+
     def _compile(self, constraint: StructuredOutputs) -> xgr.CompiledGrammar:
-        kind, whitespace = constraint.kind, not constraint.disable_any_whitespace
+        kind, whitespace = constraint.kind, not self._compact(constraint)
         if kind in ("json", "json_object"):
             schema = constraint.json_schema if kind == "json" else '{"type": "object"}'
             grammar = xgr.Grammar.from_json_schema(schema, any_whitespace=whitespace)

@@ -290,3 +290,37 @@ def test_a_line_format_closes_within_the_budget(engine: LLMEngine) -> None:
         text, _, num_tokens = run(engine, {f"r{seed}": ("Think:", sampling)})[f"r{seed}"]
         assert re.fullmatch(pattern, text), text
         assert num_tokens <= 24
+
+
+def _free_whitespace(text: str) -> bool:
+    """Whether a JSON text has whitespace between its tokens beyond xgrammar's compact
+    separators (one space after ``,`` and ``:``) (pure)."""
+    in_string = escaped = False
+    previous = ""
+    for char in text:
+        if in_string:
+            escaped, in_string = (False, True) if escaped else (char == "\\", char != '"')
+        elif char == '"':
+            in_string = True
+        elif char.isspace() and (char != " " or previous not in ",:"):
+            return True
+        previous = char
+    return False
+
+
+def test_compact_json_is_a_server_wide_default(engine: LLMEngine) -> None:
+    """``EngineConfig.compact_json`` (``eclectus serve --compact-json``): every JSON
+    constraint's grammar refuses free whitespace between tokens (xgrammar's separators
+    only), as a request's ``disable_any_whitespace`` does; the default engine allows it."""
+    compact = LLMEngine(EngineConfig(model="tiny", num_kv_blocks=256, compact_json=True))
+    constraint = SamplingParams(
+        max_tokens=48, structured_outputs={"json": {"type": "object"}}
+    ).structured_outputs
+    assert constraint is not None
+    for backend, allows in ((engine.grammar_backend, True), (compact.grammar_backend, False)):
+        state = backend.new_state(constraint, None)
+        assert state.matcher.accept_string("{") and state.matcher.accept_string(" ") is allows
+    sampling = SamplingParams(max_tokens=48, structured_outputs={"json_object": True})
+    prompts = {f"r{i}": (f"Reply in JSON, item {i}: ", sampling) for i in range(4)}
+    for text, _, _ in run(compact, prompts).values():
+        assert isinstance(json.loads(text), dict) and not _free_whitespace(text)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,7 @@ def test_the_eval_launcher_takes_every_serve_flag_and_a_trace_file(tmp_path: Pat
     args = build_parser().parse_args(command[3:])
     assert args.trace_file == tmp_path / "t.jsonl" and args.port == process.port
     assert engine_config_from_args(args).block_size == 64
+    assert engine_config_from_args(args).compact_json  # JSON as the eval's vLLM writes it
 
 
 def test_budget_flags_round_trip_and_refuse_bad_values() -> None:
@@ -76,6 +78,8 @@ def test_eclectus_vllm_puts_eclectus_in_front_of_a_priority_vllm(tmp_path: Path)
     assert isinstance(engine, VllmProcess) and isinstance(front, EclectusRemoteProcess)
     command = engine.command()
     assert command[command.index("--scheduling-policy") + 1] == "priority"
+    structured = json.loads(command[command.index("--structured-outputs-config") + 1])
+    assert structured == {"backend": "xgrammar", "disable_any_whitespace": True}
     args = build_parser().parse_args(front.command()[3:])
     assert args.engine_urls == [engine.openai_url] and args.trace_file is not None
     assert args.engine_max_background == 1  # the server's default: the fronts are not told

@@ -141,6 +141,7 @@ def test_every_engine_flag_reaches_the_engine_config() -> None:
         "--no-cascade-attention",
         "--no-jump-forward",
         "--no-budget-guarantee",
+        "--compact-json",
     ]
     config = engine_config_from_args(parser.parse_args([*argv, *switches, "--kv-cache-gib", "2"]))
     expected = flags | {
@@ -148,6 +149,7 @@ def test_every_engine_flag_reaches_the_engine_config() -> None:
         "cascade_attention": False,
         "jump_forward": False,
         "budget_guarantee": False,
+        "compact_json": True,
         "kv_cache_bytes": 2 * GiB,
     }
     assert {f.name for f in dataclasses.fields(EngineConfig)} == set(expected)
