@@ -30,11 +30,6 @@ class LiveServer:
     def url(self) -> str:
         return self.server.url
 
-    @property
-    def client_frames(self) -> int:
-        """Frames the server has received from all clients so far (its /metrics count)."""
-        return self.server.metrics.client_frames
-
 
 @contextmanager
 def serve_live(**limits: int) -> Iterator[LiveServer]:
