@@ -324,9 +324,9 @@ def staged_prompts(staged: Staged) -> Iterator[tuple[tuple[Segment, ...], str]]:
     a later one by its place in ``then`` (``maps[0].then[1]``)."""
     for node, where in zip(staged.nodes, staged.wheres, strict=True):
         if node.map is not None:
-            yield node.map.steps[0].segments, where
-            for k, step in enumerate(node.map.steps[1:]):
-                yield step.segments, f"{where}.then[{k}]"
+            first, *later = node.map.steps
+            yield first.segments, where
+            yield from ((step.segments, step.where) for step in later)
         else:
             yield node.segments, where
 

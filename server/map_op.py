@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from eclectus.protocol import ErrorCode, GenSegment, MapSpec, Segment, VarSegment
@@ -54,7 +54,6 @@ class MapPlan:
     max_element_bytes: int
     max_calls: int  # the session's max_calls_per_session
     max_vars: int  # the session's max_vars_per_session
-    instances: list[str] = field(default_factory=list)  # instance node ids once expanded
     # once expanded: each element's result (its last step's output), and with
     # ``step_outputs`` each earlier step's outputs, element order (the map's other outputs)
     results: tuple[str, ...] = ()
@@ -62,7 +61,7 @@ class MapPlan:
 
     @property
     def expanded(self) -> bool:
-        return bool(self.instances)
+        return bool(self.results)
 
 
 class MapFailed(Exception):
@@ -270,7 +269,6 @@ def _expand(graph: Graph, node: Node, plan: MapPlan, texts: list[str]) -> list[N
             variables.append(Variable(instance.outputs[0], released=True))
             instances.append(instance)
     graph.add(variables, instances)
-    plan.instances = [n.node_id for n in instances]
     plan.results = tuple(by_step[-1])
     plan.step_results = tuple(tuple(o) for o in by_step[:-1]) if spec.step_outputs else ()
     node.inputs = tuple(dict.fromkeys([*plan.results, *(v for o in plan.step_results for v in o)]))

@@ -335,10 +335,9 @@ class OpenAIApi:
         tokens = [await self._tokenize(prompt) for prompt in prompts]
         if self.closed:  # the server closed while the prompts were tokenized
             raise ApiError(503, SHUTTING_DOWN)
-        # each prompt's ids, as the engine is given them (a chat's: the rendered prompt's);
-        # asked for, as vLLM's (a token-id prompt's generated ids come back unasked)
-        asked = with_ids and body.return_token_ids
-        prompt_ids = [list(t.token_ids) for t in tokens] if asked else None
+        # each prompt's ids, as the engine is given them (a chat's: the rendered prompt's),
+        # only when asked, as vLLM's (a token-id prompt's generated ids come back unasked)
+        prompt_ids = [list(t.token_ids) for t in tokens] if body.return_token_ids else None
         base = f"{'chatcmpl' if chat else 'cmpl'}-{secrets.token_hex(8)}"
         job = self._submit(
             base,

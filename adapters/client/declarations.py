@@ -20,7 +20,6 @@ from eclectus.adapters.client.functions import (
     Piece,
     SamplingLike,
     SemanticFunction,
-    call_spec,
     declare_call,
 )
 from eclectus.adapters.client.map_steps import MapSteps
@@ -134,21 +133,9 @@ class Declarations:
             if pieces.element is not element:
                 raise ValueError(f"{pieces!r} was built for {pieces.element!r}, not {element!r}")
             return self.map_pipeline(items, pieces, items_path=items_path)[0]
-        self.check_owned(items)
-        call, outputs = call_spec(self._session, pieces, model)
-        if len(outputs) != 1:
-            raise ValueError("a map's call needs exactly one Gen output")
-        output = self.new_variable(name="map")
-        spec = MapSpec(
-            id=self.new_id("m"),
-            items=items.id,
-            items_path=list(items_path),
-            element=element.id,
-            call=call,
-            output=output.id,
-        )
-        self.declare([VarSpec(id=output.id, name="map")], map=spec)
-        return output
+        steps = self.map_steps(element)  # one step: the same MapSpec, ``then`` empty
+        steps.call(pieces, model=model)
+        return self.map_pipeline(items, steps, items_path=items_path)[0]
 
     def map_steps(self, element: SemanticVariable) -> MapSteps:
         """A builder of a map's per-element pipeline of calls over ``element`` (a variable

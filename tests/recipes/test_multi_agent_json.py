@@ -40,8 +40,9 @@ def test_multi_agent_json_maps_the_team_on_the_server(
 
 def test_the_list_fits_its_budget() -> None:
     """The longest compact list the schema allows fits the list call's max_tokens, a token a
-    character at worst (names are ASCII by the schema's pattern)."""
+    character at worst (names are ASCII by the schema's pattern). Compact is xgrammar's
+    separators, a space after each ``,`` and ``:``, as ``json.dumps`` writes them."""
     params = MultiAgentParams(files=8, list_tokens=4)
-    longest = json.dumps({"files": ["x" * NAME_CHARS] * 8}, separators=(",", ":"))
+    longest = json.dumps({"files": ["x" * NAME_CHARS] * 8})
     assert len(longest) <= list_budget(params)
     assert files_schema(8)["properties"]["files"]["minItems"] == 8
