@@ -272,6 +272,16 @@ def add_remote_arguments(parser: argparse.ArgumentParser) -> None:
         "(without --engine-url the built-in engine always serves)",
     )
     remote.add_argument(
+        "--engine-kv-events",
+        dest="engine_kv_events",
+        action="append",
+        default=[],
+        metavar="PUB[,REPLAY]|none",
+        help="where the engine of the --engine-url in the same position publishes its KV "
+        "cache events (vLLM --kv-events-config; e.g. tcp://gpu0:5557,tcp://gpu0:5558): "
+        "routing then reads what its cache holds; 'none' for an engine without",
+    )
+    remote.add_argument(
         "--routing",
         choices=[p.value for p in RoutingPolicy],
         default=defaults["routing"].value,
@@ -413,6 +423,14 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         help="the generator of unseeded sampled requests",
     )
     engine.add_argument(
+        "--kv-events-config",
+        default=None,
+        metavar="JSON",
+        help="publish the prefix cache's changes as vLLM's KV events, with vLLM's flag and "
+        'JSON (e.g. \'{"enable_kv_cache_events": true, "endpoint": "tcp://*:5557", '
+        '"replay_endpoint": "tcp://*:5558"}\'), for a front routing by them',
+    )
+    engine.add_argument(
         "--engine-process",
         choices=("on", "off"),
         default="on",
@@ -438,6 +456,11 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
     ``--kv-cache-gib`` as ``kv_cache_bytes`` (pure; ValueError from EngineConfig's checks)."""
     given = {f.name: getattr(args, f.name) for f in fields(EngineConfig) if hasattr(args, f.name)}
     given["kv_cache_bytes"] = round(args.kv_cache_gib * GiB)
+    text = getattr(args, "kv_events_config", None)
+    if text is not None:
+        from eclectus.server.kv_events import KVEventsConfig
+
+        given["kv_events"] = KVEventsConfig.from_json(text)
     return EngineConfig(**given)
 
 
@@ -464,7 +487,12 @@ def load_remote(args: argparse.Namespace, wrap: Callable[[Backend], Backend] | N
     import os
 
     from eclectus.server.remote import RemoteConfig, RoutingPolicy, build_remote_backend
+    from eclectus.server.remote.kv_subscriber import KVEventsEndpoint
 
+    kv_events = tuple(
+        None if text.strip().lower() == "none" else KVEventsEndpoint.parse(text)
+        for text in getattr(args, "engine_kv_events", [])
+    )
     config = RemoteConfig(
         model=args.model,
         engine_urls=tuple(args.engine_urls),
@@ -476,6 +504,7 @@ def load_remote(args: argparse.Namespace, wrap: Callable[[Backend], Backend] | N
         read_timeout_s=args.engine_timeout,
         probe_interval_s=args.engine_probe_interval,
         max_model_len=args.max_model_len,
+        kv_events=kv_events,
     )
     engine_config = engine_config_from_args(args) if config.builtin else None
     process = getattr(args, "engine_process", "on") == "on"

@@ -117,6 +117,7 @@ class AsyncEngine:
             request_ids = list(self._streams)
         for request_id in request_ids:  # the thread is gone: the engine is ours now
             self._deliver(self.engine.abort(request_id) or aborted(request_id))
+        self.engine.close()
 
     # ---- requests ---------------------------------------------------------------------------
 

@@ -6,6 +6,12 @@ more block tables or pins -> free again when the last reference drops. A cached 
 keeps its hash until it is reused for other tokens (LRU eviction), so a later request with the
 same prefix revives it. Nothing here touches tensors. A block, once hashed, is never written
 again, so sharing needs no copy-on-write: requests share full blocks only.
+
+With ``enable_kv_events`` the manager records what the prefix cache gains and loses as vLLM's
+KV events (server/kv_events.py): ``BlockStored`` for the blocks an allocation caches (and, as
+vLLM does, for the cached blocks a new request hits, so a subscriber that lost track learns
+them again), ``BlockRemoved`` for each evicted block; the engine publishes them per step
+(:meth:`take_events`).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from eclectus.server.engine.prefix_cache import (
     root_hash,
 )
 from eclectus.server.engine.sequence import Sequence
+from eclectus.server.kv_events import MEDIUM_GPU, BlockRemoved, BlockStored, KVCacheEvent
 
 
 def cdiv(a: int, b: int) -> int:
@@ -32,7 +39,12 @@ class BlockManager:
     """
 
     def __init__(
-        self, num_blocks: int, block_size: int, *, enable_prefix_caching: bool = True
+        self,
+        num_blocks: int,
+        block_size: int,
+        *,
+        enable_prefix_caching: bool = True,
+        enable_kv_events: bool = False,
     ) -> None:
         if num_blocks < 1 or block_size < 1:
             raise ValueError(f"need num_blocks, block_size >= 1, got {num_blocks}, {block_size}")
@@ -42,6 +54,8 @@ class BlockManager:
         self.free_queue = FreeBlockQueue(range(num_blocks))
         self.cache = PrefixCache()
         self.pins: dict[str, list[int]] = {}  # request id -> pinned block ids
+        # the cache's changes since the last take_events; None: not recorded
+        self.kv_events: list[KVCacheEvent] | None = [] if enable_kv_events else None
 
     @property
     def num_blocks(self) -> int:
@@ -114,6 +128,8 @@ class BlockManager:
         for block in hits:
             self._take(block)
             table.append(block.block_id)
+        if hits and self.kv_events is not None:
+            self._record_stored(seq, 0, len(hits))
         for _ in range(num_new_blocks):
             table.append(self._pop_free().block_id)
         self._cache_full_blocks(seq, start, end)
@@ -126,7 +142,7 @@ class BlockManager:
 
     def _pop_free(self) -> KVBlock:
         block = self.blocks[self.free_queue.pop_lru()]
-        self.cache.evict(block)  # LRU eviction: its old content is gone now
+        self._evict(block)  # LRU eviction: its old content is gone now
         block.ref_count = 1
         return block
 
@@ -138,15 +154,59 @@ class BlockManager:
             return
         bs = self.block_size
         self._hash_blocks(seq, end // bs)
+        run = start // bs  # the first block of the run of newly cached ones (events)
         for i in range(start // bs, end // bs):
             block = self.blocks[seq.block_table[i]]
-            if block.block_hash is None:
-                self.cache.insert(
-                    block,
-                    seq.block_hashes[i],
-                    self._parent_hash(seq, i),
-                    tuple(seq.token_ids[i * bs : (i + 1) * bs]),
-                )
+            stored = block.block_hash is None and self.cache.insert(
+                block,
+                seq.block_hashes[i],
+                self._parent_hash(seq, i),
+                tuple(seq.token_ids[i * bs : (i + 1) * bs]),
+            )
+            if not stored and self.kv_events is not None:
+                self._record_stored(seq, run, i)
+                run = i + 1
+        if self.kv_events is not None:
+            self._record_stored(seq, run, end // bs)
+
+    # ---- KV events ------------------------------------------------------------------------
+
+    def _record_stored(self, seq: Sequence, first: int, end: int) -> None:
+        """Record blocks ``first..end-1`` of ``seq`` as one BlockStored (mutates the
+        event list): the parent of a prompt's first block is None and its tenant is its
+        extra key (vLLM's ``cache_salt``)."""
+        assert self.kv_events is not None
+        if end <= first:
+            return
+        bs = self.block_size
+        extra: list[tuple[object, ...] | None] = [None] * (end - first)
+        if first == 0 and seq.tenant is not None:
+            extra[0] = (seq.tenant,)
+        self.kv_events.append(
+            BlockStored(
+                block_hashes=list(seq.block_hashes[first:end]),
+                parent_block_hash=seq.block_hashes[first - 1] if first else None,
+                token_ids=list(seq.token_ids[first * bs : end * bs]),
+                block_size=bs,
+                lora_id=None,
+                medium=MEDIUM_GPU,
+                lora_name=None,
+                extra_keys=extra if any(extra) else None,
+            )
+        )
+
+    def _evict(self, block: KVBlock) -> None:
+        """Drop ``block``'s cached content, recording its removal (mutates)."""
+        if block.block_hash is not None and self.kv_events is not None:
+            self.kv_events.append(BlockRemoved(block_hashes=[block.block_hash], medium=MEDIUM_GPU))
+        self.cache.evict(block)
+
+    def take_events(self) -> list[KVCacheEvent]:
+        """The events recorded since the last call (mutates: empties the list)."""
+        if not self.kv_events:
+            return []
+        events, self.kv_events = self.kv_events, []
+        return events
 
     # ---- release --------------------------------------------------------------------------
 
@@ -168,7 +228,7 @@ class BlockManager:
         """Uncache every block of ``seq`` (mutates): after a failed step their KV may be
         garbage, so nobody may hit them again."""
         for block_id in seq.block_table:
-            self.cache.evict(self.blocks[block_id])
+            self._evict(self.blocks[block_id])
 
     # ---- pins -----------------------------------------------------------------------------
 

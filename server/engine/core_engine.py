@@ -44,6 +44,7 @@ class EngineCore(AsyncEngine):
         threading.Thread(target=self._read, name="eclectus-core-reader", daemon=True).start()
         self._run()
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self.engine.close()
 
     # ---- commands ---------------------------------------------------------------------------
 

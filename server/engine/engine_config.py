@@ -6,6 +6,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from eclectus.server.kv_events import KVEventsConfig
+
 MiB = 1 << 20
 GiB = 1 << 30
 # the model and KV-cache dtypes the engine runs, with the bytes one element takes
@@ -47,6 +49,9 @@ class EngineConfig:
     compact_json: bool = False
     num_threads: int | None = None  # torch threads on CPU; None: all cores but one
     seed: int = 0  # the generator of unseeded sampled requests
+    # publish the prefix cache's changes as vLLM's KV events (--kv-events-config), so a
+    # front routes by what this engine holds (server/engine/kv_publisher.py); None: off
+    kv_events: KVEventsConfig | None = None
 
     def __post_init__(self) -> None:
         if self.block_size < 1:
@@ -65,6 +70,8 @@ class EngineConfig:
             raise ValueError(f"unknown dtype {self.dtype!r}")
         if self.num_threads is not None and self.num_threads < 1:
             raise ValueError("num_threads must be >= 1")
+        if self.kv_events is not None and self.kv_events.enabled and not self.enable_prefix_caching:
+            raise ValueError("--kv-events-config needs prefix caching (it publishes its changes)")
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> EngineConfig:

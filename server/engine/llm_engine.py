@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import os
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -23,8 +24,10 @@ from eclectus.server.engine.sampler import Sampler
 from eclectus.server.engine.scheduler import ScheduledSeq, Scheduler, SchedulerOutput
 from eclectus.server.engine.sequence import FinishReason, Sequence
 from eclectus.server.engine.tokenizer import Tokenizer
+from eclectus.server.kv_events import KVEventBatch
 
 if TYPE_CHECKING:  # xgrammar is imported on the first constrained request
+    from eclectus.server.engine.kv_publisher import KVEventPublisher
     from eclectus.server.engine.structured import GrammarBackend, GrammarState
 
 
@@ -74,7 +77,14 @@ class LLMEngine:
             self.runner.num_blocks,
             config.block_size,
             enable_prefix_caching=config.enable_prefix_caching,
+            enable_kv_events=config.kv_events is not None and config.kv_events.enabled,
         )
+        self.kv_publisher: KVEventPublisher | None = None
+        if self.block_manager.kv_events is not None:
+            from eclectus.server.engine.kv_publisher import KVEventPublisher
+
+            assert config.kv_events is not None
+            self.kv_publisher = KVEventPublisher(config.kv_events)
         self.scheduler = Scheduler(
             self.block_manager,
             max_num_batched_tokens=config.max_num_batched_tokens,
@@ -270,6 +280,12 @@ class LLMEngine:
         sampling or detokenizing raises fails alone: its output has finish_reason "error"
         (the reason in :attr:`failures`) and the rest of the batch goes on.
         """
+        try:
+            return self._step()
+        finally:
+            self._publish_events()
+
+    def _step(self) -> list[EngineOutput]:
         out = self.scheduler.schedule()
         outputs = [self._output(seq, finished=True) for seq in out.failed]
         self.counters.cache_hit_tokens += out.num_cache_hit_tokens
@@ -282,6 +298,18 @@ class LLMEngine:
             raise StepFailed(self._fail_step(out), exc, outputs) from exc
         tokens = self._sample(logits, [item.seq for item in items])
         return outputs + self._postprocess(out, items, tokens)
+
+    def _publish_events(self) -> None:
+        """The step's KV events, as one batch (mutates: hands them to the publisher)."""
+        if self.kv_publisher is not None:
+            events = self.block_manager.take_events()
+            if events:
+                self.kv_publisher.publish(KVEventBatch(ts=time.time(), events=events))
+
+    def close(self) -> None:
+        """Release what outlives a step: the KV events publisher (mutates; idempotent)."""
+        if self.kv_publisher is not None:
+            self.kv_publisher.close()
 
     def pop_failure(self, request_id: str) -> str:
         """Why ``request_id`` finished with "error" (mutates: forgets the reason)."""

@@ -6,7 +6,9 @@
                      prompts, priority, structured-output dialect
     dialect.py       how vLLM, older vLLM and SGLang spell a structured-output constraint
     load.py          an engine's load from its /metrics
-    prefix_index.py  which segment-end prefixes each engine has seen
+    prefix_index.py  which segment-end prefixes each engine has seen (the prediction)
+    kv_index.py      which blocks an engine holds, from its own KV cache events
+    kv_subscriber.py one engine's KV events followed live (ZMQ): gaps, replay, restarts
     routing.py       the routing policy, a pure function of the pool's state
     preemption.py    background work beside latency work: a cap per engine, preemption
     members.py       remote engines and the built-in one behind one attempt interface
@@ -37,14 +39,20 @@ def build_remote_backend(
     from eclectus.server.engine.presets import resolve_model_dir
     from eclectus.server.engine.tokenizer import Tokenizer
     from eclectus.server.remote.client import EngineClient
+    from eclectus.server.remote.kv_subscriber import KVEventSubscriber
     from eclectus.server.remote.members import LocalMember, Member, RemoteMember
     from eclectus.server.remote.pool import EnginePool
 
     tokenizer = Tokenizer.from_dir(resolve_model_dir(config.model))
     members: list[Member] = []
+    events: list[KVEventSubscriber | None] = []
     if config.builtin:
         assert builtin_factory is not None, "the built-in member needs a factory"
         members.append(LocalMember(builtin_factory()))
+        events.append(None)  # in-process: the prediction is exact (it gets the pins)
+    sources = config.kv_events or (None,) * len(config.engine_urls)
+    for url, source in zip(config.engine_urls, sources, strict=True):
+        events.append(None if source is None else KVEventSubscriber(source, url))
     for url in config.engine_urls:
         client = EngineClient(
             url,
@@ -60,6 +68,7 @@ def build_remote_backend(
         max_inflight_per_engine=config.max_inflight_per_engine,
         max_background_per_engine=config.max_background_per_engine,
         probe_interval_s=config.probe_interval_s,
+        events=events,
     )
     return RemoteBackend(pool, tokenizer, config.model, max_model_len=config.max_model_len)
 

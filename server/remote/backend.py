@@ -316,6 +316,9 @@ class RemoteBackend:
         for e in self.pool.engines:
             extra[f"engine{e.index}_healthy"] = float(e.healthy)
             extra[f"engine{e.index}_inflight"] = float(e.num_inflight)
+            if e.events is not None:  # its KV events: live, blocks held, gaps, losses...
+                for key, value in e.events.stats().items():
+                    extra[f"engine{e.index}_kv_events_{key}"] = float(value)
             if not e.healthy:
                 continue  # its last load is stale
             running += e.load.num_running if e.load.num_running is not None else e.num_inflight

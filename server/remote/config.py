@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from eclectus.server.remote.kv_subscriber import KVEventsEndpoint
 from eclectus.server.remote.routing import RoutingParams, RoutingPolicy
 
 
@@ -20,7 +21,9 @@ class RemoteConfig:
     longest wait for the next piece of a stream (a queued request waits for its first token
     too) before the engine counts as down. ``probe_interval_s``: how often down engines are
     re-probed and healthy ones' /metrics scraped. ``max_model_len``: a cap on the context
-    window (the engines' own is used otherwise)."""
+    window (the engines' own is used otherwise). ``kv_events``: where each engine of
+    ``engine_urls`` (same order) publishes its KV cache events (vLLM's
+    ``--kv-events-config``), None for one that does not; empty: none does."""
 
     model: str
     engine_urls: tuple[str, ...] = ()
@@ -34,6 +37,7 @@ class RemoteConfig:
     read_timeout_s: float = 600.0
     probe_interval_s: float = 2.0
     max_model_len: int | None = None
+    kv_events: tuple[KVEventsEndpoint | None, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.engine_urls and not self.builtin:
@@ -43,6 +47,12 @@ class RemoteConfig:
                 raise ValueError(f"--engine-url {url!r}: must start with http:// or https://")
         if len({u.rstrip("/") for u in self.engine_urls}) != len(self.engine_urls):
             raise ValueError("--engine-url: the same URL is given twice")
+        if self.kv_events and len(self.kv_events) != len(self.engine_urls):
+            raise ValueError(
+                f"--engine-kv-events: given {len(self.kv_events)} times for "
+                f"{len(self.engine_urls)} --engine-url; give one per engine, in the same "
+                "order ('none' for an engine without events)"
+            )
         for name in ("max_inflight_per_engine",):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")

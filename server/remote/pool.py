@@ -7,9 +7,13 @@ A background task re-runs the handshake on down engines every ``probe_interval_s
 restarted engine must still have our tokenizer) and returns them to the pool; on healthy
 ones it scrapes ``/metrics`` for load.
 
-Routing state per engine: our requests in flight on it, the prefixes it has seen
-(prefix_index.py), the prefixes pinned there and the task groups running there; the choice
-itself is :func:`routing.route`, a pure function of :meth:`EnginePool.views`.
+Routing state per engine: our requests in flight on it, the prefixes it holds, the
+prefixes pinned there and the task groups running there; the choice itself is
+:func:`routing.route`, a pure function of :meth:`EnginePool.views`. What an engine holds
+comes from its own KV events where it publishes them (kv_subscriber.py: the blocks its
+cache really holds, whoever sent the prompts, plus the prefixes of our requests in flight
+there, which it is computing now); otherwise, or while its event stream is not live, from
+the prediction (prefix_index.py: every prefix this front placed there, LRU).
 
 Background beside foreground (preemption.py): per engine, the foreground attempts in flight
 and the background ones running; while foreground runs there, a background attempt is not
@@ -29,6 +33,8 @@ from itertools import count
 
 from eclectus.server.backend import EngineRequest, TokenizedPrompt
 from eclectus.server.remote.errors import EngineDown, RemoteStartError
+from eclectus.server.remote.kv_index import chain_keys
+from eclectus.server.remote.kv_subscriber import KVEventSubscriber
 from eclectus.server.remote.load import EngineLoad
 from eclectus.server.remote.members import Member
 from eclectus.server.remote.preemption import BackgroundAttempt, admits_background, to_preempt
@@ -58,6 +64,8 @@ class PoolEngine:
     prefixes: PrefixIndex = field(default_factory=PrefixIndex)
     pins: dict[str, tuple[PrefixKey, ...]] = field(default_factory=dict)  # request id -> keys
     groups: Counter[str] = field(default_factory=Counter)  # group -> requests in flight
+    events: KVEventSubscriber | None = None  # its KV events, where it publishes them
+    placed: dict[str, tuple[PrefixKey, ...]] = field(default_factory=dict)  # in flight here
     num_foreground: int = 0  # latency/deadline attempts in flight
     background: dict[str, BackgroundAttempt] = field(default_factory=dict)  # by request id
     pauses: dict[str, asyncio.Event] = field(default_factory=dict)  # by background request id
@@ -73,6 +81,22 @@ class PoolEngine:
             (k.num_tokens for pinned in self.pins.values() for k in pinned if k.key in wanted),
             default=0,
         )
+
+    def match(self, keys: tuple[PrefixKey, ...], chains: dict[int, list[int]]) -> int:
+        """Tokens of this prompt the engine holds or is computing (pure but for filling
+        ``chains``, the prompt's block keys by block size): from its events when they are
+        live, else the prediction."""
+        if self.events is None or not self.events.live:
+            return self.prefixes.match(keys)
+        index = self.events.index
+        wanted = {k.key for k in keys}
+        inflight = max(
+            (k.num_tokens for placed in self.placed.values() for k in placed if k.key in wanted),
+            default=0,
+        )
+        if index.block_size is None:
+            return inflight
+        return max(index.match(chains[index.block_size]), inflight)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,8 +128,11 @@ class EnginePool:
         max_inflight_per_engine: int = 256,
         max_background_per_engine: int | None = 1,
         probe_interval_s: float = 2.0,
+        events: list[KVEventSubscriber | None] | None = None,
     ) -> None:
         self.engines = [PoolEngine(i, m, max_inflight_per_engine) for i, m in enumerate(members)]
+        for engine, subscriber in zip(self.engines, events or [], strict=False):
+            engine.events = subscriber
         self.max_background = max_background_per_engine  # beside foreground; None: no cap
         self._seq = count()
         self.policy = policy
@@ -122,6 +149,9 @@ class EnginePool:
     async def start(self) -> None:
         """Probe every engine at once, then keep probing in the background (mutates).
         RemoteStartError when an engine must not be used or none can be reached."""
+        for engine in self.engines:
+            if engine.events is not None:
+                engine.events.start()
         results = await asyncio.gather(
             *(self._probe(e) for e in self.engines), return_exceptions=True
         )
@@ -145,6 +175,8 @@ class EnginePool:
                 await self._prober
             self._prober = None
         for engine in self.engines:
+            if engine.events is not None:
+                await engine.events.close()
             with contextlib.suppress(Exception):
                 await engine.member.aclose()
 
@@ -154,6 +186,7 @@ class EnginePool:
         """Each engine as the router sees it for ``request`` (pure). An engine that cannot
         enforce the request's structured outputs counts as unhealthy for it."""
         keys = prefix_keys(prompt, request.tenant)
+        chains = _Chains(prompt.token_ids, request.tenant)
         return [
             EngineView(
                 index=e.index,
@@ -163,7 +196,7 @@ class EnginePool:
                 num_running=e.load.num_running,
                 num_waiting=e.load.num_waiting,
                 kv_usage=e.load.kv_usage,
-                match_tokens=e.prefixes.match(keys),
+                match_tokens=e.match(keys, chains),
                 pinned_match_tokens=e.pinned_match(keys),
                 num_group_inflight=e.groups[request.group] if request.group else 0,
             )
@@ -213,6 +246,7 @@ class EnginePool:
         engine.num_requests += 1
         keys = prefix_keys(prompt, request.tenant)
         engine.prefixes.insert(keys)
+        engine.placed[request.request_id] = keys
         if request.pin_prefix_segments > 0 and request.request_id not in engine.pins:
             end = prompt.segment_ends[
                 min(request.pin_prefix_segments, len(prompt.segment_ends)) - 1
@@ -250,6 +284,7 @@ class EnginePool:
         the engine's foreground or background attempts."""
         engine = placement.engine
         engine.num_inflight -= 1
+        engine.placed.pop(placement.request_id, None)
         if placement.pause is not None:
             engine.background.pop(placement.request_id, None)
             engine.pauses.pop(placement.request_id, None)
@@ -279,6 +314,8 @@ class EnginePool:
         engine.num_failures += 1
         engine.prefixes.clear()
         engine.pins.clear()
+        if engine.events is not None:
+            engine.events.forget()
         self._changed.set()
 
     async def _probe(self, engine: PoolEngine) -> None:
@@ -316,3 +353,16 @@ class EnginePool:
         except Exception as exc:  # a bug in one probe must not stop the prober
             log.exception("probing %s failed", engine.member.name)
             self.mark_down(engine, f"probe error: {exc}")
+
+
+class _Chains(dict[int, list[int]]):
+    """A prompt's block keys per block size, computed on first use (one routing decision
+    hashes the prompt once per block size, not once per engine)."""
+
+    def __init__(self, token_ids: tuple[int, ...], tenant: str | None) -> None:
+        super().__init__()
+        self._token_ids, self._tenant = token_ids, tenant
+
+    def __missing__(self, block_size: int) -> list[int]:
+        keys = self[block_size] = chain_keys(self._token_ids, block_size, self._tenant)
+        return keys

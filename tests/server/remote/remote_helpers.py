@@ -77,12 +77,12 @@ class EngineProcess:
     proc: subprocess.Popen[str] | None = None
     url: str = ""
     log: list[str] = field(default_factory=list)
+    extra_args: tuple[str, ...] = ()  # more `eclectus serve` flags
 
     def start(self) -> EngineProcess:
         """Launch without waiting (mutates); :meth:`wait_ready` waits."""
-        self.proc = subprocess.Popen(
-            engine_command(self.port), stderr=subprocess.PIPE, text=True, bufsize=1
-        )
+        command = [*engine_command(self.port), *self.extra_args]
+        self.proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, bufsize=1)
         return self
 
     def wait_ready(self) -> str:
