@@ -69,7 +69,9 @@ class EclectusServer:
         self.ctx = ctx
         self.owns_backend = owns_backend
         self.guard = ConnectionGuard(
-            ctx.config.max_connections_per_client, ctx.config.handshake_timeout_s
+            ctx.config.max_connections_per_client,
+            ctx.config.handshake_timeout_s,
+            ctx.config.max_connections,
         )
         self.openai = OpenAIApi(ctx, chat_renderer(ctx.backend.model))
         self.connections: set[Session] = set()  # every WebSocket, with or without hello

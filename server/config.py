@@ -41,9 +41,14 @@ class ServerConfig:
     # frames queued for one client and not yet written; a client reading slower than its
     # answers arrive is disconnected (close 1008) rather than held in server memory
     max_outbox_bytes: int = 16 << 20
-    max_sessions: int = 256
-    max_sessions_per_tenant: int = 128  # so that one tenant cannot take every session slot
-    max_connections_per_client: int = 128  # open TCP connections per client address
+    # caps by load and by tenant, not by address: a front behind a load balancer, or serving
+    # one app server, sees every program come from one address
+    max_sessions: int = 1024
+    # so that one tenant cannot take every session slot (with authentication on: without it
+    # every client is the one tenant None and max_sessions alone applies)
+    max_sessions_per_tenant: int = 512
+    max_connections: int = 4096  # open TCP connections, all clients together
+    max_connections_per_client: int | None = None  # per client address; None: no such cap
     max_prompts_per_request: int = 64  # prompts in one /v1/completions request
     max_inflight: int = 256  # engine requests in flight at once, all sessions together
     # a tenant's fair share of those while another tenant's calls wait; None: app-FIFO only
@@ -79,7 +84,7 @@ class ServerConfig:
             "max_outbox_bytes",
             "max_sessions",
             "max_sessions_per_tenant",
-            "max_connections_per_client",
+            "max_connections",
             "max_prompts_per_request",
             "max_inflight",
             "max_background_inflight",
@@ -96,6 +101,10 @@ class ServerConfig:
         ):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.max_connections_per_client is not None and self.max_connections_per_client < 1:
+            raise ValueError(
+                f"max_connections_per_client must be >= 1, got {self.max_connections_per_client}"
+            )
         if self.max_inflight_per_tenant is not None and self.max_inflight_per_tenant < 1:
             raise ValueError(
                 f"max_inflight_per_tenant must be >= 1, got {self.max_inflight_per_tenant}"

@@ -1,5 +1,6 @@
-"""Connection-level limits, below the ASGI application: how many TCP connections one client
-address may hold, and how long a connection may take to send a request head.
+"""Connection-level limits, below the ASGI application: how many TCP connections the server
+holds (all clients together) and, when configured, one client address may hold, and how
+long a connection may take to send a request head.
 
 uvicorn's HTTP protocol waits forever for a half-sent head and takes any number of
 connections per address; these subclasses of its protocols add both limits (the WebSocket one
@@ -17,7 +18,7 @@ from typing import Any
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
-_TOO_MANY_BODY = b"too many connections from this address\n"
+_TOO_MANY_BODY = b"too many connections; retry later\n"
 _TOO_MANY = (
     b"HTTP/1.1 429 Too Many Requests\r\ncontent-type: text/plain; charset=utf-8\r\n"
     + f"content-length: {len(_TOO_MANY_BODY)}\r\nconnection: close\r\n\r\n".encode()
@@ -27,18 +28,23 @@ _TOO_MANY = (
 
 @dataclass(slots=True)
 class ConnectionGuard:
-    """Open connections per client address. Mutating methods say so; event loop only."""
+    """Open connections, per client address and in all. Mutating methods say so; event loop
+    only."""
 
-    max_per_client: int
+    max_per_client: int | None  # None: no per-address cap
     head_timeout_s: float
+    max_total: int = 4096
     per_address: Counter[str] = field(default_factory=Counter)
     open_transports: dict[int, str] = field(default_factory=dict)  # id(transport) -> address
     num_refused: int = 0  # connections refused at the cap, for /metrics
     num_head_timeouts: int = 0
 
     def open(self, transport: asyncio.BaseTransport, address: str) -> bool:
-        """Admit a new connection from ``address`` unless it holds the cap (mutates)."""
-        if self.per_address[address] >= self.max_per_client:
+        """Admit a new connection from ``address`` unless the server or the address holds
+        its cap (mutates)."""
+        at_total = len(self.open_transports) >= self.max_total
+        per_client = self.max_per_client
+        if at_total or (per_client is not None and self.per_address[address] >= per_client):
             self.num_refused += 1
             return False
         self.per_address[address] += 1

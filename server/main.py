@@ -172,10 +172,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="open sessions one tenant may hold",
     )
     parser.add_argument(
+        "--max-connections",
+        type=positive_int,
+        default=defaults.max_connections,
+        help="open TCP connections, all clients together (beyond: HTTP 429, retried by the SDK)",
+    )
+    parser.add_argument(
         "--max-connections-per-client",
-        type=int,
+        type=positive_int_or_none,
         default=defaults.max_connections_per_client,
-        help="open TCP connections one client address may hold",
+        metavar="N|none",
+        help="open TCP connections one client address may hold (default none: a front behind "
+        "a load balancer or serving one app server sees one address)",
     )
     parser.add_argument(
         "--max-prompts-per-request",

@@ -277,7 +277,7 @@ class Session:
         if len(self.ctx.sessions) >= config.max_sessions:
             self._refuse(frame.id, "limit_exceeded", f"{config.max_sessions} sessions open", None)
             return
-        if self.ctx.sessions_of(tenant) >= config.max_sessions_per_tenant:
+        if tenant is not None and self.ctx.sessions_of(tenant) >= config.max_sessions_per_tenant:
             message = f"{config.max_sessions_per_tenant} sessions of this tenant open"
             self._refuse(frame.id, "limit_exceeded", message, None)
             return
@@ -469,6 +469,7 @@ class Session:
         self, frame_id: str | None, code: ErrorCode, message: str, field_name: str | None
     ) -> None:
         """Answer with an error, then close the socket (mutates)."""
+        self.ctx.metrics.rejected_frames[code] += 1
         self.send(Error(id=frame_id, code=code, message=message, field=field_name))
         self.close_code = _POLICY_VIOLATION
 

@@ -20,6 +20,7 @@ from eclectus.adapters.client.errors import (
     ConnectionLost,
     EclectusClientError,
     ServerError,
+    SessionRefused,
     VariableFailed,
 )
 from eclectus.adapters.client.functions import Gen, SamplingArgs, SemanticFunction
@@ -45,6 +46,7 @@ __all__ = [
     "SemanticVariable",
     "ServerError",
     "Session",
+    "SessionRefused",
     "SyncSession",
     "VarState",
     "VariableFailed",

@@ -100,6 +100,17 @@ class ServerError(EclectusClientError):
         return cls(frame.code, frame.message, field=frame.field, var=var or frame.var)
 
 
+class SessionRefused(ServerError):
+    """The server refused the session for load (``limit_exceeded`` at hello: its sessions,
+    or its tenant's, are at their cap; or HTTP 429: its connections are), every time it was
+    tried: ``retries`` retries with backoff. Retryable later; raise the server's caps or
+    run more front processes (docs/protocol.md, "Limits")."""
+
+    def __init__(self, message: str, retries: int) -> None:
+        super().__init__("limit_exceeded", f"{message} (refused {retries + 1} times)")
+        self.retries = retries
+
+
 class VariableFailed(ServerError):
     """A variable will never get a value: its producer (or something upstream) failed, the
     fragment that declared it was rejected, or it was cancelled. ``var`` is its id."""

@@ -14,7 +14,7 @@ import asyncio
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 
-from eclectus.adapters.client.connect import DEFAULT_TIMEOUT, open_session
+from eclectus.adapters.client.connect import DEFAULT_RETRIES, DEFAULT_TIMEOUT, open_session
 from eclectus.adapters.client.functions import Piece, SamplingLike, SemanticFunction
 from eclectus.adapters.client.map_steps import MapSteps
 from eclectus.adapters.client.session import Session
@@ -228,11 +228,15 @@ def connect_sync(
     app: str | None = None,
     tenant: str | None = None,
     timeout: float = DEFAULT_TIMEOUT,
+    retries: int = DEFAULT_RETRIES,
 ) -> SyncSession:
     """Blocking :func:`connect`: the session runs on a new background loop thread. Use as
-    ``with connect_sync(url) as app:`` or call ``app.close()``. Same errors as connect."""
+    ``with connect_sync(url) as app:`` or call ``app.close()``. Same errors and retries as
+    connect."""
     loop_thread = _LoopThread()
-    opening = open_session(url, token=token, app=app, tenant=tenant, timeout=timeout)
+    opening = open_session(
+        url, token=token, app=app, tenant=tenant, timeout=timeout, retries=retries
+    )
     future = asyncio.run_coroutine_threadsafe(opening, loop_thread.loop)
     try:
         session = future.result()  # open_session bounds its own wait by ``timeout``

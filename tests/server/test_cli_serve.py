@@ -23,6 +23,7 @@ from eclectus.adapters.client import connect_sync
 from eclectus.cli import main
 from eclectus.server.config import ServerConfig
 from eclectus.server.engine.engine_config import EngineConfig
+from eclectus.server.kv_events import KVEventsConfig
 from eclectus.server.main import GiB, add_arguments, config_from_args, engine_config_from_args
 
 pytestmark = pytest.mark.slow
@@ -143,8 +144,12 @@ def test_every_engine_flag_reaches_the_engine_config() -> None:
         "--no-budget-guarantee",
         "--compact-json",
     ]
-    config = engine_config_from_args(parser.parse_args([*argv, *switches, "--kv-cache-gib", "2"]))
+    events = ["--kv-events-config", '{"endpoint": "tcp://*:6000"}']
+    config = engine_config_from_args(
+        parser.parse_args([*argv, *switches, *events, "--kv-cache-gib", "2"])
+    )
     expected = flags | {
+        "kv_events": KVEventsConfig(endpoint="tcp://*:6000"),
         "enable_prefix_caching": False,
         "cascade_attention": False,
         "jump_forward": False,
