@@ -29,6 +29,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
+from starlette.types import Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
 from eclectus.protocol import HELLO_ACCEPTED, HELLO_HEADER, ModelCard
@@ -65,9 +66,10 @@ class EclectusServer:
     """A listening server. ``close`` is idempotent; ``async with`` closes on exit;
     ``drain`` lets in-flight work finish first (SIGTERM)."""
 
-    def __init__(self, ctx: ServerContext, owns_backend: bool) -> None:
+    def __init__(self, ctx: ServerContext, owns_backend: bool, worker: int | None = None) -> None:
         self.ctx = ctx
         self.owns_backend = owns_backend
+        self.worker = worker  # this front process's index among several (None: the only one)
         self.guard = ConnectionGuard(
             ctx.config.max_connections_per_client,
             ctx.config.handshake_timeout_s,
@@ -124,7 +126,10 @@ class EclectusServer:
         if self.ctx.draining:
             return JSONResponse({"status": "draining"}, status_code=503)
         model, sessions = self.backend.model.name, len(self.ctx.sessions)
-        return JSONResponse({"status": "ok", "model": model, "sessions": sessions})
+        body: dict[str, object] = {"status": "ok", "model": model, "sessions": sessions}
+        if self.worker is not None:
+            body["worker"] = self.worker
+        return JSONResponse(body)
 
     async def metrics_page(self, request: Request) -> Response:
         return Response(self.metrics_text(), media_type=CONTENT_TYPE)
@@ -173,14 +178,16 @@ class EclectusServer:
 
     # -- lifecycle --------------------------------------------------------------------------
 
-    async def listen(self) -> None:
-        """Bind the port and start serving (mutates). OSError when the port is taken."""
+    async def listen(self, listener: socket.socket | None = None) -> None:
+        """Bind the port (or serve ``listener``, a socket bound and listening already, which
+        several front processes share) and start serving (mutates). OSError when the port
+        is taken."""
         config = self.ctx.config
-        family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
-        sock = socket.create_server((config.host, config.port), family=family)
+        sock = listener if listener is not None else bind(config.host, config.port)
         http, ws = self.guard.protocols()
+        app = self.asgi if self.worker is None else WorkerHeader(self.asgi, self.worker)
         uv_config = uvicorn.Config(
-            self.asgi,
+            app,
             http=http,
             ws=ws,
             ws_max_size=config.max_socket_bytes,
@@ -260,12 +267,46 @@ class EclectusServer:
         await self.close()
 
 
+def bind(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
+    """A listening TCP socket on (host, port) (mutates: binds). OSError when taken.
+    ``reuse_port``: SO_REUSEPORT, so that several front processes each listen on the port
+    and the kernel spreads new connections over them (workers.py)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return socket.create_server((host, port), family=family, reuse_port=reuse_port)
+
+
+class WorkerHeader:
+    """ASGI middleware of a front worker: every HTTP response says which worker served it
+    (``eclectus-worker``), for operators and tests of the spread."""
+
+    def __init__(self, app: Starlette, worker: int) -> None:
+        self.app, self.header = app, (b"eclectus-worker", str(worker).encode())
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+
+        async def tagged(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), self.header]}
+            await send(message)
+
+        return await self.app(scope, receive, tagged)
+
+
 async def start_server(
-    config: ServerConfig, backend: Backend | None = None, *, owns_backend: bool | None = None
+    config: ServerConfig,
+    backend: Backend | None = None,
+    *,
+    owns_backend: bool | None = None,
+    listener: socket.socket | None = None,
+    worker: int | None = None,
 ) -> EclectusServer:
-    """Start the backend and listen (mutates: binds a port). ``backend`` None builds the
-    built-in engine for ``config.model``; the server then owns it and shuts it down on close
-    (``owns_backend`` overrides). A backend passed in must tolerate ``start`` being called."""
+    """Start the backend and listen (mutates: binds a port, unless ``listener``, a socket
+    already listening, is given). ``backend`` None builds the built-in engine for
+    ``config.model``; the server then owns it and shuts it down on close (``owns_backend``
+    overrides). A backend passed in must tolerate ``start`` being called. ``worker``: this
+    process's index among several front processes on one port (workers.py)."""
     owns = backend is None if owns_backend is None else owns_backend
     if backend is None:  # loading weights blocks: keep the loop free for other servers
         backend = await asyncio.to_thread(build_backend, config.model)
@@ -285,9 +326,9 @@ async def start_server(
     metrics = Metrics()
     scheduler = Scheduler(backend, config, metrics)
     ctx = ServerContext(config, backend, scheduler, metrics, Authenticator(config))
-    server = EclectusServer(ctx, owns)
+    server = EclectusServer(ctx, owns, worker)
     try:
-        await server.listen()
+        await server.listen(listener)
     except BaseException:
         if owns:
             await backend.shutdown()

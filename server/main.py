@@ -15,6 +15,7 @@ import contextlib
 import logging
 import math
 import signal
+import socket
 import sys
 from collections.abc import Callable
 from dataclasses import fields
@@ -243,6 +244,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         help="deprecated and ignored: /v1 is served on --port",
+    )
+    parser.add_argument(
+        "--api-server-count",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="front processes serving the one port (vLLM's flag); N > 1 needs --engine-url "
+        "and no --engine builtin (docs/engines.md, 'Several front processes')",
     )
     parser.add_argument(
         "--log-level",
@@ -523,13 +532,24 @@ def load_remote(args: argparse.Namespace, wrap: Callable[[Backend], Backend] | N
     return backend if wrap is None else wrap(backend)
 
 
-async def serve_forever(config: ServerConfig, backend: Backend) -> None:
+async def serve_forever(
+    config: ServerConfig,
+    backend: Backend,
+    *,
+    listener: socket.socket | None = None,
+    worker: int | None = None,
+    on_ready: Callable[[], None] | None = None,
+) -> None:
     """Serve ``backend`` until SIGINT/SIGTERM, then drain: stop accepting, let in-flight work
     finish within ``config.shutdown_timeout_s`` (a second signal cuts it short), fail the
-    rest with a clear error. The server owns the backend and shuts it down."""
+    rest with a clear error. The server owns the backend and shuts it down. A front worker
+    (workers.py) serves the parent's ``listener`` and calls ``on_ready`` once it serves, in
+    place of the start-up line."""
     from eclectus.server.app import start_server
 
-    server = await start_server(config, backend, owns_backend=True)
+    server = await start_server(
+        config, backend, owns_backend=True, listener=listener, worker=worker
+    )
     stop, force = asyncio.Event(), asyncio.Event()
     loop = asyncio.get_running_loop()
 
@@ -539,17 +559,24 @@ async def serve_forever(config: ServerConfig, backend: Backend) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):  # not on every platform
             loop.add_signal_handler(sig, on_signal)
-    print(
-        f"eclectus serving {config.model} on {server.url} "
-        f"(http: {server.http_url}/healthz, /metrics; OpenAI API: {server.openai_url})",
-        file=sys.stderr,
-        flush=True,
-    )
+    if on_ready is not None:
+        on_ready()
+    else:
+        print(serving_line(config.model, server.url), file=sys.stderr, flush=True)
     try:
         await stop.wait()
-        print("eclectus: draining (a second signal stops now)", file=sys.stderr, flush=True)
+        if worker is None:
+            print("eclectus: draining (a second signal stops now)", file=sys.stderr, flush=True)
     finally:
         await server.drain(config.shutdown_timeout_s, force)
+
+
+def serving_line(model: str, url: str) -> str:
+    """The start-up line (pure): scripts and tests read the URLs from it."""
+    http = url.replace("ws://", "http://", 1)
+    return (
+        f"eclectus serving {model} on {url} (http: {http}/healthz, /metrics; OpenAI API: {http}/v1)"
+    )
 
 
 def run(args: argparse.Namespace, wrap: Callable[[Backend], Backend] | None = None) -> int:
@@ -568,6 +595,10 @@ def run(args: argparse.Namespace, wrap: Callable[[Backend], Backend] | None = No
         )
     from eclectus.server.remote.errors import RemoteStartError
 
+    if getattr(args, "api_server_count", 1) > 1:
+        from eclectus.server.workers import run_workers
+
+        return run_workers(args, wrap)
     try:
         config = config_from_args(args)
         if args.engine_urls:
