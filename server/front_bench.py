@@ -1,0 +1,192 @@
+"""The front's own ceiling: ``python -m eclectus.server.front_bench``.
+
+An engine that answers at once (bench_engine.py) behind ``eclectus serve --engine-url``, so
+every CPU cycle a request costs is the front's (plus the instant engine's small HTTP and the
+load client's). For each front size N in ``--counts`` (``--api-server-count N``; N = 1 is the
+plain single process), alternating over ``--rounds``: start the front, warm it up, let a
+load client in its own process keep ``--concurrency`` keep-alive connections busy with
+``/v1/completions`` requests (``--max-tokens`` tokens each, ``--stream`` for SSE) for
+``--seconds``, and count the requests completed and the CPU the front's processes spent.
+Prints one line per run, then per N the median requests/s with its spread, CPU per request,
+and the scaling against N = 1 measured in the same rounds (target: N = 2 gives >= 0.8 x 2 x
+one's). The machine's load average is printed with every run: on a shared machine, read the
+spread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_line(proc: subprocess.Popen[str], pattern: str, timeout_s: float = 120) -> str:
+    """The first stderr line matching ``pattern`` (blocking)."""
+    assert proc.stderr is not None
+    deadline = time.monotonic() + timeout_s
+    for line in proc.stderr:
+        match = re.search(pattern, line)
+        if match:
+            return match.group(1)
+        if time.monotonic() > deadline:
+            break
+    raise RuntimeError(f"no line matching {pattern!r}")
+
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of ``pid`` and its children, from /proc (pure read)."""
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # fields[1] is ppid, [11] utime, [12] stime (after the comm field)
+        if int(stat.parent.name) == pid or int(fields[1]) == pid:
+            total += (int(fields[11]) + int(fields[12])) / _CLK_TCK
+    return total
+
+
+# -- the load client (its own process) ------------------------------------------------------
+
+
+async def _one_connection(port: int, body: bytes, stream: bool, stop_at: float) -> int:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    head = (
+        b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        b"content-length: %d\r\n\r\n" % len(body)
+    )
+    done = 0
+    while time.monotonic() < stop_at:
+        writer.write(head + body)
+        response = await reader.readuntil(b"\r\n\r\n")
+        assert response.startswith(b"HTTP/1.1 200"), response[:200]
+        if stream:
+            await reader.readuntil(b"\r\n0\r\n\r\n")  # the chunked body's end
+        else:
+            length = int(re.search(rb"content-length: (\d+)", response, re.I).group(1))  # type: ignore[union-attr]
+            await reader.readexactly(length)
+        done += 1
+    writer.close()
+    return done
+
+
+async def _client(port: int, seconds: float, concurrency: int, tokens: int, stream: bool) -> int:
+    body = json.dumps(
+        {"model": "tiny", "prompt": "Hello there", "max_tokens": tokens, "stream": stream}
+    ).encode()
+    stop_at = time.monotonic() + seconds
+    counts = await asyncio.gather(
+        *(_one_connection(port, body, stream, stop_at) for _ in range(concurrency))
+    )
+    return sum(counts)
+
+
+# -- one run ----------------------------------------------------------------------------------
+
+
+def run_once(
+    engine: subprocess.Popen[str], engine_url: str, count: int, args: argparse.Namespace
+) -> dict[str, float]:
+    """One front of ``count`` processes under load: requests/s, and CPU per request of the
+    front, the instant engine and the load client."""
+    port = free_port()
+    command = [sys.executable, "-m", "eclectus.server", "--model", "tiny", "--port", str(port)]
+    command += ["--engine-url", engine_url, "--log-level", "WARNING"]
+    if count > 1:
+        command += ["--api-server-count", str(count)]
+    front = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, cwd="/tmp")
+    try:
+        wait_line(front, r"(eclectus serving)")
+        client = [sys.executable, "-m", "eclectus.server.front_bench", "--client", str(port)]
+        client += ["--concurrency", str(args.concurrency), "--max-tokens", str(args.max_tokens)]
+        client += ["--stream"] if args.stream else []
+        subprocess.run([*client, "--seconds", "1"], check=True, capture_output=True)  # warm-up
+        cpu0, engine0 = tree_cpu_s(front.pid), tree_cpu_s(engine.pid)
+        done = subprocess.run(
+            [*client, "--seconds", str(args.seconds)], check=True, capture_output=True, text=True
+        )
+        cpu, engine_cpu = tree_cpu_s(front.pid) - cpu0, tree_cpu_s(engine.pid) - engine0
+        num_text, client_cpu = done.stdout.split()
+        num = max(int(num_text), 1)
+        return {
+            "rps": num / args.seconds,
+            "cpu_ms": 1000 * cpu / num,
+            "engine_ms": 1000 * engine_cpu / num,
+            "client_ms": 1000 * float(client_cpu) / num,
+        }
+    finally:
+        front.terminate()
+        front.wait(timeout=60)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m eclectus.server.front_bench")
+    parser.add_argument("--counts", default="1,2", help="front sizes to compare")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--stream", action="store_true")
+    parser.add_argument("--client", type=int, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.client is not None:
+        total = asyncio.run(
+            _client(args.client, args.seconds, args.concurrency, args.max_tokens, args.stream)
+        )
+        print(total, time.process_time())
+        return
+    counts = [int(c) for c in args.counts.split(",")]
+    engine = subprocess.Popen(
+        [sys.executable, "-m", "eclectus.server.bench_engine"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    results: dict[int, list[dict[str, float]]] = {c: [] for c in counts}
+    try:
+        url = wait_line(engine, r"on (http://\S+/v1)")
+        for round_ in range(args.rounds):
+            for count in counts:
+                result = run_once(engine, url, count, args)
+                results[count].append(result)
+                load = os.getloadavg()[0]
+                print(
+                    f"round {round_} N={count}: {result['rps']:.0f} req/s, "
+                    f"CPU/req: front {result['cpu_ms']:.2f} ms, engine "
+                    f"{result['engine_ms']:.2f} ms, client {result['client_ms']:.2f} ms "
+                    f"(load {load:.2f})",
+                    flush=True,
+                )
+    finally:
+        engine.kill()
+        engine.wait()
+    base = statistics.median(r["rps"] for r in results[counts[0]])
+    for count in counts:
+        rps = [r["rps"] for r in results[count]]
+        cpu = statistics.median(r["cpu_ms"] for r in results[count])
+        ratios = [r / (count * b["rps"]) for r, b in zip(rps, results[counts[0]], strict=True)]
+        print(
+            f"N={count}: {statistics.median(rps):.0f} req/s ({min(rps):.0f}-{max(rps):.0f}), "
+            f"{cpu:.2f} ms CPU/req, {statistics.median(rps) / base:.2f}x N={counts[0]}; "
+            f"per round vs N x one: {', '.join(f'{x:.2f}' for x in ratios)}"
+        )
+
+
+if __name__ == "__main__":
+    main()
