@@ -9,6 +9,14 @@ first about a document is dispatched (the scheduler pins the document's prefix).
 policy runs on fresh document texts (so no run profits from another's cache), and the
 prompt tokens the engines served from their prefix caches (from each stream's ``usage``), the
 wall time and the routing decisions are printed.
+
+``--fronts N`` measures what several fronts (separate front servers, as several
+``--api-server-count`` processes or hosts are) know of each other's work: the engines publish
+their KV cache events, and each document's questions are split over N fronts, front i
+submitting its share ``--stagger`` x i seconds after the first, its documents in its own
+order, with the graph policy; the prefilled tokens (prompt tokens not served from a cache) of
+one front, of N fronts routing by the engines' events, and of N fronts routing by their own
+prediction only, each on fresh documents.
 """
 
 from __future__ import annotations
@@ -27,15 +35,22 @@ from websockets.asyncio.client import connect
 from eclectus.server.app import start_server
 from eclectus.server.config import ServerConfig
 from eclectus.server.remote import RemoteConfig, RoutingPolicy, build_remote_backend
+from eclectus.server.remote.kv_subscriber import KVEventsEndpoint
 
 
-def document_frame(tag: str, num_docs: int, num_questions: int) -> dict[str, Any]:
-    """One submit: questions over documents, every answer got (pure)."""
+def document_frame(
+    tag: str, num_docs: int, num_questions: int, share: tuple[int, int] = (0, 1)
+) -> dict[str, Any]:
+    """One submit: questions over documents, every answer got (pure). ``share`` (i, n):
+    only the questions q with q % n == i (one front's part), the documents in an order of
+    its own (rotated by i: fronts do not see their requests in one order)."""
     frame: dict[str, Any] = {"type": "submit", "vars": [], "calls": [], "gets": []}
-    for d in range(num_docs):
+    for d in [(k + share[0]) % num_docs for k in range(num_docs)]:
         text = f"Document {tag}-{d}. " + f"Paragraph {d} says something specific. " * 30
         frame["vars"].append({"id": f"doc{d}", "value": text})
         for q in range(num_questions):
+            if q % share[1] != share[0]:
+                continue
             answer = f"a{d}_{q}"
             frame["calls"].append(
                 {
@@ -49,10 +64,18 @@ def document_frame(tag: str, num_docs: int, num_questions: int) -> dict[str, Any
     return frame
 
 
-def start_engine() -> tuple[subprocess.Popen[str], str]:
-    """An engine process and its OpenAI base URL (blocks until it listens)."""
+def start_engine(events_port: int | None = None) -> tuple[subprocess.Popen[str], str]:
+    """An engine process and its OpenAI base URL (blocks until it listens); with
+    ``events_port``, publishing its KV events there (replay on the next port)."""
     command = [sys.executable, "-m", "eclectus", "serve", "--model", "tiny", "--port", "0"]
     command += ["--num-threads", "1", "--num-kv-blocks", "1024"]
+    if events_port is not None:
+        events = {
+            "enable_kv_cache_events": True,
+            "endpoint": f"tcp://*:{events_port}",
+            "replay_endpoint": f"tcp://*:{events_port + 1}",
+        }
+        command += ["--kv-events-config", json.dumps(events)]
     proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None
     for line in proc.stderr:
@@ -60,6 +83,60 @@ def start_engine() -> tuple[subprocess.Popen[str], str]:
         if match:
             return proc, match.group(1)
     raise RuntimeError("engine did not start")
+
+
+async def run_submit(url: str, frame: dict[str, Any], delay_s: float = 0.0) -> None:
+    """After ``delay_s``, send ``frame`` on a fresh session and wait for every value."""
+    await asyncio.sleep(delay_s)
+    async with connect(url, max_size=None) as ws:
+        await ws.send(json.dumps({"type": "hello"}))
+        await ws.recv()
+        await ws.send(json.dumps(frame))
+        pending = len(frame["gets"])
+        while pending:
+            got = json.loads(await ws.recv())
+            if got["type"] == "error":
+                raise RuntimeError(got)
+            pending -= got["type"] == "value"
+
+
+async def run_fronts(
+    urls: list[str], sources: tuple[KVEventsEndpoint, ...], num_fronts: int, tag: str, args: Any
+) -> dict[str, Any]:
+    """``num_fronts`` front servers, each with its share of every document's questions, at
+    once (graph policy; routing by the engines' events when ``sources``)."""
+    servers = []
+    for _ in range(num_fronts):
+        backend = build_remote_backend(RemoteConfig("tiny", tuple(urls), kv_events=sources))
+        config = ServerConfig(port=0, max_inflight=args.max_inflight)
+        servers.append(await start_server(config, backend, owns_backend=True))
+    try:
+        await asyncio.sleep(1.0)  # the subscriptions are made
+        started = time.perf_counter()
+        frames = [
+            document_frame(tag, args.docs, args.questions, (i, num_fronts))
+            for i in range(num_fronts)
+        ]
+        delays = [i * args.stagger for i in range(num_fronts)]
+        await asyncio.gather(
+            *(run_submit(s.url, f, d) for s, f, d in zip(servers, frames, delays, strict=True))
+        )
+        wall = time.perf_counter() - started
+        stats = [s.backend.stats() for s in servers]
+        decisions = [dict(s.backend.pool.decisions) for s in servers]
+    finally:
+        for server in servers:
+            await server.close()
+    prompt = sum(st.prompt_tokens for st in stats)
+    cached = sum(st.cache_hit_tokens for st in stats)
+    return {
+        "fronts": num_fronts,
+        "kv_events": bool(sources),
+        "wall_s": round(wall, 2),
+        "prompt_tokens": prompt,
+        "prefilled": prompt - cached,
+        "decisions": decisions,
+    }
 
 
 async def run_policy(
@@ -99,7 +176,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--docs", type=int, default=4)
     parser.add_argument("--questions", type=int, default=6)
     parser.add_argument("--max-inflight", type=int, default=4)
+    parser.add_argument("--fronts", type=int, default=None, metavar="N")
+    parser.add_argument("--rounds", type=int, default=1, help="with --fronts: repetitions")
+    parser.add_argument(
+        "--stagger",
+        type=float,
+        default=0.5,
+        help="with --fronts: seconds between the fronts' submits",
+    )
     args = parser.parse_args(argv)
+    if args.fronts is not None:
+        return fronts_main(args)
     engines = [start_engine() for _ in range(args.engines)]
     try:
         urls = [url for _, url in engines]
@@ -110,6 +197,43 @@ def main(argv: list[str] | None = None) -> int:
             proc.terminate()
             proc.wait(timeout=30)
     return 0
+
+
+def fronts_main(args: argparse.Namespace) -> int:
+    """``--fronts N``: one front, N fronts by events, N fronts by prediction, per round."""
+    ports = [free_port_pair() for _ in range(args.engines)]
+    engines = [start_engine(port) for port in ports]
+    sources = tuple(
+        KVEventsEndpoint(f"tcp://127.0.0.1:{p}", f"tcp://127.0.0.1:{p + 1}") for p in ports
+    )
+    try:
+        urls = [url for _, url in engines]
+        for round_ in range(args.rounds):
+            runs = ((1, sources), (args.fronts, sources), (args.fronts, ()))
+            for n, events in runs:
+                tag = f"r{round_}-{n}-{bool(events)}"
+                print(json.dumps(asyncio.run(run_fronts(urls, events, n, tag, args))), flush=True)
+    finally:
+        for proc, _ in engines:
+            proc.terminate()
+            proc.wait(timeout=30)
+    return 0
+
+
+def free_port_pair() -> int:
+    """A port p with p and p + 1 free now (the events and replay endpoints)."""
+    import socket
+
+    while True:
+        with socket.socket() as a:
+            a.bind(("127.0.0.1", 0))
+            port = int(a.getsockname()[1])
+            with socket.socket() as b:
+                try:
+                    b.bind(("127.0.0.1", port + 1))
+                except OSError:
+                    continue
+                return port
 
 
 if __name__ == "__main__":
