@@ -282,3 +282,32 @@ async def test_front_routes_by_the_cache_the_engines_report() -> None:
     finally:
         for engine in engines:
             engine.stop()
+
+
+def test_pool_reads_events_when_live_and_predicts_otherwise() -> None:
+    """An engine whose events are live is matched by its index plus our requests in flight
+    there; before its first batch (or once forgotten), by the prediction."""
+    from typing import cast
+
+    from eclectus.server.backend import TokenizedPrompt
+    from eclectus.server.remote.members import Member
+    from eclectus.server.remote.pool import PoolEngine, _Chains
+    from eclectus.server.remote.prefix_index import prefix_keys
+
+    ids = tuple(PROMPTS[0]["token_ids"])
+    prompt = TokenizedPrompt(ids, (97, len(ids)))
+    keys = prefix_keys(prompt, None)
+    engine = PoolEngine(0, cast(Member, None), 8)
+    engine.events = KVEventSubscriber(KVEventsEndpoint("tcp://127.0.0.1:1"))
+    engine.prefixes.insert(keys)  # this front once placed the whole prompt here
+    assert engine.match(keys, _Chains(ids, None)) == len(ids)  # not live: the prediction
+    engine.events.live = True  # live, and the engine reported nothing: it holds nothing
+    assert engine.match(keys, _Chains(ids, None)) == 0
+    for event in decode_batch(FRAMES[0][1]).events:
+        engine.events.index.apply(event)
+    assert engine.match(keys, _Chains(ids, None)) == 3 * BLOCK_SIZE  # what it reported
+    engine.placed["r1"] = keys  # in flight here now: it is computing all of it
+    assert engine.match(keys, _Chains(ids, None)) == len(ids)
+    engine.events.forget()
+    del engine.placed["r1"]
+    assert engine.match(keys, _Chains(ids, None)) == len(ids)  # back to the prediction
