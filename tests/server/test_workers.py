@@ -73,13 +73,15 @@ async def chain_on_one_session(url: str, n: int) -> str:
         return await third.aget()
 
 
-async def streamed(http: httpx.AsyncClient, url: str) -> tuple[str, str]:
-    """One streamed /v1 completion on a connection of its own: its worker and its text."""
+async def streamed(http: httpx.AsyncClient, url: str, started: list[str]) -> tuple[str, str]:
+    """One streamed /v1 completion on a connection of its own: its worker and its text
+    (the worker also goes to ``started`` once the response began)."""
     body = {"model": "tiny", "prompt": "Hi", "max_tokens": NUM_TOKENS, "stream": True}
     text = ""
     async with http.stream("POST", f"{url}/v1/completions", json=body) as response:
         response.raise_for_status()
         worker = response.headers["eclectus-worker"]
+        started.append(worker)
         async for line in response.aiter_lines():
             if line.startswith("data: {"):
                 chunk = httpx.Response(200, content=line[6:]).json()
@@ -101,9 +103,13 @@ async def test_two_fronts_serve_sessions_spread_v1_and_drain(engine_url: str) ->
         assert all(final == " a a" for final in finals)
         limits = httpx.Limits(max_keepalive_connections=0)  # a new connection per request
         async with httpx.AsyncClient(limits=limits, timeout=60) as http:
-            streams = [asyncio.ensure_future(streamed(http, url)) for _ in range(24)]
-            await asyncio.sleep(0.5)  # all in flight (20 tokens at 50 ms each)
-            assert not any(s.done() for s in streams)
+            started: list[str] = []
+            streams = [asyncio.ensure_future(streamed(http, url, started)) for _ in range(24)]
+            deadline = asyncio.get_running_loop().time() + 30
+            while len(started) < len(streams):  # every one answered and streaming
+                assert asyncio.get_running_loop().time() < deadline
+                await asyncio.sleep(0.01)
+            assert not any(s.done() for s in streams)  # 20 tokens at 50 ms: still in flight
             proc.send_signal(signal.SIGTERM)
             results = await asyncio.gather(*streams)
         assert {worker for worker, _ in results} == {"0", "1"}
