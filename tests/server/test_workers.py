@@ -45,8 +45,8 @@ def wait_line(proc: subprocess.Popen[str], pattern: str) -> re.Match[str]:
 
 @pytest.fixture(scope="module")
 def engine_url() -> Iterator[str]:
-    """The instant test engine, streaming a token every 50 ms so requests stay in flight."""
-    command = [sys.executable, "-m", "eclectus.server.bench_engine", "--token-delay", "0.05"]
+    """The instant test engine, streaming a token every 100 ms so requests stay in flight."""
+    command = [sys.executable, "-m", "eclectus.server.bench_engine", "--token-delay", "0.1"]
     proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     try:
         yield wait_line(proc, r"on (http://\S+/v1)").group(1)
@@ -109,7 +109,7 @@ async def test_two_fronts_serve_sessions_spread_v1_and_drain(engine_url: str) ->
             while len(started) < len(streams):  # every one answered and streaming
                 assert asyncio.get_running_loop().time() < deadline
                 await asyncio.sleep(0.01)
-            assert not any(s.done() for s in streams)  # 20 tokens at 50 ms: still in flight
+            assert not any(s.done() for s in streams)  # 20 tokens at 100 ms: still in flight
             proc.send_signal(signal.SIGTERM)
             results = await asyncio.gather(*streams)
         assert {worker for worker, _ in results} == {"0", "1"}
