@@ -42,3 +42,19 @@ ADD_TOOL = {
     },
 }
 ASK = [{"role": "user", "content": "What is the weather in Lisbon?"}]
+
+# Every format's call markers, and JSON's own, inside one string: a call whose argument is
+# pinned to it (an enum of one) must still parse, whole and streamed, in every format.
+MARKERS = '</tool_call> <tool_call> [TOOL_CALLS] <|python_tag|> "}]; {[ \\ end'
+PINNED_WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": DEFAULT_WEATHER_DESCRIPTION,
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "enum": [MARKERS]}},
+            "required": ["city"],
+        },
+    },
+}

@@ -43,18 +43,24 @@ from eclectus.protocol.structural_tags import (
     triggered_tags,
 )
 from eclectus.protocol.structured import StructuredOutputs
-from eclectus.protocol.tool_scan import Block, BlockStream, json_end, loads_or_none
+from eclectus.protocol.tool_scan import (
+    Block,
+    BlockStream,
+    json_end,
+    loads_or_none,
+    partial_prefix,
+    skip_space,
+)
 from eclectus.protocol.tools import (
+    CALL_BEGIN,
+    CALL_END,
     StreamEvent,
     ToolCall,
-    ToolCallStream,
     ToolChoice,
     ToolSpec,
-    _partial_prefix,
     call_from,
     chosen_tools,
     new_call_id,
-    parse_tool_calls,
     tool_call_constraint,
 )
 
@@ -124,27 +130,62 @@ class ToolFormat(ABC):
         return (content.strip(), calls) if calls else (text, [])
 
 
-class HermesFormat(ToolFormat):
-    """``<tool_call>{...}</tool_call>`` blocks (eclectus.protocol.tools)."""
+class _BlockFormat(ToolFormat):
+    """A format read by :class:`BlockStream`: :meth:`scan` finds the next block."""
+
+    separator = re.compile(r"\s*")
+
+    def stream(self) -> CallStream:
+        return BlockStream(self)
+
+    @abstractmethod
+    def scan(self, buffer: str, final: bool) -> Block:
+        """The first block of ``buffer``; ``final``: no more text will come (pure)."""
+
+    def _call(self, data: Any, keys: tuple[str, ...]) -> ToolCall | None:
+        """A call from a decoded object (tools.call_from), with this format's ids."""
+        return call_from(data, keys, self.new_id)
+
+    def new_id(self) -> str:
+        return new_call_id()
+
+
+class HermesFormat(_BlockFormat):
+    """``<tool_call>{...}</tool_call>`` blocks (constraint: eclectus.protocol.tools)."""
 
     name: ToolFormatName = "hermes"
+    separator = re.compile("")  # text between calls stays content
 
     def constraint(
         self, tools: Sequence[ToolSpec], tool_choice: ToolChoice | None, parallel: bool = True
     ) -> StructuredOutputs | None:
         return tool_call_constraint(tools, tool_choice, parallel)
 
-    def stream(self) -> CallStream:
-        return ToolCallStream()
+    def scan(self, buffer: str, final: bool) -> Block:
+        start = buffer.find(CALL_BEGIN)
+        if start < 0:
+            return Block(len(buffer) - partial_prefix(buffer, CALL_BEGIN))
+        body = skip_space(buffer, start + len(CALL_BEGIN))
+        if body == len(buffer) and not final:
+            return Block(start)
+        if body < len(buffer) and buffer[body] == "{":
+            # the object ends where its brackets close, whatever its strings hold
+            end = json_end(buffer, body)
+            close = None if end is None else skip_space(buffer, end)
+            if close is not None and buffer.startswith(CALL_END, close):
+                call = self._call(loads_or_none(buffer[body:end]), ("arguments", "parameters"))
+                if call is not None:
+                    return Block(start, close + len(CALL_END), [call])
+            elif not final and (close is None or CALL_END.startswith(buffer[close:])):
+                return Block(start)  # the object, or the tag after it, may still come
+        # not a call: content through the first closing tag, as vLLM's hermes parser reads it
+        stop = buffer.find(CALL_END, start + len(CALL_BEGIN))
+        return Block(start) if stop < 0 else Block(start, stop + len(CALL_END), None)
 
-    def parse(self, text: str) -> tuple[str, list[ToolCall]]:
-        return parse_tool_calls(text)
 
+class _JsonFormat(_BlockFormat):
+    """A format whose constraint is a structural tag of one tag per tool, built here."""
 
-class _JsonFormat(ToolFormat):
-    """A format read by :class:`_BlockStream`: :meth:`scan` finds the next block."""
-
-    separator = re.compile(r"\s*")
     arguments_key: str  # the key a call's arguments stand under, beside "name"
 
     def constraint(
@@ -164,20 +205,6 @@ class _JsonFormat(ToolFormat):
         """The structural tag's format around the call ``tags``, one per chosen tool
         (pure)."""
 
-    def stream(self) -> CallStream:
-        return BlockStream(self)
-
-    @abstractmethod
-    def scan(self, buffer: str) -> Block:
-        """The first block of ``buffer`` (pure)."""
-
-    def _call(self, data: Any, keys: tuple[str, ...]) -> ToolCall | None:
-        """A call from a decoded object (tools.call_from), with this format's ids."""
-        return call_from(data, keys, self.new_id)
-
-    def new_id(self) -> str:
-        return new_call_id()
-
 
 class Llama3JsonFormat(_JsonFormat):
     """``{"name": ..., "parameters": {...}}`` objects, ``;``-separated, maybe after
@@ -195,12 +222,12 @@ class Llama3JsonFormat(_JsonFormat):
             return triggered_tags(["{"], tags, not parallel)  # are all calls, as vLLM reads them
         return tags_with_separator(tags, "; ", at_most_one(tool_choice, parallel))
 
-    def scan(self, buffer: str) -> Block:
+    def scan(self, buffer: str, final: bool) -> Block:
         brace, tag = buffer.find("{"), buffer.find(PYTHON_TAG)
         if tag >= 0 and (brace < 0 or tag < brace):
             return Block(tag, tag + len(PYTHON_TAG), [])  # the tag itself is dropped
         if brace < 0:
-            return Block(len(buffer) - _partial_prefix(buffer, PYTHON_TAG))
+            return Block(len(buffer) - partial_prefix(buffer, PYTHON_TAG))
         end = json_end(buffer, brace)
         if end is None:
             return Block(brace)
@@ -232,10 +259,10 @@ class MistralFormat(_JsonFormat):
             ],
         }
 
-    def scan(self, buffer: str) -> Block:
+    def scan(self, buffer: str, final: bool) -> Block:
         start = buffer.find(MISTRAL_TOOL_CALLS)
         if start < 0:
-            return Block(len(buffer) - _partial_prefix(buffer, MISTRAL_TOOL_CALLS))
+            return Block(len(buffer) - partial_prefix(buffer, MISTRAL_TOOL_CALLS))
         body = start + len(MISTRAL_TOOL_CALLS)
         while body < len(buffer) and buffer[body].isspace():
             body += 1

@@ -1,8 +1,14 @@
 """Reading a reply whose calls are balanced JSON after a marker, delta by delta: the
-machinery behind the ``llama3_json`` and ``mistral`` formats
-(:mod:`eclectus.protocol.tool_formats`). A format gives a :class:`Scanner` that finds the
-next block in a buffer; :class:`BlockStream` holds back text that may still become a call and
-hands out content and whole calls. Pure functions but BlockStream's own state.
+machinery behind every format of :mod:`eclectus.protocol.tool_formats`. A format gives a
+:class:`Scanner` that finds the next block in a buffer; :class:`BlockStream` holds back text
+that may still become a call and hands out content and whole calls. Pure functions but
+BlockStream's own state.
+
+A call's end is found by JSON's own syntax (:func:`json_end`: brackets outside strings),
+never by searching for a closing marker, because a JSON string may hold any text, the
+format's closing tag and opener included. A stream and the whole reply are read by the same
+scanner over the same buffer: a scanner holds a block (``end`` None) until more text cannot
+change what it finds, so however the reply is cut, the events are the same.
 """
 
 from __future__ import annotations
@@ -20,7 +26,9 @@ class Scanner(Protocol):
 
     separator: re.Pattern[str]  # dropped after a call (Llama's "; ")
 
-    def scan(self, buffer: str) -> Block: ...
+    def scan(self, buffer: str, final: bool) -> Block:
+        """The first block of ``buffer``; ``final``: no more text will come (pure)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +71,7 @@ class BlockStream:
                     break
                 self._buffer, self._after_call = self._buffer[length:], False
                 continue
-            block = self._fmt.scan(self._buffer)
+            block = self._fmt.scan(self._buffer, final)
             if block.start:
                 events.append(StreamEvent(content=self._buffer[: block.start]))
             if block.end is None:
@@ -106,6 +114,21 @@ def json_end(text: str, start: int) -> int | None:
             if depth == 0:
                 return i + 1
     return None
+
+
+def partial_prefix(text: str, marker: str) -> int:
+    """Length of the longest tail of ``text`` that begins ``marker`` (pure)."""
+    for n in range(min(len(marker) - 1, len(text)), 0, -1):
+        if marker.startswith(text[-n:]):
+            return n
+    return 0
+
+
+def skip_space(text: str, start: int) -> int:
+    """The index of the first non-whitespace character at or after ``start`` (pure)."""
+    while start < len(text) and text[start].isspace():
+        start += 1
+    return start
 
 
 def loads_or_none(text: str) -> Any:

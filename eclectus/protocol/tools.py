@@ -1,5 +1,6 @@
-"""Tool calls in the Hermes format: the constraint that enforces them and the parser that
-reads them back. Torch-free: the OpenAI endpoint and the client adapters share it.
+"""Tool calls: the declared tools, a parsed call, and the Hermes format's constraint (its
+parser, with the other formats', is :mod:`eclectus.protocol.tool_formats`). Torch-free: the
+OpenAI endpoint and the client adapters share it.
 
 The format (Hermes, Qwen 2/2.5/3, the ``tiny`` preset) writes each call as::
 
@@ -19,7 +20,6 @@ parameter schema.
 from __future__ import annotations
 
 import json
-import re
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -28,7 +28,6 @@ from typing import Any, Literal
 from eclectus.protocol.structured import StructuredOutputs
 
 CALL_BEGIN, CALL_END = "<tool_call>", "</tool_call>"
-_CALL_RE = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 _EMPTY_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
 
 ToolChoice = Literal["none", "auto", "required"] | Mapping[str, Any] | str
@@ -162,31 +161,6 @@ def format_tool_call(name: str, arguments: Mapping[str, Any]) -> str:
     return f"{CALL_BEGIN}\n{body}\n{CALL_END}"
 
 
-def parse_tool_calls(text: str) -> tuple[str, list[ToolCall]]:
-    """Split generated text into its content and its well-formed calls (pure). A block that
-    is not ``{"name": str, "arguments": object}`` JSON stays in the content."""
-    calls: list[ToolCall] = []
-    content: list[str] = []
-    last = 0
-    for match in _CALL_RE.finditer(text):
-        call = _call_of(match.group(1))
-        if call is None:
-            continue
-        content.append(text[last : match.start()])
-        last = match.end()
-        calls.append(call)
-    content.append(text[last:])
-    return "".join(content).strip() if calls else text, calls
-
-
-def _call_of(body: str) -> ToolCall | None:
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return None
-    return call_from(data, ("arguments", "parameters"), new_call_id)
-
-
 def call_from(data: Any, keys: tuple[str, ...], new_id: Callable[[], str]) -> ToolCall | None:
     """A call from a decoded object with a str ``name`` and its arguments under the first
     of ``keys`` present (an object, or its JSON text, as some models write them), with an id
@@ -213,58 +187,6 @@ class StreamEvent:
     content: str = ""
     call: ToolCall | None = None
     index: int = 0
-
-
-class ToolCallStream:
-    """Reads a streamed reply and hands out content deltas and whole calls (mutated by
-    :meth:`feed` and :meth:`finish`). Text that may begin ``<tool_call>`` is held back until
-    it does not, or until its call closes; the content deltas concatenate to the content
-    :func:`parse_tool_calls` gives, before stripping."""
-
-    def __init__(self) -> None:
-        self._buffer = ""
-        self._num_calls = 0
-
-    def feed(self, delta: str) -> list[StreamEvent]:
-        """Events made complete by ``delta`` (mutates)."""
-        self._buffer += delta
-        events: list[StreamEvent] = []
-        while True:
-            start = self._buffer.find(CALL_BEGIN)
-            if start < 0:
-                keep = _partial_prefix(self._buffer, CALL_BEGIN)
-                cut = len(self._buffer) - keep
-                if cut:
-                    events.append(StreamEvent(content=self._buffer[:cut]))
-                self._buffer = self._buffer[cut:]
-                return events
-            if start:
-                events.append(StreamEvent(content=self._buffer[:start]))
-                self._buffer = self._buffer[start:]
-            end = self._buffer.find(CALL_END)
-            if end < 0:
-                return events
-            block = self._buffer[: end + len(CALL_END)]
-            self._buffer = self._buffer[end + len(CALL_END) :]
-            _, calls = parse_tool_calls(block)
-            if calls:
-                events.append(StreamEvent(call=calls[0], index=self._num_calls))
-                self._num_calls += 1
-            else:
-                events.append(StreamEvent(content=block))
-
-    def finish(self) -> list[StreamEvent]:
-        """What is still held back, as content (mutates: the stream is drained)."""
-        rest, self._buffer = self._buffer, ""
-        return [StreamEvent(content=rest)] if rest else []
-
-
-def _partial_prefix(text: str, marker: str) -> int:
-    """Length of the longest tail of ``text`` that begins ``marker`` (pure)."""
-    for n in range(min(len(marker) - 1, len(text)), 0, -1):
-        if marker.startswith(text[-n:]):
-            return n
-    return 0
 
 
 def tool_specs(tools: Iterable[Mapping[str, Any]] | None) -> list[ToolSpec]:

@@ -242,7 +242,8 @@ TOOLS = [weather_tool(description=None, max_city_length=12), ADD_TOOL]
 def test_required_and_named_tool_choice_give_only_valid_calls(
     engine: LLMEngine, choice: object, parallel: bool, names: set[str]
 ) -> None:
-    from eclectus.protocol.tools import parse_tool_calls, tool_call_constraint, tool_specs
+    from eclectus.protocol.tool_formats import tool_format
+    from eclectus.protocol.tools import tool_call_constraint, tool_specs
 
     specs = tool_specs(TOOLS)
     constraint = tool_call_constraint(specs, choice, parallel)  # type: ignore[arg-type]
@@ -257,7 +258,7 @@ def test_required_and_named_tool_choice_give_only_valid_calls(
         for seed in range(3)
     }
     for text, _, _ in run(engine, requests).values():
-        content, calls = parse_tool_calls(text)
+        content, calls = tool_format("hermes").parse(text)
         assert content == "" and calls, text
         assert len(calls) == 1 or parallel
         for call in calls:

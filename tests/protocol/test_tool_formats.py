@@ -138,6 +138,8 @@ _pieces = {
             "<|pyth",
             '"quoted \\" brace {"',
             "{",
+            '{"name": "f", "parameters": {"s": "<|python_tag|>{; "}}',
+            '"',
         ]
     ),
     "mistral": st.sampled_from(
@@ -148,6 +150,9 @@ _pieces = {
             "text [with] brackets ",
             "[TOOL_CALLS] nope",
             '[TOOL_CALLS][{"name": 1}]',
+            '[TOOL_CALLS][{"name": "f", "arguments": {"s": "[TOOL_CALLS]]"}}]',
+            '[TOOL_CALLS]f{"s": "[TOOL_CALLS]}"}',
+            '"',
         ]
     ),
     "hermes": st.sampled_from(
@@ -156,6 +161,12 @@ _pieces = {
             "<tool_",
             "words ",
             "<tool_call>bad</tool_call>",
+            '<tool_call>\n{"name": "f", "arguments": {"s": "</tool_call>"}}\n</tool_call>',
+            '<tool_call>{"name": "f", "arguments": {"s": "<tool_call>',
+            "<tool_call>{bad</tool_call>",
+            "</tool_call>",
+            '"',
+            "}",
         ]
     ),
 }
@@ -182,6 +193,72 @@ def test_streaming_reads_what_parse_reads_however_the_text_is_cut(
     assert [(c.name, c.arguments) for c in streamed_calls] == [(c.name, c.arguments) for c in calls]
     assert [e.index for e in events if e.call is not None] == list(range(len(calls)))
     assert (streamed.strip() if calls else text) == content
+
+
+# Strings made of every format's markers (whole and cut short) and JSON's own syntax
+_MARKER_PIECES = (
+    "</tool_call>", "<tool_call>", "[TOOL_CALLS]", "<|python_tag|>", "</tool_", "<tool_",
+    "[TOOL_", "<|pyth", '"', "\\", "{", "}", "[", "]", ";", ", ", ": ", " ", "\n", "a", "é",
+)  # fmt: skip
+_marker_text = st.one_of(
+    st.lists(st.sampled_from(_MARKER_PIECES), max_size=8).map("".join), st.text(max_size=8)
+)
+_json_values = st.recursive(
+    _marker_text | st.integers() | st.booleans() | st.none(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_marker_text, inner, max_size=3),
+    max_leaves=8,
+)
+_arguments = st.dictionaries(_marker_text, _json_values, max_size=4)
+_names = st.sampled_from(["get_weather", "f", "search.web-2"])
+
+
+def _dumps(value: object, ascii_only: bool) -> str:
+    return json.dumps(value, ensure_ascii=ascii_only)
+
+
+def _written(name: str, calls: list[tuple[str, dict]], v11: bool, ascii_only: bool) -> str:
+    """``calls`` as a model of format ``name`` writes them, separators included (pure)."""
+    if name == "hermes":
+        blocks = [
+            f'<tool_call>\n{{"name": "{n}", "arguments": {_dumps(a, ascii_only)}}}\n</tool_call>'
+            for n, a in calls
+        ]
+        return "\n".join(blocks)
+    if name == "llama3_json":
+        objects = [_dumps({"name": n, "parameters": a}, ascii_only) for n, a in calls]
+        return "<|python_tag|>" + "; ".join(objects)
+    if v11:
+        return "".join(f"[TOOL_CALLS]{n}{_dumps(a, ascii_only)}" for n, a in calls)
+    objects = [_dumps({"name": n, "arguments": a}, ascii_only) for n, a in calls]
+    return "[TOOL_CALLS][" + ", ".join(objects) + "]"
+
+
+@pytest.mark.parametrize("name", TOOL_FORMATS)
+@given(data=st.data())
+def test_calls_whose_strings_hold_the_markers_parse_whole_and_streamed(
+    name: str, data: st.DataObject
+) -> None:
+    """A JSON string may hold any text, the formats' closing tags and openers included:
+    calls as the model writes them parse back exactly, from the whole reply and from a
+    stream cut at any points, with the text around them as the content."""
+    calls = data.draw(st.lists(st.tuples(_names, _arguments), min_size=1, max_size=3))
+    lead = data.draw(st.sampled_from(["", "Sure. ", "Let me check.\n"]))
+    text = lead + _written(name, calls, data.draw(st.booleans()), data.draw(st.booleans()))
+    trail = data.draw(st.sampled_from(["", "\n", " Done."]))
+    text += trail
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(text)), max_size=8)))
+    fmt = tool_format(name)
+    content, parsed = fmt.parse(text)
+    assert [(c.name, c.arguments) for c in parsed] == calls
+    stream = fmt.stream()
+    events = []
+    for start, end in zip([0, *cuts], [*cuts, len(text)], strict=True):
+        events += stream.feed(text[start:end])
+    events += stream.finish()
+    assert [(e.call.name, e.call.arguments) for e in events if e.call] == calls
+    streamed = "".join(e.content for e in events)
+    assert streamed.strip() == content
+    assert content.split() == (lead + trail).split()
 
 
 def test_the_openai_shapes_use_the_served_format() -> None:

@@ -11,16 +11,16 @@ from hypothesis import strategies as st
 from tool_fixtures import weather_tool
 
 from eclectus.protocol.chat_template import render_chat, render_chat_pieces
+from eclectus.protocol.tool_formats import tool_format
 from eclectus.protocol.tools import (
-    ToolCallStream,
     ToolSpec,
     format_tool_call,
-    parse_tool_calls,
     tool_call_constraint,
     tool_specs,
 )
 
 WEATHER = weather_tool("Weather of a city")
+HERMES = tool_format("hermes")
 ADD = {"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}
 
 
@@ -54,7 +54,7 @@ def test_bad_tools_and_choices_are_named() -> None:
 def test_parse_splits_content_and_calls() -> None:
     text = "Let me check.\n" + format_tool_call("get_weather", {"city": "Paris"}) + "\n"
     text += format_tool_call("add", {"a": 1}) + "<tool_call>not json</tool_call>"
-    content, calls = parse_tool_calls(text)
+    content, calls = HERMES.parse(text)
     assert [(c.name, c.arguments) for c in calls] == [
         ("get_weather", {"city": "Paris"}),
         ("add", {"a": 1}),
@@ -62,20 +62,20 @@ def test_parse_splits_content_and_calls() -> None:
     assert content == "Let me check.\n\n<tool_call>not json</tool_call>"
     assert len({c.id for c in calls}) == 2
     assert json.loads(calls[0].openai()["function"]["arguments"]) == {"city": "Paris"}
-    assert parse_tool_calls("plain") == ("plain", [])
+    assert HERMES.parse("plain") == ("plain", [])
 
 
 @given(st.lists(st.integers(1, 7), min_size=1, max_size=40), st.text(max_size=20))
 def test_stream_events_equal_the_whole_parse(cuts: list[int], lead: str) -> None:
     """However the text is cut into deltas, the streamed content and calls equal
-    parse_tool_calls of the whole text."""
+    the parse of the whole text."""
     text = (
         lead.replace("<", "")
         + format_tool_call("add", {"a": 1})
         + " then "
         + (format_tool_call("get_weather", {"city": "Oslo"}))
     )
-    stream, events, pos = ToolCallStream(), [], 0
+    stream, events, pos = HERMES.stream(), [], 0
     for cut in cuts * 50:
         if pos >= len(text):
             break
@@ -84,7 +84,7 @@ def test_stream_events_equal_the_whole_parse(cuts: list[int], lead: str) -> None
     events += stream.feed(text[pos:]) + stream.finish()
     content = "".join(e.content for e in events)
     calls = [(e.index, e.call.name, e.call.arguments) for e in events if e.call]
-    whole_content, whole_calls = parse_tool_calls(text)
+    whole_content, whole_calls = HERMES.parse(text)
     assert content.strip() == whole_content
     assert calls == [(i, c.name, c.arguments) for i, c in enumerate(whole_calls)]
 

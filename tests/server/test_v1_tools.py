@@ -7,7 +7,7 @@ import json
 
 import openai
 import pytest
-from tool_fixtures import ASK, WEATHER
+from tool_fixtures import ASK, MARKERS, PINNED_WEATHER, WEATHER
 
 from eclectus.server.app import EclectusServer, start_server
 from eclectus.server.config import ServerConfig
@@ -136,6 +136,42 @@ async def test_the_tool_call_parser_flag_sets_the_format_end_to_end(
                 calls += chunk.choices[0].delta.tool_calls or []
                 content += chunk.choices[0].delta.content or ""
         assert [c.function.name for c in calls] == ["get_weather"] and content == ""
+    finally:
+        await server.close()
+
+
+@pytest.mark.parametrize("parser", ["hermes", "llama3_json", "mistral"])
+async def test_a_call_whose_argument_holds_the_markers_parses_whole_and_streamed(
+    real_engine: object, parser: str
+) -> None:
+    """An argument pinned (enum) to a string holding every format's closing tag and opener:
+    the call is read back, whole and streamed, with that exact argument and no content."""
+    server: EclectusServer = await start_server(
+        ServerConfig(port=0, tool_call_parser=parser),  # type: ignore[arg-type]
+        real_engine,  # type: ignore[arg-type]
+        owns_backend=False,
+    )
+    try:
+        client = openai.AsyncOpenAI(base_url=server.openai_url, api_key="none")
+        request: dict = dict(
+            model="tiny",
+            messages=ASK,
+            tools=[PINNED_WEATHER],
+            tool_choice={"type": "function", "function": {"name": "get_weather"}},
+            max_tokens=96,
+        )
+        reply = await client.chat.completions.create(**request)
+        (call,) = reply.choices[0].message.tool_calls or []
+        assert json.loads(call.function.arguments) == {"city": MARKERS}
+        stream = await client.chat.completions.create(**request, stream=True)
+        calls, content, finish = [], "", None
+        async for chunk in stream:
+            if chunk.choices:
+                calls += chunk.choices[0].delta.tool_calls or []
+                content += chunk.choices[0].delta.content or ""
+                finish = chunk.choices[0].finish_reason or finish
+        assert content == "" and finish == "tool_calls"
+        assert [json.loads(c.function.arguments or "") for c in calls] == [{"city": MARKERS}]
     finally:
         await server.close()
 

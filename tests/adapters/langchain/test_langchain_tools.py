@@ -11,6 +11,7 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from pydantic import BaseModel, Field
+from tool_fixtures import MARKERS, PINNED_WEATHER
 
 from eclectus.adapters.langchain import ChatEclectus
 from eclectus.adapters.langchain.tools import split_call_kwargs, tool_choice_of
@@ -115,6 +116,19 @@ def test_streamed_tool_call_chunks_add_up_to_the_calls() -> None:
         set(SCHEMAS),
     )
     assert full.usage_metadata is not None
+
+
+def test_a_streamed_call_whose_argument_holds_the_closing_tag_is_a_call() -> None:
+    """The argument is pinned to a string holding ``</tool_call>`` (and the other formats'
+    markers): the streamed chunks add up to the call, as the whole reply does."""
+    bound = model().bind_tools([PINNED_WEATHER], tool_choice="get_weather")
+    chunks = list(bound.stream("Weather in Oslo?"))
+    full = chunks[0]
+    for chunk in chunks[1:]:
+        full = full + chunk
+    assert [c["args"] for c in full.tool_calls] == [{"city": MARKERS}]
+    assert full.content == ""
+    assert [c["args"] for c in bound.invoke("Weather in Oslo?").tool_calls] == [{"city": MARKERS}]
 
 
 async def test_async_stream_and_invoke_match_the_sync_mechanics() -> None:
