@@ -23,7 +23,12 @@ from dataclasses import fields
 from eclectus.protocol.tool_formats import TOOL_FORMATS
 from eclectus.server.backend import Backend
 from eclectus.server.config import ServerConfig, read_token_file
-from eclectus.server.engine.engine_config import SUPPORTED_DTYPES, EngineConfig, GiB
+from eclectus.server.engine.engine_config import (
+    JSON_WHITESPACE,
+    SUPPORTED_DTYPES,
+    EngineConfig,
+    GiB,
+)
 
 
 def positive_int(text: str) -> int:
@@ -421,11 +426,20 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         help="structured outputs: close the structure within max_tokens (off: to measure it)",
     )
     engine.add_argument(
+        "--json-whitespace",
+        choices=JSON_WHITESPACE,
+        default=defaults.json_whitespace,
+        help="structured outputs: whitespace between JSON tokens: 'bounded' (what JSON "
+        "printers write, at most one line break per place), 'any' (stock vLLM's default) or "
+        "'compact' (separators only)",
+    )
+    engine.add_argument(
         "--compact-json",
-        action=argparse.BooleanOptionalAction,
-        default=defaults.compact_json,
-        help="structured outputs: no free whitespace between JSON tokens, for every request "
-        "(vLLM's --structured-outputs-config disable_any_whitespace)",
+        action="store_const",
+        const="compact",
+        dest="json_whitespace",
+        help="--json-whitespace compact: no free whitespace between JSON tokens, for every "
+        "request (vLLM's --structured-outputs-config disable_any_whitespace)",
     )
     engine.add_argument(
         "--num-threads",

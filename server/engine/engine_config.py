@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from eclectus.server.kv_events import KVEventsConfig
 
@@ -13,6 +13,9 @@ GiB = 1 << 30
 # the model and KV-cache dtypes the engine runs, with the bytes one element takes
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 SUPPORTED_DTYPES = tuple(DTYPE_BYTES)
+# the whitespace JSON constraints allow between tokens (server/engine/json_layout.py)
+JsonWhitespace = Literal["bounded", "any", "compact"]
+JSON_WHITESPACE: tuple[JsonWhitespace, ...] = ("bounded", "any", "compact")
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,10 +46,11 @@ class EngineConfig:
     jump_forward: bool = True
     # structured outputs: close the structure within max_tokens (off: for measuring it)
     budget_guarantee: bool = True
-    # structured outputs: no free whitespace between JSON tokens (xgrammar's separators
-    # only), for every request (vLLM's --structured-outputs-config disable_any_whitespace);
-    # off, a request may still ask for it
-    compact_json: bool = False
+    # structured outputs: the whitespace JSON constraints allow between tokens (json_layout):
+    # "bounded" (what JSON printers write: one line break at most per place), "any" (stock
+    # vLLM's default) or "compact" (xgrammar's separators only, for every request: vLLM's
+    # --structured-outputs-config disable_any_whitespace); a request may still ask for compact
+    json_whitespace: JsonWhitespace = "bounded"
     num_threads: int | None = None  # torch threads on CPU; None: all cores but one
     seed: int = 0  # the generator of unseeded sampled requests
     # publish the prefix cache's changes as vLLM's KV events (--kv-events-config), so a
@@ -72,6 +76,16 @@ class EngineConfig:
             raise ValueError("num_threads must be >= 1")
         if self.kv_events is not None and self.kv_events.enabled and not self.enable_prefix_caching:
             raise ValueError("--kv-events-config needs prefix caching (it publishes its changes)")
+        if self.json_whitespace not in JSON_WHITESPACE:
+            raise ValueError(
+                f"json_whitespace must be one of {', '.join(JSON_WHITESPACE)}, "
+                f"not {self.json_whitespace!r}"
+            )
+
+    @property
+    def compact_json(self) -> bool:
+        """Whether every JSON constraint is compact (``--compact-json``)."""
+        return self.json_whitespace == "compact"
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> EngineConfig:

@@ -235,7 +235,7 @@ class LLMEngine:
 
                 vocab_size = self.model_config.vocab_size
                 self._grammar_backend = GrammarBackend(
-                    self.tokenizer, vocab_size, self.config.compact_json
+                    self.tokenizer, vocab_size, self.config.json_whitespace
                 )
             return self._grammar_backend
 

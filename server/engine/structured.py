@@ -44,6 +44,8 @@ import xgrammar as xgr
 from torch import Tensor
 
 from eclectus.protocol.structured import StructuredOutputs
+from eclectus.server.engine.engine_config import JsonWhitespace
+from eclectus.server.engine.json_layout import json_schema_grammar
 from eclectus.server.engine.tokenizer import Tokenizer
 
 MAX_CACHED_GRAMMARS = 256
@@ -106,12 +108,14 @@ class GrammarBackend:
     cache, under a lock: the async engine compiles on worker threads while the step thread
     reads cached grammars."""
 
-    def __init__(self, tokenizer: Tokenizer, vocab_size: int, compact_json: bool = False) -> None:
+    def __init__(
+        self, tokenizer: Tokenizer, vocab_size: int, json_whitespace: JsonWhitespace = "bounded"
+    ) -> None:
         self.vocab_size = vocab_size
-        self.compact_json = compact_json  # every JSON constraint without whitespace
+        self.json_whitespace = json_whitespace  # the layout of every JSON constraint
         self.info = _tokenizer_info(tokenizer, vocab_size)
         self.compiler = xgr.GrammarCompiler(self.info, max_threads=1)
-        self._cache: OrderedDict[tuple[str, str, bool], xgr.CompiledGrammar] = OrderedDict()
+        self._cache: OrderedDict[tuple[str, str, str], xgr.CompiledGrammar] = OrderedDict()
         self._lock = threading.Lock()  # guards _cache; compiling runs outside it
         # the JSON-first order, then the same with a newline first (line formats close there)
         self.closing_orders = tuple(
@@ -123,7 +127,7 @@ class GrammarBackend:
     def compile(self, constraint: StructuredOutputs) -> xgr.CompiledGrammar:
         """The compiled grammar of ``constraint``, from the cache when seen before (mutates
         the cache). Raises GrammarError naming what xgrammar refused."""
-        key = (*constraint.key, self._compact(constraint))
+        key = (*constraint.key, self._whitespace(constraint))
         with self._lock:
             compiled = self._cache.get(key)
             if compiled is not None:
@@ -140,15 +144,16 @@ class GrammarBackend:
                 self._cache.popitem(last=False)
         return compiled
 
-    def _compact(self, constraint: StructuredOutputs) -> bool:
-        """Whether ``constraint``'s JSON gets no whitespace between tokens (pure)."""
-        return constraint.disable_any_whitespace or self.compact_json
+    def _whitespace(self, constraint: StructuredOutputs) -> JsonWhitespace:
+        """The layout of ``constraint``'s JSON: compact when the request asks (pure)."""
+        return "compact" if constraint.disable_any_whitespace else self.json_whitespace
 
     def _compile(self, constraint: StructuredOutputs) -> xgr.CompiledGrammar:
-        kind, whitespace = constraint.kind, not self._compact(constraint)
+        kind = constraint.kind
         if kind in ("json", "json_object"):
             schema = constraint.json_schema if kind == "json" else '{"type": "object"}'
-            grammar = xgr.Grammar.from_json_schema(schema, any_whitespace=whitespace)
+            assert schema is not None
+            grammar = json_schema_grammar(schema, self._whitespace(constraint))
             return self._compile_json(grammar)
         if kind == "structural_tag":
             return self._compile_json(xgr.Grammar.from_structural_tag(constraint.structural_tag))

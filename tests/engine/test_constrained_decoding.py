@@ -310,10 +310,10 @@ def _free_whitespace(text: str) -> bool:
 
 
 def test_compact_json_is_a_server_wide_default(engine: LLMEngine) -> None:
-    """``EngineConfig.compact_json`` (``eclectus serve --compact-json``): every JSON
-    constraint's grammar refuses free whitespace between tokens (xgrammar's separators
+    """``EngineConfig.json_whitespace="compact"`` (``eclectus serve --compact-json``): every
+    JSON constraint's grammar refuses free whitespace between tokens (xgrammar's separators
     only), as a request's ``disable_any_whitespace`` does; the default engine allows it."""
-    compact = LLMEngine(EngineConfig(model="tiny", num_kv_blocks=256, compact_json=True))
+    compact = LLMEngine(EngineConfig(model="tiny", num_kv_blocks=256, json_whitespace="compact"))
     constraint = SamplingParams(
         max_tokens=48, structured_outputs={"json": {"type": "object"}}
     ).structured_outputs

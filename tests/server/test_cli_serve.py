@@ -154,7 +154,7 @@ def test_every_engine_flag_reaches_the_engine_config() -> None:
         "cascade_attention": False,
         "jump_forward": False,
         "budget_guarantee": False,
-        "compact_json": True,
+        "json_whitespace": "compact",
         "kv_cache_bytes": 2 * GiB,
     }
     assert {f.name for f in dataclasses.fields(EngineConfig)} == set(expected)

@@ -7,6 +7,8 @@ import json
 
 import openai
 import pytest
+from json_fixtures import PERSON_PROMPT, Person
+from langchain_openai import ChatOpenAI
 from tool_fixtures import ASK, MARKERS, PINNED_WEATHER, WEATHER
 
 from eclectus.server.app import EclectusServer, start_server
@@ -69,6 +71,25 @@ async def test_response_format_json_schema_is_valid_json(client: openai.AsyncOpe
     )
     value = json.loads(reply.choices[0].message.content or "")
     assert set(value) == {"name", "age"} and isinstance(value["age"], int)
+
+
+async def test_stock_langchain_openai_structured_output_stops_by_itself(
+    real_server: EclectusServer,
+) -> None:
+    """The issue's call: langchain-openai's ChatOpenAI on /v1 with ``with_structured_output(
+    Person, method="json_schema")`` at max_tokens=200 returns a Person. With any whitespace
+    the model filled the budget with it and ChatOpenAI refused the "length" reply."""
+    llm = ChatOpenAI(
+        base_url=real_server.openai_url,
+        api_key="none",
+        model="tiny",
+        max_tokens=200,
+        temperature=0,
+    )
+    structured = llm.with_structured_output(Person, method="json_schema", include_raw=True)
+    out = await structured.ainvoke(PERSON_PROMPT)
+    assert out["raw"].response_metadata["finish_reason"] == "stop"
+    assert isinstance(out["parsed"], Person)
 
 
 async def test_streamed_tool_calls_arrive_as_deltas(client: openai.AsyncOpenAI) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+from json_fixtures import CASE_IDS, CASES
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from pydantic import BaseModel, Field
@@ -164,6 +165,21 @@ def test_with_structured_output_returns_the_schema(method: str) -> None:
     assert isinstance(structured.invoke("The weather where?"), Weather)
     as_dict = model().with_structured_output(Weather.model_json_schema(), method=method)  # type: ignore[arg-type]
     jsonschema.validate(as_dict.invoke("Weather?"), SCHEMAS["Weather"])
+
+
+@pytest.mark.parametrize(("schema", "prompt"), CASES, ids=CASE_IDS)
+@pytest.mark.parametrize("sampling", [{"temperature": 0}, {"temperature": 1, "seed": 1}])
+def test_a_json_schema_reply_ends_by_itself_at_a_sane_budget(
+    schema: Any, prompt: str, sampling: dict[str, Any]
+) -> None:
+    """Free whitespace is bounded by default, so a JSON-constrained reply of the tests'
+    schemas ends with "stop" within 200 tokens (with any whitespace, the model filled the
+    budget with it)."""
+    chat = ChatEclectus(max_tokens=200, **sampling)
+    structured = chat.with_structured_output(schema, method="json_schema", include_raw=True)
+    out = structured.invoke(prompt)
+    assert out["raw"].response_metadata["finish_reason"] == "stop", out["raw"].content
+    assert out["parsing_error"] is None
 
 
 def test_with_structured_output_include_raw() -> None:
