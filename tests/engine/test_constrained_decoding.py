@@ -312,7 +312,8 @@ def _free_whitespace(text: str) -> bool:
 def test_compact_json_is_a_server_wide_default(engine: LLMEngine) -> None:
     """``EngineConfig.json_whitespace="compact"`` (``eclectus serve --compact-json``): every
     JSON constraint's grammar refuses free whitespace between tokens (xgrammar's separators
-    only), as a request's ``disable_any_whitespace`` does; the default engine allows it."""
+    only), as a request's ``disable_any_whitespace`` does; the default engine allows a
+    line break (tests/engine/test_json_layout.py)."""
     compact = LLMEngine(EngineConfig(model="tiny", num_kv_blocks=256, json_whitespace="compact"))
     constraint = SamplingParams(
         max_tokens=48, structured_outputs={"json": {"type": "object"}}
@@ -320,7 +321,7 @@ def test_compact_json_is_a_server_wide_default(engine: LLMEngine) -> None:
     assert constraint is not None
     for backend, allows in ((engine.grammar_backend, True), (compact.grammar_backend, False)):
         state = backend.new_state(constraint, None)
-        assert state.matcher.accept_string("{") and state.matcher.accept_string(" ") is allows
+        assert state.matcher.accept_string("{") and state.matcher.accept_string("\n") is allows
     sampling = SamplingParams(max_tokens=48, structured_outputs={"json_object": True})
     prompts = {f"r{i}": (f"Reply in JSON, item {i}: ", sampling) for i in range(4)}
     for text, _, _ in run(compact, prompts).values():
