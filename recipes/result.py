@@ -6,11 +6,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eclectus.recipes.observe import CallSpan
+from eclectus.server.engine.presets import PRESET_NOTES
 
-MEANINGLESS_NOTE = (
-    "note: the built-in 'tiny' model has random weights, so its text is meaningless; "
-    "pass --model PATH (a Hugging Face checkpoint directory) for real output."
-)
+
+def preset_note(model: str) -> str | None:
+    """The report's note on a built-in model's text, or None for a checkpoint (pure)."""
+    if model not in PRESET_NOTES:
+        return None
+    return (
+        f"note: {PRESET_NOTES[model]}; pass --model PATH (a Hugging Face checkpoint "
+        "directory) for real output."
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,8 +70,9 @@ def format_report(result: RecipeResult, max_output_chars: int = 2000) -> str:
         shown = f"{value:.3f}" if isinstance(value, float) else str(value)
         lines.append(f"{key + ':':24}{shown}")
     lines.extend(result.notes)
-    if result.model == "tiny":
-        lines.append(MEANINGLESS_NOTE)
+    note = preset_note(result.model)
+    if note is not None:
+        lines.append(note)
     output = result.output
     if len(output) > max_output_chars:
         output = output[:max_output_chars] + f"... [{len(result.output)} chars]"

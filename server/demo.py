@@ -20,6 +20,7 @@ import urllib.request
 
 from eclectus.server.app import EclectusServer, start_server
 from eclectus.server.config import ServerConfig
+from eclectus.server.engine.presets import PRESET_NOTES
 from eclectus.server.metrics import parse_prometheus
 
 DOCS = (
@@ -83,7 +84,7 @@ def delta(after: dict[str, float], before: dict[str, float], name: str) -> int:
 
 def readable(text: str, limit: int = 160) -> str:
     """``text`` on one line, cut at ``limit`` characters; quoted with escapes when it holds
-    characters a terminal would not show (a random-weight model's bytes) (pure)."""
+    characters a terminal would not show (the random ``small`` model's bytes) (pure)."""
     line = " ".join(text.split())
     line = line if len(line) <= limit else line[: limit - 1] + "…"
     return line if line.isprintable() else repr(line)
@@ -104,11 +105,8 @@ async def demo(model: str, max_tokens: int) -> int:
         serial_text = await run_one_by_one(server, max_tokens)
         serial_s = time.perf_counter() - started
         after = await asyncio.to_thread(scrape, server)
-    if model in ("tiny", "small"):
-        print(
-            f"\n(`{model}` has random weights: its text is meaningless, its compute is real;"
-            " --model PATH serves a real checkpoint)"
-        )
+    if model in PRESET_NOTES:
+        print(f"\n({PRESET_NOTES[model]}; --model PATH serves a real checkpoint)")
     print(f"\nfinal (graph):      {readable(graph_text)}")
     print(f"final (one by one): {readable(serial_text)}")
     print(f"same text: {graph_text == serial_text}\n")

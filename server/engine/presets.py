@@ -38,6 +38,16 @@ SHIPPED_DIR = Path(__file__).resolve().parent / "tiny"  # package data, written 
 SHIPPED_TOKENIZER = SHIPPED_DIR / "tokenizer.json"
 SHIPPED_WEIGHTS = SHIPPED_DIR / "model.safetensors"
 
+# What a preset's text is, in one line, for the commands that print it (``eclectus demo``,
+# ``eclectus run``); docs/models.md states each line (tests/engine/test_presets.py holds it)
+PRESET_NOTES = {
+    "tiny": (
+        "`tiny` is trained on a small made-up corpus: it writes short English-like "
+        "sentences, JSON and tool calls, but its facts are the corpus's, not the prompt's"
+    ),
+    "small": "`small` has random weights: its text is gibberish, its compute is real",
+}
+
 FORMAT_VERSION = 2  # bump when the files written for a preset change
 MODEL_FILES = (
     "config.json",

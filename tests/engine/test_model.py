@@ -109,7 +109,7 @@ def test_tiny_greedy_identical_to_transformers_for_32_steps(tiny_pair) -> None:
 
 
 def test_tiny_greedy_outputs_are_not_degenerate(tiny_pair) -> None:
-    """Random weights still give prompt-dependent, varied greedy outputs."""
+    """The tiny weights give prompt-dependent, varied greedy outputs."""
     ours, _, tok = tiny_pair
     outputs = [
         tuple(greedy(lambda x: our_logits(ours, x), tok.encode(p, add_bos=True), 16)[-16:])

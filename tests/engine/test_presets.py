@@ -20,6 +20,7 @@ from eclectus.server.engine import presets
 from eclectus.server.engine.config import ModelConfig
 from eclectus.server.engine.presets import (
     MODEL_FILES,
+    PRESET_NOTES,
     PRESETS,
     cache_dir,
     export_model,
@@ -233,3 +234,21 @@ def _causal_attention(
     return torch.nn.functional.scaled_dot_product_attention(
         q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), is_causal=True
     ).transpose(0, 1)
+
+
+MODELS_MD = Path(__file__).parents[2] / "docs" / "models.md"
+
+
+def test_what_the_commands_say_of_a_preset_is_docs_models_md() -> None:
+    """The line ``eclectus demo`` and the ``eclectus run`` report print about each preset
+    is a line of docs/models.md's Presets section, and it agrees with the description
+    there: tiny is trained (not random weights), small is random."""
+    text = MODELS_MD.read_text()
+    presets_section = text[text.index("## Presets") : text.index("### How `tiny` was trained")]
+    assert set(PRESET_NOTES) == set(PRESETS)
+    for note in PRESET_NOTES.values():
+        assert f"\n- {note}\n" in presets_section
+    assert "**`tiny` is trained**" in presets_section
+    assert "**`small` has random weights**" in presets_section
+    assert "trained" in PRESET_NOTES["tiny"] and "random" not in PRESET_NOTES["tiny"]
+    assert "random weights" in PRESET_NOTES["small"]

@@ -19,6 +19,7 @@ from eclectus.recipes import (
 from eclectus.recipes.embedded import Embedded
 from eclectus.recipes.map_reduce import LIST_TAIL, REDUCE_HEAD, group_size
 from eclectus.recipes.text import approx_tokens
+from eclectus.server.engine.presets import PRESET_NOTES
 
 pytestmark = pytest.mark.slow
 
@@ -130,7 +131,7 @@ def test_cli_runs_a_recipe_and_reports(capsys: pytest.CaptureFixture[str]) -> No
         "model calls:            2",
         "graph depth:            2",
         "prefix-cache hit ratio:",
-        "meaningless",
+        PRESET_NOTES["tiny"],
         "output:",
     ):
         assert label in out

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from eclectus.server.demo import demo
+from eclectus.server.engine.presets import PRESET_NOTES
 
 pytestmark = pytest.mark.slow
 
@@ -16,6 +17,9 @@ async def test_demo_reports_one_value_for_the_graph(capsys: pytest.CaptureFixtur
     assert await demo("tiny", 4) == 0
     out = capsys.readouterr().out
     assert "same text: True" in out
+    # what it says of the model is docs/models.md's line (tests/engine/test_presets.py)
+    assert f"({PRESET_NOTES['tiny']}; --model PATH serves a real checkpoint)" in out
+    assert "random" not in out and "meaningless" not in out
     rows = {line[:26].strip(): line[26:].split() for line in out.splitlines() if line[:2] != "  "}
     assert rows["engine calls"] == ["5", "5"]
     assert rows["values sent to client"] == ["1", "5"]

@@ -18,8 +18,8 @@ SHARED_PREAMBLE = "You are a careful assistant. Answer briefly and plainly. " * 
 pytestmark = pytest.mark.usefixtures("eclectus_server")
 
 _CHOICE_REASON = (
-    "asserts a capable model's choice ({}); the random-weight tiny model makes a valid but "
-    "arbitrary one"
+    "asserts a capable model's choice ({}); the tiny model, which knows only its small "
+    "made-up corpus, makes a valid but arbitrary one"
 )
 
 
@@ -36,7 +36,7 @@ class TestChatEclectusIntegration(ChatModelIntegrationTests):
 
     @property
     def chat_model_params(self) -> dict[str, Any]:
-        # ignore_eos: the random-weight tiny model may pick EOS first; the suite needs text.
+        # ignore_eos: the tiny model may pick EOS first; the suite needs text.
         # 128 tokens hold a whole Hermes tool call even with a byte-level tokenizer (a
         # smaller budget is refused: no valid call fits).
         return {"max_tokens": 128, "temperature": 0.0, "model_kwargs": {"ignore_eos": True}}
@@ -65,7 +65,7 @@ class TestChatEclectusIntegration(ChatModelIntegrationTests):
     def supported_usage_metadata_details(self) -> dict[str, list[Any]]:
         return {"invoke": ["cache_read_input"], "stream": ["cache_read_input"]}
 
-    # -- tests of what a capable model would choose: the tiny model's weights are random.
+    # -- tests of what a capable model would choose: the tiny model knows only its corpus.
     # The mechanics in each (the call is well-formed, its arguments validate against the
     # schema, the message round-trips) are asserted by the tests that pass and by
     # tests/adapters/langchain/test_langchain_tools.py.

@@ -93,7 +93,7 @@ async def test_graph_through_vllm_equals_builtin(vllm_url: str, builtin: object)
     watches them), and a map-reduce completes.
 
     vLLM generates the same ids, but drops the bytes that do not decode at the end of an
-    output (the random tiny model often ends on stray bytes) where the built-in engine emits
+    output (a small model such as tiny can end on stray bytes) where the built-in engine emits
     U+FFFD for each: texts are compared without that tail, and a reduce whose prompt holds
     such outputs sees another prompt, so it is only checked to complete (docs/engines.md)."""
     backend = remote_backend([vllm_url])
