@@ -1,6 +1,6 @@
 """The SDK against the REAL server and built-in engine (tiny model, greedy sampling).
 
-The tiny model's text is meaningless but deterministic under temperature 0, so each test
+The tiny model's text is deterministic under temperature 0, so each test
 checks a server-side graph against the same work done step by step from the client.
 """
 
@@ -22,7 +22,7 @@ from eclectus.adapters.client import (
     connect,
     connect_sync,
 )
-from eclectus.adapters.client.bench import as_graph, documents, step_by_step
+from eclectus.benchmarks.client import as_graph, documents, step_by_step
 from eclectus.server.engine.presets import resolve_model_dir
 from eclectus.server.engine.tokenizer import Tokenizer
 

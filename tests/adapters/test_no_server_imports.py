@@ -50,33 +50,49 @@ def test_backend_contract_loads_no_engine() -> None:
     assert [m for m in loaded if m.startswith("eclectus.server.engine")] == []
 
 
-def server_imports(path: Path) -> list[str]:
-    """The ``eclectus.server`` modules a source file imports anywhere (pure)."""
+# what the adapters must never import: the server, and the benchmarks, which start one
+FORBIDDEN = (("eclectus", "server"), ("eclectus", "benchmarks"))
+
+
+def package_of(path: Path) -> list[str]:
+    """The dotted package an adapter source file's relative imports start from (pure)."""
+    parts = ["eclectus", "adapters", *path.relative_to(ADAPTERS).with_suffix("").parts]
+    return parts[:-1]  # a module's package; an __init__'s "__init__" drops the same way
+
+
+def forbidden_imports(source: str, package: list[str]) -> list[str]:
+    """The ``eclectus.server`` / ``eclectus.benchmarks`` modules ``source`` (a module of
+    ``package``) imports anywhere, relative imports resolved (pure)."""
     found: list[str] = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             found += [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.append(node.module)
-    return [name for name in found if name.split(".")[:2] == ["eclectus", "server"]]
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            names = base + (node.module.split(".") if node.module else [])
+            found += [".".join([*names, alias.name]) for alias in node.names]
+    return sorted({n for n in found if tuple(n.split(".")[:2]) in FORBIDDEN})
 
 
 def test_adapter_sources_never_import_the_server() -> None:
-    """No adapter source imports eclectus.server, even lazily inside a function; only the
-    benchmarks (``adapters/*/bench.py``), which start an in-process server on purpose, do,
-    through one helper (adapters/bench_server.py)."""
+    """No adapter source imports eclectus.server (or the benchmarks, which start it), even
+    lazily inside a function or by a relative import. No file is exempt: the benchmarks
+    that start an in-process server live in benchmarks/ (eclectus.benchmarks)."""
     offenders = {
         str(path.relative_to(ADAPTERS)): names
         for path in sorted(ADAPTERS.rglob("*.py"))
-        if path.name not in ("bench.py", "bench_server.py") and (names := server_imports(path))
+        if (names := forbidden_imports(path.read_text(), package_of(path)))
     }
     assert offenders == {}
+    assert not sorted(ADAPTERS.rglob("bench*.py"))
 
 
-def test_benchmarks_reach_the_server_through_one_helper() -> None:
-    """The benchmarks import no eclectus.server module themselves."""
-    benches = sorted(ADAPTERS.glob("*/bench.py"))
-    assert benches
-    assert {str(p.relative_to(ADAPTERS)): server_imports(p) for p in benches} == {
-        str(p.relative_to(ADAPTERS)): [] for p in benches
-    }
+def test_the_check_sees_lazy_and_relative_imports() -> None:
+    """The scan is not fooled by an import inside a function or a relative one."""
+    source = "def f():\n    from ...server import app\n    import eclectus.benchmarks.server\n"
+    package = ["eclectus", "adapters", "client"]
+    assert forbidden_imports(source, package) == [
+        "eclectus.benchmarks.server",
+        "eclectus.server.app",
+    ]
+    assert forbidden_imports("from . import connect\nfrom .. import calls\n", package) == []

@@ -1,9 +1,10 @@
-"""The adapter benchmarks' one door to an in-process server.
+"""The client-side benchmarks' one door to an in-process server.
 
 The SDK and the framework adapters import nothing from ``eclectus.server`` (a client-only
-install has no engine; tests/adapters/test_no_server_imports.py checks it). The benchmarks
-(``adapters/*/bench.py``) start a tiny-model server in their own process on purpose, and do
-it here, importing the server only when they run.
+install has no engine; tests/adapters/test_no_server_imports.py checks it). Their
+benchmarks (``benchmarks/client.py``, ``benchmarks/llamaindex.py``) start a tiny-model
+server in their own process on purpose, and do it here, importing the server only when they
+run.
 """
 
 from __future__ import annotations

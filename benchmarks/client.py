@@ -1,6 +1,6 @@
 """Frame economy and round trips: a map-reduce as one graph vs. the same calls one by one.
 
-    python -m eclectus.adapters.client.bench [--url ws://host:port] [--docs 8] [--max-tokens 16]
+    python -m eclectus.benchmarks.client [--url ws://host:port] [--docs 8] [--max-tokens 16]
 
 Without ``--url`` it starts the built-in server with the ``tiny`` model in this process (that
 path imports the server, hence torch; the SDK itself never does). Both modes run the same
@@ -16,8 +16,8 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-from eclectus.adapters.bench_server import server_url
 from eclectus.adapters.client.connect import connect
+from eclectus.benchmarks.server import server_url
 
 MAP = "Summarize:\n{{doc}}\nSummary:{{summary}}"
 REDUCE = "Combine the summaries:\n{{all}}\nFinal:{{final}}"

@@ -1,7 +1,7 @@
 """Tokenizer round trips of a LlamaIndex app: ``Settings.tokenizer = llm.tokenizer`` with
 the token cache off (one ``tokenize`` frame per count, the baseline) and on (the default).
 
-    python -m eclectus.adapters.llamaindex.bench [--sample history-essay] [--repeats 3]
+    python -m eclectus.benchmarks.llamaindex [--sample history-essay] [--repeats 3]
 
 Starts the built-in server with the ``tiny`` model in this process. Each run is a fresh
 ``Eclectus`` (a fresh session and an empty cache) that builds a SummaryIndex and a
@@ -27,9 +27,9 @@ from llama_index.core.embeddings import MockEmbedding
 from llama_index.core.indices.base import BaseIndex
 from llama_index.core.node_parser import SentenceSplitter
 
-from eclectus.adapters.bench_server import server_url
 from eclectus.adapters.llamaindex.llm import DEFAULT_TOKENIZER_CACHE_TOKENS, Eclectus
 from eclectus.adapters.llamaindex.synthesizers import get_response_synthesizer
+from eclectus.benchmarks.server import server_url
 
 QUESTION = "How did the railways change the way towns kept time?"
 PHASES = ("summary build", "summary query", "vector build", "vector query")
