@@ -6,8 +6,8 @@ forces it (CPU tensors under ``TRITON_INTERPRET=1``, for tests). On the CPU, fp3
 attention and the KV store run the compiled kernels of :mod:`eclectus.kernels.native` when
 they built, the rest the torch paths; ``ECLECTUS_KERNELS=native`` insists on that kernel (an
 error where it cannot run), ``ECLECTUS_KERNELS=torch`` forces the torch paths. The variable is
-read once, at import; :func:`force_backend` switches the choice for a block of code (the
-benchmarks' A/B, tests).
+read once, at the first kernel call (importing chooses nothing); :func:`force_backend`
+switches the choice for a block of code (the benchmarks' A/B, tests).
 Shapes (every function): caches [num_blocks, Hkv, block_size, D] (head-major blocks);
 q [tokens, Hq, D] with Hq a multiple of Hkv; LSE natural log, [tokens, Hq], fp32; outputs in
 q's dtype.
@@ -45,7 +45,16 @@ def _checked_backend(name: str) -> str:
     return name
 
 
-_forced = _checked_backend(os.environ.get(ENV_BACKEND, ""))  # the process-wide choice
+_forced: str | None = None  # the process-wide choice; None: not read from the environment yet
+
+
+def _backend() -> str:
+    """The process-wide choice, read from ``ECLECTUS_KERNELS`` at the first call (mutates the
+    cached choice once; ValueError for a value that is not a backend)."""
+    global _forced
+    if _forced is None:
+        _forced = _checked_backend(os.environ.get(ENV_BACKEND, ""))
+    return _forced
 
 
 @contextlib.contextmanager
@@ -53,7 +62,7 @@ def force_backend(name: str) -> Iterator[None]:
     """Serve every kernel call inside the block with ``name`` ("" = auto), then restore the
     previous choice (mutates the process-wide choice; not thread-scoped)."""
     global _forced
-    previous, _forced = _forced, _checked_backend(name)
+    previous, _forced = _backend(), _checked_backend(name)
     try:
         yield
     finally:
@@ -62,9 +71,10 @@ def force_backend(name: str) -> Iterator[None]:
 
 def use_triton(q: Tensor) -> bool:
     """Whether the Triton kernels serve this call (see the module docstring)."""
-    if _forced == "torch":
+    backend = _backend()
+    if backend == "torch":
         return False
-    if _forced == "triton":
+    if backend == "triton":
         if not HAS_TRITON:
             raise RuntimeError(f"{ENV_BACKEND}=triton but triton is not importable")
         return True
@@ -74,7 +84,7 @@ def use_triton(q: Tensor) -> bool:
 def use_native(q: Tensor, k_cache: Tensor) -> bool:
     """Whether the compiled CPU kernel serves this decode call (see the module docstring)."""
     serves = q.dtype == torch.float32 and _native_allowed(k_cache)
-    if _forced == "native" and not serves:
+    if _backend() == "native" and not serves:
         raise RuntimeError(
             f"{ENV_BACKEND}=native, but the native kernel cannot serve "
             f"{q.dtype} on {q.device} (fp32 CPU tensors and a C compiler are needed)"
@@ -84,7 +94,7 @@ def use_native(q: Tensor, k_cache: Tensor) -> bool:
 
 def _native_allowed(k_cache: Tensor) -> bool:
     """Not switched off, an fp32 CPU cache, and the kernel built (pure)."""
-    if _forced in ("torch", "triton"):
+    if _backend() in ("torch", "triton"):
         return False
     return k_cache.device.type == "cpu" and k_cache.dtype == torch.float32 and native.available()
 

@@ -2,8 +2,9 @@
 
 - :class:`ChatEclectus` / :class:`EclectusLLM`: swap the import of ``ChatOpenAI`` /
   ``OpenAI`` / ``VLLMOpenAI``; constructor arguments keep their names.
-- Importing this package registers a LangChain configure hook (tracing.py) so an eager
-  chain's model calls send their prompt template's boundaries as segments.
+- Constructing a model registers a LangChain configure hook (tracing.py), once per process,
+  so an eager chain's model calls send their prompt template's boundaries as segments;
+  importing this package changes nothing global.
 - :func:`compile`: run a whole chain as one graph on the server.
 """
 

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from eclectus.adapters.calls import DEFAULT_MAX_RETRIES, CallOptions
 from eclectus.adapters.client.connect import TOKEN_ENV
 from eclectus.adapters.connection import default_url
+from eclectus.adapters.langchain import tracing
 from eclectus.adapters.sampling import SAMPLING_KEYS, build_sampling, explicit
 from eclectus.protocol import SamplingParams
 
@@ -110,9 +111,12 @@ class EclectusParams(BaseModel):
 
     @model_validator(mode="after")
     def _options_fit(self) -> EclectusParams:
-        """The call options and the sampling settings are checked once, here."""
+        """The call options and the sampling settings are checked once, here; and the
+        prompt tracer is registered with LangChain (once per process), so the chains this
+        model runs in send their templates' boundaries."""
         self.call_options()
         self.sampling(None, {})
+        tracing.install()
         return self
 
     def call_options(self) -> CallOptions:

@@ -1,8 +1,9 @@
 """The configure hook: lets an eager model call see its prompt template's boundaries.
 
 LangChain calls the prompt template and the model as separate runs, so by the time the model
-runs, its prompt is flat text. This handler, registered with
-``register_configure_hook`` and active in every callback manager, watches prompt runs: when
+runs, its prompt is flat text. This handler, registered with ``register_configure_hook``
+when the first Eclectus model is constructed (:func:`install`; importing registers nothing)
+and from then on active in every callback manager, watches prompt runs: when
 one ends, it splits the rendered prompt into pieces (constant template text, variable values)
 with the same functions the compiler uses, checks that the pieces concatenate to exactly the
 rendered text, and remembers them by that text, within the run tree (the outermost run and
@@ -226,9 +227,23 @@ class PromptTracer(BaseCallbackHandler):
 
 
 TRACER = PromptTracer()
-# A ContextVar whose default is the tracer makes the hook active everywhere, with no setup.
+# A ContextVar whose default is the tracer makes the hook, once registered, active in every
+# callback manager, with no setup.
 _TRACER_VAR: ContextVar[PromptTracer | None] = ContextVar("eclectus_prompt_tracer", default=TRACER)
-register_configure_hook(_TRACER_VAR, inheritable=True)
+_install_lock = threading.Lock()
+_installed = False
+
+
+def install() -> None:
+    """Registers the configure hook with LangChain, once per process (mutates LangChain's
+    hook list the first time; idempotent, thread-safe). ``ChatEclectus`` and
+    ``EclectusLLM`` call it when constructed, before any chain holding one can run, so
+    importing this module (or the package) changes nothing global."""
+    global _installed
+    with _install_lock:
+        if not _installed:
+            register_configure_hook(_TRACER_VAR, inheritable=True)
+            _installed = True
 
 
 def config_run_id(config: Any) -> UUID | None:

@@ -269,3 +269,32 @@ def test_package_imports_and_serves_without_triton() -> None:
         env={**os.environ, "ECLECTUS_KERNELS": ""},
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_importing_the_kernels_chooses_no_backend() -> None:
+    """ECLECTUS_KERNELS is read at the first kernel call, not at import: a value set after
+    the import is the one used, and a bad one fails that call, naming the variable, not the
+    import."""
+    code = (
+        "import os, torch\n"
+        "os.environ['ECLECTUS_KERNELS'] = 'bogus'\n"
+        "import eclectus.kernels as k\n"
+        "from eclectus.kernels import dispatch\n"
+        "assert dispatch._forced is None\n"
+        "q = torch.randn(2, 2, 16)\n"
+        "try:\n"
+        "    k.use_triton(q)\n"
+        "except ValueError as exc:\n"
+        "    assert 'ECLECTUS_KERNELS' in str(exc)\n"
+        "else:\n"
+        "    raise AssertionError('a bad ECLECTUS_KERNELS was accepted')\n"
+        "os.environ['ECLECTUS_KERNELS'] = 'torch'\n"
+        "kc = torch.randn(4, 1, 2, 16)\n"
+        "assert not k.dispatch.use_native(q, kc) and dispatch._forced == 'torch'\n"
+    )
+    env = {**os.environ}
+    env.pop("ECLECTUS_KERNELS", None)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert done.returncode == 0, done.stderr

@@ -2,25 +2,56 @@
 it: a later run, another application, or a run going on at the same time on another thread
 or asyncio task never sees them (the same text there is a variable value, not template text).
 
-Real LangChain runs with the process-wide hook; a lambda after the prompt looks up what a
-model at that place would see."""
+Real LangChain runs with the process-wide hook (installed explicitly here: these chains hold
+no Eclectus model, whose construction would install it); a lambda after the prompt looks up
+what a model at that place would see."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import pytest
 from langchain_core.prompt_values import PromptValue
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import RunnableConfig, RunnableLambda
 
+from eclectus.adapters.langchain import tracing
 from eclectus.adapters.langchain.pieces import Piece
 from eclectus.adapters.langchain.tracing import TRACER, config_run_id
 
 BRIEF = ChatPromptTemplate.from_messages([("system", "Be brief."), ("human", "{q}")])
 TEMPLATE_PIECES: list[Piece] = ["Be brief."]  # constant template text: no value piece
+
+
+@pytest.fixture(autouse=True)
+def _hook_installed() -> None:
+    tracing.install()
+
+
+def test_importing_installs_no_hook_and_a_model_installs_one() -> None:
+    """Importing the adapters (LangChain, its compiler, LangGraph's) leaves LangChain's
+    configure hooks as they were; the first model constructed adds the tracer's, once."""
+    code = (
+        "import json, langchain_core.tracers.context as c\n"
+        "before = len(c._configure_hooks)\n"
+        "import eclectus.adapters.langchain as lc, eclectus.adapters.langchain.tracing\n"
+        "import eclectus.adapters.langgraph\n"
+        "imported = len(c._configure_hooks)\n"
+        "lc.ChatEclectus(base_url='ws://127.0.0.1:9'); lc.EclectusLLM(base_url='ws://127.0.0.1:9')\n"
+        "names = [v.name for v, *_ in c._configure_hooks]\n"
+        "print(json.dumps([before, imported, names.count('eclectus_prompt_tracer')]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
+    )
+    before, imported, tracers = json.loads(done.stdout.splitlines()[-1])
+    assert imported == before and tracers == 1
 
 
 def lookup(config: RunnableConfig) -> list[Piece] | None:
