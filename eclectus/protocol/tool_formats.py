@@ -263,9 +263,7 @@ class MistralFormat(_JsonFormat):
         start = buffer.find(MISTRAL_TOOL_CALLS)
         if start < 0:
             return Block(len(buffer) - partial_prefix(buffer, MISTRAL_TOOL_CALLS))
-        body = start + len(MISTRAL_TOOL_CALLS)
-        while body < len(buffer) and buffer[body].isspace():
-            body += 1
+        body = skip_space(buffer, start + len(MISTRAL_TOOL_CALLS))
         if body == len(buffer):
             return Block(start)
         if buffer[body] == "[":
