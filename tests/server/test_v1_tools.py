@@ -4,10 +4,11 @@ on the real engine: the constraint holds by construction, the reply is OpenAI's 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import openai
 import pytest
-from json_fixtures import PERSON_PROMPT, Person
+from json_fixtures import CASE_IDS, CASES
 from langchain_openai import ChatOpenAI
 from tool_fixtures import ASK, MARKERS, PINNED_WEATHER, WEATHER
 
@@ -73,23 +74,23 @@ async def test_response_format_json_schema_is_valid_json(client: openai.AsyncOpe
     assert set(value) == {"name", "age"} and isinstance(value["age"], int)
 
 
+@pytest.mark.parametrize(("schema", "prompt"), CASES, ids=CASE_IDS)
 async def test_stock_langchain_openai_structured_output_stops_by_itself(
-    real_server: EclectusServer,
+    real_server: EclectusServer, schema: Any, prompt: str
 ) -> None:
     """The issue's call: langchain-openai's ChatOpenAI on /v1 with ``with_structured_output(
-    Person, method="json_schema")`` at max_tokens=200 returns a Person. With any whitespace
-    the model filled the budget with it and ChatOpenAI refused the "length" reply."""
+    schema, method="json_schema")`` at max_tokens=200, over the tests' schemas (the issue's
+    Person first), returns the schema's value. With any whitespace the model filled the
+    budget with it and ChatOpenAI refused the "length" reply (LengthFinishReasonError).
+    Greedy: sampled, tiny may still run a free string to the budget (docs/benchmarks.md,
+    "JSON whitespace layouts"), as any model may."""
     llm = ChatOpenAI(
-        base_url=real_server.openai_url,
-        api_key="none",
-        model="tiny",
-        max_tokens=200,
-        temperature=0,
+        base_url=real_server.openai_url, api_key="none", model="tiny", max_tokens=200, temperature=0
     )
-    structured = llm.with_structured_output(Person, method="json_schema", include_raw=True)
-    out = await structured.ainvoke(PERSON_PROMPT)
+    structured = llm.with_structured_output(schema, method="json_schema", include_raw=True)
+    out = await structured.ainvoke(prompt)
     assert out["raw"].response_metadata["finish_reason"] == "stop"
-    assert isinstance(out["parsed"], Person)
+    assert out["parsing_error"] is None and out["parsed"] is not None
 
 
 async def test_streamed_tool_calls_arrive_as_deltas(client: openai.AsyncOpenAI) -> None:
