@@ -23,6 +23,7 @@ from eclectus.server.map_op import MapFailed, MapPlan, advance
 from eclectus.server.objectives import Objective
 from eclectus.server.release import sweep
 from eclectus.server.switch_op import SwitchPlan, apply_guards, resolve
+from eclectus.server.text_ops import TextOpFailed, output_bound, run_text_op
 
 
 class VarState(enum.Enum):
@@ -98,9 +99,14 @@ class Node:
 
 def run_op(op: OpSpec, texts: list[str], max_chars: int | None = None) -> str | None:
     """The text an op produces from its inputs' texts, or None when it would be longer than
-    ``max_chars`` (pure). A spread op's one input is a map's output, always a JSON array of
+    ``max_chars`` (pure); a text op Python would not answer with a string raises
+    TextOpFailed. A spread op's one input is a map's output, always a JSON array of
     strings (map_op.py). The size is known before anything is built: ops over ops double a
     text per level, so a few KB of submit could otherwise ask for terabytes."""
+    if op.op not in ("join", "repr_list"):  # a text op (text_ops.py); may raise TextOpFailed
+        if max_chars is not None and output_bound(op, texts) > max_chars:
+            return None
+        return run_text_op(op, texts)
     if op.spread:
         texts = json.loads(texts[0])
     num_chars = sum(map(len, texts))
@@ -368,7 +374,11 @@ class Graph:
                 continue
             elif node.op is not None:
                 texts = [self.vars[v].value or "" for v in node.op.inputs]
-                text = run_op(node.op, texts, self.max_op_chars)
+                try:
+                    text = run_op(node.op, texts, self.max_op_chars)
+                except TextOpFailed as exc:
+                    self.fail(node, "bad_request", f"op {node.node_id!r} ({node.op.op}): {exc}")
+                    continue
                 if text is None:
                     message = f"op {node.node_id!r} output over {self.max_op_chars} characters"
                     self.fail(node, "limit_exceeded", message)

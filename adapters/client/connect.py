@@ -34,6 +34,7 @@ from eclectus.adapters.client.errors import (
     ServerError,
     SessionRefused,
 )
+from eclectus.adapters.client.meter import count_frame
 from eclectus.adapters.client.session import Session
 from eclectus.adapters.client.wire import decode_frame, encode_frame
 from eclectus.protocol import HELLO_ACCEPTED, HELLO_HEADER, Error, Hello, Welcome
@@ -127,6 +128,7 @@ async def _handshake(ws: ClientConnection, hello: Hello | None, url: str) -> Wel
     try:
         if hello is not None:
             await ws.send(encode_frame(hello))
+            count_frame()
         raw = await ws.recv()
     except ConnectionClosed as exc:
         raise ConnectionError(f"{url} closed the connection during the handshake: {exc}") from exc

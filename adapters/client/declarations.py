@@ -11,7 +11,7 @@ import threading
 import weakref
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from eclectus.adapters.client.abandon import Wiring
 from eclectus.adapters.client.errors import ConnectionError
@@ -25,6 +25,7 @@ from eclectus.adapters.client.functions import (
 from eclectus.adapters.client.map_steps import MapSteps
 from eclectus.adapters.client.variables import SemanticVariable
 from eclectus.protocol import CallSpec, GenSegment, MapSpec, OpSpec, SwitchSpec, VarSpec
+from eclectus.protocol.frames import TextOpKind
 
 if TYPE_CHECKING:
     from eclectus.adapters.client.session import Session
@@ -222,12 +223,26 @@ class Declarations:
         pending fragment)."""
         return self._op("repr_list", [mapped], spread=True)
 
+    def text_op(
+        self,
+        op: TextOpKind,
+        items: Iterable[str | SemanticVariable],
+        *,
+        path: Sequence[str | int] = (),
+        args: Sequence[str | int | None] = (),
+    ) -> SemanticVariable:
+        """A variable the server computes with one of the protocol's text ops (``strip``,
+        ``json_field``, ``index``...: OpSpec, docs/protocol.md), each Python's own
+        operation on the items' texts. Mutates the pending fragment; ValueError (pydantic's)
+        for an arity or argument the op does not take."""
+        return self._op(op, items, path=list(path), args=list(args))
+
     def _op(
         self,
-        op: Literal["join", "repr_list"],
+        op: Literal["join", "repr_list"] | TextOpKind,
         items: Iterable[str | SemanticVariable],
         spread: bool = False,
-        **params: str,
+        **params: Any,
     ) -> SemanticVariable:
         inputs = [self.variable(item) if isinstance(item, str) else item for item in items]
         for item in inputs:

@@ -17,6 +17,7 @@ from websockets.exceptions import ConnectionClosed
 
 from eclectus.adapters.client.errors import ConnectionLost
 from eclectus.adapters.client.fragment import PendingFragment, created_ids, plan_submits
+from eclectus.adapters.client.meter import count_frame
 from eclectus.adapters.client.router import Router
 from eclectus.adapters.client.wire import encode_frame
 from eclectus.protocol import (
@@ -134,6 +135,7 @@ class Outbox:
         try:
             await self._ws.send(text)
             self.num_frames_sent += 1
+            count_frame()
         except ConnectionClosed as exc:
             error = lost_connection(self._url, exc)
             self._router.fail_all(error)

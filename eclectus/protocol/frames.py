@@ -18,6 +18,8 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    StrictInt,
+    StrictStr,
     Tag,
     TypeAdapter,
     model_validator,
@@ -142,6 +144,30 @@ class CallSpec(BaseModel):
         return self
 
 
+# The text ops the Python evaluator lowers app code to (adapters/pyeval), each exactly the
+# Python operation on a ``str``: their arity and arguments are checked below; the server's
+# evaluation (server/text_ops.py) is tested against Python itself.
+TextOpKind = Literal[
+    "json_field", "index", "strip", "lstrip", "rstrip", "lower", "upper", "replace",
+    "slice", "format", "repr",
+]  # fmt: skip
+OpArg = StrictStr | StrictInt | None
+# op -> (number of inputs, None: one or more; allowed argument counts)
+_TEXT_OP_SHAPES: dict[str, tuple[int | None, tuple[int, ...]]] = {
+    "json_field": (1, (0,)),
+    "index": (None, (0,)),
+    "strip": (1, (0, 1)),
+    "lstrip": (1, (0, 1)),
+    "rstrip": (1, (0, 1)),
+    "lower": (1, (0,)),
+    "upper": (1, (0,)),
+    "replace": (1, (2, 3)),
+    "slice": (1, (3,)),
+    "format": (1, (1,)),
+    "repr": (1, (0,)),
+}
+
+
 class OpSpec(BaseModel):
     """A server-side text operator over variables (no model call).
 
@@ -150,23 +176,69 @@ class OpSpec(BaseModel):
     ``str([...])`` gives on the client (LangChain renders lists that way).
     ``spread``: ``inputs`` is one variable that a map (:class:`MapSpec`) produces, and the
     op works over that JSON array's strings instead (a join of a fan-out's results).
+
+    The text ops, each Python's own operation on the input's text ``s``:
+    ``json_field``: the JSON value at ``path`` (object keys, list indices) of ``s`` parsed
+    as a structured output parser parses it, a string as itself, an integer as ``str(n)``;
+    ``index``: ``inputs[1:][int(s0)]`` (negative indices as Python's); ``strip`` /
+    ``lstrip`` / ``rstrip`` (``args``: none, or ``[chars]``), ``lower``, ``upper``,
+    ``replace`` (``[old, new]`` or ``[old, new, count]``); ``slice``: ``s[start:stop:step]``
+    (``args`` the three, ints or null); ``format``: ``format(s, spec)`` (``[spec]``);
+    ``repr``: ``repr(s)``.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     id: VarId
-    op: Literal["join", "repr_list"]
+    op: Literal["join", "repr_list"] | TextOpKind
     inputs: list[VarId] = Field(min_length=0)
     output: VarId
     sep: str = ""
     prefix: str = ""
     suffix: str = ""
     spread: bool = False
+    path: list[StrictStr | StrictInt] = Field(default_factory=list, max_length=16)
+    args: list[OpArg] = Field(default_factory=list, max_length=3)
 
     @model_validator(mode="after")
     def _one_spread_input(self) -> OpSpec:
         if self.spread and len(self.inputs) != 1:
             raise ValueError("a spread op takes exactly one input (a map's output)")
+        shape = _TEXT_OP_SHAPES.get(self.op)
+        if shape is None:
+            if self.path or self.args:
+                raise ValueError(f"op {self.op!r} takes no path or args")
+            return self
+        num_inputs, num_args = shape
+        if self.spread or self.sep or self.prefix or self.suffix:
+            raise ValueError(f"op {self.op!r} takes no sep, prefix, suffix or spread")
+        if num_inputs is None and len(self.inputs) < 2:
+            raise ValueError("an index op takes the index and at least one item")
+        if num_inputs is not None and len(self.inputs) != num_inputs:
+            raise ValueError(f"op {self.op!r} takes exactly {num_inputs} input")
+        if len(self.args) not in num_args:
+            raise ValueError(f"op {self.op!r} takes {' or '.join(map(str, num_args))} args")
+        if self.path and self.op != "json_field":
+            raise ValueError(f"op {self.op!r} takes no path")
+        _check_text_args(self.op, self.args)
         return self
+
+
+def _check_text_args(op: str, args: list[OpArg]) -> None:
+    """The argument types of a text op, as Python's str methods take them (pure)."""
+    if op in ("strip", "lstrip", "rstrip") and args and not isinstance(args[0], str | None):
+        raise ValueError(f"{op}'s chars must be a string or null")
+    if op == "replace":
+        if not all(isinstance(a, str) for a in args[:2]):
+            raise ValueError("replace takes two strings (and an integer count)")
+        if len(args) == 3 and not isinstance(args[2], int):
+            raise ValueError("replace's count must be an integer")
+    if op == "slice":
+        if not all(a is None or isinstance(a, int) for a in args):
+            raise ValueError("slice's start, stop and step are integers or null")
+        if args[2] == 0:
+            raise ValueError("slice step cannot be zero")
+    if op == "format" and not isinstance(args[0], str):
+        raise ValueError("format takes a format spec string")
 
 
 class MapSpec(BaseModel):
