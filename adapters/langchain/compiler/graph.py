@@ -16,6 +16,8 @@ class GraphTrace:
     num_ops: int = 0
     cuts: list[tuple[str, str]] = field(default_factory=list)  # (runnable name, reason)
     switched: list[str] = field(default_factory=list)  # LangGraph routers run on the server
+    # Python evaluation (adapters/pyeval): where a value was fetched mid-function and why
+    breaks: list[tuple[str, str]] = field(default_factory=list)
     _depth: int = 0
 
     @contextmanager
@@ -47,18 +49,31 @@ class GraphTrace:
         self.cuts.append((name, reason))
         self._add(f"CUT    {name}: runs on the client ({reason})")
 
+    def graph_break(self, where: str, reason: str) -> None:
+        """A graph break: evaluated Python needed a server value at ``where`` (a
+        function and line), fetched it and went on concretely (mutates)."""
+        self.breaks.append((where, reason))
+        self._add(f"BREAK  {where}: {reason}")
+
+    def python(self, label: str) -> None:
+        """A note of the Python evaluator (a function evaluated or run as Python)."""
+        self._add(f"python {label}")
+
     def merge(self, other: GraphTrace) -> None:
         """Appends ``other``'s log at the current indent, and its counts (mutates)."""
         self.num_calls += other.num_calls
         self.num_ops += other.num_ops
         self.cuts.extend(other.cuts)
         self.switched.extend(other.switched)
+        self.breaks.extend(other.breaks)
         for line in other.lines:
             self._add(line)
 
     def render(self) -> str:
         """The whole trace as text, with a one-line summary first (pure)."""
         head = f"graph: {self.num_calls} call(s), {self.num_ops} op(s), {len(self.cuts)} cut(s)"
+        if self.breaks:
+            head += f", {len(self.breaks)} break(s)"
         return "\n".join([head, *self.lines])
 
     def _add(self, text: str) -> None:

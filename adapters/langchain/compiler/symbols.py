@@ -24,6 +24,22 @@ from eclectus.adapters.langchain.pieces import Piece, Ref, Spread, Symbolic, Sym
 from eclectus.adapters.langchain.prompts import PromptMessage
 
 
+class Derived(Symbolic):
+    """A symbolic value the Python evaluator (adapters/pyeval) builds out of refs: a
+    string of pieces, a message around one. It says which refs it needs and what it is
+    once they are known, so :func:`collect_refs` and :func:`rebuild` handle it anywhere."""
+
+    __slots__ = ()
+
+    def refs(self) -> list[Ref]:
+        """The refs its value needs, in order (pure)."""
+        raise NotImplementedError
+
+    def concrete(self, texts: Mapping[int, str]) -> Any:
+        """Its concrete value; ``texts`` maps ``id(ref)`` to the ref's text (pure)."""
+        raise NotImplementedError
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class SymPrompt(Symbolic):
     """A prompt value to be: a string prompt (``text``) or chat messages (``messages``)."""
@@ -56,6 +72,8 @@ def collect_refs(value: Any, out: list[Ref]) -> list[Ref]:
         out.append(value)
     elif isinstance(value, SymMessage | Spread | SymParsed):
         out.append(value.ref)
+    elif isinstance(value, Derived):
+        out.extend(value.refs())
     elif isinstance(value, SymPrompt):
         for piece in value.text or []:
             collect_refs(piece, out)
@@ -79,6 +97,8 @@ def rebuild(value: Any, texts: Mapping[int, str]) -> Any:
         return ai_message(value, texts[id(value.ref)])
     if isinstance(value, SymPrompt):
         return _prompt_value(value, texts)
+    if isinstance(value, Derived):
+        return value.concrete(texts)
     if isinstance(value, SymParsed):
         text = texts[id(value.ref)]
         if isinstance(value.message, SymMessage):
