@@ -22,6 +22,7 @@ from langchain_core.runnables.config import ensure_config
 from langgraph._internal._config import DEFAULT_RECURSION_LIMIT
 from langgraph.constants import START
 
+from eclectus.adapters.client.meter import counting
 from eclectus.adapters.langchain.compiler import CompiledRunnable, find_model
 from eclectus.adapters.langchain.compiler.callbacks import fire as fire_callbacks
 from eclectus.adapters.langchain.compiler.callbacks import pending_vars
@@ -39,6 +40,7 @@ from eclectus.adapters.langgraph.support import (
     run_unsupported,
     unsupported,
 )
+from eclectus.adapters.pyeval.discover import model_in_function
 
 SWITCH_KIND = (
     "server switch (the router reads a constrained choice: it was evaluated ahead of time "
@@ -172,9 +174,19 @@ class CompiledGraph:
     # -- internals --------------------------------------------------------------------------
 
     def _find_model(self) -> Any | None:
-        for spec in self.app.builder.nodes.values():
+        """The first Eclectus model of an LCEL node, else the first a function node,
+        router or fan-out refers to (pyeval/discover.py)."""
+        builder = self.app.builder
+        for spec in builder.nodes.values():
             if not is_python_node(spec.runnable):
                 found = find_model(spec.runnable)
+                if found is not None:
+                    return found
+        functions = [spec.runnable for spec in builder.nodes.values()]
+        functions += [b.path for branches in builder.branches.values() for b in branches.values()]
+        for runnable in functions:
+            for fn in (getattr(runnable, "func", None), getattr(runnable, "afunc", None)):
+                found = model_in_function(fn) if fn is not None else None
                 if found is not None:
                     return found
         return None
@@ -198,8 +210,14 @@ class CompiledGraph:
     ) -> tuple[Any, list[StepRecord]]:
         """One compiled run: the concrete output and the concrete step records."""
         assert self._runner is not None
+        with counting() as meter:  # every frame the run causes, on any session
+            return await self._counted_run(input, config, mode, meter)
+
+    async def _counted_run(
+        self, input: Any, config: RunnableConfig, mode: Literal["sync", "async"], meter: Any
+    ) -> tuple[Any, list[StepRecord]]:
+        assert self._runner is not None
         ctx = self._runner._context(mode, config)
-        frames = ctx.session.num_frames_sent
         run = GraphRun(self.app, ctx, config["recursion_limit"])
         try:
             output = await run.run(input)
@@ -213,7 +231,7 @@ class CompiledGraph:
             await fire_callbacks(ctx.calls, ctx.config, mode, ctx.fetch)
             await fire_maps(run.maps, ctx.config, mode)
             self.last_graph = ctx.trace
-            self.last_frames = ctx.session.num_frames_sent - frames
+            self.last_frames = meter.num_frames
         steps = [
             StepRecord(values, _spread_updates(updates, step.mapped))
             for (values, updates), step in zip(records, run.steps, strict=True)
@@ -227,8 +245,15 @@ class CompiledGraph:
         values come back: each step is fetched (one ``get``) as soon as it is declared, so
         the first chunks arrive while later steps still run."""
         assert self._runner is not None
+        with counting() as meter:  # every frame the run causes, on any session
+            async for step in self._counted_steps(input, config, mode, meter):
+                yield step
+
+    async def _counted_steps(
+        self, input: Any, config: RunnableConfig, mode: Literal["sync", "async"], meter: Any
+    ) -> AsyncIterator[StepRecord]:
+        assert self._runner is not None
         ctx = self._runner._context(mode, config)
-        frames = ctx.session.num_frames_sent
         queue: asyncio.Queue[tuple[StepRecord, asyncio.Future[Any]] | None] = asyncio.Queue()
 
         def fetch_step(step: StepRecord) -> None:
@@ -254,7 +279,7 @@ class CompiledGraph:
             await fire_callbacks(ctx.calls, ctx.config, mode, ctx.fetch)
             await fire_maps(run.maps, ctx.config, mode)
             self.last_graph = ctx.trace
-            self.last_frames = ctx.session.num_frames_sent - frames
+            self.last_frames = meter.num_frames
 
     async def _gather(
         self, inputs: list[Any], configs: list[RunnableConfig], mode: Literal["sync", "async"]

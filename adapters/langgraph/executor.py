@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import operator
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from langchain_core.runnables import Runnable
@@ -40,6 +40,7 @@ from langgraph.types import Command, Send
 from eclectus.adapters.langchain.compiler.context import Lowering
 from eclectus.adapters.langchain.compiler.registry import lower
 from eclectus.adapters.langchain.compiler.symbols import SymParsed, collect_refs
+from eclectus.adapters.langgraph import function_nodes  # noqa: F401 (registers the lowering)
 from eclectus.adapters.langgraph.fanout import MapRecord, MapTask, SendEach, lower_send_each
 from eclectus.adapters.langgraph.routing import (
     Fork,
@@ -244,7 +245,10 @@ class GraphRun:
         if is_python_node(runnable):
             if "runtime" in getattr(runnable, "func_accepts", {}):  # as the eager run's
                 runnable = runnable.with_config(configurable={CONFIG_KEY_RUNTIME: Runtime()})
-            return await self.ctx.cut(runnable, node_input, f"node {task.node!r} is Python")
+                return await self.ctx.cut(runnable, node_input, f"node {task.node!r} is Python")
+            # evaluated (function_nodes.py), or a client cut when it must run as Python
+            output = await lower(runnable, node_input, self.ctx)
+            return await self._concrete_goto(output)
         with self.ctx.trace.nested(f"node {task.node!r}"):
             output = await lower(runnable, node_input, self.ctx)
         router = self.switching and bool(self.builder.branches.get(task.node))
@@ -254,6 +258,15 @@ class GraphRun:
             output = split_fields(output, self.builder.channels) or output
         if output is not None and not isinstance(output, dict | Command):
             output = await self.ctx.resolve(output)  # LangGraph's own error, on the value
+        return output
+
+    async def _concrete_goto(self, output: Any) -> Any:
+        """A node's output with a Command's ``goto`` (node names) concrete, and anything
+        but a state update resolved, as LangGraph's own errors need it."""
+        if isinstance(output, Command) and collect_refs(output.goto, []):
+            output = replace(output, goto=await self.ctx.resolve(output.goto))
+        if output is not None and not isinstance(output, dict | Command):
+            output = await self.ctx.resolve(output)
         return output
 
     def _updates(self, node: str, output: Any) -> list[tuple[str, Any]]:
@@ -356,8 +369,11 @@ class GraphRun:
             mapped = await lower_send_each(self, fan, value)
             if mapped is not None:
                 return [mapped]
-        result = await self.ctx.cut(branch.path, value, "a conditional edge")
+        # the router evaluated (function_nodes.py; a cut when it must run as Python): its
+        # destinations concrete, a Send's argument may stay symbolic
+        result = await lower(branch.path, value, self.ctx)
         result = list(result) if isinstance(result, list | tuple) else [result]
+        result = [r if isinstance(r, Send) else await self.ctx.resolve(r) for r in result]
         if branch.ends:
             result = [r if isinstance(r, Send) else branch.ends[r] for r in result]
         if any(dest is None or dest == START for dest in result):

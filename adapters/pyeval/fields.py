@@ -28,7 +28,6 @@ from langchain_core.output_parsers import JsonOutputParser, PydanticOutputParser
 from pydantic import BaseModel
 
 from eclectus.adapters.langchain.compiler.symbols import SymParsed
-from eclectus.adapters.langgraph.model_routes import exact_model
 
 Kind = Literal["str", "int", "list", "model", "object"]
 _CONSTRAINTS = frozenset({"MinLen", "MaxLen", "Ge", "Le", "Gt", "Lt", "Interval"})
@@ -105,6 +104,13 @@ def python_type(value: SymParsed) -> type | None:
         return None
     types = {"str": str, "int": int, "list": list, "object": dict}
     return found.model if found.kind == "model" else types[found.kind]
+
+
+def exact_model(value: SymParsed) -> type[BaseModel] | None:
+    """The model a Pydantic parse provably leaves each field of (model_routes.py)."""
+    from eclectus.adapters.langgraph.model_routes import exact_model as exact
+
+    return exact(value)
 
 
 def _root(value: SymParsed) -> Shape | None:

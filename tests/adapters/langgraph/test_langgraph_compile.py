@@ -49,10 +49,12 @@ def test_compiled_equals_eager(chat: ChatEclectus, shape: str) -> None:
 
 @pytest.mark.parametrize(
     ("shape", "frames"),
-    [("sequential", 1), ("python_in_the_middle", 2), ("map_reduce", 1), ("plan_execute", 2)],
+    [("sequential", 1), ("python_in_the_middle", 1), ("map_reduce", 1), ("plan_execute", 2)],
 )
 def test_frames_per_run(chat: ChatEclectus, shape: str, frames: int) -> None:
-    """One frame per cut that needs values, plus the final one."""
+    """One frame per decision on server values, plus the final one: the Python node's
+    ``.upper()`` of a reply is a server op (evaluated, no round trip); the planner's text
+    split into steps is a decision."""
     compiled = compile(getattr(lg_graphs, shape)(chat)[0])
     compiled.invoke(getattr(lg_graphs, shape)(chat)[1])
     assert compiled.last_frames == frames, compiled.explain()
