@@ -53,6 +53,7 @@ _PLACING = {
         {"get", "setdefault", "update", "pop", "copy", "keys", "values", "items", "clear"}
     ),
 }
+_STORING = frozenset({"append", "insert", "extend", "setdefault", "update"})
 _ITERATING = (list, tuple, enumerate, zip, reversed, iter)
 _LIBRARY_ROOTS = tuple(
     str(Path(p).resolve())
@@ -108,10 +109,11 @@ def _known(
     if func is asyncio.gather:
         return _gather(ev, args, kwargs)
     if func in _ITERATING and not kwargs and all(_iterable(ev, a) for a in args):
-        return func(*args)
+        made = func(*args)
+        return ev.host.own(made) if type(made) is list else made
     plain_dict = func is dict and (not args or (len(args) == 1 and type(args[0]) is dict))
     if plain_dict and not any(is_symbolic(k) for k in (args[0] if args else {})):
-        return func(*args, **kwargs)
+        return ev.host.own(func(*args, **kwargs))
     if isinstance(owner, str) and type(owner) is str and name == "join" and len(args) == 1:
         return join_text(ev, owner, args[0])
     if isinstance(owner, str) and type(owner) is str and name == "format":
@@ -167,7 +169,11 @@ def _placing(
     ev: Evaluator, func: Any, owner: Any, name: str, args: list[Any], kwargs: dict[str, Any]
 ) -> Any:
     """A list or dict method that only stores or picks values: its keys and indices
-    concrete, an iterable argument of known length."""
+    concrete, an iterable argument of known length, and the container one the evaluation
+    made or the run's state (else the app may read what it holds later: values go in
+    concrete)."""
+    if not ev.host.may_hold(owner) and name in _STORING:
+        return _UNKNOWN
     keys: list[Any] = []
     if name in ("get", "setdefault", "pop", "insert") and args:
         keys = [args[0]]
@@ -179,7 +185,8 @@ def _placing(
         return _UNKNOWN
     if any(isinstance(k, Symbolic) for k in keys):
         return _UNKNOWN
-    return func(*args, **kwargs)
+    result = func(*args, **kwargs)
+    return ev.host.own(result) if name == "copy" else result
 
 
 def _message(ev: Evaluator, cls: type, args: list[Any], kwargs: dict[str, Any]) -> Any:

@@ -122,9 +122,13 @@ class CompiledFunction:
     over its arguments into one server graph. ``last_graph``: the last call's trace;
     ``last_frames``: every frame it caused (breaks and eager calls included)."""
 
-    def __init__(self, fn: types.FunctionType, model: Any, app: str | None) -> None:
+    def __init__(
+        self, fn: types.FunctionType | types.MethodType, model: Any, app: str | None
+    ) -> None:
         functools.update_wrapper(self, fn)
-        self.fn = fn
+        self.bound: list[Any] = [fn.__self__] if isinstance(fn, types.MethodType) else []
+        fn = fn.__func__ if isinstance(fn, types.MethodType) else fn
+        self.fn: types.FunctionType = fn
         self.model = model
         self.app = app or model.app_name or fn.__name__
         self.last_graph: GraphTrace | None = None
@@ -151,12 +155,13 @@ class CompiledFunction:
         with counting() as meter:
             try:
                 try:
-                    return await evaluate(self.fn, list(args), kwargs, ctx, final=True)
+                    arguments = [*self.bound, *args]
+                    return await evaluate(self.fn, arguments, kwargs, ctx, final=True)
                 except NotEvaluable as exc:
                     ctx.trace.python(f"{self.fn.__qualname__}: runs as Python ({exc.reason})")
                     if mode == "async":
-                        return await self.fn(*args, **kwargs)
-                    return await asyncio.to_thread(self.fn, *args, **kwargs)
+                        return await self.fn(*self.bound, *args, **kwargs)
+                    return await asyncio.to_thread(self.fn, *self.bound, *args, **kwargs)
             finally:
                 await fire_callbacks(ctx.calls, ctx.config, mode, ctx.fetch)
                 self.last_graph, self.last_frames = ctx.trace, meter.num_frames
@@ -189,7 +194,7 @@ class _AsyncFunction(CompiledFunction):
 
 
 def compile_function(
-    fn: types.FunctionType, model: Any | None = None, app: str | None = None
+    fn: types.FunctionType | types.MethodType, model: Any | None = None, app: str | None = None
 ) -> CompiledFunction:
     """``fn`` compiled (see :class:`CompiledFunction`); ``model``: the Eclectus model whose
     server runs the graph (default: the first one ``fn`` or its helpers refer to).
@@ -201,5 +206,7 @@ def compile_function(
         raise ValueError(
             "compile() needs a ChatEclectus or EclectusLLM the function uses (or model=)"
         )
+    if not isinstance(fn, types.FunctionType | types.MethodType):
+        raise TypeError(f"compile() takes a Runnable or a plain function, not {fn!r}")
     cls = _AsyncFunction if inspect.iscoroutinefunction(fn) else _SyncFunction
     return cls(fn, model, app)

@@ -40,6 +40,25 @@ class Host:
     refs: dict[int, tuple[Any, Ref]] = field(default_factory=dict)  # id(sym str) -> its ref
     depth: int = 0
     num_breaks: int = 0
+    # containers this evaluation made (id -> the object, kept alive): the only ones, with
+    # those already holding symbolic values, that may be given one (see may_hold)
+    local: dict[int, Any] = field(default_factory=dict)
+
+    # -- who may hold a symbolic value ------------------------------------------------------
+
+    def own(self, value: T) -> T:
+        """Marks a container the evaluation made (mutates ``local``); returns it."""
+        self.local[id(value)] = value
+        return value
+
+    def may_hold(self, owner: Any) -> bool:
+        """Whether a symbolic value may be stored into ``owner``: a list or dict the
+        evaluation made, or one holding symbolic values already (the run's state). Any
+        other container is the app's, seen outside the evaluation: it gets values
+        concrete (pure)."""
+        if type(owner) not in (list, dict):
+            return False
+        return id(owner) in self.local or is_symbolic(owner)
 
     # -- the run's loop -----------------------------------------------------------------
 

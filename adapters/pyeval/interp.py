@@ -223,9 +223,10 @@ class Evaluator:
                 self.assign(element, item)
 
     def _placed(self, owner: Any, value: Any) -> Any:
-        """What may be stored into ``owner``: anything into a list or dict (they only
-        hold it), concrete values into any other object (its setter may read them)."""
-        if type(owner) in (list, dict):
+        """What may be stored into ``owner``: anything into a list or dict the evaluation
+        made or the run's state (they only hold it), concrete values into anything else
+        (the app may read it later, and an object's setter may read it now)."""
+        if self.host.may_hold(owner):
             return value
         return self.concrete(value, f"storing a server value into a {type(owner).__name__}")
 
@@ -341,7 +342,7 @@ class Evaluator:
         return operators.formatted(self, value, node.conversion, spec)
 
     def _e_List(self, node: ast.List) -> list[Any]:
-        return self._elements(node.elts)
+        return self.host.own(self._elements(node.elts))
 
     def _e_Tuple(self, node: ast.Tuple) -> tuple[Any, ...]:
         return tuple(self._elements(node.elts))
@@ -360,7 +361,7 @@ class Evaluator:
                 continue
             key = self._concrete_key(self.eval(key_node))
             out[key] = self.eval(value_node)
-        return out
+        return self.host.own(out)
 
     def _elements(self, nodes: list[ast.expr]) -> list[Any]:
         out: list[Any] = []
@@ -429,7 +430,7 @@ class Evaluator:
     # -- comprehensions -----------------------------------------------------------------
 
     def _e_ListComp(self, node: ast.ListComp) -> list[Any]:
-        out: list[Any] = []
+        out: list[Any] = self.host.own([])
         self._comprehend(node.generators, lambda ev: out.append(ev.eval(node.elt)))
         return out
 
@@ -439,7 +440,7 @@ class Evaluator:
         return set(self.concrete(out, "a set of server values"))
 
     def _e_DictComp(self, node: ast.DictComp) -> dict[Any, Any]:
-        out: dict[Any, Any] = {}
+        out: dict[Any, Any] = self.host.own({})
 
         def add(ev: Evaluator) -> None:
             key = ev._concrete_key(ev.eval(node.key))

@@ -74,7 +74,7 @@ def run_method(
         items = list(value)
 
         def batch() -> list[Any]:
-            return [lower_one(ev, runnable, item, {}) for item in items]
+            return ev.host.own([lower_one(ev, runnable, item, {}) for item in items])
 
         if method == "batch":
             return batch()

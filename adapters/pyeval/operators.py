@@ -184,7 +184,8 @@ def binary(ops: Ops, op: type, left: Any, right: Any) -> Any:
         if lparts is not None and rparts is not None:
             return make_text(lparts + rparts)
         if _plain_sequences(left, right):
-            return func(left, right)  # list + list: places the items, reads none
+            made = func(left, right)  # list + list: places the items, reads none
+            return ops.host.own(made) if type(made) is list else made
     if op is ast.Mult and type(left) is list and type(right) is int and _no_spread(left):
         return func(left, right)
     if op is ast.Mod and type(left) is str:
@@ -201,7 +202,8 @@ def inplace(ops: Ops, op: type, left: Any, right: Any) -> Any:
     left, right = ops.host.current(left), ops.host.current(right)
     if not is_symbolic(left) and not is_symbolic(right):
         return INPLACE[op](left, right)
-    if op is ast.Add and type(left) is list and type(right) in (list, tuple) and _no_spread(right):
+    extends = type(left) is list and type(right) in (list, tuple) and _no_spread(right)
+    if op is ast.Add and extends and ops.host.may_hold(left):
         return operator.iadd(left, right)  # extends in place, reading no item
     if op is ast.Add and type(left) is list and is_symbolic(right):
         return operator.iadd(left, ops.concrete(right, "extending a list by a server list"))
