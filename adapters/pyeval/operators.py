@@ -276,6 +276,11 @@ def subscript(ops: Ops, value: Any, key: Any) -> Any:
         found = fields.step(value, key, "item")
         if found is not None:
             return found
+    if isinstance(value, SymParsed) and isinstance(key, SymParsed):
+        known = _known_items(value)  # a list the schema sizes: its items as fields
+        found = _index(ops, known, key) if known is not None else None
+        if found is not None:
+            return found
     if not isinstance(value, Symbolic) and not is_symbolic(key):
         if type(value) in (list, tuple) and not _no_spread(value):
             value = ops.concrete(value, "indexing a fan-out's results")
@@ -299,6 +304,17 @@ def _index(ops: Ops, items: list[Any] | tuple[Any, ...], key: SymParsed) -> Any:
         return None
     inputs = [ops.host.as_ref(key), *(make_item(ops, p) for p in parts if p is not None)]
     return ops.host.text_op("index", inputs, label=f"index into {len(items)} item(s)")
+
+
+def _known_items(value: SymParsed) -> list[SymParsed] | None:
+    """The items of a structured list, each a field, when the schema guarantees them."""
+    shape = fields.shape(value)
+    if shape is None or shape.kind != "list" or not shape.min_items:
+        return None
+    items = [fields.step(value, i, "item") for i in range(shape.min_items)]
+    if shape.max_items != shape.min_items or any(i is None for i in items):
+        return None
+    return items  # type: ignore[return-value]
 
 
 def make_item(ops: Ops, parts: list[TextPart]) -> Ref | str:

@@ -308,7 +308,9 @@ def supervisor(llm: ChatEclectus, max_messages: int = 3) -> Built:
     decision on model output per turn), workers answering with a named message."""
     router = llm.model_copy(update={"max_tokens": 24}).with_structured_output(Router)
 
-    def supervisor_node(state: SupervisorState) -> Command[Literal["researcher", "coder", "__end__"]]:
+    def supervisor_node(
+        state: SupervisorState,
+    ) -> Command[Literal["researcher", "coder", "__end__"]]:
         messages = [{"role": "system", "content": SUPERVISOR_PROMPT}] + state["messages"]
         response = router.invoke(messages)
         goto = response["next"]
