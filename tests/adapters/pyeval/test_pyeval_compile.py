@@ -3,6 +3,9 @@ function's results equal the eager function's; its model calls, the Python aroun
 that the table covers, and only a fetch per decision on model output are frames; side
 effects happen as often and in the same order; ``explain()`` names every break."""
 
+# App code written the ways apps write it (%-formatting, str.format, if/else blocks):
+# ruff: noqa: UP031, UP032, SIM108, SIM300
+
 from __future__ import annotations
 
 import asyncio
