@@ -13,6 +13,8 @@ as before, a client cut over the resolved state, exact.
 
 from __future__ import annotations
 
+from inspect import iscoroutinefunction
+from types import FunctionType
 from typing import Any
 
 from langchain_core.runnables import Runnable
@@ -26,9 +28,11 @@ from eclectus.adapters.pyeval.entry import evaluable
 
 
 def function_of(node: RunnableCallable, mode: str) -> Any:
-    """The function LangGraph calls for ``node`` in a run of ``mode``, or None (pure)."""
-    if mode == "async":
-        return node.afunc or node.func
+    """The function LangGraph calls for ``node`` in a run of ``mode``, or None (pure): an
+    ``async def`` in an async run (LangGraph's own async wrapper of a sync function, a
+    ``partial``, stands for the sync one), else the sync function."""
+    if mode == "async" and isinstance(node.afunc, FunctionType) and iscoroutinefunction(node.afunc):
+        return node.afunc
     return node.func
 
 

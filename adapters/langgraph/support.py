@@ -69,7 +69,15 @@ def is_python_node(runnable: Runnable) -> bool:
 def node_kind(runnable: Runnable) -> str:
     """One line: where a node runs and why (pure)."""
     if is_python_node(runnable):
-        return "client cut (a Python function: it runs on the client over the resolved state)"
+        from eclectus.adapters.langgraph.function_nodes import why_not
+
+        reason = why_not(runnable)  # type: ignore[arg-type]
+        if reason is None:
+            return (
+                "server (a Python function, evaluated: its model calls and the Python on "
+                "their outputs the server can do join the graph; see the run's breaks)"
+            )
+        return f"client cut (a Python function that runs as Python: {reason})"
     return f"server ({runnable.get_name()} lowers onto the graph; see the LCEL plan)"
 
 
@@ -82,8 +90,16 @@ def edge_kind(branch: Any) -> str:
         return (
             f"server map when {fan.over!r} is a constrained JSON list (SendEach), else a client cut"
         )
+    from eclectus.adapters.langgraph.function_nodes import why_not
+
+    reason = why_not(branch.path) if isinstance(branch.path, RunnableCallable) else "not a function"
+    if reason is not None:
+        return (
+            f"client cut (the router runs as Python: {reason}), or a server switch when it "
+            "routes on a constrained choice (see the last run)"
+        )
     return (
-        "client cut (a conditional edge: the router runs on the client; Send fan-outs to "
-        "LCEL nodes ship in one frame), or a server switch when it routes on a constrained "
-        "choice (see the last run)"
+        "evaluated (the router runs over the symbolic state; a decision on model output is "
+        "a break, one frame; Send fan-outs ship in the next frame), or a server switch when "
+        "it routes on a constrained choice (see the last run)"
     )
