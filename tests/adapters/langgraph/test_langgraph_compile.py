@@ -115,13 +115,13 @@ def test_an_unsupported_stream_mode_falls_back(chat: ChatEclectus) -> None:
 
 
 def test_explain_names_server_nodes_and_cuts(chat: ChatEclectus) -> None:
-    """explain(): LCEL nodes on the server, Python nodes and routers as client cuts."""
+    """explain(): LCEL nodes on the server, Python nodes and routers evaluated."""
     app, value = lg_graphs.map_reduce(chat)
     compiled = compile(app)
     compiled.invoke(value)
     text = compiled.explain()
-    assert "joke: server" in text and "subjects: client cut" in text
-    assert "subjects -> ? (fan_out): client cut" in text
+    assert "joke: server" in text and "subjects: server (a Python function, evaluated" in text
+    assert "subjects -> ? (fan_out): evaluated" in text
     assert "last run: 1 client frame(s)" in text
 
 

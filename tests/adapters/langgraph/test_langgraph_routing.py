@@ -144,7 +144,7 @@ def test_a_router_that_loops_back_stays_a_cut(chat: ChatEclectus) -> None:
 
 def test_explain_says_which_edges_route_on_the_server(chat: ChatEclectus) -> None:
     """After a run, explain() names the edge that routed on the server, and the trace says
-    why a router that could not stayed a cut."""
+    why a router that could not was evaluated on the client instead."""
     app, value = lg_graphs.routed_supervisor(chat)
     compiled = compile(app)
     compiled.invoke(value)
@@ -153,7 +153,7 @@ def test_explain_says_which_edges_route_on_the_server(chat: ChatEclectus) -> Non
     compiled = compile(looping)
     compiled.invoke(value)
     text = compiled.explain()
-    assert "supervisor -> ? (route): client cut" in text
+    assert "supervisor -> ? (route): evaluated" in text
     assert "no server switch (for 'research' it reads state the client does not know" in text
 
 
