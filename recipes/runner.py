@@ -16,6 +16,7 @@ from typing import Any
 
 from eclectus.recipes import (
     chain_summary,
+    functions,
     map_reduce,
     multi_agent,
     multi_agent_graph,
@@ -73,6 +74,25 @@ RECIPES: dict[str, RecipeSpec] = {
     ),
     "tool-agent": RecipeSpec(
         tool_agent.ToolAgentParams, tool_agent.plan, tool_agent.run, "field-guide"
+    ),
+    # function style: the same apps as plain Python (compiled with the Python evaluator)
+    "map-reduce-fn": RecipeSpec(
+        map_reduce.MapReduceParams, map_reduce.plan, functions.map_reduce_run, "field-guide"
+    ),
+    "chain-summary-fn": RecipeSpec(
+        chain_summary.ChainSummaryParams,
+        chain_summary.plan,
+        functions.chain_summary_run,
+        "history-essay",
+    ),
+    "multi-agent-fn": RecipeSpec(
+        multi_agent.MultiAgentParams, multi_agent.plan, functions.multi_agent_run, "design-note"
+    ),
+    "plan-execute-fn": RecipeSpec(
+        plan_execute.PlanExecuteParams,
+        plan_execute.plan,
+        functions.plan_execute_run,
+        "field-guide",
     ),
 }
 

@@ -120,6 +120,16 @@ class ModelFactory:
             ),
         )
 
+    def prepare_function(self, fn: Any, name: str, app: str | None = None) -> Any:
+        """``fn`` (a plain app function) as the recipe runs it: compiled by the Python
+        evaluator in Eclectus mode (unless compiling is off), unchanged otherwise (pure).
+        A compiled function has ``last_frames``: the client frames its last call sent."""
+        if self.backend != "eclectus" or not self.target.use_compile:
+            return fn
+        from eclectus.adapters.langchain.compiler import compile as compile_function
+
+        return compile_function(fn, app=app or name)
+
     def _note(self, text: str) -> None:
         if text not in self.notes:
             log.warning("%s", text)

@@ -108,8 +108,9 @@ def _known(
         return attribute(ev, args[0], args[1])
     if func is asyncio.gather:
         return _gather(ev, args, kwargs)
-    if func in _ITERATING and not kwargs and all(_iterable(ev, a) for a in args):
-        made = func(*args)
+    plain_kwargs = not kwargs or (func is zip and set(kwargs) == {"strict"})
+    if func in _ITERATING and plain_kwargs and all(_iterable(ev, a) for a in args):
+        made = func(*args, **kwargs)
         return ev.host.own(made) if type(made) is list else made
     plain_dict = func is dict and (not args or (len(args) == 1 and type(args[0]) is dict))
     if plain_dict and not any(is_symbolic(k) for k in (args[0] if args else {})):
