@@ -79,8 +79,33 @@ def _bg(chunk: int, num: int, out: int) -> MapReduceParams:
     )
 
 
+# the recipes that have a function-style form (recipes/functions.py), measured as their
+# LCEL forms are, at the round trips a client pays (the form's difference is frames)
+FUNCTION_FORMS = ("map-reduce", "chain-summary", "multi-agent", "plan-execute")
+
+
+def with_function_forms(table: dict[str, Workload], rtts: tuple[float, ...]) -> dict[str, Workload]:
+    """``table`` and, for each of FUNCTION_FORMS, ``NAME-fn``: the same sizes, the function
+    form of the recipe, swept over the client round trip (pure)."""
+    forms = {
+        f"{name}-fn": dataclasses.replace(
+            table[name],
+            name=f"{name}-fn",
+            recipe=f"{name}-fn",
+            sweeps=(Sweep(RTT_FIELD, rtts),),
+            description=f"{table[name].description} (as plain Python: the function form)",
+        )
+        for name in FUNCTION_FORMS
+    }
+    return {**table, **forms}
+
+
 def full_workloads() -> dict[str, Workload]:
     """The paper-shaped sizes (a representative subset of its sweeps; see docs/evals.md)."""
+    return with_function_forms(_full_workloads(), (0.0, 100.0, 250.0))
+
+
+def _full_workloads() -> dict[str, Workload]:
     return {
         w.name: w
         for w in (
@@ -175,13 +200,13 @@ def full_workloads() -> dict[str, Workload]:
 
 def quick_workloads() -> dict[str, Workload]:
     """Sizes for ``--quick``: the full workloads' shapes, a few hundred tokens, two sweep points."""
-    full = full_workloads()
+    full = _full_workloads()
 
     def shrink(name: str, sweep: Sweep, **sizes: Any) -> Workload:
         w = full[name]
         return dataclasses.replace(w, base=dataclasses.replace(w.base, **sizes), sweeps=(sweep,))
 
-    return {
+    table = {
         "chain-summary": shrink(
             "chain-summary",
             Sweep("summary_tokens", (8, 16)),
@@ -245,6 +270,7 @@ def quick_workloads() -> dict[str, Workload]:
             background_jobs=2,
         ),
     }
+    return with_function_forms(table, (0.0, 100.0))
 
 
 def _sweep(base: Any, path: str, text: str) -> Sweep:
