@@ -179,6 +179,9 @@ CHAINS: dict[str, Callable[[Any, str], list[ChainCall]]] = {
     "multi-agent-graph": multi_agent_chain,  # the same prompts and calls as a StateGraph
     "multi-agent-json": multi_agent_json_chain,
 }
+# the function-style forms (recipes/functions.py) make the same prompts and calls
+CHAINS.update({f"{name}-fn": CHAINS[name] for name in ("map-reduce", "chain-summary")})
+CHAINS.update({f"{name}-fn": CHAINS[name] for name in ("multi-agent", "plan-execute")})
 
 
 def critical_chain(recipe: str, params: Any, text: str) -> list[ChainCall]:

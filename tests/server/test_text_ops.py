@@ -5,6 +5,8 @@ bounds their size and fails an op Python would not answer with a string."""
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -91,7 +93,7 @@ def test_json_field_reads_what_the_parser_parses(value: Any, path: list, indent:
     expected: Any = json.loads(text)
     try:
         for key in path:
-            if isinstance(key, str) != isinstance(expected, dict):
+            if not isinstance(expected, dict if isinstance(key, str) else list):
                 raise KeyError(key)
             expected = expected[key]
     except (KeyError, IndexError, TypeError):
@@ -161,3 +163,15 @@ def test_a_text_op_over_the_size_limit_fails_before_it_is_built() -> None:
     submit(sched, app, vars=[{"id": "a", "value": "x"}], ops=[huge], gets=[{"var": "w"}])
     failed = app.graph.vars["w"]
     assert failed.state is VarState.FAILED and failed.error_code == "limit_exceeded"
+
+
+def test_the_protocol_docs_example_runs() -> None:
+    """docs/protocol.md's text-op frame, as printed, answers as the page says."""
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "protocol.md").read_text()
+    (block,) = [b for b in re.findall(r"```json\n(.*?)```", docs, re.DOTALL) if '"s4"' in b]
+    frame = json.loads(block)
+    sched = make_scheduler()
+    app = sched.open_app("s")
+    submit(sched, app, **{k: v for k, v in frame.items() if k not in ("type", "id")})
+    assert app.graph.vars["clean"].value == "Tides"
+    assert app.graph.vars["chosen"].value == "second"
