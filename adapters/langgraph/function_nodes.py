@@ -72,7 +72,9 @@ async def lower_function(node: RunnableCallable, value: Any, ctx: Lowering) -> A
     if "config" in node.func_accepts:
         kwargs["config"] = ctx.config
     try:
-        output = await evaluate(function_of(node, ctx.mode), [value], kwargs, ctx)
+        # the state dict is made for this node: it may hold what the function stores in it
+        fn = function_of(node, ctx.mode)
+        output = await evaluate(fn, [value], kwargs, ctx, owned=(value,))
     except NotEvaluable as exc:  # before anything ran (the arguments did not bind)
         raise NotLowerable(exc.reason) from exc
     if node.recurse and isinstance(output, Runnable):

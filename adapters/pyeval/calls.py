@@ -53,6 +53,12 @@ _PLACING = {
         {"get", "setdefault", "update", "pop", "copy", "keys", "values", "items", "clear"}
     ),
 }
+_LOOP_CALLS = (
+    asyncio.create_task,
+    asyncio.ensure_future,
+    asyncio.get_running_loop,
+    asyncio.get_event_loop,
+)
 _STORING = frozenset({"append", "insert", "extend", "setdefault", "update"})
 _ITERATING = (list, tuple, enumerate, zip, reversed, iter)
 _LIBRARY_ROOTS = tuple(
@@ -72,6 +78,9 @@ def call(ev: Evaluator, func: Any, args: list[Any], kwargs: dict[str, Any]) -> A
     name = getattr(func, "__name__", "")
     if isinstance(owner, Runnable) and name in models.RUN_METHODS and models.lowerable(owner):
         return models.run_method(ev, owner, name, args, kwargs)
+    if func in _LOOP_CALLS:  # they need the running loop, which the worker thread has not
+        args = ev.concrete(args, f"calling {_name(func)} with a server value")
+        return ev.host.on_loop(func, *args, **ev.concrete(kwargs, "asyncio's arguments"))
     symbolic = is_symbolic(args) or is_symbolic(kwargs)
     if symbolic:
         found = _known(ev, func, owner, name, args, kwargs)

@@ -64,11 +64,19 @@ def evaluable(fn: Any) -> types.FunctionType:
 
 
 async def evaluate(
-    fn: Any, args: list[Any], kwargs: dict[str, Any], ctx: Lowering, *, final: bool = False
+    fn: Any,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    ctx: Lowering,
+    *,
+    final: bool = False,
+    owned: tuple[Any, ...] = (),
 ) -> Any:
     """``fn(*args, **kwargs)`` evaluated on ``ctx`` (called on the run's loop). With
     ``final``, the result is fetched concrete, with the values callbacks need, in one
-    frame; else it is returned symbolic (exported). NotEvaluable before anything ran."""
+    frame; else it is returned symbolic (exported). ``owned``: containers made for this
+    call that may hold symbolic values (a node's state dict). NotEvaluable before anything
+    ran."""
     function = evaluable(fn)
     source = function_source(function)
     assert isinstance(source, Source)
@@ -77,6 +85,9 @@ async def evaluate(
         raise NotEvaluable("the arguments do not bind (Python raises its own TypeError)")
     loop = asyncio.get_running_loop()
     host = Host(ctx, loop)
+    for container in owned:
+        if type(container) in (list, dict):
+            host.own(container)
     context = contextvars.copy_context()  # the run's meter and LangChain config go along
 
     def work() -> Any:

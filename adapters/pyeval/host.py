@@ -84,12 +84,24 @@ class Host:
         """``await awaitable`` as the app would: a Deferred evaluates, anything else is
         awaited on the run's loop (its errors are Python's)."""
         if isinstance(awaitable, Deferred):
+            if awaitable.awaited:
+                raise RuntimeError("cannot reuse already awaited coroutine")
+            awaitable.awaited = True
             return awaitable.value()
 
         async def wait() -> Any:
             return await awaitable
 
         return self.run(wait())
+
+    def on_loop(self, func: Any, *args: Any, **kwargs: Any) -> Any:
+        """``func(*args, **kwargs)`` called on the run's loop thread, where asyncio's
+        ``create_task`` and friends need to be called (this thread runs no loop)."""
+
+        async def call() -> Any:
+            return func(*args, **kwargs)
+
+        return self.run(call())
 
     # -- server ops ---------------------------------------------------------------------
 

@@ -60,6 +60,7 @@ class Deferred(Symbolic):
     real: Callable[[], Any]
     done: bool = False
     result: Any = None
+    awaited: bool = False  # by an ``await`` (a coroutine is awaited once)
 
     def value(self) -> Any:
         """The result, evaluated on first use (mutates)."""

@@ -354,3 +354,28 @@ def test_compile_needs_a_model() -> None:
 
     with pytest.raises(ValueError, match="needs a ChatEclectus or EclectusLLM"):
         compile(no_model)
+
+
+def test_asyncio_inside_an_async_function(llm: ChatEclectus) -> None:
+    """create_task and get_running_loop reach the run's loop; a coroutine the evaluator
+    holds is awaited once, as Python's."""
+
+    async def app(topic: str) -> list[Any]:
+        loop = asyncio.get_running_loop()
+        task = asyncio.create_task(asyncio.sleep(0, result="slept"))
+        reply = llm.ainvoke(f"Write about {topic}:\n")
+        text = (await reply).content
+        return [await task, text.strip(), loop is asyncio.get_running_loop()]
+
+    eager = asyncio.run(app("moths"))
+    assert asyncio.run(compile(app)("moths")) == eager
+
+    async def twice(topic: str) -> Any:
+        reply = llm.ainvoke(topic)
+        await reply
+        return await reply
+
+    with pytest.raises(RuntimeError, match="cannot reuse already awaited coroutine"):
+        asyncio.run(twice("x"))
+    with pytest.raises(RuntimeError, match="cannot reuse already awaited coroutine"):
+        asyncio.run(compile(twice)("x"))
