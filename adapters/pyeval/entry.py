@@ -33,7 +33,7 @@ from eclectus.adapters.langchain.compiler.graph import GraphTrace
 from eclectus.adapters.langchain.compiler.runnable import run_blocking
 from eclectus.adapters.langchain.compiler.symbols import SymParsed
 from eclectus.adapters.pyeval.host import Host
-from eclectus.adapters.pyeval.interp import Evaluator, _bind
+from eclectus.adapters.pyeval.interp import Evaluator, bind_arguments
 from eclectus.adapters.pyeval.source import Source, function_source
 from eclectus.adapters.pyeval.values import Deferred, SymText
 
@@ -80,7 +80,7 @@ async def evaluate(
     function = evaluable(fn)
     source = function_source(function)
     assert isinstance(source, Source)
-    arguments = _bind(function, args, kwargs)
+    arguments = bind_arguments(function, args, kwargs)
     if arguments is None:
         raise NotEvaluable("the arguments do not bind (Python raises its own TypeError)")
     loop = asyncio.get_running_loop()
