@@ -379,3 +379,25 @@ def test_asyncio_inside_an_async_function(llm: ChatEclectus) -> None:
         asyncio.run(twice("x"))
     with pytest.raises(RuntimeError, match="cannot reuse already awaited coroutine"):
         asyncio.run(compile(twice)("x"))
+
+
+def test_prompt_templates_over_model_output(llm: ChatEclectus) -> None:
+    """A template's format / format_messages / format_prompt / invoke with a reply in it
+    are prompt pieces: the next calls read it on the server."""
+    text = PromptTemplate.from_template("Rewrite this:\n{draft}")
+    chat = ChatPromptTemplate.from_messages([("system", "Be brief."), ("human", "Fix:\n{draft}")])
+
+    def app(topic: str) -> list[str]:
+        draft = llm.invoke(f"Write about {topic}:\n").content
+        outs = [
+            llm.invoke(text.format(draft=draft)).content,
+            llm.invoke(text.format_prompt(draft=draft)).content,
+            llm.invoke(chat.format_messages(draft=draft)).content,
+            llm.invoke(chat.invoke({"draft": draft})).content,
+        ]
+        return [o.strip() for o in outs]
+
+    eager = app("gulls")
+    fast = compile(app)
+    assert fast("gulls") == eager
+    assert fast.last_frames == 1 and not fast.last_graph.breaks, fast.explain()  # type: ignore[union-attr]
