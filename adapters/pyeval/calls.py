@@ -78,7 +78,7 @@ def call(ev: Evaluator, func: Any, args: list[Any], kwargs: dict[str, Any]) -> A
     name = getattr(func, "__name__", "")
     if isinstance(owner, Runnable) and name in models.RUN_METHODS and models.lowerable(owner):
         return models.run_method(ev, owner, name, args, kwargs)
-    if func in _LOOP_CALLS:  # they need the running loop, which the worker thread has not
+    if _among(func, _LOOP_CALLS):  # they need the running loop, which the worker thread has not
         args = ev.concrete(args, f"calling {_name(func)} with a server value")
         return ev.host.on_loop(func, *args, **ev.concrete(kwargs, "asyncio's arguments"))
     symbolic = is_symbolic(args) or is_symbolic(kwargs)
@@ -118,7 +118,7 @@ def _known(
     if func is asyncio.gather:
         return _gather(ev, args, kwargs)
     plain_kwargs = not kwargs or (func is zip and set(kwargs) == {"strict"})
-    if func in _ITERATING and plain_kwargs and all(_iterable(ev, a) for a in args):
+    if _among(func, _ITERATING) and plain_kwargs and all(_iterable(ev, a) for a in args):
         made = func(*args, **kwargs)
         return ev.host.own(made) if type(made) is list else made
     plain_dict = func is dict and (not args or (len(args) == 1 and type(args[0]) is dict))
@@ -140,7 +140,7 @@ def _known(
         if is_symbolic(goto):
             kwargs["goto"] = ev.concrete(goto, "a Command's goto names a node")
         return Command(**kwargs)
-    if func in MESSAGE_CLASSES:
+    if _among(func, MESSAGE_CLASSES):
         return _message(ev, func, args, kwargs)
     return _UNKNOWN
 
@@ -244,6 +244,11 @@ def is_app_code(func: types.FunctionType) -> bool:
         return False
     resolved = str(Path(filename).resolve())
     return not resolved.startswith(_LIBRARY_ROOTS)
+
+
+def _among(func: Any, known: tuple[Any, ...]) -> bool:
+    """``func`` is one of ``known`` (by identity: an app's object may define ``==``)."""
+    return any(func is k for k in known)
 
 
 def _name(func: Callable[..., Any]) -> str:

@@ -217,6 +217,8 @@ def compare(ops: Ops, op: type, left: Any, right: Any) -> Any:
     left, right = ops.host.current(left), ops.host.current(right)
     if not is_symbolic(left) and not is_symbolic(right):
         return COMPARE[op](left, right)
+    if op in (ast.In, ast.NotIn) and type(right) is dict and not is_symbolic(left):
+        return COMPARE[op](left, right)  # a dict's keys are concrete: its values are not read
     if op in (ast.Is, ast.IsNot) and (left is None or right is None):
         other = right if left is None else left
         if isinstance(other, Ref | SymText | SymMessage | Deferred):
