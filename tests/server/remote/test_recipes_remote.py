@@ -66,6 +66,9 @@ SIZES: dict[str, Any] = {
         tool_rounds=1, question_tokens=16, tool_tokens=48, answer_tokens=8
     ),
 }
+# the function-style forms (recipes/functions.py) run at their LCEL forms' sizes
+SIZES.update({f"{n}-fn": SIZES[n] for n in ("map-reduce", "chain-summary", "multi-agent")})
+SIZES["plan-execute-fn"] = SIZES["plan-execute"]
 
 
 @pytest.fixture(scope="module")
