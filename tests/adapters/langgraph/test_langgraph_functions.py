@@ -19,7 +19,7 @@ from langgraph.graph import END, START, StateGraph
 
 from eclectus.adapters.langchain import ChatEclectus
 from eclectus.adapters.langgraph import EagerFallbackWarning, compile
-from eclectus.adapters.langgraph.bench import unequal_branches
+from eclectus.benchmarks.langgraph_dataflow import unequal_branches
 from eclectus.server.app import EclectusServer
 
 EVENTS: list[Any] = []

@@ -1,6 +1,6 @@
 """Beyond the eager run: branches of unequal length, compiled (dataflow) vs eager LangGraph.
 
-    python -m eclectus.adapters.langgraph.bench [--url ws://host:port] [--rounds 5]
+    python -m eclectus.benchmarks.langgraph_dataflow [--url ws://host:port] [--rounds 5]
 
 LangGraph runs supersteps: a node runs when every task of the step before it is done, so
 the successor of a short branch waits for its slow sibling (langgraph-ai/langgraph issues
@@ -22,9 +22,9 @@ from typing import Any, TypedDict
 
 from langgraph.graph import END, START, StateGraph
 
-from eclectus.adapters.bench_server import server_url
 from eclectus.adapters.langchain import ChatEclectus
 from eclectus.adapters.langgraph.compiled import compile
+from eclectus.benchmarks.server import server_url
 
 
 class Branches(TypedDict, total=False):
