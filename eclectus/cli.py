@@ -26,7 +26,7 @@ first steps:
 # modules are imported only when their subcommand runs, so `eclectus --help` stays light.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("eclectus.server.main", "start the Eclectus server"),
-    "model": ("eclectus.server.engine.presets", "export a built-in model as a HF directory"),
+    "model": ("eclectus.models.presets", "export a built-in model as a HF directory"),
     "demo": ("eclectus.server.demo", "run a map-reduce graph on a local server and report"),
     "run": ("eclectus.recipes.cli", "run a recipe (map-reduce, chain-summary, ...) and report"),
     "eval": ("eclectus.evals.cli", "compare a workload on Eclectus and baselines (vLLM, ...)"),

@@ -168,7 +168,7 @@ def _workloads(args: argparse.Namespace) -> list[Workload]:
 
 
 def _model(name: str) -> tuple[Path, str]:
-    from eclectus.server.engine.presets import resolve_model_dir
+    from eclectus.models.presets import resolve_model_dir
 
     path = resolve_model_dir(name)
     return path, (name if path.name != name else path.name)

@@ -123,7 +123,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the comparison, print and write the table; 2 on a bad argument or a server that
     does not start."""
-    from eclectus.server.engine.presets import resolve_model_dir
+    from eclectus.models.presets import resolve_model_dir
 
     if not Path(args.vllm_python).exists() or args.samples < 1:
         print(f"error: no {args.vllm_python}, or --samples < 1", file=sys.stderr)

@@ -296,7 +296,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the comparison, print and write the table; 2 on a bad argument or a server that
     does not start."""
-    from eclectus.server.engine.presets import resolve_model_dir
+    from eclectus.models.presets import resolve_model_dir
 
     workloads = args.workloads.split(",")
     unknown = [w for w in workloads if w not in WORKLOADS]

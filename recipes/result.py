@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from eclectus.models.presets import PRESET_NOTES
 from eclectus.recipes.observe import CallSpan
-from eclectus.server.engine.presets import PRESET_NOTES
 
 
 def preset_note(model: str) -> str | None:

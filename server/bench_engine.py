@@ -20,8 +20,8 @@ import json
 import sys
 from typing import Any
 
-from eclectus.server.engine.presets import resolve_model_dir
-from eclectus.server.engine.tokenizer import Tokenizer
+from eclectus.models.presets import resolve_model_dir
+from eclectus.models.tokenizer import Tokenizer
 
 MODEL = "tiny"
 CONTEXT_WINDOW = 4096

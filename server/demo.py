@@ -18,9 +18,9 @@ import sys
 import time
 import urllib.request
 
+from eclectus.models.presets import PRESET_NOTES
 from eclectus.server.app import EclectusServer, start_server
 from eclectus.server.config import ServerConfig
-from eclectus.server.engine.presets import PRESET_NOTES
 from eclectus.server.metrics import parse_prometheus
 
 DOCS = (

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 
 import torch
 
+from eclectus.models.presets import resolve_model_dir
 from eclectus.protocol.sampling import SamplingParams
 from eclectus.server.engine.engine_config import EngineConfig
 from eclectus.server.engine.llm import LLM
-from eclectus.server.engine.presets import resolve_model_dir
 
 
 @dataclass(slots=True)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from eclectus.models.tokenizer import Tokenizer
 from eclectus.protocol.sampling import SamplingParams
 from eclectus.server.backend import EngineOutput, EngineRequest, EngineStats, TokenizedPrompt
 from eclectus.server.engine.block_manager import BlockManager
@@ -23,7 +24,6 @@ from eclectus.server.engine.output_processor import OutputState
 from eclectus.server.engine.sampler import Sampler
 from eclectus.server.engine.scheduler import ScheduledSeq, Scheduler, SchedulerOutput
 from eclectus.server.engine.sequence import FinishReason, Sequence
-from eclectus.server.engine.tokenizer import Tokenizer
 from eclectus.server.kv_events import KVEventBatch
 
 if TYPE_CHECKING:  # xgrammar is imported on the first constrained request
@@ -64,7 +64,7 @@ class LLMEngine:
     """Owns the model runner, block manager, scheduler, sampler and per-request state."""
 
     def __init__(self, config: EngineConfig) -> None:
-        from eclectus.server.engine.presets import resolve_model_dir
+        from eclectus.models.presets import resolve_model_dir
 
         if config.device == "cpu":
             torch.set_num_threads(config.num_threads or default_num_threads())

@@ -326,7 +326,7 @@ def load_model(
     ``dtype`` None keeps the checkpoint's ``torch_dtype``; strings are "float32", "bfloat16",
     "float16". Returns the model in eval mode on ``device``.
     """
-    from eclectus.server.engine.presets import resolve_model_dir
+    from eclectus.models.presets import resolve_model_dir
     from eclectus.server.engine.weights import load_weights
 
     model_dir = resolve_model_dir(str(path))

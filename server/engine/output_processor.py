@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from eclectus.models.tokenizer import IncrementalDetokenizer, Tokenizer
 from eclectus.protocol.sampling import SamplingParams
 from eclectus.server.engine.sequence import FinishReason
-from eclectus.server.engine.tokenizer import IncrementalDetokenizer, Tokenizer
 
 
 class OutputState:

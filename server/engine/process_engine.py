@@ -32,6 +32,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 
+from eclectus.models.tokenizer import Tokenizer
 from eclectus.protocol import ModelCard, SamplingParams
 from eclectus.server.backend import (
     EngineError,
@@ -52,7 +53,6 @@ from eclectus.server.engine.core_process import (
 )
 from eclectus.server.engine.engine_config import EngineConfig
 from eclectus.server.engine.request_stream import RequestStream, aborted, drain
-from eclectus.server.engine.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ class ProcessEngine:
     ValueError when the model cannot be found or loaded as configured."""
 
     def __init__(self, config: EngineConfig | None = None, *, start_timeout_s: float = 600.0):
-        from eclectus.server.engine.presets import resolve_model_dir
+        from eclectus.models.presets import resolve_model_dir
 
         self.config = config or EngineConfig()
         model_dir = resolve_model_dir(self.config.model)  # materialised once, here

@@ -43,10 +43,10 @@ import torch
 import xgrammar as xgr
 from torch import Tensor
 
+from eclectus.models.tokenizer import Tokenizer
 from eclectus.protocol.structured import StructuredOutputs
 from eclectus.server.engine.engine_config import JsonWhitespace
 from eclectus.server.engine.json_layout import json_schema_grammar
-from eclectus.server.engine.tokenizer import Tokenizer
 
 MAX_CACHED_GRAMMARS = 256
 MAX_CLOSING_TOKENS = 256  # longest closing path searched for

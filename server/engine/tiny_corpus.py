@@ -20,8 +20,8 @@ from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
+from eclectus.models.tiny_chat import BOS, CHAT_TEMPLATE, EOS
 from eclectus.protocol.chat_template import render_chat
-from eclectus.server.engine.tiny_chat import BOS, CHAT_TEMPLATE, EOS
 from eclectus.server.engine.tiny_tools import TOOL_MAKERS, ToolExample
 
 

@@ -1,6 +1,6 @@
 """Train the ``tiny`` preset: its tokenizer and weights, reproducibly, in minutes on a CPU.
 
-    python -m eclectus.server.engine.train_tiny            # rewrites server/engine/tiny/
+    python -m eclectus.server.engine.train_tiny            # rewrites eclectus/models/tiny/
     python -m eclectus.server.engine.train_tiny --out DIR  # anywhere else
 
 Builds the corpus (:mod:`.tiny_corpus`), trains the BPE tokenizer (:mod:`.tiny_tokenizer`),
@@ -23,9 +23,8 @@ from pathlib import Path
 
 import torch
 
-from eclectus.server.engine.tiny_chat import PAD_ID
-
-TINY_DIR = Path(__file__).resolve().parent / "tiny"  # the committed files (package data)
+from eclectus.models.presets import SHIPPED_DIR as TINY_DIR  # the committed files
+from eclectus.models.tiny_chat import PAD_ID
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,9 +69,9 @@ def train(out_dir: Path, spec: TrainSpec, log_every: int = 50) -> dict[str, floa
     from safetensors.torch import save_file
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from eclectus.server.engine.presets import PRESETS, random_weights
+    from eclectus.models.presets import PRESETS, random_weights
+    from eclectus.models.tiny_tokenizer import train_tokenizer
     from eclectus.server.engine.tiny_corpus import build_corpus
-    from eclectus.server.engine.tiny_tokenizer import train_tokenizer
 
     started = time.perf_counter()
     torch.set_num_threads(1)

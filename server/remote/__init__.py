@@ -36,8 +36,8 @@ def build_remote_backend(
     """The backend ``config`` describes (blocking: reads the tokenizer; the built-in engine's
     weights too when ``config.builtin``, through ``builtin_factory``). ValueError for a
     model directory without a tokenizer."""
-    from eclectus.server.engine.presets import resolve_model_dir
-    from eclectus.server.engine.tokenizer import Tokenizer
+    from eclectus.models.presets import resolve_model_dir
+    from eclectus.models.tokenizer import Tokenizer
     from eclectus.server.remote.client import EngineClient
     from eclectus.server.remote.kv_subscriber import KVEventSubscriber
     from eclectus.server.remote.members import LocalMember, Member, RemoteMember

@@ -36,6 +36,7 @@ import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
+from eclectus.models.tokenizer import Tokenizer
 from eclectus.protocol import ModelCard
 from eclectus.server.backend import (
     EngineError,
@@ -45,7 +46,6 @@ from eclectus.server.backend import (
     EngineUnavailableError,
     TokenizedPrompt,
 )
-from eclectus.server.engine.tokenizer import Tokenizer
 from eclectus.server.remote.continuation import LocalText
 from eclectus.server.remote.errors import EngineDown, EngineRejected, RemoteStartError
 from eclectus.server.remote.members import Attempt, Piece

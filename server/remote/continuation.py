@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from eclectus.server.engine.tokenizer import IncrementalDetokenizer, Tokenizer
+from eclectus.models.tokenizer import IncrementalDetokenizer, Tokenizer
 
 
 class LocalText:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from eclectus.server.engine.tokenizer import Tokenizer
+from eclectus.models.tokenizer import Tokenizer
 from eclectus.server.remote.client import EngineClient
 from eclectus.server.remote.dialect import (
     PROBE_CHOICE,

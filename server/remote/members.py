@@ -13,9 +13,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from eclectus.models.tokenizer import Tokenizer
 from eclectus.protocol import SamplingParams
 from eclectus.server.backend import Backend, EngineError, EngineRequest, TokenizedPrompt
-from eclectus.server.engine.tokenizer import Tokenizer
 from eclectus.server.remote.client import EngineClient
 from eclectus.server.remote.dialect import Unenforceable, constraint_fields, supports
 from eclectus.server.remote.errors import EngineDown, EngineRejected

@@ -23,8 +23,8 @@ from eclectus.adapters.client import (
     connect_sync,
 )
 from eclectus.benchmarks.client import as_graph, documents, step_by_step
-from eclectus.server.engine.presets import resolve_model_dir
-from eclectus.server.engine.tokenizer import Tokenizer
+from eclectus.models.presets import resolve_model_dir
+from eclectus.models.tokenizer import Tokenizer
 
 pytestmark = pytest.mark.slow
 

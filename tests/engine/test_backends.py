@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 from engine_helpers import CONFIG, Engine, collect, request, wait_until_idle
 
+from eclectus.models.tokenizer import Tokenizer
 from eclectus.server.backend import (
     EngineError,
     EngineOutput,
@@ -20,7 +21,6 @@ from eclectus.server.backend import (
     check_constraint,
 )
 from eclectus.server.engine import AsyncEngine, ProcessEngine, SamplingParams
-from eclectus.server.engine.tokenizer import Tokenizer
 
 BACKENDS = {"thread": AsyncEngine, "process": ProcessEngine}
 

@@ -12,9 +12,9 @@ import torch
 
 from eclectus.kernels import native
 from eclectus.kernels.dispatch import force_backend
+from eclectus.models.presets import resolve_model_dir
+from eclectus.models.tiny_chat import BOS_ID, PAD_ID
 from eclectus.server.engine import LLM, EngineConfig, SamplingParams
-from eclectus.server.engine.presets import resolve_model_dir
-from eclectus.server.engine.tiny_chat import BOS_ID, PAD_ID
 
 transformers = pytest.importorskip("transformers")
 

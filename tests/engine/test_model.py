@@ -21,10 +21,10 @@ from transformers import (
     LlamaForCausalLM as HFLlama,
 )
 
+from eclectus.models.presets import PRESETS, write_preset_files
+from eclectus.models.tokenizer import Tokenizer
 from eclectus.server.engine.config import ModelConfig
 from eclectus.server.engine.model import LlamaForCausalLM, load_model
-from eclectus.server.engine.presets import PRESETS, write_preset_files
-from eclectus.server.engine.tokenizer import Tokenizer
 
 PROMPTS = ["Hello world", "The quick brown fox jumps", "1+1=", "Ünïcödé 😀 text"]
 

@@ -12,12 +12,12 @@ import pytest
 import torch
 from tool_fixtures import weather_tool
 
+from eclectus.models.presets import SHIPPED_TOKENIZER, SHIPPED_WEIGHTS
+from eclectus.models.tiny_chat import BOS, EOS, PAD_ID
+from eclectus.models.tiny_tokenizer import train_tokenizer
 from eclectus.protocol.chat_template import render_chat
 from eclectus.server.engine import LLM, EngineConfig, SamplingParams
-from eclectus.server.engine.presets import SHIPPED_TOKENIZER, SHIPPED_WEIGHTS
-from eclectus.server.engine.tiny_chat import BOS, EOS, PAD_ID
 from eclectus.server.engine.tiny_corpus import build_corpus
-from eclectus.server.engine.tiny_tokenizer import train_tokenizer
 from eclectus.server.engine.train_tiny import TrainSpec, learning_rate, pack_rows, train
 
 MiB = 1 << 20

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from recipe_support import SMALL_TEAM, TEXT
 
+from eclectus.models.presets import PRESET_NOTES
 from eclectus.recipes import (
     ChainSummaryParams,
     MapReduceParams,
@@ -19,7 +20,6 @@ from eclectus.recipes import (
 from eclectus.recipes.embedded import Embedded
 from eclectus.recipes.map_reduce import LIST_TAIL, REDUCE_HEAD, group_size
 from eclectus.recipes.text import approx_tokens
-from eclectus.server.engine.presets import PRESET_NOTES
 
 pytestmark = pytest.mark.slow
 

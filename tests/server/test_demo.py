@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
+from eclectus.models.presets import PRESET_NOTES
 from eclectus.server.demo import demo
-from eclectus.server.engine.presets import PRESET_NOTES
 
 pytestmark = pytest.mark.slow
 

@@ -200,7 +200,7 @@ async def test_a_call_whose_argument_holds_the_markers_parses_whole_and_streamed
 
 def test_detects_the_format_from_the_served_template() -> None:
     """Without the flag, the tiny model's template (Hermes <tool_call>) is detected."""
+    from eclectus.models.tiny_chat import CHAT_TEMPLATE
     from eclectus.protocol.tool_formats import detect_tool_format
-    from eclectus.server.engine.tiny_chat import CHAT_TEMPLATE
 
     assert detect_tool_format(CHAT_TEMPLATE) == "hermes"

@@ -16,9 +16,9 @@ from llama_index.core.node_parser import SentenceSplitter
 
 from eclectus.adapters.llamaindex import Eclectus, get_response_synthesizer
 from eclectus.adapters.llamaindex.token_cache import TokenCache
+from eclectus.models.presets import resolve_model_dir
+from eclectus.models.tokenizer import Tokenizer
 from eclectus.server.app import EclectusServer
-from eclectus.server.engine.presets import resolve_model_dir
-from eclectus.server.engine.tokenizer import Tokenizer
 
 TEXTS = ["abc", "", " the", "naïve café ☕", "<s>literal", "abc"]
 

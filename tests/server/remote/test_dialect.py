@@ -139,8 +139,8 @@ KINDS: dict[str, StructuredOutputs] = {
 
 def member(dialect: Dialect, *, sglang: bool = False, token_prompts: bool = True) -> RemoteMember:
     """A RemoteMember as a handshake with such an engine leaves it (no network)."""
-    from eclectus.server.engine.presets import resolve_model_dir
-    from eclectus.server.engine.tokenizer import Tokenizer
+    from eclectus.models.presets import resolve_model_dir
+    from eclectus.models.tokenizer import Tokenizer
     from eclectus.server.remote.client import EngineClient
 
     tokenizer = Tokenizer.from_dir(resolve_model_dir("tiny"))

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eclectus.server.engine.tokenizer import IncrementalDetokenizer, Tokenizer
+from eclectus.models.tokenizer import IncrementalDetokenizer, Tokenizer
 from eclectus.server.remote.continuation import LocalText
 from eclectus.server.remote.load import EngineLoad, parse_load
 
@@ -38,7 +38,7 @@ def test_parse_load_reads_vllm_sglang_and_eclectus() -> None:
 
 @pytest.fixture(scope="module")
 def tokenizer() -> Tokenizer:
-    from eclectus.server.engine.presets import resolve_model_dir
+    from eclectus.models.presets import resolve_model_dir
 
     return Tokenizer.from_dir(resolve_model_dir("tiny"))
 

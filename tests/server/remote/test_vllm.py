@@ -42,7 +42,7 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def vllm_url() -> Iterator[str]:
-    from eclectus.server.engine.presets import resolve_model_dir
+    from eclectus.models.presets import resolve_model_dir
 
     assert VLLM_PYTHON is not None
     port = free_port()

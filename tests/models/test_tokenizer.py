@@ -12,9 +12,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from transformers import AutoTokenizer
 
-from eclectus.protocol.chat_template import DEFAULT_CHAT_TEMPLATE, render_chat
-from eclectus.server.engine.presets import PRESETS, write_preset_files
-from eclectus.server.engine.tiny_chat import (
+from eclectus.models.presets import PRESETS, write_preset_files
+from eclectus.models.tiny_chat import (
     BOS_ID,
     EOS_ID,
     PAD_ID,
@@ -22,8 +21,9 @@ from eclectus.server.engine.tiny_chat import (
     SPECIAL_TOKENS,
     TOOL_CALL_TOKENS,
 )
-from eclectus.server.engine.tiny_tokenizer import VOCAB_SIZE
-from eclectus.server.engine.tokenizer import IncrementalDetokenizer, Tokenizer
+from eclectus.models.tiny_tokenizer import VOCAB_SIZE
+from eclectus.models.tokenizer import IncrementalDetokenizer, Tokenizer
+from eclectus.protocol.chat_template import DEFAULT_CHAT_TEMPLATE, render_chat
 
 SPECIAL_LITERALS = (*SPECIAL_TOKENS, *TOOL_CALL_TOKENS)
 SAMPLES = [

@@ -2,7 +2,7 @@
 
 ``tiny`` (~1.5M parameters) is the default everywhere a model is needed without a download:
 its weights were trained by ``train_tiny`` on a small generated corpus and ship with the
-package (``server/engine/tiny/``), so it writes short English-like text, JSON and tool calls.
+package (``eclectus/models/tiny/``), so it writes short English-like text, JSON and tool calls.
 ``small`` (~100M) has random weights from a seeded ``torch.Generator`` and gives realistic CPU
 timings. Both use the shipped BPE tokenizer (``tiny/tokenizer.json``) and chat template.
 
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from eclectus.cache import cache_dir
-from eclectus.server.engine.tiny_chat import BOS_ID, EOS_ID, PAD_ID
+from eclectus.models.tiny_chat import BOS_ID, EOS_ID, PAD_ID
 
 SHIPPED_DIR = Path(__file__).resolve().parent / "tiny"  # package data, written by train_tiny
 SHIPPED_TOKENIZER = SHIPPED_DIR / "tokenizer.json"
@@ -197,7 +197,7 @@ def write_preset_files(spec: PresetSpec, out_dir: Path) -> None:
     JSON files from code, the shipped tokenizer, the shipped or the seeded random weights."""
     from safetensors.torch import save_file
 
-    from eclectus.server.engine.tiny_tokenizer import tokenizer_config
+    from eclectus.models.tiny_tokenizer import tokenizer_config
 
     generation = {"bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "pad_token_id": PAD_ID}
     _write_json(out_dir / "config.json", spec.hf_config())

@@ -23,7 +23,7 @@ from typing import Any
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
-from eclectus.server.engine.tiny_chat import (
+from eclectus.models.tiny_chat import (
     BOS,
     BOS_ID,
     CHAT_TEMPLATE,

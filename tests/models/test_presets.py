@@ -16,9 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from eclectus.server.engine import presets
-from eclectus.server.engine.config import ModelConfig
-from eclectus.server.engine.presets import (
+from eclectus.models import presets
+from eclectus.models.presets import (
     MODEL_FILES,
     PRESET_NOTES,
     PRESETS,
@@ -27,7 +26,8 @@ from eclectus.server.engine.presets import (
     materialize,
     resolve_model_dir,
 )
-from eclectus.server.engine.tiny_chat import BOS_ID
+from eclectus.models.tiny_chat import BOS_ID
+from eclectus.server.engine.config import ModelConfig
 
 REPO = Path(__file__).resolve().parents[2]
 
