@@ -55,7 +55,7 @@ def cases(model: str) -> tuple[list[int], list[Case]]:
         state = engine.grammar_backend.new_state(probe.structured_outputs, None)
         shortest = state.closing_length(state.matcher) or 1
         found += [Case(schema, slack, shortest + slack) for slack in SLACKS]
-    return engine.tokenizer.encode(PROMPT, add_bos=True), found
+    return engine.tokenizer.encode(PROMPT), found
 
 
 @dataclass(slots=True)

@@ -35,7 +35,7 @@ class Embedded:
 
     @property
     def model(self) -> str:
-        return self.server.backend.model.name
+        return self.server.model.name
 
     def target(self, backend: Backend, use_compile: bool = True) -> Target:
         """A Target for one mode on this server (pure)."""

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import functools
 import gc
 import logging
 import socket
@@ -33,11 +32,11 @@ from starlette.types import Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
 from eclectus.protocol import HELLO_ACCEPTED, HELLO_HEADER, ModelCard
-from eclectus.protocol.chat_template import render_chat
 from eclectus.server.auth import Authenticator
 from eclectus.server.backend import Backend
 from eclectus.server.config import ServerConfig
 from eclectus.server.connections import ConnectionGuard
+from eclectus.server.front import Front
 from eclectus.server.metrics import CONTENT_TYPE, Metrics, Scrape
 from eclectus.server.openai_api import SHUTTING_DOWN, OpenAIApi
 from eclectus.server.scheduler import Scheduler
@@ -56,12 +55,6 @@ def build_backend(model: str) -> Backend:
     return AsyncEngine.from_config(model=model)
 
 
-def chat_renderer(card: ModelCard) -> Callable[..., str]:
-    """Chat messages rendered with the model card's template, as clients render them (the
-    default template when the card has none). Pure: the contract, not the engine."""
-    return functools.partial(render_chat, card.chat_template, template_vars=card.template_vars)
-
-
 class EclectusServer:
     """A listening server. ``close`` is idempotent; ``async with`` closes on exit;
     ``drain`` lets in-flight work finish first (SIGTERM)."""
@@ -75,7 +68,7 @@ class EclectusServer:
             ctx.config.handshake_timeout_s,
             ctx.config.max_connections,
         )
-        self.openai = OpenAIApi(ctx, chat_renderer(ctx.backend.model))
+        self.openai = OpenAIApi(ctx)
         self.connections: set[Session] = set()  # every WebSocket, with or without hello
         self.uvicorn: uvicorn.Server | None = None
         self.socket: socket.socket | None = None
@@ -93,6 +86,11 @@ class EclectusServer:
     @property
     def backend(self) -> Backend:
         return self.ctx.backend
+
+    @property
+    def model(self) -> ModelCard:
+        """The served model as clients see it (its name, window, chat template)."""
+        return self.ctx.model
 
     @property
     def scheduler(self) -> Scheduler:
@@ -125,7 +123,7 @@ class EclectusServer:
     async def healthz(self, request: Request) -> Response:
         if self.ctx.draining:
             return JSONResponse({"status": "draining"}, status_code=503)
-        model, sessions = self.backend.model.name, len(self.ctx.sessions)
+        model, sessions = self.model.name, len(self.ctx.sessions)
         body: dict[str, object] = {"status": "ok", "model": model, "sessions": sessions}
         if self.worker is not None:
             body["worker"] = self.worker
@@ -301,31 +299,37 @@ async def start_server(
     owns_backend: bool | None = None,
     listener: socket.socket | None = None,
     worker: int | None = None,
+    front: Front | None = None,
 ) -> EclectusServer:
     """Start the backend and listen (mutates: binds a port, unless ``listener``, a socket
     already listening, is given). ``backend`` None builds the built-in engine for
     ``config.model``; the server then owns it and shuts it down on close (``owns_backend``
-    overrides). A backend passed in must tolerate ``start`` being called. ``worker``: this
-    process's index among several front processes on one port (workers.py)."""
+    overrides). A backend passed in must tolerate ``start`` being called, and serve
+    ``config.model``. ``worker``: this process's index among several front processes on
+    one port (workers.py). ``front`` None: the front of ``config.model`` (its tokenizer and
+    chat template: every prompt becomes ids there)."""
     owns = backend is None if owns_backend is None else owns_backend
-    if backend is None:  # loading weights blocks: keep the loop free for other servers
+    if front is None:  # reading the tokenizer blocks: keep the loop free for other servers
+        front = await asyncio.to_thread(Front.load, config.model)
+    if backend is None:  # loading weights blocks too
         backend = await asyncio.to_thread(build_backend, config.model)
     await backend.start()
     # the one prompt limit, said up front (welcome) and checked at submit and dispatch: a
     # prompt and at least one output token fit the window (the engine's counts the KV pool)
-    window = backend.model.context_window
+    card = front.card(backend.max_model_len)
+    window = card.context_window
     if config.max_prompt_tokens > window - 1:
         config = dataclasses.replace(config, max_prompt_tokens=window - 1)
     if not config.served_model_names:
-        config = dataclasses.replace(config, served_model_names=(backend.model.name,))
+        config = dataclasses.replace(config, served_model_names=(card.name,))
     # what exists now (the model, torch, the tokenizer) lives as long as the server: out of
     # the cyclic collector's sight, so a full collection (which a burst of frames triggers)
     # scans the little that requests allocate, not a heap that stalls every session for 100s
     # of ms
     gc.freeze()
     metrics = Metrics()
-    scheduler = Scheduler(backend, config, metrics)
-    ctx = ServerContext(config, backend, scheduler, metrics, Authenticator(config))
+    scheduler = Scheduler(backend, config, metrics, front=front)
+    ctx = ServerContext(config, backend, scheduler, metrics, Authenticator(config), front, card)
     server = EclectusServer(ctx, owns, worker)
     try:
         await server.listen(listener)
@@ -333,7 +337,7 @@ async def start_server(
         if owns:
             await backend.shutdown()
         raise
-    log.info("eclectus listening on %s (model %s)", server.url, backend.model.name)
+    log.info("eclectus listening on %s (model %s)", server.url, card.name)
     return server
 
 

@@ -32,7 +32,7 @@ class InstantEngine:
 
     def __init__(self, token_delay_s: float = 0.0) -> None:
         self.tokenizer = Tokenizer.from_dir(resolve_model_dir(MODEL))
-        (self.token_id,) = self.tokenizer.encode(" a", add_bos=False)[-1:]
+        (self.token_id,) = self.tokenizer.encode(" a", add_special_tokens=False)[-1:]
         self.token_text = self.tokenizer.decode([self.token_id])
         self.token_delay_s = token_delay_s
         self.num_completions = 0
@@ -59,7 +59,7 @@ class InstantEngine:
             _send_json(writer, {"object": "list", "data": [card]})
         elif method == "POST" and path == "/tokenize":
             special = body.get("add_special_tokens", True)
-            ids = self.tokenizer.encode(body.get("prompt", ""), add_bos=special)
+            ids = self.tokenizer.encode(body.get("prompt", ""), special)
             _send_json(writer, {"tokens": ids, "count": len(ids)})
         elif method == "POST" and path == "/v1/completions":
             self.num_completions += 1

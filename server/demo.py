@@ -93,7 +93,7 @@ def readable(text: str, limit: int = 160) -> str:
 async def demo(model: str, max_tokens: int) -> int:
     config = ServerConfig(port=0, model=model, tenant_tokens=tuple(TOKENS.items()))
     async with await start_server(config) as server:
-        print(f"server: {server.url}  model: {server.backend.model.name}")
+        print(f"server: {server.url}  model: {server.model.name}")
         print("warming up (one untimed run: kernel compile, first allocations)...")
         await run_graph(server, max_tokens, tenant="demo-warm-up")
         before = await asyncio.to_thread(scrape, server)

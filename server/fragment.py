@@ -6,7 +6,7 @@ GraphError/LimitError naming the offending field and variable, and the graph is 
 
 Everything here is linear in the fragment and the part of the graph it touches, except token
 counting, which a big fragment makes slow: the session therefore runs :func:`build` on the
-event loop, counts the distinct texts of :func:`known_prompts` on a worker thread, checks
+event loop, counts the distinct prompt texts of :func:`known_prompts` on a worker thread, checks
 them with :func:`check_prompt_sizes`, and re-checks with :func:`check_still_applies` that the
 graph did not lose a variable the fragment names meanwhile. :func:`stage` does it all at once.
 """
@@ -45,14 +45,22 @@ class Staged:
 @dataclass(frozen=True, slots=True)
 class KnownPrompt:
     """The text of a call's prompt known at submit: its constant segments and the current
-    values of its inputs (empty while pending), each segment on its own."""
+    values of its inputs (empty while pending), each segment on its own, and whether the
+    prompt takes special tokens (CallSpec.add_special_tokens)."""
 
     where: str
     node_id: str
     texts: tuple[str, ...]
+    add_special_tokens: bool = True
+
+    @property
+    def key(self) -> tuple[str, bool]:
+        """What its token count depends on: the flat text, and the special tokens (pure)."""
+        return "".join(self.texts), self.add_special_tokens
 
 
-TokenCounter = Callable[[str, bool], int]  # (segment text, is first segment) -> tokens
+# (a prompt's flat text, add_special_tokens) -> its tokens, as the front tokenizes it
+TokenCounter = Callable[[str, bool], int]
 
 
 def call_segments(call: CallSpec, where: str) -> tuple[Segment, ...]:
@@ -74,17 +82,24 @@ def _call_node(call: CallSpec, where: str) -> Node:
     if len(set(outputs)) != len(outputs):
         raise GraphError("duplicate_producer", "an output appears twice", field=where)
     inputs = dict.fromkeys(s.var for s in segments if isinstance(s, VarSegment))
-    return Node(call.id, tuple(inputs), tuple(outputs), segments=segments, model=call.model)
+    return Node(
+        call.id,
+        tuple(inputs),
+        tuple(outputs),
+        segments=segments,
+        model=call.model,
+        add_special_tokens=call.add_special_tokens,
+    )
 
 
 def stage(
     graph: Graph, frame: Submit, config: ServerConfig, count_tokens: Callable[[str], int]
 ) -> Staged:
     """Check ``frame`` against ``graph`` and build what it adds (pure: graph untouched),
-    counting each segment's tokens here with ``count_tokens`` (the session counts them off
-    the event loop instead)."""
+    counting each known prompt's tokens here with ``count_tokens`` (the session counts them
+    off the event loop instead)."""
     staged = build(graph, frame, config)
-    counter: TokenCounter = lambda text, _first: count_tokens(text)  # noqa: E731
+    counter: TokenCounter = lambda text, _special: count_tokens(text)  # noqa: E731
     check_prompt_sizes(known_prompts(staged, graph), counter, config.max_prompt_tokens)
     return staged
 
@@ -314,7 +329,7 @@ def known_prompts(staged: Staged, graph: Graph) -> list[KnownPrompt]:
             elif isinstance(segment, VarSegment):
                 var = new_vars.get(segment.var) or graph.vars.get(segment.var)
                 texts.append(var.value or "" if var is not None else "")
-        prompts.append(KnownPrompt(where, node.node_id, tuple(texts)))
+        prompts.append(KnownPrompt(where, node.node_id, tuple(texts), node.add_special_tokens))
     return prompts
 
 
@@ -332,19 +347,21 @@ def staged_prompts(staged: Staged) -> Iterator[tuple[tuple[Segment, ...], str]]:
 
 
 def upper_bound_tokens(prompt: KnownPrompt) -> int:
-    """More tokens than the engine can make of ``prompt`` (pure): a token covers at least
-    one UTF-8 byte, plus one per segment for a tokenizer's added prefix, plus BOS."""
+    """More tokens than the front can make of ``prompt`` (pure): a token covers at least
+    one UTF-8 byte, plus (generously) one per segment for a tokenizer's added prefix, plus
+    BOS."""
     return sum(len(text.encode("utf-8", "surrogatepass")) + 1 for text in prompt.texts) + 1
 
 
 def check_prompt_sizes(prompts: list[KnownPrompt], count_tokens: TokenCounter, limit: int) -> None:
     """Reject the first call whose known text is already over ``limit`` tokens (pure but
-    for the counter); the full prompt is checked again at dispatch, once generated inputs
-    are known. Prompts whose byte size bounds them under the limit are not tokenized."""
+    for the counter): its flat text, pending inputs empty, as the front tokenizes it. The
+    full prompt is checked again at dispatch, once generated inputs are known. Prompts whose
+    byte size bounds them under the limit are not tokenized."""
     for prompt in prompts:
         if upper_bound_tokens(prompt) <= limit:
             continue
-        num_tokens = sum(count_tokens(text, i == 0) for i, text in enumerate(prompt.texts))
+        num_tokens = count_tokens(*prompt.key)
         if num_tokens > limit:
             raise LimitError(
                 f"prompt of {prompt.node_id!r} has {num_tokens} tokens, limit {limit}",
@@ -353,10 +370,6 @@ def check_prompt_sizes(prompts: list[KnownPrompt], count_tokens: TokenCounter, l
 
 
 def texts_to_count(prompts: list[KnownPrompt], limit: int) -> set[tuple[str, bool]]:
-    """The distinct (text, is first) pairs :func:`check_prompt_sizes` will tokenize (pure)."""
-    return {
-        (text, i == 0)
-        for prompt in prompts
-        if upper_bound_tokens(prompt) > limit
-        for i, text in enumerate(prompt.texts)
-    }
+    """The distinct (flat text, add_special_tokens) pairs :func:`check_prompt_sizes` will
+    tokenize (pure)."""
+    return {prompt.key for prompt in prompts if upper_bound_tokens(prompt) > limit}

@@ -80,6 +80,7 @@ class Node:
     switch: SwitchPlan | None = None
     guard: str | None = None  # the switch whose case guards this node (switch_op.py)
     model: str | None = None
+    add_special_tokens: bool = True  # a call's prompt: False when a chat template rendered it
     state: NodeState = NodeState.IDLE
     objective: Objective | None = None
     group: str | None = None

@@ -42,6 +42,7 @@ class MapStep:
     output: str  # its output's name, local to the map
     model: str | None
     where: str  # its place in the frame, for errors ("maps[0].call", "maps[0].then[1]")
+    add_special_tokens: bool = True  # the step's CallSpec's: False for a chat prompt
 
 
 @dataclass(slots=True)
@@ -129,7 +130,9 @@ def _stage_steps(
                 var=outputs[0],
             )
         reserved.add(outputs[0])
-        staged.append(MapStep(segments, outputs[0], call.model, step_where))
+        staged.append(
+            MapStep(segments, outputs[0], call.model, step_where, call.add_special_tokens)
+        )
     later = {step.output: k for k, step in enumerate(staged)}
     for k, step in enumerate(staged):
         for segment in step.segments:
@@ -286,7 +289,9 @@ def _instance(graph: Graph, node: Node, step: MapStep, node_id: str) -> Node:
     taken = [output_id] if output_id in graph.vars else []
     if taken or node_id in graph.nodes:
         raise MapFailed("duplicate_var", f"instance id {taken or node_id!r} is in use")
-    instance = Node(node_id, (), (output_id,), model=step.model)
+    instance = Node(
+        node_id, (), (output_id,), model=step.model, add_special_tokens=step.add_special_tokens
+    )
     instance.objective, instance.arrival = node.objective, node.arrival
     instance.state = NodeState.WAITING
     return instance

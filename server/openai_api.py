@@ -33,7 +33,7 @@ import asyncio
 import re
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,14 +54,10 @@ from eclectus.protocol.openai_tools import (
 from eclectus.protocol.sampling import COMPLETIONS_DEFAULT_MAX_TOKENS
 from eclectus.protocol.tool_formats import ToolFormatName
 from eclectus.server.auth import AuthFailure, bearer_token
-from eclectus.server.backend import (
-    EngineOutput,
-    RequestRefused,
-    TokenizedPrompt,
-    check_constraint,
-)
+from eclectus.server.backend import EngineOutput, RequestRefused, check_constraint
 from eclectus.server.errors import ServerError
 from eclectus.server.fragment import stage
+from eclectus.server.front import Prompt
 from eclectus.server.graph import Variable, VarState
 from eclectus.server.objectives import objective_for_get
 from eclectus.server.openai_schema import (
@@ -81,14 +77,12 @@ from eclectus.server.openai_token_ids import (
     check_token_ids,
     token_prompts,
     tokenize,
-    tokenized,
 )
 from eclectus.server.scheduler import AppState
 from eclectus.server.session import ServerContext
 
-ChatRenderer = Callable[..., str]  # (messages, *, tools=None) -> prompt
 SHUTTING_DOWN = "the server is shutting down"
-Prompt = str | list[int]  # text, or token ids (openai_token_ids.py)
+PromptInput = str | list[int]  # text, or token ids (openai_token_ids.py)
 Chunk = tuple[int, str, tuple[int, ...]]  # prompt index, new text, new token ids
 
 
@@ -135,18 +129,13 @@ class OpenAIApi:
     """The /v1 routes over one server's context. Holds no per-request state but the set of
     requests in flight (for shutdown)."""
 
-    def __init__(
-        self,
-        ctx: ServerContext,
-        render_chat: ChatRenderer,
-    ) -> None:
+    def __init__(self, ctx: ServerContext) -> None:
         self.ctx = ctx
-        self.render_chat = render_chat
         self.jobs: set[_Job] = set()
         self.closed = False  # set by abort_all: the server is closing, nothing more runs
         # the served model's call syntax: the flag's, else its card's (its template's), as
         # the welcome announces it to SDK clients
-        card = ctx.backend.model.with_tool_call_format(ctx.config.tool_call_parser)
+        card = ctx.model.with_tool_call_format(ctx.config.tool_call_parser)
         self.tool_format: ToolFormatName = card.tool_call_format
 
     def routes(self) -> list[BaseRoute]:
@@ -165,7 +154,7 @@ class OpenAIApi:
             self._admit(request)
         except ApiError as exc:
             return self._error(request, exc)
-        window = self.ctx.backend.model.context_window
+        window = self.ctx.model.context_window
         entries = [
             {
                 "id": name,
@@ -188,7 +177,7 @@ class OpenAIApi:
             body: CompletionRequest = parse(CompletionRequest, await self._body(request))
             constraint = completion_constraint(body.model_extra or {})
             token_ids = token_prompts(body.prompt)
-            prompts: Sequence[Prompt]
+            prompts: Sequence[PromptInput]
             if token_ids is not None:  # scheduled like text (openai_token_ids.py)
                 self._check_prompts(token_ids, body.stream)
                 self._check_token_ids(token_ids)
@@ -214,7 +203,8 @@ class OpenAIApi:
             except ValidationError as exc:
                 raise ApiError(400, str(exc.errors()[0]["msg"])) from None
             prompt_tokenizer = self.ctx.scheduler.prompt_tokenizer
-            answer = await tokenize(self.ctx.backend, prompt_tokenizer, tokenize_request)
+            window = self.ctx.model.context_window
+            answer = await tokenize(window, prompt_tokenizer, tokenize_request)
             return JSONResponse(answer)
         except ApiError as exc:
             return self._error(request, exc)
@@ -231,7 +221,7 @@ class OpenAIApi:
                 messages = [m.for_template() for m in body.messages]
             except ValueError as exc:
                 raise ApiError(400, str(exc), "messages") from None
-            prompt = self.render_chat(messages, tools=constraint.tools or None)
+            prompt = self.ctx.front.render_chat(messages, tools=constraint.tools or None)
             return await self._run(
                 request,
                 tenant,
@@ -272,7 +262,7 @@ class OpenAIApi:
                 raise ApiError(413, f"body over the limit of {limit} bytes")
         return bytes(body)
 
-    def _check_prompts(self, prompts: Sequence[Prompt], stream: bool) -> None:
+    def _check_prompts(self, prompts: Sequence[PromptInput], stream: bool) -> None:
         if not prompts:
             raise ApiError(400, "prompt: must not be empty", "prompt")
         limit = self.ctx.config.max_prompts_per_request
@@ -283,13 +273,8 @@ class OpenAIApi:
 
     def _check_token_ids(self, prompts: list[list[int]]) -> None:
         """ApiError(400) for an empty or too long token-id prompt, or an id outside the
-        vocabulary (pure): text prompts are checked by ``stage``, ids here. The tokenizer is
-        the backend's own (engine process, remote) or its engine's (in-process)."""
-        backend = self.ctx.backend
-        tokenizer = getattr(backend, "tokenizer", None) or getattr(
-            getattr(backend, "engine", None), "tokenizer", None
-        )
-        vocab = getattr(tokenizer, "vocab_size", None)
+        vocabulary (pure): text prompts are checked by ``stage``, ids here."""
+        vocab = self.ctx.front.vocab_size
         check_token_ids(prompts, vocab, self.ctx.config.max_prompt_tokens)
 
     async def _check_constraint(self, sampling: SamplingParams) -> None:
@@ -315,7 +300,7 @@ class OpenAIApi:
         request: Request,
         tenant: str | None,
         body: OpenAIRequest,
-        prompts: Sequence[Prompt],
+        prompts: Sequence[PromptInput],
         chat: bool,
         constraint: ChatConstraint | None = None,
         *,
@@ -332,7 +317,8 @@ class OpenAIApi:
         sampling = to_sampling(body, None if chat else COMPLETIONS_DEFAULT_MAX_TOKENS)
         sampling = with_constraint(sampling, constraint)
         await self._check_constraint(sampling)
-        tokens = [await self._tokenize(prompt) for prompt in prompts]
+        # a chat's rendered prompt takes no added special tokens, as vLLM's chat endpoint
+        tokens = [await self._tokenize(prompt, not chat) for prompt in prompts]
         if self.closed:  # the server closed while the prompts were tokenized
             raise ApiError(503, SHUTTING_DOWN)
         # each prompt's ids, as the engine is given them (a chat's: the rendered prompt's),
@@ -383,19 +369,20 @@ class OpenAIApi:
                     choice["prompt_token_ids"] = ids
         return self._count(request, JSONResponse(response))
 
-    async def _tokenize(self, prompt: Prompt) -> TokenizedPrompt:
+    async def _tokenize(self, prompt: PromptInput, add_special_tokens: bool) -> Prompt:
         """The ids the engine will get for ``prompt``: a token-id prompt's own, a text's
         tokenized once, here, off the event loop when it is long (prompt_tokenizer.py)."""
         if isinstance(prompt, str):
-            return await self.ctx.scheduler.prompt_tokenizer.tokenize_prompt((prompt,))
-        return tokenized(prompt)
+            tokenize = self.ctx.scheduler.prompt_tokenizer.tokenize_prompt
+            return await tokenize((prompt,), add_special_tokens)
+        return Prompt.of_ids(prompt)
 
     def _submit(
         self,
         base: str,
         tenant: str | None,
-        prompts: Sequence[Prompt],
-        tokens: Sequence[TokenizedPrompt],
+        prompts: Sequence[PromptInput],
+        tokens: Sequence[Prompt],
         sampling: SamplingParams,
         *,
         stream: bool,

@@ -24,7 +24,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from eclectus.server.backend import Backend, TokenizedPrompt
 from eclectus.server.openai_schema import ApiError
 from eclectus.server.prompt_tokenizer import PromptTokenizer
 
@@ -39,16 +38,12 @@ class TokenizeRequest(BaseModel):
 
 
 async def tokenize(
-    backend: Backend, prompt_tokenizer: PromptTokenizer, request: TokenizeRequest
+    window: int, prompt_tokenizer: PromptTokenizer, request: TokenizeRequest
 ) -> dict[str, Any]:
-    """The /tokenize answer; a long prompt is encoded off the event loop, behind the prompts
-    already queued (prompt_tokenizer.py)."""
-    if request.add_special_tokens:
-        prompt = await prompt_tokenizer.tokenize_prompt((request.prompt,))
-        tokens = list(prompt.token_ids)
-    else:
-        tokens = await prompt_tokenizer.tokenize_text(request.prompt)
-    window = backend.model.context_window
+    """The /tokenize answer (``window``: the served context window); a long prompt is
+    encoded off the event loop, behind the prompts already queued (prompt_tokenizer.py)."""
+    prompt = await prompt_tokenizer.tokenize_prompt((request.prompt,), request.add_special_tokens)
+    tokens = list(prompt.token_ids)
     return {"tokens": tokens, "count": len(tokens), "max_model_len": window}
 
 
@@ -72,8 +67,3 @@ def check_token_ids(prompts: list[list[int]], vocab_size: int | None, max_tokens
             raise ApiError(400, f"prompt {i} has {len(ids)} tokens, limit {max_tokens}", "prompt")
         if vocab_size is not None and max(ids) >= vocab_size:
             raise ApiError(400, f"prompt: token id {max(ids)} >= {vocab_size}", "prompt")
-
-
-def tokenized(ids: list[int]) -> TokenizedPrompt:
-    """A token-id prompt as the engine takes it: one segment, the ids as given (pure)."""
-    return TokenizedPrompt(tuple(ids), (len(ids),))

@@ -2,7 +2,9 @@
 
 When a call is dispatched and other pending calls of the same session start with the same
 segments (same constant text, same input variables), its request asks the engine to pin the
-common leading segments (EngineRequest.pin_prefix_segments). The pin is released
+prompt's ids lying wholly before the end of the common leading segments (the prompt is
+tokenized flat, so a token straddling that seam is left out: server/front.py;
+EngineRequest.pin_prefix_tokens). The pin is released
 (Backend.unpin) once the last of those other calls has been dispatched, failed, or the
 session closed. Only the first request of a call takes part: it is the one whose prompt has
 the shared leading segments.

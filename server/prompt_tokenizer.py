@@ -5,7 +5,7 @@ burst of long prompts tokenized on it (a 2,000-token prompt takes ~1.5 ms of CPU
 of that up, and the engine's step thread, which needs the GIL between its torch calls, with
 it. vLLM tokenizes in its API-server process, on a one-thread executor
 (``AsyncMicrobatchTokenizer``); this is the same idea inside one process: one worker thread,
-and a tokenizer that releases the GIL while it encodes (``Tokenizer._encode_all``), so the
+and a tokenizer that releases the GIL while it encodes (``Tokenizer.encode_pieces``), so the
 loop keeps serving and the step thread keeps stepping while a burst is tokenized.
 
 A short prompt, when nothing is queued ahead of it, is tokenized inline: the hop to the
@@ -17,26 +17,22 @@ were handed here (one worker: its futures complete in submission order).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
 
-from eclectus.server.backend import Backend, TokenizedPrompt
+from eclectus.server.front import Front, Prompt
 
 # Prompts of at most this many characters are tokenized inline when the worker is idle:
 # ~50 us of encoding, about what a thread hop costs.
 INLINE_MAX_CHARS = 1024
-
-_Arg = TypeVar("_Arg")
-_Out = TypeVar("_Out")
 
 
 class PromptTokenizer:
     """Tokenizes prompts for the scheduler (mutating methods say so). ``close`` ends the
     worker thread; the worker starts on the first prompt it is given."""
 
-    def __init__(self, backend: Backend, inline_max_chars: int = INLINE_MAX_CHARS) -> None:
-        self.backend = backend
+    def __init__(self, front: Front, inline_max_chars: int = INLINE_MAX_CHARS) -> None:
+        self.front = front
         self.inline_max_chars = inline_max_chars
         self.num_offloaded = 0  # prompts tokenized on the worker (tests and gauges read it)
         self._num_pending = 0  # handed to the worker, not yet back
@@ -48,28 +44,22 @@ class PromptTokenizer:
         are not in the scheduler yet (a draining server waits for them)."""
         return self._num_pending
 
-    async def tokenize_prompt(self, segments: tuple[str, ...]) -> TokenizedPrompt:
-        """``backend.tokenize_prompt(segments)``, on the worker thread unless the prompt is
-        short and nothing is pending (mutates the counts; starts the worker once)."""
-        return await self._run(self.backend.tokenize_prompt, segments, sum(map(len, segments)))
-
-    async def tokenize_text(self, text: str) -> list[int]:
-        """``backend.tokenize(text)`` (no special tokens: vLLM's ``/tokenize`` with
-        ``add_special_tokens: false``), under the same rule as :meth:`tokenize_prompt`
-        (mutates the counts)."""
-        return await self._run(self.backend.tokenize, text, len(text))
-
-    async def _run(self, encode: Callable[[_Arg], _Out], arg: _Arg, chars: int) -> _Out:
-        """``encode(arg)`` inline when short and nothing is pending, else behind the pending
-        prompts on the worker (mutates the counts; starts the worker once)."""
-        if self._num_pending == 0 and chars <= self.inline_max_chars:
-            return encode(arg)
+    async def tokenize_prompt(
+        self, segments: Sequence[str], add_special_tokens: bool = True
+    ) -> Prompt:
+        """``front.encode(segments, add_special_tokens)`` inline when the prompt is short and
+        nothing is pending, else behind the pending prompts on the worker (mutates the
+        counts; starts the worker once)."""
+        if self._num_pending == 0 and sum(map(len, segments)) <= self.inline_max_chars:
+            return self.front.encode(segments, add_special_tokens)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="eclectus-tokenize")
         self._num_pending += 1
         self.num_offloaded += 1
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._pool, encode, arg)
+            loop = asyncio.get_running_loop()
+            encode = self.front.encode
+            return await loop.run_in_executor(self._pool, encode, segments, add_special_tokens)
         finally:
             self._num_pending -= 1
 

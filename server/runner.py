@@ -23,9 +23,9 @@ if TYPE_CHECKING:
 def prompt_segments(
     graph: Graph, node: Node, index: int, generated: dict[str, str]
 ) -> tuple[tuple[str, ...], GenSegment]:
-    """The engine segments before output ``index`` and that output's segment (pure).
-    Constant text, each input's text and each earlier output's text are separate segments,
-    so every boundary is a prefix-reuse point for the engine."""
+    """The texts before output ``index`` and that output's segment (pure): constant text,
+    each input's text and each earlier output's text, in order. The prompt is their
+    concatenation, tokenized once (server/front.py); each seam is a possible pin point."""
     texts: list[str] = []
     seen = 0
     for segment in node.segments:
@@ -50,15 +50,16 @@ async def run_call(
     generated: dict[str, str] = {}
     for index, var_id in enumerate(node.outputs):
         segments, gen = prompt_segments(app.graph, node, index, generated)
-        # tokenized once, here (off the event loop when long: prompt_tokenizer.py): the
-        # engine takes the ids as they are; a call whose prompt is already tokenized (/v1:
-        # ids, or text tokenized on arrival) sends those ids instead
-        tokens = app.token_prompts.get(node.node_id) if index == 0 else None
-        if tokens is None:
-            tokens = await scheduler.prompt_tokenizer.tokenize_prompt(segments)
-        if len(tokens) > scheduler.config.max_prompt_tokens:
+        # the flat text tokenized once, here (off the event loop when long:
+        # prompt_tokenizer.py): the engine takes the ids as they are; a call whose prompt is
+        # already tokenized (/v1: ids, or text tokenized on arrival) sends those ids instead
+        prompt = app.token_prompts.get(node.node_id) if index == 0 else None
+        if prompt is None:
+            tokenize = scheduler.prompt_tokenizer.tokenize_prompt
+            prompt = await tokenize(segments, node.add_special_tokens)
+        if len(prompt) > scheduler.config.max_prompt_tokens:
             raise LimitError(
-                f"prompt for {var_id!r} has {len(tokens)} tokens, limit "
+                f"prompt for {var_id!r} has {len(prompt)} tokens, limit "
                 f"{scheduler.config.max_prompt_tokens}",
                 var=var_id,
             )
@@ -66,8 +67,7 @@ async def run_call(
             app,
             node,
             index,
-            segments=segments,
-            tokens=tokens,
+            prompt,
             sampling=gen.sampling,
             priority=priority,
             background=background,

@@ -26,15 +26,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import count
 
-from eclectus.server.backend import (
-    Backend,
-    EngineError,
-    EngineOutput,
-    EngineRequest,
-    TokenizedPrompt,
-)
+from eclectus.server.backend import Backend, EngineError, EngineOutput, EngineRequest
 from eclectus.server.config import ServerConfig
 from eclectus.server.errors import ServerError
+from eclectus.server.front import Front, Prompt
 from eclectus.server.graph import FINAL_NODE_STATES, Graph, Node
 from eclectus.server.metrics import Metrics
 from eclectus.server.objectives import Objective, RankKey, engine_priority, rank_key
@@ -61,7 +56,7 @@ class AppState:
     # prompts (the call's segments are then only its output), sent as they are so ids that
     # no text round-trips to stay exact; and /v1 text prompts, tokenized once on arrival
     # (off the event loop) instead of again at dispatch
-    token_prompts: dict[str, TokenizedPrompt] = field(default_factory=dict)
+    token_prompts: dict[str, Prompt] = field(default_factory=dict)
     # called with (output var id, engine output) for each engine output of the app's calls,
     # before the graph hears of it: /v1 reads generated ids here (return_token_ids)
     on_output: Callable[[str, EngineOutput], None] | None = None
@@ -90,15 +85,18 @@ class Scheduler:
         config: ServerConfig,
         metrics: Metrics,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        front: Front,
     ) -> None:
         self.backend = backend
+        self.front = front
         self.config = config
         self.metrics = metrics
         self.clock = clock
         self.epoch = clock()
         self.queue = ReadyQueue()
         # dispatched calls' prompts are tokenized here, off the event loop (the runner)
-        self.prompt_tokenizer = PromptTokenizer(backend)
+        self.prompt_tokenizer = PromptTokenizer(front)
         self.num_inflight = 0
         self.num_urgent_inflight = 0  # latency/deadline calls among num_inflight
         self._tenant_inflight: Counter[str | None] = Counter()  # num_inflight by tenant
@@ -305,9 +303,11 @@ class Scheduler:
         if not app.closed:
             self._pump()
 
-    def request(self, app: AppState, node: Node, index: int, **kwargs: object) -> EngineRequest:
-        """Build the engine request for output ``index`` of ``node`` (mutates the pin table
-        for a call's first request)."""
+    def request(
+        self, app: AppState, node: Node, index: int, prompt: Prompt, **kwargs: object
+    ) -> EngineRequest:
+        """Build the engine request for output ``index`` of ``node`` with ``prompt``'s ids
+        (mutates the pin table for a call's first request)."""
         request_id = f"{app.session_id}/{node.node_id}/{index}"
         pin = 0
         if index == 0:
@@ -315,8 +315,10 @@ class Scheduler:
             self._spawn_unpin(release)
         return EngineRequest(
             request_id=request_id,
+            prompt_token_ids=prompt.token_ids,
+            prefix_ends=prompt.prefix_ends,
             tenant=app.tenant,
-            pin_prefix_segments=pin,
+            pin_prefix_tokens=prompt.prefix_tokens(pin),
             stream_interval=self._stream_interval(app, node.outputs[index]),
             **kwargs,  # type: ignore[arg-type]
         )

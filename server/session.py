@@ -39,6 +39,7 @@ from eclectus.protocol import (
     GetSpec,
     Hello,
     Limits,
+    ModelCard,
     Release,
     Set,
     Submit,
@@ -68,6 +69,7 @@ from eclectus.server.fragment import (
     staged_prompts,
     texts_to_count,
 )
+from eclectus.server.front import Front
 from eclectus.server.graph import Graph, Variable, VarState
 from eclectus.server.metrics import Metrics
 from eclectus.server.objectives import objective_for_get
@@ -94,6 +96,8 @@ class ServerContext:
     scheduler: Scheduler
     metrics: Metrics
     auth: Authenticator
+    front: Front  # the tokenizer and chat template: prompts become ids there, once
+    model: ModelCard  # the served model as clients see it (the front's card)
     sessions: set[Session] = field(default_factory=set)
     draining: bool = False  # shutting down: no new sessions or requests
 
@@ -243,7 +247,8 @@ class Session:
         elif isinstance(frame, Tokenize):
             self.ctx.config.check_model(frame.model, "model")
             # a long text is encoded on the prompt tokenizer's worker: the loop keeps serving
-            ids = await self.ctx.scheduler.prompt_tokenizer.tokenize_text(frame.text)
+            tokenize = self.ctx.scheduler.prompt_tokenizer.tokenize_prompt
+            ids = list((await tokenize((frame.text,), False)).token_ids)
             if self.app is None:  # the client left while the text was encoded
                 return
             self.send(Tokens(id=frame.id, count=len(ids), ids=ids))
@@ -288,7 +293,7 @@ class Session:
         self.ctx.metrics.sessions_total += 1
         log.info("session %s opened (app %r, tenant %r)", session_id, frame.app, tenant)
         # the call syntax /v1 uses too: --tool-call-parser, else the template's
-        card = self.ctx.backend.model.with_tool_call_format(config.tool_call_parser)
+        card = self.ctx.model.with_tool_call_format(config.tool_call_parser)
         self.send(
             Welcome(
                 id=frame.id,
@@ -367,14 +372,10 @@ class Session:
         return staged, prompts, counts
 
     def _count_tokens(self, texts: set[tuple[str, bool]]) -> dict[tuple[str, bool], int]:
-        """Tokens of each (segment text, is first) as the engine counts them (pure; any
-        thread: the tokenizer is immutable)."""
-        backend = self.ctx.backend
-        counts = {}
-        for text, first in texts:
-            ids = backend.tokenize_prompt((text,)) if first else backend.tokenize(text)
-            counts[text, first] = len(ids)
-        return counts
+        """Tokens of each (flat prompt text, add_special_tokens) as the front tokenizes it
+        (pure; any thread: the tokenizer is immutable)."""
+        front = self.ctx.front
+        return {(text, special): len(front.encode((text,), special)) for text, special in texts}
 
     def _get(self, spec: Get | GetSpec, frame_id: str | None) -> None:
         """Watch the variable, answer when it is final, and activate its upstream."""

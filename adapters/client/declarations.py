@@ -82,11 +82,18 @@ class Declarations:
         inputs. ValueError for a malformed template or spec. Pure (declares nothing)."""
         return SemanticFunction(self._session, template, {**(outputs or {}), **output_specs}, model)
 
-    def call(self, pieces: Sequence[Piece], *, model: str | None = None) -> list[SemanticVariable]:
+    def call(
+        self,
+        pieces: Sequence[Piece],
+        *,
+        model: str | None = None,
+        add_special_tokens: bool = True,
+    ) -> list[SemanticVariable]:
         """Declares one call in segment form: ``str`` constants, SemanticVariable inputs and
         :class:`Gen` outputs, in prompt order. Returns the outputs (mutates the pending
-        fragment)."""
-        return declare_call(self._session, pieces, model)
+        fragment). ``add_special_tokens`` False: the pieces are a rendered chat template
+        (no BOS added; CallSpec.add_special_tokens)."""
+        return declare_call(self._session, pieces, model, add_special_tokens)
 
     def variable(self, value: str | None = None, name: str | None = None) -> SemanticVariable:
         """Declares a constant (``value``) or a placeholder the client sets later with

@@ -140,12 +140,15 @@ Piece = str | SemanticVariable | Gen
 
 
 def declare_call(
-    session: Session, pieces: Sequence[Piece], model: str | None = None
+    session: Session,
+    pieces: Sequence[Piece],
+    model: str | None = None,
+    add_special_tokens: bool = True,
 ) -> list[SemanticVariable]:
     """Appends one call built from ``pieces`` to the session's pending fragment and returns
     its output variables in order (mutates the pending fragment). Raises ValueError for a
     call without outputs or a variable of another session, TypeError for a foreign piece."""
-    call, outputs = call_spec(session, pieces, model)
+    call, outputs = call_spec(session, pieces, model, add_special_tokens=add_special_tokens)
     session.declare([VarSpec(id=v.id, name=v.name) for v in outputs], call=call)
     return outputs
 
@@ -155,16 +158,19 @@ def call_spec(
     pieces: Sequence[Piece],
     model: str | None = None,
     builder: str | None = None,
+    *,
+    add_special_tokens: bool = True,
 ) -> tuple[CallSpec, list[SemanticVariable]]:
     """The CallSpec of ``pieces`` and its new output variables (declares nothing; mutates
     only the id counter). ``builder``: the MapSteps whose step this is, whose local outputs
-    the pieces may read (map_steps.py). Raises as declare_call, and ValueError for a map
-    step's local output read outside its builder."""
+    the pieces may read (map_steps.py). ``add_special_tokens``: CallSpec's (False for a
+    rendered chat template). Raises as declare_call, and ValueError for a map step's local
+    output read outside its builder."""
     segments: list[Segment] = []
     outputs: list[SemanticVariable] = []
     for piece in pieces:
         if isinstance(piece, str):
-            if piece:  # an empty constant adds nothing but a needless segment boundary
+            if piece:  # an empty constant adds nothing but a needless seam
                 segments.append(TextSegment(text=piece))
         elif isinstance(piece, SemanticVariable):
             session.check_owned(piece, builder)
@@ -179,7 +185,13 @@ def call_spec(
             raise TypeError(f"a call piece must be str, SemanticVariable or Gen, not {piece!r}")
     if not outputs:
         raise ValueError("a call needs at least one Gen output")
-    return CallSpec(id=session.new_id("c"), model=model, segments=segments), outputs
+    spec = CallSpec(
+        id=session.new_id("c"),
+        model=model,
+        segments=segments,
+        add_special_tokens=add_special_tokens,
+    )
+    return spec, outputs
 
 
 class SemanticFunction:

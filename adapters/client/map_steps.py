@@ -52,14 +52,23 @@ class MapSteps:
         """The steps' CallSpecs so far, first step first (pure)."""
         return tuple(self._calls)
 
-    def call(self, pieces: Sequence[Piece], *, model: str | None = None) -> SemanticVariable:
+    def call(
+        self,
+        pieces: Sequence[Piece],
+        *,
+        model: str | None = None,
+        add_special_tokens: bool = True,
+    ) -> SemanticVariable:
         """Adds a step: one call of ``pieces`` (``str`` constants, the element, outer
         variables of the session, outputs of earlier steps of this builder, and exactly one
         :class:`Gen`). Returns the step's local output (mutates the builder). ValueError for
-        no or several Gens, a local of another builder, or more than MAX_MAP_STEPS steps."""
+        no or several Gens, a local of another builder, or more than MAX_MAP_STEPS steps.
+        ``add_special_tokens`` as :meth:`Session.call`."""
         if len(self._calls) >= MAX_MAP_STEPS:
             raise ValueError(f"a map has at most {MAX_MAP_STEPS} steps (MAX_MAP_STEPS)")
-        spec, outputs = call_spec(self._session, pieces, model, builder=self._id)
+        spec, outputs = call_spec(
+            self._session, pieces, model, builder=self._id, add_special_tokens=add_special_tokens
+        )
         if len(outputs) != 1:
             raise ValueError(f"a map step needs exactly one Gen output, not {len(outputs)}")
         self._session.mark_local(outputs[0], self._id)

@@ -104,9 +104,15 @@ class SyncSession:
         """See Session.function (pure)."""
         return self._session.function(template, model=model, outputs=outputs, **output_specs)
 
-    def call(self, pieces: Sequence[Piece], *, model: str | None = None) -> list[SemanticVariable]:
+    def call(
+        self,
+        pieces: Sequence[Piece],
+        *,
+        model: str | None = None,
+        add_special_tokens: bool = True,
+    ) -> list[SemanticVariable]:
         """See Session.call (mutates the pending fragment)."""
-        return self._session.call(pieces, model=model)
+        return self._session.call(pieces, model=model, add_special_tokens=add_special_tokens)
 
     def variable(self, value: str | None = None, name: str | None = None) -> SemanticVariable:
         """See Session.variable (mutates the pending fragment)."""

@@ -67,6 +67,7 @@ class ModelCore:
     def __init__(self, params: EclectusParams, app: str | None) -> None:
         self.params = params
         self.app = params.app_name or app
+        self.add_special_tokens = not params.renders_chat
         connection = connection_for(params.eclectus_url, params.token, self.app)
         self.caller = Caller(connection, params.call_options())
 
@@ -118,14 +119,14 @@ class ModelCore:
         timeout = self.params.request_timeout
         return self.caller.retrying(lambda s: s.count_tokens(text, model=model, timeout=timeout))
 
-    @staticmethod
     def _declarer(
-        requests: Sequence[Request], model: str | None
+        self, requests: Sequence[Request], model: str | None
     ) -> Callable[[SyncSession], list[SemanticVariable]]:
-        return lambda session: [_client.declare(session, p, s, model) for p, s in requests]
+        special = self.add_special_tokens
+        return lambda session: [_client.declare(session, p, s, model, special) for p, s in requests]
 
-    @staticmethod
     def _declarer_one(
-        pieces: Sequence[Piece], sampling: SamplingParams, model: str | None
+        self, pieces: Sequence[Piece], sampling: SamplingParams, model: str | None
     ) -> Callable[[SyncSession], SemanticVariable]:
-        return lambda session: _client.declare(session, pieces, sampling, model)
+        special = self.add_special_tokens
+        return lambda session: _client.declare(session, pieces, sampling, model, special)

@@ -25,11 +25,16 @@ class Serving(Protocol):
 
 
 def declare(
-    session: SyncSession, pieces: Sequence[Piece], sampling: SamplingParams, model: str | None
+    session: SyncSession,
+    pieces: Sequence[Piece],
+    sampling: SamplingParams,
+    model: str | None,
+    add_special_tokens: bool = True,
 ) -> SemanticVariable:
     """Declares one call: the pieces as segments, then one generated output (no I/O).
+    ``add_special_tokens`` False: the pieces are a chat template's render.
 
-    A :class:`Value` is sent as its own text segment: its boundaries are reuse points.
+    A :class:`Value` is sent as its own text segment: its seams are possible pin points.
     """
     parts: list[str | SemanticVariable | Gen] = []
     for piece in pieces:
@@ -38,7 +43,7 @@ def declare(
         else:
             parts.append(piece.text if isinstance(piece, Value) else piece)
     parts.append(Gen(sampling=sampling))
-    (output,) = session.call(parts, model=model)
+    (output,) = session.call(parts, model=model, add_special_tokens=add_special_tokens)
     return output
 
 

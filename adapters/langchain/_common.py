@@ -9,7 +9,7 @@ entry point (invoke, stream, batch, async twins, and the chain compiler).
 from __future__ import annotations
 
 import warnings
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from langchain_core.utils import secret_from_env
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
@@ -49,6 +49,10 @@ class EclectusParams(BaseModel):
     """Constructor fields shared by the chat model and the completion model."""
 
     model_config = ConfigDict(populate_by_name=True, protected_namespaces=())
+
+    # whether the model's prompts are a chat template's render (ChatEclectus): those are sent
+    # with add_special_tokens false, as vLLM's chat endpoint tokenizes them
+    renders_chat: ClassVar[bool] = False
 
     model_name: str | None = Field(default=None, alias="model")
     """Server model to use; None means the server's default model."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, ClassVar
 from uuid import UUID
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
@@ -98,6 +98,8 @@ class ChatEclectus(EclectusParams, BaseChatModel):
         model.invoke("Hello")
         ```
     """
+
+    renders_chat: ClassVar[bool] = True  # prompts: the chat template's render
 
     extra_body: dict[str, Any] | None = None
     """vLLM's request extensions, as ChatOpenAI passes them: ``top_k``, ``ignore_eos``,

@@ -197,14 +197,21 @@ class _Capture(Lowering):
     replies: list[Ref] = field(default_factory=list)  # each step's reply, in order
 
     def declare_call(
-        self, pieces: Sequence[Piece], sampling: SamplingParams, model: str | None, label: str
+        self,
+        pieces: Sequence[Piece],
+        sampling: SamplingParams,
+        model: str | None,
+        label: str,
+        add_special_tokens: bool = True,
     ) -> Ref:
         if len(self.replies) >= MAX_MAP_STEPS:
             raise NotMappable(f"a node with more than {MAX_MAP_STEPS} calls")
         assert self.steps is not None
         parts: list[Any] = [p.var if isinstance(p, Ref) else _text(p) for p in pieces]
         try:
-            reply = self.steps.call([*parts, Gen(sampling=sampling)], model=model)
+            reply = self.steps.call(
+                [*parts, Gen(sampling=sampling)], model=model, add_special_tokens=add_special_tokens
+            )
         except ValueError as exc:  # a piece the map cannot read: never a wrong result
             raise NotMappable(str(exc)) from exc
         self.replies.append(Ref(reply))

@@ -334,9 +334,14 @@ class ForkLowering(Lowering):
         return cls(**shared, budget=budget)
 
     def declare_call(
-        self, pieces: Sequence[Piece], sampling: SamplingParams, model: str | None, label: str
+        self,
+        pieces: Sequence[Piece],
+        sampling: SamplingParams,
+        model: str | None,
+        label: str,
+        add_special_tokens: bool = True,
     ) -> Ref:
-        ref = Lowering.declare_call(self, pieces, sampling, model, label)
+        ref = Lowering.declare_call(self, pieces, sampling, model, label, add_special_tokens)
         self.note(ref.var)
         return ref
 

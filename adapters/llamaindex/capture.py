@@ -51,11 +51,21 @@ class CapturingLLM(LLM):
 
     @abstractmethod
     def _declare(
-        self, session: SyncSession, pieces: Sequence[str | SemanticVariable], kwargs: Any
+        self,
+        session: SyncSession,
+        pieces: Sequence[str | SemanticVariable],
+        kwargs: Any,
+        add_special_tokens: bool = True,
     ) -> SemanticVariable:
         """Add one call (``pieces`` then one generated output, sampled with the LLM's
         settings overridden by ``kwargs``) to ``session``'s graph and return its output
-        variable without waiting (mutates: buffers the call)."""
+        variable without waiting (mutates: buffers the call). ``add_special_tokens``
+        False: the pieces are a chat template's render (CallSpec.add_special_tokens)."""
+
+    def _renders_chat(self, prompt: BasePromptTemplate) -> bool:
+        """Whether ``prompt`` renders through a chat template, so its call takes no added
+        special tokens (pure). None here; the Eclectus LLM says when its template does."""
+        return False
 
     def call(self, pieces: Sequence[str | SemanticVariable], **kwargs: Any) -> SemanticVariable:
         """Add one call to the session's graph: ``pieces`` (text or variables of this LLM's
@@ -68,7 +78,8 @@ class CapturingLLM(LLM):
         variable without waiting (mutates: buffers the call). A value may be a
         SemanticVariable, so calls can consume each other's outputs on the server."""
         session = self.caller.session
-        return self._declare(session, self._template_segments(session, prompt, prompt_args), {})
+        segments = self._template_segments(session, prompt, prompt_args)
+        return self._declare(session, segments, {}, not self._renders_chat(prompt))
 
     def _template_segments(
         self, session: SyncSession, prompt: BasePromptTemplate, prompt_args: Mapping[str, Any]
@@ -162,9 +173,11 @@ class CapturingLLM(LLM):
         ``*_captured`` methods."""
         text = self._get_prompt(prompt, **prompt_args)
 
+        special = not self._renders_chat(prompt)
+
         def build(session: SyncSession) -> SemanticVariable:
             segments = self._template_segments(session, prompt, prompt_args)
-            return self._declare(session, segments, kwargs)
+            return self._declare(session, segments, kwargs, special)
 
         return text, build
 

@@ -41,6 +41,7 @@ from llama_index.core.base.llms.types import (
 from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
 from llama_index.core.llms.function_calling import FunctionCallingLLM
 from llama_index.core.llms.llm import ToolSelection
+from llama_index.core.prompts import BasePromptTemplate
 from llama_index.core.tools.types import BaseTool
 from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
@@ -48,7 +49,11 @@ from eclectus.adapters.calls import DEFAULT_MAX_RETRIES, Caller, CallOptions
 from eclectus.adapters.client import Gen, SemanticVariable, SyncSession
 from eclectus.adapters.connection import connection_for, default_token, default_url
 from eclectus.adapters.llamaindex.capture import Build
-from eclectus.adapters.llamaindex.prompts import ServedChatTemplate, messages_to_prompt
+from eclectus.adapters.llamaindex.prompts import (
+    ServedChatTemplate,
+    is_chat_prompt,
+    messages_to_prompt,
+)
 from eclectus.adapters.llamaindex.structured import ConstrainedLLM
 from eclectus.adapters.llamaindex.token_cache import TokenCache
 from eclectus.adapters.llamaindex.tools import (
@@ -249,15 +254,29 @@ class Eclectus(ConstrainedLLM, FunctionCallingLLM):
         return build_sampling(fields, self.additional_kwargs, given, where="Eclectus")
 
     def _declare(
-        self, session: SyncSession, pieces: Sequence[str | SemanticVariable], kwargs: Any
+        self,
+        session: SyncSession,
+        pieces: Sequence[str | SemanticVariable],
+        kwargs: Any,
+        add_special_tokens: bool = True,
     ) -> SemanticVariable:
         sampling = self._sampling(kwargs)
         # never ask for more than the server allows: num_output promised LlamaIndex as much
         limit = self._model_info().max_output_tokens
         if limit is not None and (sampling.max_tokens or limit) >= limit:
             sampling = sampling.model_copy(update={"max_tokens": limit})
-        (output,) = session.call([*pieces, Gen(sampling=sampling)], model=self.model)
+        call = [*pieces, Gen(sampling=sampling)]
+        (output,) = session.call(call, model=self.model, add_special_tokens=add_special_tokens)
         return output
+
+    def _renders_chat(self, prompt: BasePromptTemplate) -> bool:
+        """Whether ``prompt`` is formatted with the served chat template (pure)."""
+        return self._served_template() and is_chat_prompt(prompt, self)
+
+    def _served_template(self) -> bool:
+        """Whether chats render in the served model's chat template: a prompt that then
+        takes no added special tokens, as vLLM's chat endpoint (pure)."""
+        return isinstance(self.messages_to_prompt, ServedChatTemplate)
 
     def join(self, items: Sequence[str | SemanticVariable], sep: str = "") -> SemanticVariable:
         """A variable the server computes as ``sep.join(items)`` (mutates: buffers an op)."""
@@ -299,7 +318,8 @@ class Eclectus(ConstrainedLLM, FunctionCallingLLM):
         fmt = self._model_info().tool_call_format if has_tools(kwargs) else "hermes"
         rest, constraint = split_tool_kwargs(kwargs, fmt)
         segments = self._message_segments(messages, constraint.tools)
-        return (lambda session: self._declare(session, segments, rest)), constraint
+        special = not self._served_template()
+        return (lambda session: self._declare(session, segments, rest, special)), constraint
 
     # -- the LLM interface ------------------------------------------------------------------
 

@@ -22,7 +22,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from llama_index.core.base.llms.types import ChatMessage
-from llama_index.core.prompts import BasePromptTemplate
+from llama_index.core.llms.llm import LLM
+from llama_index.core.prompts import (
+    BasePromptTemplate,
+    ChatPromptTemplate,
+    RichPromptTemplate,
+    SelectorPromptTemplate,
+)
 
 from eclectus.adapters.llamaindex.tools import template_fields
 from eclectus.protocol import ModelCard
@@ -74,6 +80,17 @@ def template_pieces(
         elif part:
             pieces.append(part)
     return pieces
+
+
+def is_chat_prompt(prompt: BasePromptTemplate, llm: LLM) -> bool:
+    """Whether LlamaIndex formats ``prompt`` through the LLM's ``messages_to_prompt`` (a
+    chat prompt template, or a rich one of chat blocks), once a selector has picked its
+    template for ``llm`` (pure)."""
+    if isinstance(prompt, SelectorPromptTemplate):
+        prompt = prompt.select(llm=llm)
+    if isinstance(prompt, RichPromptTemplate):
+        return prompt.is_chat_template
+    return isinstance(prompt, ChatPromptTemplate)
 
 
 def template_values(prompt: BasePromptTemplate, prompt_args: Mapping[str, Any]) -> dict[str, Any]:

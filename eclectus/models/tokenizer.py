@@ -1,15 +1,23 @@
-"""Tokenizer: a model directory's ``tokenizer.json`` plus what the engine needs around it.
+"""Tokenizer: a model directory's ``tokenizer.json`` as a stock server uses it.
 
-Encoding never lets the ``tokenizer.json`` post-processor add specials; BOS is prepended
-explicitly when the tokenizer has one, so a prompt's segments can be encoded one by one
-(``add_bos`` only for the first) and concatenated. Decoding skips special tokens.
+A prompt is tokenized whole, as transformers' ``tokenizer(text)`` and vLLM do: with
+``add_special_tokens`` (a completion prompt) BOS comes first when the tokenizer config says
+so; without (a chat prompt, whose template renders its own specials, as vLLM's
+``/v1/chat/completions`` tokenizes it) the text's ids alone. A prompt given as pieces (a
+template's constants and values) is the concatenation of their texts, tokenized once, so BPE
+merges cross the seams exactly as they would for a client that sent the flat text;
+:meth:`Tokenizer.encode_pieces` also says, for each seam, how many of those ids lie wholly
+before it (a token that straddles a seam is not counted), from the tokenizer's own character
+offsets of the same encode. Decoding skips special tokens unless asked not to.
 :class:`IncrementalDetokenizer` turns a stream of generated ids into safe text pieces.
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -72,48 +80,57 @@ class Tokenizer:
         """Number of ids, added tokens included."""
         return self.backend.get_vocab_size(with_added_tokens=True)
 
-    def encode(self, text: str, add_bos: bool) -> list[int]:
-        """Token ids of ``text``; BOS first when ``add_bos`` and the tokenizer has one,
-        unless ``text`` already starts with the BOS token's text (a chat template that
-        renders ``{{ bos_token }}``): BOS is never doubled."""
-        return self._with_bos(self._encode_all([text])[0], add_bos)
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """Token ids of ``text`` as transformers' ``tokenizer(text, add_special_tokens=...)``
+        gives them: BOS first when ``add_special_tokens`` and the tokenizer adds one (a BOS
+        the text itself renders is kept too, as transformers keeps it). Pure; long texts
+        release the GIL (:meth:`_encode_ids`)."""
+        return self._with_bos(self._encode_ids(text), add_special_tokens)
 
-    def encode_segments(self, segments: Iterable[str]) -> tuple[list[int], list[int]]:
-        """Token ids of a prompt given as segments (BOS before the first; each segment
-        encoded on its own) and the token offset where each segment ends (pure)."""
-        token_ids: list[int] = []
-        ends: list[int] = []
-        for i, ids in enumerate(self._encode_all(list(segments))):
-            token_ids += self._with_bos(ids, add_bos=i == 0)
-            ends.append(len(token_ids))
-        return token_ids, ends
+    def encode_pieces(
+        self, pieces: Sequence[str], add_special_tokens: bool = True
+    ) -> tuple[list[int], list[int]]:
+        """The ids :meth:`encode` gives for ``"".join(pieces)``, and for each piece the count
+        of those ids lying wholly before its end (BOS included): a prefix that other prompts
+        with the same leading pieces can share ends there at the latest. A token that
+        straddles a seam counts for the piece after it. Pure."""
+        text = "".join(pieces)
+        if len(pieces) <= 1:  # no seam: nothing to place, no offsets needed
+            ids = self.encode(text, add_special_tokens)
+            return ids, [len(ids)] * len(pieces)
+        encoding = self.backend.encode_batch([text], add_special_tokens=False)[0]
+        ids = self._with_bos(encoding.ids, add_special_tokens)
+        first = len(ids) - len(encoding.ids)  # the BOS lies before every seam
+        # a token's end, as the furthest character any token up to it reaches (byte tokens
+        # of one character share its offsets; the running maximum keeps the list sorted)
+        reach = list(itertools.accumulate((end for _, end in encoding.offsets), max))
+        seams = itertools.accumulate(len(piece) for piece in pieces)
+        return ids, [first + bisect.bisect_right(reach, seam) for seam in seams]
 
-    def _encode_all(self, texts: list[str]) -> list[list[int]]:
-        """Each text's ids, no specials added (pure). One ``encode_batch_fast`` call: unlike
+    def _encode_ids(self, text: str) -> list[int]:
+        """The text's ids, no specials added (pure). ``encode_batch_fast``: unlike
         ``encode``, it releases the GIL while it runs (a 2,000-token prompt takes ~1.5 ms),
         so the server's event loop and the engine's step thread keep running meanwhile; and
-        it skips the character offsets nobody reads (~25% less CPU; the ids are the same)."""
-        if not texts:
-            return []
-        return [e.ids for e in self.backend.encode_batch_fast(texts, add_special_tokens=False)]
+        it skips the character offsets (~25% less CPU; the ids are the same)."""
+        return self.backend.encode_batch_fast([text], add_special_tokens=False)[0].ids
 
-    def _with_bos(self, ids: list[int], add_bos: bool) -> list[int]:
-        if ids[:1] == [self.bos_token_id]:
-            return ids
-        if add_bos and self.bos_token_id is not None:
+    def _with_bos(self, ids: list[int], add_special_tokens: bool) -> list[int]:
+        if add_special_tokens and self.bos_token_id is not None:
             return [self.bos_token_id, *ids]
         return ids
 
-    def decode(self, ids: Sequence[int]) -> str:
-        """Text of ``ids``, special tokens skipped. Incomplete UTF-8 decodes to U+FFFD."""
-        return self.backend.decode(list(ids), skip_special_tokens=True)
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        """Text of ``ids``, special tokens skipped unless ``skip_special_tokens`` is False.
+        Incomplete UTF-8 decodes to U+FFFD (pure)."""
+        return self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
     def apply_chat_template(
         self, messages: list[dict[str, Any]], add_generation_prompt: bool = True
     ) -> str:
         """Render ``messages`` ([{"role", "content"}]) with the directory's Jinja chat template,
         as transformers does, or with DEFAULT_CHAT_TEMPLATE. The result is a prompt string to
-        :meth:`encode` (BOS is added there, not by the default template)."""
+        :meth:`encode` with ``add_special_tokens=False``, as vLLM's chat endpoint does: the
+        template renders whatever specials the model expects."""
         return render_chat(
             self.chat_template,
             messages,

@@ -52,7 +52,7 @@ class _Frame(BaseModel):
 
 
 class TextSegment(BaseModel):
-    """Constant text of the template. Its boundaries are exact prefix-reuse points."""
+    """Constant text of the template."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     text: str
@@ -127,6 +127,13 @@ class CallSpec(BaseModel):
     (placeholder name -> spec, for the outputs). The server turns the template form into
     segments with :func:`~eclectus.protocol.templates.parse_template`, so a malformed template
     is reported there.
+
+    The prompt before each output is the concatenation of the segments' texts, tokenized
+    once as a stock server tokenizes the same text. ``add_special_tokens`` (vLLM's name and
+    default): true for a completion prompt (BOS first, as the tokenizer config says); false
+    for a prompt rendered with a chat template, which renders its own special tokens (what
+    vLLM's ``/v1/chat/completions`` and transformers' ``apply_chat_template`` give). Every
+    adapter that renders a chat template sends false.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -136,6 +143,7 @@ class CallSpec(BaseModel):
     template: str | None = None
     bind: dict[str, VarId] = Field(default_factory=dict)
     sampling: dict[str, SamplingParams] = Field(default_factory=dict)
+    add_special_tokens: bool = True
 
     @model_validator(mode="after")
     def _one_form(self) -> CallSpec:

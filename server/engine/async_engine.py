@@ -24,17 +24,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from eclectus.protocol import SamplingParams
-from eclectus.server.backend import (
+from eclectus.server.engine.engine_config import EngineConfig
+from eclectus.server.engine.llm_engine import LLMEngine, StepFailed
+from eclectus.server.engine.request import (
     EngineError,
     EngineOutput,
     EngineRequest,
     EngineStats,
-    ModelCard,
     RequestRefused,
-    TokenizedPrompt,
 )
-from eclectus.server.engine.engine_config import EngineConfig
-from eclectus.server.engine.llm_engine import LLMEngine, StepFailed
 from eclectus.server.engine.request_stream import RequestStream, aborted, drain
 
 if TYPE_CHECKING:  # xgrammar is imported on the first constrained request
@@ -68,15 +66,6 @@ class AsyncEngine:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._stats = self.engine.stats()  # replaced (never mutated) after every step
-        tokenizer = self.engine.tokenizer
-        eos = tokenizer.eos_token_ids
-        self._card = ModelCard(
-            name=self.config.model,
-            context_window=self.engine.max_model_len,
-            eos_token_id=eos[0] if eos else None,
-            chat_template=tokenizer.effective_chat_template,
-            template_vars=tokenizer.template_vars,
-        )
 
     @classmethod
     def from_config(cls, config: EngineConfig | None = None, **overrides: Any) -> AsyncEngine:
@@ -85,8 +74,9 @@ class AsyncEngine:
         return cls(base.replace(**overrides) if overrides else base)
 
     @property
-    def model(self) -> ModelCard:
-        return self._card
+    def max_model_len(self) -> int:
+        """The most tokens one request may hold: the window, and the KV pool (pure)."""
+        return self.engine.max_model_len
 
     # ---- lifecycle --------------------------------------------------------------------------
 
@@ -157,15 +147,6 @@ class AsyncEngine:
             return self.engine.prepare_grammar(sampling)
         except ValueError as exc:  # GrammarError: what xgrammar refused, or the budget
             raise RequestRefused(str(exc)) from None
-
-    def tokenize(self, text: str) -> list[int]:
-        """Token ids of ``text`` as one non-first segment (pure; the tokenizer is immutable,
-        so any thread may call this while the step thread runs)."""
-        return self.engine.tokenizer.encode(text, add_bos=False)
-
-    def tokenize_prompt(self, segments: tuple[str, ...]) -> TokenizedPrompt:
-        """The ids :meth:`generate` would compute for ``segments`` (pure, any thread)."""
-        return self.engine.tokenize_prompt(segments)
 
     def stats(self) -> EngineStats:
         """The snapshot taken after the latest step (pure)."""

@@ -15,7 +15,6 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
 
-from eclectus.server.backend import EngineError, EngineOutput, EngineRequest, RequestRefused
 from eclectus.server.engine.async_engine import AsyncEngine, StepCommand
 from eclectus.server.engine.core_process import (
     ConstraintChecked,
@@ -24,6 +23,7 @@ from eclectus.server.engine.core_process import (
     StepOutputs,
 )
 from eclectus.server.engine.engine_config import EngineConfig
+from eclectus.server.engine.request import EngineError, EngineOutput, EngineRequest, RequestRefused
 
 
 class EngineCore(AsyncEngine):

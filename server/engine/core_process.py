@@ -21,8 +21,8 @@ from multiprocessing.connection import Connection
 from typing import Literal
 
 from eclectus.protocol import SamplingParams
-from eclectus.server.backend import EngineOutput, EngineRequest, EngineStats
 from eclectus.server.engine.engine_config import EngineConfig
+from eclectus.server.engine.request import EngineOutput, EngineRequest, EngineStats
 
 # ---- front -> core ----------------------------------------------------------------------
 

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from eclectus.protocol.sampling import SamplingParams
 from eclectus.server.engine.engine_config import EngineConfig
 from eclectus.server.engine.llm_engine import LLMEngine
-
-Prompt = str | Sequence[str]  # a string, or segments concatenated after separate tokenization
 
 
 @dataclass(slots=True)
@@ -19,13 +17,12 @@ class RequestOutput:
     """The finished result of one prompt."""
 
     request_id: str
-    prompt: Prompt | None  # None when the prompt was given as token ids
+    prompt: str | None  # None when the prompt was given as token ids
     prompt_token_ids: list[int]
     text: str
     token_ids: list[int]  # generated ids (a final EOS or stop token included)
     finish_reason: str | None  # "stop" | "length"
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache
-    segments: tuple[str, ...] = field(default=())
 
 
 class LLM:
@@ -44,13 +41,14 @@ class LLM:
 
     def generate(
         self,
-        prompts: Prompt | Sequence[Prompt] | None = None,
+        prompts: str | Sequence[str] | None = None,
         sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
         *,
         prompt_token_ids: Sequence[Sequence[int]] | None = None,
     ) -> list[RequestOutput]:
-        """Generate for every prompt (strings, segment lists, or ``prompt_token_ids``) and
-        return the outputs in prompt order. One SamplingParams for all, or one per prompt."""
+        """Generate for every prompt (strings, tokenized as ``tokenizer(text)`` does, BOS
+        as the tokenizer config says; or ``prompt_token_ids``) and return the outputs in
+        prompt order. One SamplingParams for all, or one per prompt."""
         items = self._tokenize(prompts, prompt_token_ids)
         params = sampling_params if sampling_params is not None else SamplingParams()
         per_prompt = [params] * len(items) if isinstance(params, SamplingParams) else list(params)
@@ -60,29 +58,22 @@ class LLM:
         for (prompt, ids), sp in zip(items, per_prompt, strict=True):
             request_id = f"llm-{next(self._ids)}"
             self.engine.add_tokens(request_id, ids, sp)
-            segments = (prompt,) if isinstance(prompt, str) else tuple(prompt or ())
-            outputs[request_id] = RequestOutput(
-                request_id, prompt, list(ids), "", [], None, segments=segments
-            )
+            outputs[request_id] = RequestOutput(request_id, prompt, list(ids), "", [], None)
         self._run(outputs)
         return list(outputs.values())
 
     def _tokenize(
         self,
-        prompts: Prompt | Sequence[Prompt] | None,
+        prompts: str | Sequence[str] | None,
         prompt_token_ids: Sequence[Sequence[int]] | None,
-    ) -> list[tuple[Prompt | None, list[int]]]:
+    ) -> list[tuple[str | None, list[int]]]:
         if prompt_token_ids is not None:
             return [(None, list(ids)) for ids in prompt_token_ids]
         if prompts is None:
             raise ValueError("give prompts or prompt_token_ids")
         if isinstance(prompts, str):
             prompts = [prompts]
-        items: list[tuple[Prompt | None, list[int]]] = []
-        for prompt in prompts:
-            segments = [prompt] if isinstance(prompt, str) else list(prompt)
-            items.append((prompt, list(self.engine.tokenize_prompt(segments).token_ids)))
-        return items
+        return [(prompt, self.engine.tokenizer.encode(prompt)) for prompt in prompts]
 
     def _run(self, outputs: dict[str, RequestOutput]) -> None:
         """Step until every request finished, folding deltas into ``outputs`` (mutates)."""

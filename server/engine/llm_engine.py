@@ -7,7 +7,6 @@ import itertools
 import os
 import threading
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -15,12 +14,12 @@ import torch
 
 from eclectus.models.tokenizer import Tokenizer
 from eclectus.protocol.sampling import SamplingParams
-from eclectus.server.backend import EngineOutput, EngineRequest, EngineStats, TokenizedPrompt
 from eclectus.server.engine.block_manager import BlockManager
 from eclectus.server.engine.engine_config import EngineConfig
 from eclectus.server.engine.model import load_model
 from eclectus.server.engine.model_runner import ModelRunner
 from eclectus.server.engine.output_processor import OutputState
+from eclectus.server.engine.request import EngineOutput, EngineRequest, EngineStats
 from eclectus.server.engine.sampler import Sampler
 from eclectus.server.engine.scheduler import ScheduledSeq, Scheduler, SchedulerOutput
 from eclectus.server.engine.sequence import FinishReason, Sequence
@@ -110,26 +109,18 @@ class LLMEngine:
 
     # ---- requests -------------------------------------------------------------------------
 
-    def tokenize_prompt(self, segments: Iterable[str]) -> TokenizedPrompt:
-        """Token ids of a prompt given as segments (BOS before the first) and the token
-        offset where each segment ends (pure)."""
-        token_ids, ends = self.tokenizer.encode_segments(segments)
-        return TokenizedPrompt(tuple(token_ids), tuple(ends))
-
     def add_request(self, request: EngineRequest, grammar: GrammarState | None = None) -> None:
-        """Queue ``request``, tokenizing it unless it carries its ids (mutates). ``grammar``:
+        """Queue ``request`` (its ids, as the front computed them) (mutates). ``grammar``:
         its matcher from :meth:`prepare_grammar`, when the caller built it already (off the
         step thread); None: built here. Raises ValueError on a bad request."""
-        prompt = request.tokens or self.tokenize_prompt(request.segments)
         self.add_tokens(
             request.request_id,
-            prompt.token_ids,  # copied into the sequence once, by _new_sequence
+            request.prompt_token_ids,  # copied into the sequence once, by _new_sequence
             request.sampling,
             priority=request.priority,
             background=request.background,
             tenant=request.tenant,
-            segment_ends=prompt.segment_ends,
-            pin_prefix_segments=request.pin_prefix_segments,
+            pin_prefix_tokens=request.pin_prefix_tokens,
             grammar=grammar,
         )
 
@@ -153,8 +144,7 @@ class LLMEngine:
         priority: float = 0.0,
         background: bool = False,
         tenant: str | None = None,
-        segment_ends: tuple[int, ...] = (),
-        pin_prefix_segments: int = 0,
+        pin_prefix_tokens: int = 0,
         grammar: GrammarState | None = None,
     ) -> None:
         """Queue a request given as token ids (mutates); ``grammar`` as :meth:`add_request`.
@@ -167,8 +157,7 @@ class LLMEngine:
             priority=priority,
             background=background,
             tenant=tenant,
-            segment_ends=segment_ends,
-            pin_prefix_segments=pin_prefix_segments,
+            pin_prefix_tokens=pin_prefix_tokens,
         )
         self.scheduler.add(seq)
 
@@ -223,7 +212,7 @@ class LLMEngine:
         still running before its pin was taken will not take it any more."""
         seq = self._seqs.get(request_id)
         if seq is not None:
-            seq.pin_prefix_segments = 0
+            seq.pin_prefix_tokens = 0
         self.block_manager.unpin(request_id)
 
     @property

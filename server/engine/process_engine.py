@@ -1,8 +1,8 @@
 """ProcessEngine: the built-in engine behind the server's Backend, its core in its own process.
 
 As vLLM splits its API server from its EngineCore: the front (this class, in the server's
-process) keeps everything the event loop needs at once — tokenizing (``tokenize``,
-``tokenize_prompt``, the model card), the per-request async streams, the latest stats — and
+process) keeps everything the event loop needs at once — the per-request async streams, the
+latest stats (requests arrive as ids: the server's front tokenized them) — and
 sends add / abort / unpin / check commands down one pipe to a spawned child that owns the
 ``LLMEngine`` and steps it (:mod:`eclectus.server.engine.core_process`). The child answers
 with one message per step; a reader thread here routes its items to the requests' queues with
@@ -32,16 +32,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 
-from eclectus.models.tokenizer import Tokenizer
-from eclectus.protocol import ModelCard, SamplingParams
-from eclectus.server.backend import (
-    EngineError,
-    EngineOutput,
-    EngineRequest,
-    EngineStats,
-    RequestRefused,
-    TokenizedPrompt,
-)
+from eclectus.protocol import SamplingParams
 from eclectus.server.engine.core_process import (
     CHILD_CODE,
     ConstraintChecked,
@@ -52,6 +43,13 @@ from eclectus.server.engine.core_process import (
     StepOutputs,
 )
 from eclectus.server.engine.engine_config import EngineConfig
+from eclectus.server.engine.request import (
+    EngineError,
+    EngineOutput,
+    EngineRequest,
+    EngineStats,
+    RequestRefused,
+)
 from eclectus.server.engine.request_stream import RequestStream, aborted, drain
 
 logger = logging.getLogger(__name__)
@@ -75,7 +73,6 @@ class ProcessEngine:
 
         self.config = config or EngineConfig()
         model_dir = resolve_model_dir(self.config.model)  # materialised once, here
-        self.tokenizer = Tokenizer.from_dir(model_dir)
         front_end, core_end = socket.socketpair()
         self._process = subprocess.Popen(
             [sys.executable, "-c", CHILD_CODE, str(core_end.fileno())],
@@ -86,14 +83,7 @@ class ProcessEngine:
         self._conn.send(self.config.replace(model=str(model_dir)))
         ready = self._wait_ready(start_timeout_s)
         self._stats = ready.stats
-        eos = self.tokenizer.eos_token_ids
-        self._card = ModelCard(
-            name=self.config.model,
-            context_window=ready.max_model_len,
-            eos_token_id=eos[0] if eos else None,
-            chat_template=self.tokenizer.effective_chat_template,
-            template_vars=self.tokenizer.template_vars,
-        )
+        self._max_model_len = ready.max_model_len
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()
         self._streams: dict[str, RequestStream] = {}  # guarded by _lock
@@ -121,8 +111,9 @@ class ProcessEngine:
         return message
 
     @property
-    def model(self) -> ModelCard:
-        return self._card
+    def max_model_len(self) -> int:
+        """The most tokens one request may hold, as the core reported it (pure)."""
+        return self._max_model_len
 
     @property
     def pid(self) -> int:
@@ -206,15 +197,6 @@ class ProcessEngine:
         check.done.wait()
         if check.error is not None:
             raise check.error
-
-    def tokenize(self, text: str) -> list[int]:
-        """Token ids of ``text`` as one non-first segment (pure, any thread)."""
-        return self.tokenizer.encode(text, add_bos=False)
-
-    def tokenize_prompt(self, segments: tuple[str, ...]) -> TokenizedPrompt:
-        """The ids :meth:`generate` would compute for ``segments`` (pure, any thread)."""
-        token_ids, ends = self.tokenizer.encode_segments(segments)
-        return TokenizedPrompt(tuple(token_ids), tuple(ends))
 
     def stats(self) -> EngineStats:
         """The snapshot the core sent after its latest step (pure)."""

@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
-from eclectus.server.backend import EngineError, EngineOutput
+from eclectus.server.engine.request import EngineError, EngineOutput
 
 
 @dataclass(slots=True)

@@ -41,8 +41,7 @@ class Sequence:
     priority: float = 0.0
     background: bool = False  # throughput work: held back while foreground work runs
     tenant: str | None = None
-    segment_ends: tuple[int, ...] = ()  # token offset where each prompt segment ends
-    pin_prefix_segments: int = 0
+    pin_prefix_tokens: int = 0  # leading prompt tokens to pin once computed (0: none)
     max_total_tokens: int = 1 << 30  # context window: finish with "length" when reached
     status: SequenceStatus = SequenceStatus.WAITING
     finish_reason: FinishReason | None = None
@@ -56,8 +55,6 @@ class Sequence:
 
     def __post_init__(self) -> None:
         self.num_prompt_tokens = len(self.token_ids)
-        if not self.segment_ends:
-            self.segment_ends = (self.num_prompt_tokens,)
 
     @property
     def num_tokens(self) -> int:
@@ -81,10 +78,8 @@ class Sequence:
 
     @property
     def pinned_prefix_tokens(self) -> int:
-        """Tokens covered by the first ``pin_prefix_segments`` segments (0: no pin)."""
-        if self.pin_prefix_segments <= 0:
-            return 0
-        return self.segment_ends[min(self.pin_prefix_segments, len(self.segment_ends)) - 1]
+        """Leading prompt tokens to keep pinned (0: no pin); at most the prompt."""
+        return max(0, min(self.pin_prefix_tokens, self.num_prompt_tokens))
 
     def finish(self, reason: FinishReason) -> None:
         """Mark finished (mutates). The engine frees the blocks."""

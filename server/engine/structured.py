@@ -328,7 +328,7 @@ def _closing_token_ids(tokenizer: Tokenizer, vocab_size: int, order: str) -> lis
     """The ids of ``order``'s characters that are one token each (pure)."""
     ids: list[int] = []
     for char in order:
-        encoded = tokenizer.encode(char, add_bos=False)
+        encoded = tokenizer.encode(char, add_special_tokens=False)
         if len(encoded) == 1 and encoded[0] < vocab_size and encoded[0] not in ids:
             ids.append(encoded[0])
     return ids

@@ -81,7 +81,7 @@ def run(
     engine: LLMEngine, requests: list[SamplingParams], prompt: str = "Reply:"
 ) -> tuple[list[str], float, int, int]:
     """Runs the requests together: (texts, seconds, steps, output tokens)."""
-    ids = engine.tokenizer.encode(prompt, add_bos=True)
+    ids = engine.tokenizer.encode(prompt)
     for i, sampling in enumerate(requests):
         engine.add_tokens(f"b{i}", ids, sampling)
     texts = [""] * len(requests)

@@ -6,7 +6,7 @@
                      prompts, priority, structured-output dialect
     dialect.py       how vLLM, older vLLM and SGLang spell a structured-output constraint
     load.py          an engine's load from its /metrics
-    prefix_index.py  which segment-end prefixes each engine has seen (the prediction)
+    prefix_index.py  which seam prefixes each engine has seen (the prediction)
     kv_index.py      which blocks an engine holds, from its own KV cache events
     kv_subscriber.py one engine's KV events followed live (ZMQ): gaps, replay, restarts
     routing.py       the routing policy, a pure function of the pool's state
@@ -70,7 +70,7 @@ def build_remote_backend(
         probe_interval_s=config.probe_interval_s,
         events=events,
     )
-    return RemoteBackend(pool, tokenizer, config.model, max_model_len=config.max_model_len)
+    return RemoteBackend(pool, tokenizer, window=config.max_model_len)
 
 
 __all__ = [

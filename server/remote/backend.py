@@ -26,7 +26,12 @@ What the graph knows, the engines get: the scheduler's rank as ``priority`` (eng
 accept one), the tenant as ``cache_salt``, whether anyone watches the call's tokens as
 ``stream_interval`` (a call nobody watches streams in chunks of several tokens; a paused or
 failed-over attempt's tokens not yet streamed are generated again by the continuation), and
-the prompt's segment structure for routing (pool.py, routing.py).
+the prompt's seams (``EngineRequest.prefix_ends``) for routing (pool.py, routing.py).
+
+Prompts arrive as ids (the server's front tokenized them as the engines' own tokenizer would,
+checked at the handshake) and leave as ids; the local tokenizer only decodes after a
+failover (continuation.py) and re-encodes the text generated so far for an engine that does
+not return ids.
 """
 
 from __future__ import annotations
@@ -37,15 +42,14 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from eclectus.models.tokenizer import Tokenizer
-from eclectus.protocol import ModelCard
 from eclectus.server.backend import (
     EngineError,
     EngineOutput,
     EngineRequest,
     EngineStats,
     EngineUnavailableError,
-    TokenizedPrompt,
 )
+from eclectus.server.front import Prompt
 from eclectus.server.remote.continuation import LocalText
 from eclectus.server.remote.errors import EngineDown, EngineRejected, RemoteStartError
 from eclectus.server.remote.members import Attempt, Piece
@@ -69,34 +73,31 @@ class _Progress:
 
 class RemoteBackend:
     """Implements ``eclectus.server.backend.Backend`` over an :class:`EnginePool`. The
-    tokenizer is the local model directory's (no weights are loaded)."""
+    tokenizer is the local model directory's (no weights are loaded).
+    ``window``: the context window to assume when no engine reports one."""
 
     def __init__(
-        self,
-        pool: EnginePool,
-        tokenizer: Tokenizer,
-        name: str,
-        *,
-        max_model_len: int | None = None,
+        self, pool: EnginePool, tokenizer: Tokenizer, *, window: int | None = None
     ) -> None:
         self.pool = pool
         self.tokenizer = tokenizer
-        self.name = name
-        self.max_model_len = max_model_len
+        self.window = window
         self.num_failovers = 0
         self.num_preemptions = 0
         self.num_generated_tokens = 0
         self.num_prompt_tokens = 0
         self.num_cached_tokens = 0
         self.num_pieces = 0  # stream chunks received from the engines (stream_interval)
-        self._card: ModelCard | None = None
+        self._max_model_len: int | None = None
         self._started = False
 
     @property
-    def model(self) -> ModelCard:
-        if self._card is None:
-            raise RuntimeError("RemoteBackend.model is known once start() has run")
-        return self._card
+    def max_model_len(self) -> int:
+        """The pool's context window: the smallest an engine reports, or ``window``
+        (pure; known once :meth:`start` has run)."""
+        if self._max_model_len is None:
+            raise RuntimeError("RemoteBackend.max_model_len is known once start() has run")
+        return self._max_model_len
 
     async def start(self) -> None:
         """Handshake every engine and start probing (mutates; idempotent). Raises
@@ -105,19 +106,12 @@ class RemoteBackend:
             return
         await self.pool.start()
         self._started = True
-        windows = [w for w in (self.pool.window, self.max_model_len) if w is not None]
+        windows = [w for w in (self.pool.window, self.window) if w is not None]
         if not windows:
             raise RemoteStartError(
                 "no engine reports its max_model_len in /v1/models: pass --max-model-len"
             )
-        eos = self.tokenizer.eos_token_ids
-        self._card = ModelCard(
-            name=self.name,
-            context_window=min(windows),
-            eos_token_id=eos[0] if eos else None,
-            chat_template=self.tokenizer.effective_chat_template,
-            template_vars=self.tokenizer.template_vars,
-        )
+        self._max_model_len = min(windows)
 
     async def shutdown(self) -> None:
         """Stop probing and close every engine's connections (mutates; idempotent)."""
@@ -129,7 +123,7 @@ class RemoteBackend:
         """Stream ``request`` from the engine the pool picks, failing over as the module
         says (mutates: engine state). EngineUnavailableError when no engine is left,
         EngineError when an engine refuses the request itself."""
-        prompt = request.tokens or self.tokenize_prompt(request.segments)
+        prompt = Prompt(request.prompt_token_ids, request.prefix_ends)
         self._check_constraint(request)
         progress = _Progress()
         max_attempts = len(self.pool.engines) + 1
@@ -139,7 +133,7 @@ class RemoteBackend:
             if attempt is None and number == 0:
                 raise EngineError(
                     f"prompt of {len(prompt)} tokens leaves no room in the context window "
-                    f"of {self.model.context_window}"
+                    f"of {self.max_model_len}"
                 )
             if attempt is None:  # the budget ran out exactly at the failover or pause
                 progress.finish_reason = "length"
@@ -151,7 +145,7 @@ class RemoteBackend:
                     f"no engine is available for {request.request_id} ({self._down_reasons()})"
                 )
             try:
-                stream = placement.engine.member.stream(attempt, self.model.context_window)
+                stream = placement.engine.member.stream(attempt, self.max_model_len)
                 pieces = (
                     stream if placement.pause is None else until_paused(stream, placement.pause)
                 )
@@ -224,7 +218,7 @@ class RemoteBackend:
             )
 
     def _attempt(
-        self, request: EngineRequest, prompt: TokenizedPrompt, progress: _Progress, number: int
+        self, request: EngineRequest, prompt: Prompt, progress: _Progress, number: int
     ) -> Attempt | None:
         """The next try (pure): the prompt continued by what is generated so far; None when
         nothing is left to generate."""
@@ -232,18 +226,18 @@ class RemoteBackend:
         max_tokens = request.sampling.max_tokens
         if max_tokens is not None:
             max_tokens -= len(generated)
-        window_left = self.model.context_window - len(prompt) - len(generated)
+        window_left = self.max_model_len - len(prompt) - len(generated)
         if (max_tokens is not None and max_tokens <= 0) or window_left <= 0:
             return None
         if generated:
-            ends = (*prompt.segment_ends, len(prompt) + len(generated))
-            prompt = TokenizedPrompt((*prompt.token_ids, *generated), ends)
+            ends = (*prompt.prefix_ends, len(prompt) + len(generated))
+            prompt = Prompt((*prompt.token_ids, *generated), ends)
         return Attempt(request, prompt, max_tokens, number, "".join(progress.text))
 
     def _generated_ids(self, progress: _Progress) -> list[int]:
         if progress.exact_ids:
             return progress.token_ids
-        return self.tokenizer.encode("".join(progress.text), add_bos=False)
+        return self.tokenizer.encode("".join(progress.text), add_special_tokens=False)
 
     def _absorb(self, request_id: str, piece: Piece, progress: _Progress) -> EngineOutput | None:
         """Fold a piece into the progress (mutates it); the output to yield, if any."""
@@ -265,7 +259,7 @@ class RemoteBackend:
         progress.text.append(text)
         return EngineOutput(request_id, text, tuple(ids))
 
-    def _final(self, request_id: str, prompt: TokenizedPrompt, progress: _Progress) -> EngineOutput:
+    def _final(self, request_id: str, prompt: Prompt, progress: _Progress) -> EngineOutput:
         num_output = len(self._generated_ids(progress))
         self.num_prompt_tokens += len(prompt)
         self.num_generated_tokens += num_output
@@ -292,16 +286,6 @@ class RemoteBackend:
     async def unpin(self, request_id: str) -> None:
         """Forget the prefix ``request_id`` pinned for routing (mutates)."""
         await self.pool.unpin(request_id)
-
-    def tokenize(self, text: str) -> list[int]:
-        """Ids of ``text`` as a segment that is not the first (pure)."""
-        return self.tokenizer.encode(text, add_bos=False)
-
-    def tokenize_prompt(self, segments: tuple[str, ...]) -> TokenizedPrompt:
-        """Ids of a prompt given as segments, BOS first, and each segment's end (pure): the
-        built-in engine's rule, so both backends see the same ids."""
-        token_ids, ends = self.tokenizer.encode_segments(segments)
-        return TokenizedPrompt(tuple(token_ids), tuple(ends))
 
     def stats(self) -> EngineStats:
         """Load summed over healthy engines, from their /metrics where they serve it, else

@@ -12,8 +12,8 @@ count as the engine reports it in ``usage``.
 
 Token-id prompts need both halves: an exact tokenizer check (a ``/tokenize`` that agrees)
 and a ``/v1/completions`` that takes a list of ids. An engine lacking either gets text
-prompts (the segments joined), tokenized by the engine itself: safe with a vocabulary the
-weak check could not prove, at the cost of the segment boundaries (docs/engines.md).
+prompts (the prompt's ids decoded), tokenized by the engine itself: safe with a vocabulary
+the weak check could not prove (docs/engines.md).
 
 Structured outputs: the engine's dialect (dialect.py) is found by behaviour, a one-choice
 constraint per dialect, since every engine family ignores request fields it does not know.
@@ -69,7 +69,7 @@ async def handshake(client: EngineClient, tokenizer: Tokenizer) -> EngineInfo:
     max_len = models[0].get("max_model_len")
     info = await client.model_info()
     sglang = info is not None and "model_path" in info
-    local = tokenizer.encode(PROBE, add_bos=True)
+    local = tokenizer.encode(PROBE)  # as a completion prompt: /tokenize's default
     exact = await _check_tokenizer(client, model_id, local)
     token_prompts = exact and await _accepts_token_prompts(client, model_id, local)
     prompt: list[int] | str = local if token_prompts else PROBE

@@ -15,7 +15,8 @@ from typing import Any, Protocol
 
 from eclectus.models.tokenizer import Tokenizer
 from eclectus.protocol import SamplingParams
-from eclectus.server.backend import Backend, EngineError, EngineRequest, TokenizedPrompt
+from eclectus.server.backend import Backend, EngineError, EngineRequest
+from eclectus.server.front import Prompt
 from eclectus.server.remote.client import EngineClient
 from eclectus.server.remote.dialect import Unenforceable, constraint_fields, supports
 from eclectus.server.remote.errors import EngineDown, EngineRejected
@@ -32,7 +33,7 @@ class Attempt:
     the text generated so far (for engines that take text prompts)."""
 
     request: EngineRequest
-    prompt: TokenizedPrompt
+    prompt: Prompt
     max_tokens: int | None
     number: int
     generated_text: str = ""
@@ -120,9 +121,10 @@ class RemoteMember:
         assert self.info is not None, "probe first"
         request, sampling = attempt.request, attempt.request.sampling
         max_tokens = attempt.max_tokens or window - len(attempt.prompt)
+        prompt, add_special_tokens = self._prompt(attempt)
         body: dict[str, Any] = {
             "model": self.info.model_id,
-            "prompt": self._prompt(attempt),
+            "prompt": prompt,
             "max_tokens": max_tokens,
             "temperature": sampling.temperature,
             "top_p": sampling.top_p,
@@ -139,6 +141,8 @@ class RemoteMember:
             "stop": list(sampling.stop) or None,
             "stop_token_ids": list(sampling.stop_token_ids) or None,
             "cache_salt": request.tenant,  # tenants never share KV
+            # vLLM's field (default true); sent only for a text prompt that must not get BOS
+            "add_special_tokens": None if add_special_tokens else False,
             "priority": self._priority(request) if self.info.priority else None,
             # vLLM >= 0.11 (and Eclectus) batch this many tokens per chunk; older vLLM
             # ignores it; SGLang has no such request field (only its --stream-interval)
@@ -164,21 +168,20 @@ class RemoteMember:
         rank = round(request.priority * PRIORITY_SCALE)
         return -rank if self.info.sglang else rank
 
-    def _prompt(self, attempt: Attempt) -> list[int] | str:
-        """The ids, or for an engine that takes text: the prompt's text (its segments, or
-        the decoded ids of a token-id request) followed by the text generated so far."""
+    def _prompt(self, attempt: Attempt) -> tuple[list[int] | str, bool]:
+        """The ids, or for an engine that takes text: the prompt's ids decoded (special
+        tokens kept as their text) followed by the text generated so far; and whether the
+        engine is to add special tokens to that text (pure). A prompt that starts with BOS
+        is sent without it and the engine adds its own; one without (a chat prompt) is sent
+        with ``add_special_tokens`` false, so the engine's ids are the front's."""
         assert self.info is not None
         if self.info.token_prompts:
-            return list(attempt.prompt.token_ids)
-        request = attempt.request
-        if any(request.segments) or request.tokens is None:
-            text = "".join(request.segments)
-        else:
-            ids = list(request.tokens.token_ids)
-            if ids[:1] == [self.tokenizer.bos_token_id]:
-                ids = ids[1:]  # the engine adds its own
-            text = self.tokenizer.decode(ids)
-        return text + attempt.generated_text
+            return list(attempt.prompt.token_ids), True
+        ids = list(attempt.request.prompt_token_ids)
+        bos = self.tokenizer.bos_token_id
+        starts_with_bos = bos is not None and ids[:1] == [bos]
+        text = self.tokenizer.decode(ids[starts_with_bos:], skip_special_tokens=False)
+        return text + attempt.generated_text, starts_with_bos or bos is None
 
     async def stream(self, attempt: Attempt, window: int = 0) -> AsyncIterator[Piece]:
         body = self.body(attempt, window)
@@ -219,7 +222,7 @@ class LocalMember:
 
     async def probe(self) -> int | None:
         await self.backend.start()
-        return self.backend.model.context_window
+        return self.backend.max_model_len
 
     async def load(self) -> EngineLoad:
         stats = self.backend.stats()
@@ -239,13 +242,13 @@ class LocalMember:
         local = EngineRequest(
             # a retry gets its own id: the engine may still hold the first one's state
             request_id=request.request_id if first else f"{request.request_id}#{attempt.number}",
-            segments=request.segments,
+            prompt_token_ids=attempt.prompt.token_ids,
             sampling=request.sampling.model_copy(update={"max_tokens": attempt.max_tokens}),
             priority=request.priority,
             group=request.group,
             tenant=request.tenant,
-            pin_prefix_segments=request.pin_prefix_segments if first else 0,
-            tokens=attempt.prompt,
+            prefix_ends=attempt.prompt.prefix_ends,
+            pin_prefix_tokens=request.pin_prefix_tokens if first else 0,
             background=request.background,
         )
         outputs = self.backend.generate(local)

@@ -31,7 +31,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from itertools import count
 
-from eclectus.server.backend import EngineRequest, TokenizedPrompt
+from eclectus.server.backend import EngineRequest
+from eclectus.server.front import Prompt
 from eclectus.server.remote.errors import EngineDown, RemoteStartError
 from eclectus.server.remote.kv_index import chain_keys
 from eclectus.server.remote.kv_subscriber import KVEventSubscriber
@@ -182,7 +183,7 @@ class EnginePool:
 
     # -- routing ------------------------------------------------------------------------
 
-    def views(self, request: EngineRequest, prompt: TokenizedPrompt) -> list[EngineView]:
+    def views(self, request: EngineRequest, prompt: Prompt) -> list[EngineView]:
         """Each engine as the router sees it for ``request`` (pure). An engine that cannot
         enforce the request's structured outputs counts as unhealthy for it."""
         keys = prefix_keys(prompt, request.tenant)
@@ -218,7 +219,7 @@ class EnginePool:
             for e in self.engines
         )
 
-    async def acquire(self, request: EngineRequest, prompt: TokenizedPrompt) -> Placement | None:
+    async def acquire(self, request: EngineRequest, prompt: Prompt) -> Placement | None:
         """Route an attempt and take a slot on the chosen engine, waiting while every healthy
         engine is at its cap (mutates). None when no engine is healthy."""
         while True:
@@ -233,9 +234,7 @@ class EnginePool:
             self._changed.clear()
             await self._changed.wait()
 
-    def _place(
-        self, request: EngineRequest, prompt: TokenizedPrompt, decision: Decision
-    ) -> Placement:
+    def _place(self, request: EngineRequest, prompt: Prompt, decision: Decision) -> Placement:
         """Record the attempt on its engine (mutates): a slot, its prefixes (the engine
         will hold them once it has prefilled; followers may already follow), its pin, its
         group."""
@@ -247,10 +246,8 @@ class EnginePool:
         keys = prefix_keys(prompt, request.tenant)
         engine.prefixes.insert(keys)
         engine.placed[request.request_id] = keys
-        if request.pin_prefix_segments > 0 and request.request_id not in engine.pins:
-            end = prompt.segment_ends[
-                min(request.pin_prefix_segments, len(prompt.segment_ends)) - 1
-            ]
+        if request.pin_prefix_tokens > 0 and request.request_id not in engine.pins:
+            end = request.pin_prefix_tokens
             engine.pins[request.request_id] = tuple(k for k in keys if k.num_tokens <= end)
         if request.group is not None:
             engine.groups[request.group] += 1

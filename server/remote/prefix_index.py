@@ -1,11 +1,11 @@
-"""Which prompt prefixes each engine has seen, at segment granularity.
+"""Which prompt prefixes each engine has seen, at seam granularity.
 
 sgl-router keeps a character radix tree per worker. Eclectus knows more: where each prompt's
-segments end (every constant text, every variable is its own segment), and those ends are the
-points where a prefix can be shared. So a prefix is keyed by a hash of (tenant, its token
-ids up to a segment end), and the longest match of a new prompt is the longest of its
-segment-end prefixes the engine holds. The tenant is part of the key because a tenant's
-``cache_salt`` keeps its KV apart from everyone else's.
+segments meet (every constant text, every variable is its own segment), and those seams are
+the points where a prefix can be shared. So a prefix is keyed by a hash of (tenant, its token
+ids up to a seam: the ids lying wholly before it, ``Prompt.prefix_ends``), and the longest
+match of a new prompt is the longest of its seam prefixes the engine holds. The tenant is
+part of the key because a tenant's ``cache_salt`` keeps its KV apart from everyone else's.
 """
 
 from __future__ import annotations
@@ -13,22 +13,22 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from eclectus.server.backend import TokenizedPrompt
+from eclectus.server.front import Prompt
 
 
 @dataclass(frozen=True, slots=True)
 class PrefixKey:
-    """One segment-end prefix of a prompt: its hash and its length in tokens."""
+    """One seam prefix of a prompt: its hash and its length in tokens."""
 
     key: int
     num_tokens: int
 
 
-def prefix_keys(prompt: TokenizedPrompt, tenant: str | None) -> tuple[PrefixKey, ...]:
-    """The prompt's prefixes ending at each segment end (empty segments skipped), shortest
-    first (pure). Python's hash of a tuple of ints does not vary between runs."""
+def prefix_keys(prompt: Prompt, tenant: str | None) -> tuple[PrefixKey, ...]:
+    """The prompt's prefixes ending at each seam (repeated ends once), shortest first (pure).
+    Python's hash of a tuple of ints does not vary between runs."""
     keys: list[PrefixKey] = []
-    for end in sorted(set(prompt.segment_ends)):
+    for end in sorted(set(prompt.prefix_ends)):
         if end > 0:
             keys.append(PrefixKey(hash((tenant, prompt.token_ids[:end])), end))
     return tuple(keys)

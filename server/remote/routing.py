@@ -10,7 +10,7 @@ Three policies (``eclectus serve --routing``):
                   more than ``balance_abs`` and by a factor of more than ``balance_rel``):
 
   1. **pinned prefix**: the engine holding the longest prefix of this prompt that an earlier
-     request pinned (``EngineRequest.pin_prefix_segments``: the scheduler knows calls still
+     request pinned (``EngineRequest.pin_prefix_tokens``: the scheduler knows calls still
      queued need it), so a shared prefix is prefilled on one engine and its consumers follow;
   2. **group**: the engine running most of this request's task group (siblings the
      scheduler dispatched together for one consumer), so they batch together;

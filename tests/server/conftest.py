@@ -8,21 +8,27 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
-from scripted_engine import ScriptedEngine
+from scripted_engine import FRONT, ScriptedEngine
 from websockets.asyncio.client import connect
 from ws_helpers import RawClient, ServerFactory
 
 from eclectus.server.app import EclectusServer, start_server
 from eclectus.server.config import ServerConfig
+from eclectus.server.front import Front
 
 
 @pytest.fixture
 async def make_server() -> AsyncIterator[ServerFactory]:
     servers: list[EclectusServer] = []
 
-    async def factory(engine: ScriptedEngine | None = None, **config: Any) -> EclectusServer:
+    async def factory(
+        engine: ScriptedEngine | None = None, *, front: Front = FRONT, **config: Any
+    ) -> EclectusServer:
         server = await start_server(
-            ServerConfig(port=0, **config), engine or ScriptedEngine(), owns_backend=True
+            ServerConfig(port=0, **config),
+            engine or ScriptedEngine(),
+            owns_backend=True,
+            front=front,
         )
         servers.append(server)
         return server

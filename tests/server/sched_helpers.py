@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from scripted_engine import ScriptedEngine
+from scripted_engine import FRONT, ScriptedEngine
 
 from eclectus.protocol import Submit
 from eclectus.server.config import ServerConfig
@@ -29,7 +29,11 @@ def make_scheduler(
     engine: ScriptedEngine | None = None, clock: FakeClock | None = None, **config: Any
 ) -> Scheduler:
     return Scheduler(
-        engine or ScriptedEngine(), ServerConfig(port=0, **config), Metrics(), clock or FakeClock()
+        engine or ScriptedEngine(),
+        ServerConfig(port=0, **config),
+        Metrics(),
+        clock or FakeClock(),
+        front=FRONT,
     )
 
 

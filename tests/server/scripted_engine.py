@@ -1,10 +1,12 @@
 """A deterministic engine for scheduler and early server tests (implements Backend).
 
-It records every request in arrival order, answers with a text derived from the prompt (so
-equal prompts give equal answers, whatever the request id), streams it in three pieces, and
-models a prefix cache at segment granularity: a prompt's leading segments seen before count
-as cached tokens. One token is one UTF-8 byte. ``hold`` keeps requests waiting until
-``release``; ``fail_if`` injects an EngineError.
+It records every request in arrival order, answers with a text derived from the prompt's
+text (its ids decoded with the tiny tokenizer, which the servers and schedulers of these tests
+tokenize with: :data:`FRONT`; equal prompts give equal answers, whatever the request id),
+streams it in three pieces, and models a prefix cache at seam granularity: a prompt's longest
+prefix ending at one of its ``prefix_ends`` seen before counts as cached. An output token is
+one UTF-8 byte of the answer. ``hold`` keeps requests waiting until ``release``; ``fail_if``
+injects an EngineError.
 """
 
 from __future__ import annotations
@@ -13,14 +15,15 @@ import asyncio
 import zlib
 from collections.abc import AsyncIterator, Callable
 
-from eclectus.server.backend import (
-    EngineError,
-    EngineOutput,
-    EngineRequest,
-    EngineStats,
-    ModelCard,
-    TokenizedPrompt,
-)
+from eclectus.server.backend import EngineError, EngineOutput, EngineRequest, EngineStats
+from eclectus.server.front import Front
+
+FRONT = Front.load("tiny")  # the tokenizer the scripted engine's prompts come from
+
+
+def prompt_text(request: EngineRequest) -> str:
+    """The text of a request's prompt: its ids decoded (special tokens skipped) (pure)."""
+    return FRONT.tokenizer.decode(request.prompt_token_ids)
 
 
 def scripted_text(prompt: str, max_tokens: int | None) -> str:
@@ -49,12 +52,12 @@ class ScriptedEngine:
         self.started = 0
         self.stopped = 0
         self._gate = asyncio.Event() if hold else None
-        self._seen_prefixes: set[tuple[str, ...]] = set()
+        self._seen_prefixes: set[tuple[int, ...]] = set()
         self._stats = {"prompt": 0, "cached": 0, "generated": 0}
 
     @property
-    def model(self) -> ModelCard:
-        return ModelCard(name="scripted", context_window=4096)
+    def max_model_len(self) -> int:
+        return 4096
 
     async def start(self) -> None:
         self.started += 1
@@ -76,8 +79,8 @@ class ScriptedEngine:
                 await self._gate.wait()
             if self.fail_if is not None and self.fail_if(request):
                 raise EngineError(f"injected failure for {request.request_id}")
-            prompt = "".join(request.segments)
-            cached = self._cache(request.segments)
+            prompt = prompt_text(request)
+            cached = self._cache(request)
             text = scripted_text(prompt, request.sampling.max_tokens)
             pieces = [text[: len(text) // 3], text[len(text) // 3 : 2 * len(text) // 3]]
             pieces.append(text[2 * len(text) // 3 :])
@@ -93,7 +96,7 @@ class ScriptedEngine:
                     token_ids=tuple(piece.encode()),
                     finished=last,
                     finish_reason="length" if last else None,
-                    num_prompt_tokens=len(prompt.encode()),
+                    num_prompt_tokens=len(request.prompt_token_ids),
                     num_cached_tokens=cached,
                     num_output_tokens=len(text.encode()) if last else 0,
                 )
@@ -101,15 +104,16 @@ class ScriptedEngine:
         finally:
             self.running.discard(request.request_id)
 
-    def _cache(self, segments: tuple[str, ...]) -> int:
-        """Tokens of the longest leading run of segments seen before; remembers this prompt's
-        prefixes (mutates)."""
+    def _cache(self, request: EngineRequest) -> int:
+        """Tokens of the longest prefix ending at a seam seen before; remembers this
+        prompt's seam prefixes (mutates)."""
+        ids = request.prompt_token_ids
         cached = 0
-        for n in range(1, len(segments) + 1):
-            if segments[:n] in self._seen_prefixes:
-                cached = sum(len(s.encode()) for s in segments[:n])
-            self._seen_prefixes.add(segments[:n])
-        self._stats["prompt"] += sum(len(s.encode()) for s in segments)
+        for end in sorted(set(request.prefix_ends or (len(ids),))):
+            if ids[:end] in self._seen_prefixes:
+                cached = end
+            self._seen_prefixes.add(ids[:end])
+        self._stats["prompt"] += len(ids)
         self._stats["cached"] += cached
         return cached
 
@@ -118,17 +122,6 @@ class ScriptedEngine:
 
     async def unpin(self, request_id: str) -> None:
         self.unpinned.append(request_id)
-
-    def tokenize(self, text: str) -> list[int]:
-        return list(text.encode())
-
-    def tokenize_prompt(self, segments: tuple[str, ...]) -> TokenizedPrompt:
-        ids: list[int] = []
-        ends: list[int] = []
-        for segment in segments:
-            ids += segment.encode()
-            ends.append(len(ids))
-        return TokenizedPrompt(tuple(ids), tuple(ends))
 
     def stats(self) -> EngineStats:
         return EngineStats(
@@ -155,7 +148,7 @@ class MarkedReplyEngine(ScriptedEngine):
                 yield output
             return
         self.requests.append(request)
-        text = "".join(request.segments).rsplit(self.marker, 1)[1].strip()
+        text = prompt_text(request).rsplit(self.marker, 1)[1].strip()
         yield EngineOutput(
             request_id=request.request_id,
             text=text,

@@ -5,17 +5,19 @@ from __future__ import annotations
 import json
 
 import pytest
-from scripted_engine import ScriptedEngine
+from scripted_engine import FRONT, ScriptedEngine
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 from ws_helpers import RawClient, ServerFactory, map_reduce
 
 from eclectus.server.app import EclectusServer
 
+ABC = FRONT.tokenizer.encode("abc", add_special_tokens=False)
+
 
 async def still_works(client: RawClient) -> None:
     reply = await client.ask({"type": "tokenize", "id": "t", "text": "abc"})
-    assert reply == {"type": "tokens", "id": "t", "count": 3, "ids": [97, 98, 99]}
+    assert reply == {"type": "tokens", "id": "t", "count": len(ABC), "ids": ABC}
 
 
 async def expect_error(client: RawClient, frame: object, code: str) -> dict:
@@ -118,11 +120,11 @@ async def test_prompt_and_graph_over_limits(make_server: ServerFactory) -> None:
 
 async def test_prompt_over_limit_after_generation_fails_the_var(make_server: ServerFactory) -> None:
     """A prompt that only grows too long once inputs are generated fails at dispatch."""
-    server = await make_server(max_prompt_tokens=40)
+    server = await make_server(max_prompt_tokens=24)
     async with connect(server.url) as ws:
         client = RawClient(ws)
         await client.hello()
-        frame = map_reduce(5)  # each map prompt fits; 5 summaries of 8 bytes do not
+        frame = map_reduce(5)  # each map prompt fits (13 tokens); 5 summaries (39) do not
         frame["calls"][-1]["template"] = "C{{all}}{{final}}"
         frame["calls"][-1]["sampling"]["final"]["max_tokens"] = 4
         assert (await client.ask(frame))["type"] == "ack"
@@ -148,10 +150,10 @@ async def test_engine_error_reaches_the_get_with_the_var(make_server: ServerFact
 async def test_handler_exception_answers_internal(
     client: RawClient, engine: ScriptedEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken(text: str) -> list[int]:
+    def broken(*args: object) -> list[int]:
         raise ZeroDivisionError("boom")
 
-    monkeypatch.setattr(engine, "tokenize", broken)
+    monkeypatch.setattr(FRONT, "encode", broken)
     reply = await client.ask({"type": "tokenize", "text": "x"})
     assert reply["code"] == "internal"
     monkeypatch.undo()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from sched_helpers import FakeClock, call, drain, make_scheduler, order, submit
-from scripted_engine import ScriptedEngine, scripted_text
+from scripted_engine import FRONT, ScriptedEngine, scripted_text
 
 from eclectus.server.graph import NodeState, VarState
 from eclectus.server.scheduler import AppState, Scheduler
@@ -233,7 +233,11 @@ async def test_multi_output_prompts_include_earlier_outputs() -> None:
     first = scripted_text("Q:", 6)
     assert app.graph.vars["a1"].value == first
     assert app.graph.vars["a2"].value == scripted_text(f"Q:{first}\nMore:", 6)
-    assert [r.segments for r in engine.requests] == [("Q:",), ("Q:", first, "\nMore:")]
+    # each prompt is the flat text, the earlier output entering it as text
+    assert [r.prompt_token_ids for r in engine.requests] == [
+        FRONT.encode(["Q:"]).token_ids,
+        FRONT.encode([f"Q:{first}\nMore:"]).token_ids,
+    ]
 
 
 async def test_ops_run_on_the_server_and_match_python() -> None:
@@ -276,11 +280,13 @@ async def test_shared_prefix_is_pinned_until_the_last_sharer_dispatches() -> Non
         sched, app, calls=calls, gets=[{"var": f"o{i}", "criteria": "throughput"} for i in range(3)]
     )
     await asyncio.sleep(0)  # let the dispatched task reach the engine
-    assert engine.requests[0].pin_prefix_segments == 1
+    # the flat prompt's ids lying wholly before the shared text's end
+    pinned = FRONT.encode([shared, "q0"]).prefix_ends[0]
+    assert engine.requests[0].pin_prefix_tokens == pinned > 0
     engine.release()
     await drain(sched)
     await drain(sched)
-    assert [r.pin_prefix_segments for r in engine.requests[1:]] == [0, 0]
+    assert [r.pin_prefix_tokens for r in engine.requests[1:]] == [0, 0]
     assert engine.unpinned == [engine.requests[0].request_id]
 
 

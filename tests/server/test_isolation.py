@@ -8,13 +8,14 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Sequence
 
 import pytest
-from scripted_engine import ScriptedEngine
+from scripted_engine import FRONT, ScriptedEngine
 from websockets.asyncio.client import connect
 from ws_helpers import RawClient, ServerFactory
 
-from eclectus.server.backend import TokenizedPrompt
+from eclectus.server.front import Front, Prompt
 from eclectus.server.loadtest import deaf_client, send_frame
 
 
@@ -119,20 +120,17 @@ async def test_a_reader_that_falls_behind_is_disconnected(make_server: ServerFac
         await still_works(other)
 
 
-class SlowTokenizer(ScriptedEngine):
-    """A tokenizer that costs 4 ms a call (off the GIL, like a native one); a token is a word."""
+class SlowFront(Front):
+    """A front whose tokenizer costs 4 ms a prompt (off the GIL, like a native one); a token
+    is a word, and BOS one more."""
 
-    def tokenize(self, text: str) -> list[int]:
+    def encode(self, segments: Sequence[str], add_special_tokens: bool = True) -> Prompt:
         time.sleep(0.004)
-        return [1] * len(text.split())
+        ids = (0,) * add_special_tokens + (1,) * len("".join(segments).split())
+        return Prompt(ids, (len(ids),) * len(segments))
 
-    def tokenize_prompt(self, segments: tuple[str, ...]) -> TokenizedPrompt:
-        ids = [0]
-        ends = []
-        for segment in segments:
-            ids += self.tokenize(segment)
-            ends.append(len(ids))
-        return TokenizedPrompt(tuple(ids), tuple(ends))
+
+SLOW_FRONT = SlowFront("tiny", FRONT.tokenizer)
 
 
 async def test_a_big_submit_does_not_stall_other_sessions(make_server: ServerFactory) -> None:
@@ -140,7 +138,7 @@ async def test_a_big_submit_does_not_stall_other_sessions(make_server: ServerFac
     round trips stay fast meanwhile (they waited the whole 2 s before). What remains on the
     loop is parsing and staging the 1 MB frame, ~50 ms on a quiet 2-core machine: the bound
     leaves room for a loaded one."""
-    server = await make_server(SlowTokenizer(), max_prompt_tokens=1000)
+    server = await make_server(front=SLOW_FRONT, max_prompt_tokens=1000)
     calls = [
         {"id": f"c{i}", "segments": [{"text": f"call {i}: " + "word " * 400}, {"gen": f"o{i}"}]}
         for i in range(500)
@@ -162,7 +160,7 @@ async def test_a_big_submit_does_not_stall_other_sessions(make_server: ServerFac
 
 
 async def test_a_big_known_prompt_is_still_refused_at_submit(make_server: ServerFactory) -> None:
-    server = await make_server(SlowTokenizer(), max_prompt_tokens=100)
+    server = await make_server(front=SLOW_FRONT, max_prompt_tokens=100)
     async with connect(server.url) as ws:
         client = RawClient(ws)
         await client.hello()
@@ -185,20 +183,20 @@ async def test_the_prompt_limit_leaves_room_for_one_output_token(
 ) -> None:
     """The window is 4096: welcome says 4095, and a prompt of exactly 4096 tokens is refused
     at submit as limit_exceeded (it was accepted and failed later as engine_error)."""
-    server = await make_server()
+    server = await make_server(front=SLOW_FRONT)
     async with connect(server.url) as ws:
         client = RawClient(ws)
         welcome = await client.hello()
         assert welcome["limits"]["max_prompt_tokens"] == 4095
-        # ScriptedEngine: a token per byte, no BOS
+        # SlowFront: a token per word, plus BOS
         frame = {
             "type": "submit",
             "id": "s",
-            "calls": [{"id": "c", "segments": [{"text": "x" * 4096}, {"gen": "o"}]}],
+            "calls": [{"id": "c", "segments": [{"text": "w " * 4095}, {"gen": "o"}]}],
         }
         reply = await client.ask(frame)
         assert reply["code"] == "limit_exceeded", reply
-        frame["calls"][0]["segments"][0]["text"] = "x" * 4095
+        frame["calls"][0]["segments"][0]["text"] = "w " * 4094
         frame["gets"] = [{"var": "o"}]
         assert (await client.ask(frame))["type"] == "ack"
         assert (await client.recv())["type"] == "value"
@@ -248,10 +246,10 @@ async def test_a_repeated_handler_bug_logs_one_traceback(
 ) -> None:
     """A client that found a bug may trigger it 50 times: one traceback, one line each."""
 
-    def broken(text: str) -> list[int]:
+    def broken(*args: object) -> list[int]:
         raise ZeroDivisionError("boom")
 
-    monkeypatch.setattr(engine, "tokenize", broken)
+    monkeypatch.setattr(FRONT, "encode", broken)
     for i in range(50):
         reply = await client.ask({"type": "tokenize", "id": f"t{i}", "text": "x"})
         assert reply["code"] == "internal"

@@ -16,7 +16,7 @@ from ws_helpers import RawClient
 
 from eclectus.protocol.sampling import SamplingParams
 from eclectus.server.app import EclectusServer, start_server
-from eclectus.server.backend import EngineRequest, TokenizedPrompt
+from eclectus.server.backend import EngineRequest
 from eclectus.server.config import ServerConfig, read_token_file
 
 pytestmark = pytest.mark.slow
@@ -38,7 +38,8 @@ def base_url(server: EclectusServer) -> str:
 
 
 async def direct(engine: object, prompt: str, max_tokens: int) -> str:
-    request = EngineRequest("direct", (prompt,), SamplingParams(max_tokens=max_tokens))
+    ids = tuple(engine.engine.tokenizer.encode(prompt))  # type: ignore[attr-defined]
+    request = EngineRequest("direct", ids, SamplingParams(max_tokens=max_tokens))
     return "".join([out.text async for out in engine.generate(request)])  # type: ignore[attr-defined]
 
 
@@ -110,7 +111,7 @@ async def test_over_window_prompt_is_a_400(server: EclectusServer, base_url: str
     """A prompt longer than the model's window is the client's mistake: 400 naming the
     prompt and the limit, not a 500."""
     client = openai.AsyncOpenAI(base_url=base_url, api_key="sk-test", max_retries=0)
-    window = server.backend.model.context_window
+    window = server.model.context_window
     limit = window - 1  # a prompt leaves room for one output token
     with pytest.raises(openai.BadRequestError, match=rf"prompt 0 has \d+ tokens, limit {limit}"):
         await client.completions.create(model="tiny", prompt="word " * (2 * window))
@@ -201,7 +202,7 @@ async def test_token_id_prompts_and_tokenize(
     headers = {"Authorization": "Bearer sk-test"}
     async with httpx.AsyncClient(headers=headers, timeout=60) as http:
         tokenized = (await http.post(f"{root}/tokenize", json={"prompt": "Once upon"})).json()
-        ids = list(real_engine.tokenize_prompt(("Once upon",)).token_ids)  # type: ignore[attr-defined]
+        ids = real_engine.engine.tokenizer.encode("Once upon")  # type: ignore[attr-defined]
         assert tokenized["tokens"] == ids and tokenized["count"] == len(ids)
         bare = {"prompt": "Once upon", "add_special_tokens": False}
         assert (await http.post(f"{root}/tokenize", json=bare)).json()["tokens"] == ids[1:]
@@ -216,10 +217,7 @@ async def test_token_id_prompts_and_tokenize(
         generated = by_ids.json()["choices"][0]["token_ids"]
         assert len(generated) == 8
         request = EngineRequest(
-            "direct-ids",
-            (),
-            SamplingParams(max_tokens=8, temperature=0),
-            tokens=TokenizedPrompt(tuple(ids), (len(ids),)),
+            "direct-ids", tuple(ids), SamplingParams(max_tokens=8, temperature=0)
         )
         own = [i async for out in real_engine.generate(request) for i in out.token_ids]  # type: ignore[attr-defined]
         assert generated == own

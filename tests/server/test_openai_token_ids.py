@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
-from scripted_engine import ScriptedEngine
+from scripted_engine import FRONT, ScriptedEngine
 from ws_helpers import ServerFactory
 
 from eclectus.server.app import EclectusServer
@@ -79,9 +79,8 @@ async def test_a_token_prompt_flood_stays_under_the_cap_and_in_app_fifo(
     assert engine.peak <= 2 and len(engine.requests) == 25
     order = [request.tenant for request in engine.requests]
     assert order.index("bob") == 16  # after alice's 16 earlier calls, before her 8 later ones
-    sent = {request.tokens.token_ids for request in engine.requests if request.tokens}
+    sent = {request.prompt_token_ids for request in engine.requests}
     assert sent == {tuple(ids) for ids in flood} | {(7, 8, 9)}
-    assert all(request.segments == () for request in engine.requests)
     choices = answers[2].json()["choices"]
     assert len(choices) == 1 and choices[0]["token_ids"] == list(choices[0]["text"].encode())
     assert scheduler.snapshot() == [] and scheduler.num_inflight == 0
@@ -169,7 +168,7 @@ async def test_completions_return_each_prompts_ids_on_its_choice(
                 json={"prompt": text, "max_tokens": 2, "return_token_ids": True},
             )
         got = [c["prompt_token_ids"] for c in reply.json()["choices"]]
-        assert got == [list(t.encode()) for t in text]
+        assert got == [FRONT.tokenizer.encode(t) for t in text]
     prompts: list[Any] = [[3, 4]] if stream else [[3, 4], [5], [6, 7, 8]]
     expected = prompts
     body = {"prompt": prompts[0] if stream else prompts, "max_tokens": 3, "stream": stream}
@@ -220,8 +219,11 @@ async def test_chat_returns_token_ids_under_vllms_names(
     assert not any("token_ids" in c["choices"][0] for c in plain if c["choices"])
     assert not any("prompt_token_ids" in c for c in plain)
     events = await _chat(server, {**body, "return_token_ids": True})
-    (prompt,) = {"".join(r.segments) for r in engine.requests}  # the same rendering twice
-    assert events[0]["prompt_token_ids"] == list(prompt.encode())
+    (prompt,) = {r.prompt_token_ids for r in engine.requests}  # the same rendering twice
+    # the rendered chat, tokenized with no special token added (as vLLM's chat endpoint)
+    rendered = FRONT.render_chat(body["messages"])
+    assert list(prompt) == FRONT.tokenizer.encode(rendered, add_special_tokens=False)
+    assert events[0]["prompt_token_ids"] == list(prompt)
     assert not any("prompt_token_ids" in e for e in events[1:])
     if stream:
         content = "".join(e["choices"][0]["delta"].get("content", "") for e in events)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Sequence
 
 import pytest
 from websockets.asyncio.client import connect
@@ -119,8 +120,9 @@ async def test_shared_prefix_hits_the_cache(real_server: EclectusServer) -> None
 async def test_server_tokenizes_each_prompt_once_with_the_engines_ids(
     real_engine: object, real_server: EclectusServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The runner ships the ids it counted for the limit; the engine does not tokenize again,
-    and those ids are what the engine would have computed itself (BOS included)."""
+    """The runner ships the ids it counted for the limit, computed once by the front on the
+    event loop (short prompts): the flat prompt text's ids, as transformers' tokenizer(text)
+    gives them (BOS first); the engine takes them as they are."""
     seen: list[object] = []
     engine_core = real_engine.engine  # type: ignore[attr-defined]
     original = engine_core.add_request
@@ -129,22 +131,24 @@ async def test_server_tokenizes_each_prompt_once_with_the_engines_ids(
         seen.append(request)
         original(request, grammar)
 
-    tokenize = engine_core.tokenize_prompt
-    threads: list[threading.Thread] = []
+    front = real_server.ctx.front
+    encode = front.encode
+    encoded: list[tuple[str, threading.Thread]] = []
 
-    def tokenize_on(segments: tuple[str, ...]) -> object:
-        threads.append(threading.current_thread())
-        return tokenize(segments)
+    def encode_on(segments: Sequence[str], add_special_tokens: bool = True) -> object:
+        encoded.append(("".join(segments), threading.current_thread()))
+        return encode(segments, add_special_tokens)
 
     monkeypatch.setattr(engine_core, "add_request", record)
-    monkeypatch.setattr(engine_core, "tokenize_prompt", tokenize_on)
+    monkeypatch.setattr(front, "encode", encode_on)
     client, ws = await session(real_server)
     await client.ask(map_reduce(2))
     assert "text" in (await client.values(1))["final"]
     monkeypatch.undo()
-    assert len(seen) == 3 and len(threads) == 3
-    assert set(threads) == {threading.current_thread()}  # the event loop's, never the step's
-    for request in seen:
-        assert request.tokens == tokenize(request.segments)  # type: ignore[attr-defined]
-        assert request.tokens.token_ids[0] == engine_core.tokenizer.bos_token_id  # type: ignore[attr-defined]
+    assert len(seen) == 3 and len(encoded) == 3
+    assert {thread for _, thread in encoded} == {threading.current_thread()}  # never the step's
+    tokenizer = engine_core.tokenizer
+    for request, (text, _) in zip(seen, encoded, strict=True):
+        assert list(request.prompt_token_ids) == tokenizer.encode(text)  # type: ignore[attr-defined]
+        assert request.prompt_token_ids[0] == tokenizer.bos_token_id  # type: ignore[attr-defined]
     await ws.close()

@@ -30,6 +30,11 @@ REFUSED = [
 ]
 
 
+def say(engine: object) -> tuple[int, ...]:
+    """The ids of the prompt "Say:" (BOS first), as the server's front computes them."""
+    return tuple(engine.engine.tokenizer.encode("Say:"))  # type: ignore[attr-defined]
+
+
 @pytest.mark.parametrize(("constraint", "why"), REFUSED)
 async def test_the_engine_refuses_an_uncompilable_constraint_as_bad_request(
     real_engine: Any, constraint: dict[str, Any], why: str
@@ -37,7 +42,7 @@ async def test_the_engine_refuses_an_uncompilable_constraint_as_bad_request(
     """generate raises RequestRefused (code bad_request) naming the kind and xgrammar's
     reason, before the request is queued."""
     sampling = SamplingParams(max_tokens=8, structured_outputs=constraint)
-    request = EngineRequest("refused", ("Say:",), sampling)
+    request = EngineRequest("refused", say(real_engine), sampling)
     with pytest.raises(RequestRefused, match=why) as caught:
         async for _ in real_engine.generate(request):
             pass
@@ -106,7 +111,7 @@ async def test_the_step_thread_never_compiles_a_grammar(
     monkeypatch.setattr(GrammarBackend, "_compile", recording)
 
     async def run(request_id: str, sampling: SamplingParams) -> str:
-        request = EngineRequest(request_id, ("Say:",), sampling)
+        request = EngineRequest(request_id, say(real_engine), sampling)
         return "".join([out.text async for out in real_engine.generate(request)])
 
     slow = asyncio.ensure_future(

@@ -28,11 +28,11 @@ async def test_default_name_is_the_model_and_others_are_refused(
     async with connect(server.url) as ws:
         client = RawClient(ws)
         welcome = await client.hello()
-        assert [m["name"] for m in welcome["models"]] == ["scripted"]
+        assert [m["name"] for m in welcome["models"]] == ["tiny"]
         refused = await client.ask(call("gpt-4"))
         assert refused["code"] == "unknown_model" and refused["field"] == "calls[0].model"
-        assert "'gpt-4'" in refused["message"] and "'scripted'" in refused["message"]
-        assert (await client.ask(call("scripted")))["type"] == "ack"
+        assert "'gpt-4'" in refused["message"] and "'tiny'" in refused["message"]
+        assert (await client.ask(call("tiny")))["type"] == "ack"
 
 
 async def test_several_served_names_all_work(make_server: ServerFactory) -> None:

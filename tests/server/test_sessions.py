@@ -34,7 +34,7 @@ async def test_auth_on_accepts_the_right_token(make_server: ServerFactory) -> No
     server = await make_server(token="s3cret")
     async with connect(server.url) as ws:
         welcome = await RawClient(ws).hello(token="s3cret", app="t")
-        assert welcome["models"][0]["name"] == "scripted"
+        assert welcome["models"][0]["name"] == "tiny"
         assert welcome["limits"]["max_frame_bytes"] == server.ctx.config.max_frame_bytes
 
 
@@ -163,7 +163,7 @@ async def test_healthz_and_metrics(client: RawClient, server: EclectusServer) ->
     """A DAG resolves with one value sent; the counters say what the server saw."""
     status, kind, body = await fetch(server.http_url + "/healthz")
     assert status == 200 and kind == "application/json"
-    assert json.loads(body) == {"status": "ok", "model": "scripted", "sessions": 1}
+    assert json.loads(body) == {"status": "ok", "model": "tiny", "sessions": 1}
     await client.ask(map_reduce(4))
     await client.values(1)
     status, kind, body = await fetch(server.http_url + "/metrics")

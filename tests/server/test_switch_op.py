@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from sched_helpers import drain, make_scheduler, submit
-from scripted_engine import MarkedReplyEngine, scripted_text
+from scripted_engine import MarkedReplyEngine, prompt_text, scripted_text
 from websockets.asyncio.client import connect
 from ws_helpers import RawClient, ServerFactory
 
@@ -80,7 +80,7 @@ async def test_the_taken_branch_runs_and_the_other_is_skipped(
     assert answers["math_out"]["type"] == "error"
     assert answers["math_out"]["code"] == "skipped"
     assert "'poetry'" in answers["math_out"]["message"]
-    prompts = ["".join(r.segments) for r in engine.requests]
+    prompts = [prompt_text(r) for r in engine.requests]
     assert len(prompts) == 2 and not any("math worker" in p for p in prompts)
 
 
@@ -143,7 +143,7 @@ async def test_nothing_runs_before_a_get_and_the_router_waits_for_the_branch(
     await client.send({"type": "get", "id": "g", "var": "math_out"})
     answers = await client.values(1)
     assert answers["math_out"]["type"] == "value"
-    prompts = ["".join(r.segments) for r in engine.requests]
+    prompts = [prompt_text(r) for r in engine.requests]
     assert len(prompts) == 2 and "pick:" in prompts[0] and "math worker" in prompts[1]
 
 

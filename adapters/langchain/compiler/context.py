@@ -41,11 +41,17 @@ class Lowering:
     choices: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def declare_call(
-        self, pieces: Sequence[Piece], sampling: SamplingParams, model: str | None, label: str
+        self,
+        pieces: Sequence[Piece],
+        sampling: SamplingParams,
+        model: str | None,
+        label: str,
+        add_special_tokens: bool = True,
     ) -> Ref:
-        """Declares one model call (buffered, nothing sent) and returns its output ref."""
+        """Declares one model call (buffered, nothing sent) and returns its output ref;
+        ``add_special_tokens`` False for a chat template's render."""
         self.trace.call(label)
-        output = _client.declare(self.session, pieces, sampling, model)
+        output = _client.declare(self.session, pieces, sampling, model, add_special_tokens)
         constraint = sampling.structured_outputs if isinstance(sampling, SamplingParams) else None
         if constraint is not None and constraint.choice is not None:
             self.choices[output.id] = constraint.choice

@@ -160,7 +160,8 @@ async def lower_model(model: Any, value: Any, ctx: Lowering, kwargs: dict[str, A
             raise NotLowerable(str(exc)) from exc
     else:
         pieces = llm_prompt(value, config_run_id(ctx.config))
-    ref = ctx.declare_call(pieces, sampling, name, f"{model.get_name()} {explicit(sampling)}")
+    label = f"{model.get_name()} {explicit(sampling)}"
+    ref = ctx.declare_call(pieces, sampling, name, label, not model.renders_chat)
     output = (
         ref if isinstance(model, EclectusLLM) else SymMessage(ref, model_name_of(ctx.session, name))
     )
