@@ -86,8 +86,8 @@ def test_sync_twin(live_server: LiveServer) -> None:
         again = one(summarize(doc="sync doc"))
         assert "".join(again.stream(timeout=60)) == text
         tiny = Tokenizer.from_dir(resolve_model_dir("tiny"))  # the live server's model
-        assert app.tokenize("abc") == tiny.encode("abc", add_bos=False)
-        assert app.count_tokens("abc") == len(tiny.encode("abc", add_bos=False))
+        assert app.tokenize("abc") == tiny.encode("abc", add_special_tokens=False)
+        assert app.count_tokens("abc") == len(tiny.encode("abc", add_special_tokens=False))
 
 
 async def test_client_set_variable_feeds_the_graph(live_server: LiveServer) -> None:

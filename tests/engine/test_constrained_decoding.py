@@ -26,7 +26,7 @@ def engine() -> LLMEngine:
 def run(engine: LLMEngine, requests: dict[str, tuple[str, SamplingParams]]) -> dict[str, Any]:
     """Runs the requests together; request id -> (text, finish reason, output tokens)."""
     for request_id, (prompt, sampling) in requests.items():
-        engine.add_tokens(request_id, engine.tokenizer.encode(prompt, add_bos=True), sampling)
+        engine.add_tokens(request_id, engine.tokenizer.encode(prompt), sampling)
     texts: dict[str, str] = {}
     final: dict[str, EngineOutput] = {}
     while engine.has_unfinished:

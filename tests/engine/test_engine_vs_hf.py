@@ -111,20 +111,17 @@ def test_forced_preemption(hf_greedy: object) -> None:
     assert stats.num_free_blocks == stats.num_total_blocks  # nothing leaked
 
 
-def test_string_prompts_and_segments(hf_greedy: object) -> None:
+def test_string_prompts_are_tokenized_as_transformers_does(hf_greedy: object) -> None:
+    """A string prompt's ids are transformers' ``tokenizer(text)`` (BOS first), and greedy
+    decoding from them is HF's."""
     llm = engine()
     tokenizer = llm.tokenizer
-    (seg_out, str_out) = llm.generate(
-        [["You are terse. ", "Say hi."], "Say hi."], SamplingParams(max_tokens=MAX_TOKENS)
-    )
-    seg_ids = tokenizer.encode("You are terse. ", add_bos=True) + tokenizer.encode(
-        "Say hi.", add_bos=False
-    )
-    assert seg_out.prompt_token_ids == seg_ids
-    assert seg_out.token_ids == hf_greedy(seg_ids)
-    assert str_out.token_ids == hf_greedy(tokenizer.encode("Say hi.", add_bos=True))
-    assert seg_out.text == tokenizer.decode(
-        [t for t in seg_out.token_ids if t not in tokenizer.eos_token_ids]
+    (out,) = llm.generate(["You are terse. Say hi."], SamplingParams(max_tokens=MAX_TOKENS))
+    ids = tokenizer.encode("You are terse. Say hi.")
+    assert out.prompt_token_ids == ids and ids[0] == tokenizer.bos_token_id
+    assert out.token_ids == hf_greedy(ids)
+    assert out.text == tokenizer.decode(
+        [t for t in out.token_ids if t not in tokenizer.eos_token_ids]
     )
 
 

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import pytest
+from engine_helpers import TOKENIZER, prompt_request
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eclectus.server.backend import EngineOutput, EngineRequest, TokenizedPrompt
+from eclectus.server.backend import EngineOutput, EngineRequest
 from eclectus.server.engine import EngineConfig, LLMEngine, SamplingParams
 
+HELLO = tuple(TOKENIZER.encode("Hello there. "))
+ONCE = tuple(TOKENIZER.encode("Once upon"))
 SYSTEM = "You are a helpful assistant. Answer in one short sentence, please. " * 2
 
 
@@ -26,14 +29,14 @@ def run(engine: LLMEngine) -> dict[str, list[EngineOutput]]:
 
 
 def req(request_id: str, *segments: str, **fields: object) -> EngineRequest:
-    return EngineRequest(request_id, segments, SamplingParams(max_tokens=4), **fields)
+    return prompt_request(request_id, segments, SamplingParams(max_tokens=4), **fields)
 
 
 def test_pin_survives_eviction_pressure_until_unpin(engine: LLMEngine) -> None:
-    engine.add_request(req("pin", SYSTEM, "Q?", pin_prefix_segments=1))
+    engine.add_request(req("pin", SYSTEM, "Q?", pin_segments=1))
     run(engine)
     pinned = engine.block_manager.pins["pin"]
-    assert len(pinned) == len(engine.tokenizer.encode(SYSTEM, add_bos=True)) // 16
+    assert len(pinned) == len(engine.tokenizer.encode(SYSTEM)) // 16
     for i in range(16):  # overflow the pool with other prompts: LRU would evict the prefix
         engine.add_request(req(f"other{i}", f"{i} " * 150))
     run(engine)
@@ -45,7 +48,7 @@ def test_pin_survives_eviction_pressure_until_unpin(engine: LLMEngine) -> None:
 
 
 def test_unpin_before_the_pin_is_taken_prevents_it(engine: LLMEngine) -> None:
-    engine.add_request(req("p", SYSTEM, "Q?", pin_prefix_segments=1))
+    engine.add_request(req("p", SYSTEM, "Q?", pin_segments=1))
     engine.unpin("p")
     run(engine)
     assert not engine.block_manager.pins
@@ -84,17 +87,13 @@ def test_counters_add_up(engine: LLMEngine) -> None:
     assert stats.num_cached_blocks > 0
 
 
-def test_request_with_ids_is_not_tokenized_again(engine: LLMEngine) -> None:
-    """Ids the caller computed are taken as they are (their count is the prompt's)."""
-    tokens = engine.tokenize_prompt(("abc", "def"))
-    abc, def_ = (engine.tokenizer.encode(s, add_bos=False) for s in ("abc", "def"))
-    assert tokens.token_ids == (engine.tokenizer.bos_token_id, *abc, *def_)
-    assert tokens.segment_ends == (1 + len(abc), 1 + len(abc) + len(def_))
-    assert len(tokens.token_ids) > 4
-    short = TokenizedPrompt(tokens.token_ids[:4], (4,))
-    engine.add_request(req("ids", "abc", "def", tokens=short))
+def test_a_request_is_its_ids(engine: LLMEngine) -> None:
+    """The engine takes the ids it is given as they are (their count is the prompt's)."""
+    ids = tuple(engine.tokenizer.encode("abcdef"))
+    assert len(ids) > 3
+    engine.add_request(EngineRequest("ids", ids[:3], SamplingParams(max_tokens=4)))
     last = run(engine)["ids"][-1]
-    assert last.finished and last.num_prompt_tokens == 4
+    assert last.finished and last.num_prompt_tokens == 3
 
 
 def test_a_request_that_breaks_the_sampler_fails_alone(engine: LLMEngine) -> None:
@@ -102,9 +101,9 @@ def test_a_request_that_breaks_the_sampler_fails_alone(engine: LLMEngine) -> Non
     missed bound would let through) makes the batched sampler raise: that request ends with
     "error", its neighbour completes."""
     bad = SamplingParams.model_construct(max_tokens=4, temperature=2**1100)
-    engine.add_request(EngineRequest("bad", ("Hello there. ",), bad))
+    engine.add_request(EngineRequest("bad", HELLO, bad))
     good = SamplingParams(max_tokens=4, temperature=0.8, seed=1)
-    engine.add_request(EngineRequest("good", ("Hello there. ",), good))
+    engine.add_request(EngineRequest("good", HELLO, good))
     outs = run(engine)
     assert outs["bad"][-1].finish_reason == "error"
     assert "Overflow" in engine.pop_failure("bad")
@@ -118,9 +117,9 @@ def test_a_huge_top_k_samples_like_no_top_k(engine: LLMEngine) -> None:
     """top_k = 2**70 overflowed the sampler's tensor and failed the whole step."""
     engine.add_request(req("k", "Hello there. "))
     huge = SamplingParams.model_construct(max_tokens=4, temperature=0.8, top_k=2**70, seed=7)
-    engine.add_request(EngineRequest("huge", ("Once upon",), huge))
+    engine.add_request(EngineRequest("huge", ONCE, huge))
     engine.add_request(
-        EngineRequest("off", ("Once upon",), SamplingParams(max_tokens=4, temperature=0.8, seed=7))
+        EngineRequest("off", ONCE, SamplingParams(max_tokens=4, temperature=0.8, seed=7))
     )
     outs = run(engine)
     assert outs["huge"][-1].finish_reason in ("stop", "length")

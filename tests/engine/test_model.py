@@ -79,7 +79,7 @@ def test_tiny_logits_match_transformers(tiny_pair) -> None:
     """Every position's logits agree with transformers within 1e-4 in fp32."""
     ours, theirs, tok = tiny_pair
     for prompt in PROMPTS:
-        ids = tok.encode(prompt, add_bos=True)
+        ids = tok.encode(prompt)
         torch.testing.assert_close(our_logits(ours, ids), hf_logits(theirs, ids), atol=1e-4, rtol=0)
 
 
@@ -94,7 +94,7 @@ def test_tiny_greedy_identical_to_transformers_for_32_steps(tiny_pair) -> None:
     """Greedy continuation (full recompute per step) is token-identical to transformers."""
     ours, theirs, tok = tiny_pair
     for prompt in PROMPTS[:2]:
-        ids = tok.encode(prompt, add_bos=True)
+        ids = tok.encode(prompt)
         mine = greedy(lambda x: our_logits(ours, x), ids, 32)
         # transformers' own greedy loop (KV cached); it stops early only at EOS
         with torch.no_grad():
@@ -112,8 +112,7 @@ def test_tiny_greedy_outputs_are_not_degenerate(tiny_pair) -> None:
     """The tiny weights give prompt-dependent, varied greedy outputs."""
     ours, _, tok = tiny_pair
     outputs = [
-        tuple(greedy(lambda x: our_logits(ours, x), tok.encode(p, add_bos=True), 16)[-16:])
-        for p in PROMPTS
+        tuple(greedy(lambda x: our_logits(ours, x), tok.encode(p), 16)[-16:]) for p in PROMPTS
     ]
     assert len(set(outputs)) == len(PROMPTS)
     assert all(len(set(out)) >= 8 for out in outputs)  # not stuck repeating a token or two
@@ -122,7 +121,7 @@ def test_tiny_greedy_outputs_are_not_degenerate(tiny_pair) -> None:
 def test_forward_batches_tokens_independently_of_position_offset(tiny_pair) -> None:
     """A decode step at position p given the cached prefix equals the full recompute."""
     ours, _, tok = tiny_pair
-    ids = tok.encode("incremental decoding", add_bos=True)
+    ids = tok.encode("incremental decoding")
     cache: dict[int, tuple[Tensor, Tensor]] = {}
 
     def cached_attn(layer_idx: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
@@ -241,7 +240,7 @@ def test_bf16_load_is_close_to_fp32(tiny_pair, tiny_dir: Path) -> None:
     ours32, _, tok = tiny_pair
     ours16, _ = load_model(tiny_dir, "bfloat16")
     assert ours16.model.layers[0].self_attn.qkv_proj.weight.dtype == torch.bfloat16
-    ids = tok.encode(PROMPTS[1], add_bos=True)
+    ids = tok.encode(PROMPTS[1])
     logits16 = our_logits(ours16, ids)
     assert logits16.dtype == torch.float32
     torch.testing.assert_close(logits16, our_logits(ours32, ids), atol=0.05, rtol=0)
@@ -278,7 +277,7 @@ def test_forward_with_rows_computes_those_rows_of_the_full_forward(tiny_pair) ->
     """``rows``: the last layer's output for those rows only, in the order given, equal to
     the same rows of the full forward; every token's K/V still reaches the attention."""
     ours, _, tok = tiny_pair
-    ids = tok.encode("only the rows that sample get logits", add_bos=True)
+    ids = tok.encode("only the rows that sample get logits")
     seen: list[int] = []
 
     def rows_attn(layer_idx: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:

@@ -33,7 +33,7 @@ def engine() -> LLMEngine:
 
 
 def generate(engine: LLMEngine, prompt: str, requests: list[SamplingParams]) -> list[str]:
-    ids = engine.tokenizer.encode(prompt, add_bos=False)
+    ids = engine.tokenizer.encode(prompt, add_special_tokens=False)
     for i, sampling in enumerate(requests):
         engine.add_tokens(f"t{i}", ids, sampling)
     texts = [""] * len(requests)

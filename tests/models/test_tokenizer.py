@@ -78,16 +78,16 @@ def test_vocabulary_layout(tok: Tokenizer) -> None:
     added = [*SPECIAL_TOKENS, *TOOL_CALL_TOKENS]
     assert [tok.backend.token_to_id(t) for t in added] == list(range(len(added)))
     for text in ("AZ\x00\xff", "<|user|>", "<tool_call>"):  # one id each where an added token
-        assert tok.decode(tok.encode(text, add_bos=False)) in (text, "")
-    assert tok.encode("<|user|>", add_bos=False) == [SPECIAL_TOKENS.index("<|user|>")]
-    assert tok.encode("a", add_bos=True) == [BOS_ID, tok.backend.token_to_id("a")]
+        assert tok.decode(tok.encode(text, add_special_tokens=False)) in (text, "")
+    assert tok.encode("<|user|>", add_special_tokens=False) == [SPECIAL_TOKENS.index("<|user|>")]
+    assert tok.encode("a") == [BOS_ID, tok.backend.token_to_id("a")]
 
 
 def test_bpe_merges_english_into_words(tok: Tokenizer) -> None:
     """Trained merges: common words are one token, so English runs ~4 bytes a token (as real
     models' tokenizers do), and every byte string still encodes and decodes exactly."""
-    assert len(tok.encode(" the", add_bos=False)) == 1
-    ids = tok.encode(ENGLISH, add_bos=False)
+    assert len(tok.encode(" the", add_special_tokens=False)) == 1
+    ids = tok.encode(ENGLISH, add_special_tokens=False)
     assert len(ENGLISH.encode()) / len(ids) > 3.5
     assert tok.decode(ids) == ENGLISH
 
@@ -95,7 +95,10 @@ def test_bpe_merges_english_into_words(tok: Tokenizer) -> None:
 def test_decode_keeps_tool_call_tags_and_skips_specials(tok: Tokenizer) -> None:
     """<tool_call> tags are added tokens but not special: decoded text keeps them for a
     tool-call parser; role markers, BOS and EOS are special and skipped."""
-    ids = [BOS_ID, *tok.encode("<|assistant|>\n<tool_call>{}</tool_call>", add_bos=False)]
+    ids = [
+        BOS_ID,
+        *tok.encode("<|assistant|>\n<tool_call>{}</tool_call>", add_special_tokens=False),
+    ]
     assert tok.decode([*ids, EOS_ID]) == "\n<tool_call>{}</tool_call>"
     assert all(tok.backend.token_to_id(t) is not None for t in ROLE_TOKENS)
 
@@ -103,7 +106,7 @@ def test_decode_keeps_tool_call_tags_and_skips_specials(tok: Tokenizer) -> None:
 def test_ids_match_transformers_autotokenizer(tok: Tokenizer, hf_tok) -> None:
     """AutoTokenizer on the directory gives our ids, BOS included, and decodes the same."""
     for text in SAMPLES:
-        ids = tok.encode(text, add_bos=True)
+        ids = tok.encode(text)
         assert hf_tok(text).input_ids == ids
         without_specials = text.replace("<|user|>", "")  # a special token: decode skips it
         assert hf_tok.decode(ids, skip_special_tokens=True) == tok.decode(ids) == without_specials
@@ -112,27 +115,84 @@ def test_ids_match_transformers_autotokenizer(tok: Tokenizer, hf_tok) -> None:
 @FAST
 @given(text=plain_text())
 def test_ids_match_transformers_on_random_text(tok: Tokenizer, hf_tok, text: str) -> None:
-    assert hf_tok(text).input_ids == tok.encode(text, add_bos=True)
+    assert hf_tok(text).input_ids == tok.encode(text)
+
+
+# seam-adversarial pieces: constants ending in a space, colon, newline or letter; values
+# starting with a space, letter, digit or a multi-byte character; a word cut in two
+SEAM_PIECES = ["Q: ", "A1:", "line\n", "un", " what", "believable", "42", "é", "😀x", " ", ""]
 
 
 @FAST
-@given(segments=st.lists(plain_text(), max_size=5))
-def test_segments_encode_independently(tok: Tokenizer, segments: list[str]) -> None:
-    """Segments are encoded one by one (each boundary is a token boundary, as the engine's
-    prefix reuse wants) and the concatenated ids decode to exactly the whole text. (With BPE
-    the ids may differ from the whole text's: a merge never spans a boundary.)"""
-    whole = "".join(segments)
-    assume(not any(s in whole for s in SPECIAL_LITERALS))  # a literal may form at a seam
-    ids = [i for s in segments for i in tok.encode(s, add_bos=False)]
-    assert tok.decode([tok.bos_token_id, *ids]) == whole
-    assert tok.decode(tok.encode(whole, add_bos=True)) == whole
+@given(pieces=st.lists(st.one_of(st.sampled_from(SEAM_PIECES), plain_text()), max_size=6))
+def test_pieces_encode_as_their_flat_text(tok: Tokenizer, hf_tok, pieces: list[str]) -> None:
+    """A prompt given as pieces is the flat text's ids, exactly transformers' (merges cross
+    the seams), with or without special tokens; each seam's count is the number of ids
+    lying wholly before it (a straddling token counts for the piece after), BOS included."""
+    whole = "".join(pieces)
+    assume(not any(lit in whole for lit in SPECIAL_LITERALS))  # a literal may form at a seam
+    for special in (True, False):
+        ids, ends = tok.encode_pieces(pieces, special)
+        assert (
+            ids == tok.encode(whole, special) == hf_tok(whole, add_special_tokens=special).input_ids
+        )
+        assert len(ends) == len(pieces)
+        seams = [len("".join(pieces[: k + 1])) for k in range(len(pieces))]
+        for seam, end in zip(seams, ends, strict=True):
+            assert end == expected_before(tok, ids, whole, seam, special)
+        assert ends == sorted(ends) and (not ends or ends[-1] == len(ids))
 
 
-def test_a_boundary_inside_a_word_splits_its_merge(tok: Tokenizer) -> None:
-    """What separate encoding means for BPE: "Par" + "is" are two pieces, "Paris" is one."""
-    whole = tok.encode(" Paris", add_bos=False)
-    parts = tok.encode(" Par", add_bos=False) + tok.encode("is", add_bos=False)
-    assert len(whole) == 1 and len(parts) > 1 and tok.decode(parts) == " Paris"
+def expected_before(tok: Tokenizer, ids: list[int], text: str, seam: int, special: bool) -> int:
+    """Ids wholly before character ``seam``: re-encoding the flat text's prefix ids one at a
+    time, the longest run whose decoded bytes stay within the text's first ``seam``
+    characters' bytes (pure; byte-level BPE decodes each id to its own bytes)."""
+    start = 1 if special and tok.bos_token_id is not None else 0
+    head = text[:seam].encode()
+    run = b""
+    for n, i in enumerate(ids[start:]):
+        run += token_bytes(tok, i)
+        if not head.startswith(run):
+            return start + n
+    return len(ids)
+
+
+def token_bytes(tok: Tokenizer, token_id: int) -> bytes:
+    """The bytes one id of the byte-level BPE stands for (pure)."""
+    byte_of = {ch: b for b, ch in enumerate(_byte_level_chars())}
+    piece = tok.backend.id_to_token(token_id)
+    if piece in SPECIAL_LITERALS:
+        return piece.encode()
+    return bytes(byte_of[ch] for ch in piece)
+
+
+def _byte_level_chars() -> list[str]:
+    """GPT-2's byte-to-character table, byte order (pure)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1)]
+    printable += range(ord("®"), ord("ÿ") + 1)
+    chars, extra = [], 0
+    for b in range(256):
+        if b in printable:
+            chars.append(chr(b))
+        else:
+            chars.append(chr(256 + extra))
+            extra += 1
+    return chars
+
+
+def test_a_seam_inside_a_word_keeps_the_whole_words_token(tok: Tokenizer) -> None:
+    """``" Par" + "is"`` is the one token of " Paris", as a stock server computes it; that
+    token straddles the seam, so no id lies wholly before it (but for BOS)."""
+    ids, ends = tok.encode_pieces([" Par", "is"])
+    assert ids == tok.encode(" Paris") and len(ids) == 2
+    assert ends == [1, 2]
+
+
+def test_a_value_with_a_leading_space_leaves_the_constant_whole(tok: Tokenizer) -> None:
+    """A constant ending in a word, a value starting with " what": the space belongs to the
+    value's token, so every id of the constant lies before the seam."""
+    _, ends = tok.encode_pieces(["Answer the question.", " what is it"])
+    assert ends[0] == len(tok.encode("Answer the question."))
 
 
 def stream(tok: Tokenizer, ids: list[int]) -> list[str]:
@@ -152,19 +212,19 @@ def test_incremental_detok_concatenates_to_decode(tok: Tokenizer, ids: list[int]
 def test_incremental_detok_never_emits_partial_characters(tok: Tokenizer, text: str) -> None:
     """Valid text streams out in whole characters: no piece contains U+FFFD."""
     assume("\ufffd" not in text)
-    pieces = stream(tok, tok.encode(text, add_bos=True))
+    pieces = stream(tok, tok.encode(text))
     assert "".join(pieces) == text
     assert not any("\ufffd" in p for p in pieces)
 
 
 def test_incremental_detok_holds_back_a_split_character(tok: Tokenizer) -> None:
     """A 4-byte emoji appears only once its last byte arrives."""
-    ids = tok.encode("a😀b", add_bos=False)
+    ids = tok.encode("a😀b", add_special_tokens=False)
     assert stream(tok, ids) == ["a", "", "", "", "😀", "b", ""]
 
 
 def test_incremental_detok_flushes_a_truncated_character(tok: Tokenizer) -> None:
-    ids = tok.encode("😀", add_bos=False)[:2]
+    ids = tok.encode("😀", add_special_tokens=False)[:2]
     pieces = stream(tok, ids)
     assert pieces[:-1] == ["", ""] and pieces[-1] == "\ufffd"
 
@@ -274,8 +334,8 @@ def test_tokenizer_without_bos(tiny_dir: Path, tmp_path: Path) -> None:
     """add_bos_token false (as in Qwen2): no BOS id, encode never prepends one."""
     tok = Tokenizer.from_dir(copy_with(tiny_dir, tmp_path / "d", add_bos_token=False))
     assert tok.bos_token_id is None
-    assert tok.encode("hi", add_bos=True) == tok.backend.encode("hi", add_special_tokens=False).ids
-    assert BOS_ID not in tok.encode("hi", add_bos=True)
+    assert tok.encode("hi") == tok.backend.encode("hi", add_special_tokens=False).ids
+    assert BOS_ID not in tok.encode("hi")
 
 
 def test_bos_detected_from_post_processor(tiny_dir: Path, tmp_path: Path) -> None:
@@ -304,24 +364,23 @@ def test_missing_tokenizer_json_is_a_clear_error(tmp_path: Path) -> None:
         Tokenizer.from_dir(tmp_path)
 
 
-def test_bos_is_not_doubled_when_the_text_starts_with_it(
+def test_a_template_rendering_bos_gets_it_once_as_a_chat_prompt(
     tiny_dir: Path, tmp_path: Path, hf_tok
 ) -> None:
-    """A template rendering {{ bos_token }} gives a prompt that already starts with BOS:
-    encode(add_bos=True) adds none, so the ids equal transformers' tokenization of the
-    rendered chat without special tokens (what vLLM's chat path does)."""
+    """A template rendering {{ bos_token }} gives a prompt that already starts with BOS: as a
+    chat prompt (no special tokens added, vLLM's chat endpoint) it has one BOS, the ids
+    transformers gives; as a completion prompt BOS is added once more, as
+    ``tokenizer(text)`` adds it."""
     path = copy_with(
         tiny_dir, tmp_path / "d", chat_template="{{ bos_token }}{{ messages[0]['content'] }}"
     )
     tok = Tokenizer.from_dir(path)
     prompt = tok.apply_chat_template(MESSAGES)
     assert prompt.startswith("<s>")
-    ids = tok.encode(prompt, add_bos=True)
+    ids = tok.encode(prompt, add_special_tokens=False)
     assert ids.count(BOS_ID) == 1 and ids[0] == BOS_ID
     assert ids == hf_tok.encode(prompt, add_special_tokens=False)
-    hi = tok.encode("hi", add_bos=False)
-    assert tok.encode("hi", add_bos=True) == [BOS_ID, *hi]  # others still get BOS
-    assert tok.encode("<s>hi", add_bos=False) == [BOS_ID, *hi]
+    assert tok.encode(prompt) == [BOS_ID, *ids] == hf_tok(prompt).input_ids
     assert tok.effective_chat_template == "{{ bos_token }}{{ messages[0]['content'] }}"
     assert tok.template_vars["bos_token"] == "<s>"
 
@@ -387,7 +446,15 @@ def test_incremental_detok_with_byte_fallback_and_space_stripping(ids: list[int]
 
 
 def test_incremental_detok_sentencepiece_text() -> None:
-    ids = SP_TOKENIZER.encode("ab a é 😀b", add_bos=True)
+    ids = SP_TOKENIZER.encode("ab a é 😀b")
     pieces = stream(SP_TOKENIZER, ids)
     assert "".join(pieces) == "ab a é 😀b" and " a" in pieces
     assert pieces[-6:] == ["", "", "", "", "😀b", ""]  # the emoji's 4 byte tokens wait for "b"
+
+
+def test_seams_on_a_sentencepiece_style_tokenizer() -> None:
+    """The prepended "▁" belongs to the first character, the "▁" of a space to its word:
+    "ab" + " a" has both tokens apart at the seam, "a" + "b a" cuts "▁ab" (straddling)."""
+    ab, a = SP_TOKENIZER.backend.token_to_id("▁ab"), SP_TOKENIZER.backend.token_to_id("▁a")
+    assert SP_TOKENIZER.encode_pieces(["ab", " a"]) == ([1, ab, a], [2, 3])
+    assert SP_TOKENIZER.encode_pieces(["a", "b a"]) == ([1, ab, a], [1, 3])

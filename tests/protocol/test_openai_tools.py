@@ -111,7 +111,7 @@ def test_a_required_call_through_the_engine_is_a_valid_tool_call() -> None:
         None, [{"role": "user", "content": "Weather in Oslo?"}], tools=constraint.tools
     )
     sampling = with_constraint(SamplingParams(max_tokens=80, temperature=0.8, seed=1), constraint)
-    engine.add_tokens("r", engine.tokenizer.encode(prompt, add_bos=True), sampling)
+    engine.add_tokens("r", engine.tokenizer.encode(prompt), sampling)
     text, finish = "", None
     while engine.has_unfinished:
         for out in engine.step():

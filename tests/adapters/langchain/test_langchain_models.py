@@ -96,7 +96,9 @@ def test_get_num_tokens_uses_the_server_tokenizer(
     """Token counts come from the server's tokenizer (tiny's BPE), not a local guess."""
     engine_tokenizer = eclectus_server.backend.engine.tokenizer  # type: ignore[attr-defined]
     assert chat.get_num_tokens("héllo") == llm.get_num_tokens("héllo")
-    assert chat.get_num_tokens("héllo") == len(engine_tokenizer.encode("héllo", add_bos=False))
+    assert chat.get_num_tokens("héllo") == len(
+        engine_tokenizer.encode("héllo", add_special_tokens=False)
+    )
     assert chat.get_num_tokens_from_messages([HumanMessage("hi")]) == chat.get_num_tokens(
         "<|user|>\nhi\n<|assistant|>\n"
     )

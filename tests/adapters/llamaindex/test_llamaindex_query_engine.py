@@ -150,5 +150,5 @@ def test_long_document_packs_in_the_servers_tokens(
     response = index.as_query_engine(response_synthesizer=synthesizer).query(QUESTION)
     assert len(response.source_nodes) >= 16
     engine_tokenizer = server.backend.engine.tokenizer  # type: ignore[attr-defined]
-    assert app_settings.tokenizer("abc") == engine_tokenizer.encode("abc", add_bos=False)
+    assert app_settings.tokenizer("abc") == engine_tokenizer.encode("abc", add_special_tokens=False)
     assert isinstance(response.response, str)

@@ -35,7 +35,7 @@ def tiny_tokenizer() -> Tokenizer:
 
 def tiny_ids(text: str) -> list[int]:
     """tiny's ids for ``text`` as one non-first segment, computed locally."""
-    return tiny_tokenizer().encode(text, add_bos=False)
+    return tiny_tokenizer().encode(text, add_special_tokens=False)
 
 
 class Counting:
@@ -97,7 +97,7 @@ def test_ids_are_the_servers_exactly(server: EclectusServer, llm: Eclectus) -> N
     """Cached or not, the ids are what the engine's tokenizer makes of one segment."""
     engine_tokenizer = server.backend.engine.tokenizer  # type: ignore[attr-defined]
     for text in TEXTS + TEXTS:
-        assert llm.tokenizer(text) == engine_tokenizer.encode(text, add_bos=False)
+        assert llm.tokenizer(text) == engine_tokenizer.encode(text, add_special_tokens=False)
     assert llm.tokenizer("abc") == tiny_ids("abc")
 
 

@@ -39,7 +39,7 @@ async def test_another_tokenizer_is_refused_with_one_line() -> None:
     """An engine whose /tokenize disagrees with the local tokenizer on the probe string:
     the backend will not start, and ``eclectus serve`` exits 2 with one line saying so."""
     backend = build_remote_backend(RemoteConfig(model="tiny", engine_urls=("http://x/v1",)))
-    ours = backend.tokenizer.encode(PROBE, add_bos=True)
+    ours = backend.tokenizer.encode(PROBE)
     server, url = await serve_http(fake_engine([*ours[:5], ours[5] + 1, *ours[6:]]))
     try:
         mismatched = build_remote_backend(RemoteConfig(model="tiny", engine_urls=(url,)))

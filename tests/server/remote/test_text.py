@@ -56,7 +56,7 @@ def test_text_after_a_failover_is_the_uninterrupted_text(
 ) -> None:
     """Fail over after any id, even inside a multi-byte character: what the graph got
     before plus what LocalText gives after is exactly the uninterrupted engine's text."""
-    ids = tokenizer.encode(text, add_bos=False)
+    ids = tokenizer.encode(text, add_special_tokens=False)
     cut = min(cut, len(ids))
     emitted = "".join(engine_text(tokenizer, ids[:cut])[:-1])  # the stream dropped: no flush
     local = LocalText.resume(tokenizer, ids[:cut], emitted, stop=())
@@ -71,7 +71,10 @@ def test_local_text_stops_at_a_stop_string_across_pieces(tokenizer: Tokenizer) -
     prefix early."""
     local = LocalText.resume(tokenizer, [], "", stop=("END",))
     assert local is not None
-    pieces = [local.feed(tokenizer.encode(c, add_bos=False)) for c in "ab EN"]
+    pieces = [local.feed(tokenizer.encode(c, add_special_tokens=False)) for c in "ab EN"]
     assert "".join(t for t, _ in pieces) == "ab " and not any(s for _, s in pieces)
-    assert local.feed(tokenizer.encode("D more", add_bos=False)) == ("", True)
-    assert LocalText.resume(tokenizer, tokenizer.encode("xy", add_bos=False), "z", ()) is None
+    assert local.feed(tokenizer.encode("D more", add_special_tokens=False)) == ("", True)
+    assert (
+        LocalText.resume(tokenizer, tokenizer.encode("xy", add_special_tokens=False), "z", ())
+        is None
+    )
