@@ -18,7 +18,8 @@ from pydantic import BaseModel, ConfigDict
 from eclectus.protocol import SamplingParams
 from eclectus.protocol.structured import StructuredOutputs
 from eclectus.protocol.tools import tool_call_constraint, tool_specs
-from eclectus.server.backend import EngineRequest, TokenizedPrompt
+from eclectus.server.backend import EngineRequest
+from eclectus.server.front import Prompt
 from eclectus.server.remote.dialect import (
     Dialect,
     Unenforceable,
@@ -149,16 +150,16 @@ def member(dialect: Dialect, *, sglang: bool = False, token_prompts: bool = True
     return remote
 
 
-def attempt(sampling: SamplingParams, number: int = 0, generated: str = "") -> Attempt:
-    request = EngineRequest(
-        "r1",
-        ("Hello", " world"),
-        sampling,
-        priority=1.5,
-        tenant="acme",
-        tokens=TokenizedPrompt((1, 10, 11, 12), (2, 4)),
-    )
-    return Attempt(request, request.tokens, 16, number, generated)  # type: ignore[arg-type]
+def attempt(
+    sampling: SamplingParams, number: int = 0, generated: str = "", *, chat: bool = False
+) -> Attempt:
+    """An attempt at "Hello world" as a completion prompt (BOS first) or, with ``chat``, as
+    a rendered chat turn (no BOS)."""
+    tokenizer = member(Dialect.VLLM).tokenizer
+    text = "<|user|>\nHello world\n" if chat else "Hello world"
+    ids = tuple(tokenizer.encode(text, add_special_tokens=not chat))
+    request = EngineRequest("r1", ids, sampling, priority=1.5, tenant="acme")
+    return Attempt(request, Prompt.of_ids(ids), 16, number, generated)
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
@@ -199,7 +200,11 @@ def test_sglang_request_validates_against_its_completion_request(kind: str) -> N
 def test_vllm_body_has_no_sglang_fields_and_priority_lower_first() -> None:
     """vLLM gets no rid (it would log it as ignored) and the rank as is (lower first)."""
     body = member(Dialect.VLLM).body(attempt(SamplingParams()), 4096)
-    assert "rid" not in body and body["priority"] == 1500 and body["prompt"] == [1, 10, 11, 12]
+    assert (
+        "rid" not in body
+        and body["priority"] == 1500
+        and body["prompt"] == list(attempt(SamplingParams()).prompt.token_ids)
+    )
 
 
 def test_a_constrained_call_never_ignores_eos() -> None:
@@ -238,14 +243,20 @@ def test_guided_dialect_maps_all_but_the_structural_tag() -> None:
     assert not supports(Dialect.NONE, KINDS["regex"]) and supports(Dialect.NONE, None)
 
 
-def test_text_prompt_engines_get_the_segments_joined() -> None:
-    """An engine without token-id prompts gets the prompt's text, and after a failover the
-    text generated so far appended."""
+def test_text_prompt_engines_get_the_prompts_text() -> None:
+    """An engine without token-id prompts gets the prompt's ids decoded, BOS left to it to
+    add, and after a failover the text generated so far appended; a chat prompt (no BOS)
+    keeps its special tokens' text and asks the engine to add none."""
     remote = member(Dialect.VLLM, token_prompts=False)
-    assert remote.body(attempt(SamplingParams()), 4096)["prompt"] == "Hello world"
+    body = remote.body(attempt(SamplingParams()), 4096)
+    assert body["prompt"] == "Hello world" and "add_special_tokens" not in body
     assert remote.body(attempt(SamplingParams(), 1, " again"), 4096)["prompt"] == (
         "Hello world again"
     )
+    chat = remote.body(attempt(SamplingParams(), chat=True), 4096)
+    assert chat["prompt"] == "<|user|>\nHello world\n" and chat["add_special_tokens"] is False
+    as_ids = member(Dialect.VLLM).body(attempt(SamplingParams(), chat=True), 4096)
+    assert "add_special_tokens" not in as_ids  # ids go as they are
 
 
 def test_sglang_stream_chunks_become_pieces() -> None:

@@ -71,13 +71,10 @@ async def test_engines_receive_ids_priority_and_salt(
         completions = [b for b in proxy.bodies if b.get("stream")]
         assert len(completions) == 2
         throughput, latency = completions
-        prompt = backend.tokenize_prompt(
-            (
-                "You are a careful assistant. Answer briefly.\nQuestion 0: what is 0 plus 0?\n"
-                "Answer:",
-            )
+        prompt = backend.tokenizer.encode(
+            "You are a careful assistant. Answer briefly.\nQuestion 0: what is 0 plus 0?\nAnswer:"
         )
-        assert throughput["prompt"] == list(prompt.token_ids)
+        assert throughput["prompt"] == prompt  # the flat text's ids, BOS first
         assert throughput["cache_salt"] == "acme" and latency["cache_salt"] == "default"
         assert isinstance(latency["priority"], int) and latency["priority"] < throughput["priority"]
         assert throughput["return_token_ids"] is True and throughput["max_tokens"] == 24

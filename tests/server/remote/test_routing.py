@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from eclectus.server.backend import TokenizedPrompt
+from eclectus.server.front import Prompt
 from eclectus.server.remote.prefix_index import PrefixIndex, prefix_keys
 from eclectus.server.remote.routing import (
     EngineView,
@@ -140,15 +140,15 @@ def vars_of(e: EngineView) -> tuple[object, ...]:
     )
 
 
-def test_prefix_index_matches_at_segment_ends_per_tenant() -> None:
-    """The longest held prefix ends at a segment end; another tenant's prefix never
+def test_prefix_index_matches_at_seams_per_tenant() -> None:
+    """The longest held prefix ends at a seam; another tenant's prefix never
     matches (its cache_salt keeps its KV apart); the index forgets least recently used."""
-    shared = TokenizedPrompt((1, 2, 3, 4, 5, 6), (3, 6))
-    other = TokenizedPrompt((1, 2, 3, 9, 9), (3, 5))
+    shared = Prompt((1, 2, 3, 4, 5, 6), (3, 6))
+    other = Prompt((1, 2, 3, 9, 9), (3, 5))
     index = PrefixIndex(max_entries=2)
     index.insert(prefix_keys(shared, "a"))
     assert index.match(prefix_keys(shared, "a")) == 6
     assert index.match(prefix_keys(other, "a")) == 3
     assert index.match(prefix_keys(other, "b")) == 0
-    index.insert(prefix_keys(TokenizedPrompt((7, 8), (1, 2)), "a"))  # evicts both of shared
+    index.insert(prefix_keys(Prompt((7, 8), (1, 2)), "a"))  # evicts both of shared
     assert index.match(prefix_keys(shared, "a")) == 0
