@@ -1,5 +1,5 @@
-"""Watching what a real in-process server sends its engine, for the adapter tests (a uniquely
-named module at tests/adapters, importable from every suite below it)."""
+"""Watching what a real in-process server makes of each call's prompt, for the adapter tests
+(a uniquely named module at tests/adapters, importable from every suite below it)."""
 
 from __future__ import annotations
 
@@ -7,23 +7,37 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from eclectus.server import runner
 from eclectus.server.app import EclectusServer
 
 
+class PromptLog(list[tuple[str, ...]]):
+    """The prompts the runner built, in order: each one's texts (variables resolved, cut
+    where the client cut it; the model reads their concatenation, tokenized once), and in
+    ``add_special_tokens`` whether each was a completion prompt (True) or a chat
+    template's render (False)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.add_special_tokens: list[bool] = []
+
+
 @contextmanager
-def engine_prompts(server: EclectusServer) -> Iterator[list[tuple[str, ...]]]:
-    """The segments of every engine request the server makes while inside, as the engine
-    receives them (variables resolved): what the model reads, cut where the client cut it."""
-    backend: Any = server.backend
-    seen: list[tuple[str, ...]] = []
-    original = backend.generate
+def engine_prompts(server: EclectusServer) -> Iterator[PromptLog]:
+    """The prompts of every engine request the server makes while inside (any server of
+    this process: the runner is module-level)."""
+    del server  # the runner is the same for every server in the process
+    seen = PromptLog()
+    original = runner.prompt_segments
 
-    def recording(request: Any) -> Any:
-        seen.append(tuple(request.segments))
-        return original(request)
+    def recording(graph: Any, node: Any, index: int, generated: dict[str, str]) -> Any:
+        texts, gen = original(graph, node, index, generated)
+        seen.append(tuple(texts))
+        seen.add_special_tokens.append(node.add_special_tokens)
+        return texts, gen
 
-    backend.generate = recording
+    runner.prompt_segments = recording  # type: ignore[assignment]
     try:
         yield seen
     finally:
-        del backend.generate
+        runner.prompt_segments = original

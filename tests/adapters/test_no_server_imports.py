@@ -44,10 +44,22 @@ def test_adapter_packages_load_no_server_module() -> None:
     assert "torch" not in loaded
 
 
+# what the Backend contract takes from the engine package: its torch-free request types
+# (the engine owns them) and the package's own light __init__
+ENGINE_CONTRACT = {
+    "eclectus.server.engine",
+    "eclectus.server.engine.engine_config",
+    "eclectus.server.engine.request",
+}
+
+
 def test_backend_contract_loads_no_engine() -> None:
-    """eclectus.server.backend (the scheduler's view of an engine) leaves the engine out."""
-    loaded = modules_after_import("eclectus.server.backend")
-    assert [m for m in loaded if m.startswith("eclectus.server.engine")] == []
+    """eclectus.server.backend (the scheduler's view of an engine) and the remote backend
+    load the engine's request types and nothing else of it, and no torch."""
+    for module in ("eclectus.server.backend", "eclectus.server.remote.backend"):
+        loaded = modules_after_import(module)
+        assert {m for m in loaded if m.startswith("eclectus.server.engine")} <= ENGINE_CONTRACT
+        assert "torch" not in loaded, module
 
 
 # what the adapters must never import: the server, and the benchmarks, which start one

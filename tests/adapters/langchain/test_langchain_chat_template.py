@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from engine_probe import engine_prompts
@@ -40,7 +39,7 @@ def chatml_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Eclectus
 
 def test_welcome_carries_the_template(chatml_server: EclectusServer) -> None:
     """The engine's card and the welcome a client receives both announce it."""
-    card = chatml_server.backend.model
+    card = chatml_server.model
     assert card.chat_template == TEMPLATE
     assert card.template_vars["bos_token"] == "<s>"
     session = connect_sync(chatml_server.url)
@@ -57,8 +56,7 @@ def test_chat_renders_the_served_template(chatml_server: EclectusServer) -> None
         model = ChatEclectus(base_url=chatml_server.url, max_tokens=2, temperature=0)
         model.invoke([SystemMessage("Be brief."), HumanMessage("What is rain?")])
     (segments,) = seen
-    backend: Any = chatml_server.backend
-    tokenizer = backend.engine.tokenizer
+    tokenizer = chatml_server.ctx.front.tokenizer
     dicts = [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "What is rain?"},
@@ -67,5 +65,6 @@ def test_chat_renders_the_served_template(chatml_server: EclectusServer) -> None
     assert "".join(segments) == expected
     assert expected.startswith("<s><|im_start|>system\n")
     assert "Be brief." in segments and "What is rain?" in segments
-    ids = backend.engine.tokenize_prompt(segments).token_ids
+    assert seen.add_special_tokens == [False]  # a chat prompt: the template's BOS only
+    ids = chatml_server.ctx.front.encode(segments, add_special_tokens=False).token_ids
     assert ids.count(BOS_ID) == 1 and ids[0] == BOS_ID

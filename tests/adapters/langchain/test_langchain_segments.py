@@ -1,9 +1,9 @@
 """Exactness beyond the tiny model: the eager chain (drop-in model + tracing hook) and the
-compiled chain hand the engine the very same segments, so any tokenizer (which tokenizes
-each segment on its own) sees identical token ids and greedy outputs agree.
+compiled chain hand the server the very same prompts, cut at the same seams (the pins'
+points), so any tokenizer sees identical token ids and greedy outputs agree.
 
-The engine's ``generate`` is wrapped to record each request's resolved segments (the real
-engine still runs every request)."""
+The runner's prompt builder is wrapped to record each request's resolved segments (the
+real engine still runs every request)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder, Prom
 from langchain_core.runnables import Runnable
 
 from eclectus.adapters.langchain import ChatEclectus, EclectusLLM, compile, tracing
+from eclectus.server import runner
 from eclectus.server.app import EclectusServer
 
 Segments = tuple[str, ...]
@@ -27,19 +28,19 @@ Segments = tuple[str, ...]
 @pytest.fixture
 def engine_segments(eclectus_server: EclectusServer) -> Iterator[list[Segments]]:
     """Every engine request's segments (empty ones dropped: they add no tokens)."""
-    backend = eclectus_server.backend
-    original = backend.generate
     seen: list[Segments] = []
+    original = runner.prompt_segments
 
-    def recording(request: Any) -> Any:
-        seen.append(tuple(s for s in request.segments if s))
-        return original(request)
+    def recording(graph: Any, node: Any, index: int, generated: dict[str, str]) -> Any:
+        texts, gen = original(graph, node, index, generated)
+        seen.append(tuple(t for t in texts if t))
+        return texts, gen
 
-    backend.generate = recording  # type: ignore[method-assign]
+    runner.prompt_segments = recording  # type: ignore[assignment]
     try:
         yield seen
     finally:
-        del backend.generate  # back to the class's method
+        runner.prompt_segments = original
 
 
 def run_both(chain: Runnable, value: Any, seen: list[Segments]) -> None:

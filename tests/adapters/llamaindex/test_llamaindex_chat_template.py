@@ -13,6 +13,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import openai
 import pytest
 from engine_probe import engine_prompts
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
@@ -74,7 +75,7 @@ def chatml_llm(chatml_server: EclectusServer) -> Iterator[Eclectus]:
 def server_render(server: EclectusServer, messages: list[ChatMessage]) -> str:
     """The prompt the server's own tokenizer renders for ``messages``."""
     dicts = [{"role": m.role.value, "content": m.content or ""} for m in messages]
-    return server.backend.engine.tokenizer.apply_chat_template(dicts)  # type: ignore[attr-defined]
+    return server.ctx.front.tokenizer.apply_chat_template(dicts)
 
 
 def test_hook_renders_the_served_template(
@@ -108,7 +109,22 @@ def test_chat_prompt_templates_render_the_served_template(
     (segments,) = seen
     assert "".join(segments) == expected
     assert QUESTION in segments
-    assert answer == chatml_llm.complete(expected, formatted=True).text
+    assert seen.add_special_tokens == [False]
+    assert answer == stock_chat(chatml_server, MESSAGES)
+
+
+def stock_chat(server: EclectusServer, messages: list[ChatMessage]) -> str:
+    """The greedy answer the stock ``openai`` client gets from /v1/chat/completions on the
+    same server (the server renders the template and adds no special token): what the
+    LlamaIndex chat path must answer too."""
+    client = openai.OpenAI(base_url=server.openai_url, api_key="x")
+    reply = client.chat.completions.create(
+        model=server.model.name,
+        messages=[{"role": m.role.value, "content": m.content or ""} for m in messages],
+        max_tokens=TEST_MAX_TOKENS,
+        temperature=0,
+    )
+    return reply.choices[0].message.content or ""
 
 
 async def test_streaming_and_async_predict_use_it_too(
@@ -132,7 +148,8 @@ def test_chat_and_the_hook_agree(chatml_server: EclectusServer, chatml_llm: Ecle
     (segments,) = seen
     assert "".join(segments) == expected
     assert SYSTEM in segments and f"Q: {QUESTION}" in segments
-    assert answer == chatml_llm.complete(expected, formatted=True).text
+    assert seen.add_special_tokens == [False]
+    assert answer == stock_chat(chatml_server, MESSAGES)
 
 
 def test_a_custom_hook_is_kept(chatml_server: EclectusServer) -> None:

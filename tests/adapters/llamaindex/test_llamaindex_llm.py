@@ -57,8 +57,8 @@ def test_metadata_comes_from_the_server(server: EclectusServer, llm: Eclectus) -
     without one (LlamaIndex's OpenAI LLM says the same: nothing reserved)."""
     plain = Eclectus(url=server.url)
     try:
-        assert plain.metadata.context_window == server.backend.model.context_window
-        assert plain.metadata.model_name == server.backend.model.name == "tiny"
+        assert plain.metadata.context_window == server.model.context_window
+        assert plain.metadata.model_name == server.model.name == "tiny"
         assert plain.max_tokens is None and plain.metadata.num_output == -1
         assert not plain.metadata.is_chat_model
     finally:
