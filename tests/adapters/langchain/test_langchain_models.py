@@ -80,10 +80,12 @@ async def test_chat_abatch_is_one_frame(
 
 
 def test_chat_usage_and_metadata(chat: ChatEclectus) -> None:
-    """Usage counts the rendered chat prompt's tokens: the server's count of its text, BOS."""
+    """Usage counts the rendered chat prompt's tokens: the server's count of its text, no
+    BOS added (a chat prompt takes the template's special tokens only, as vLLM's chat
+    endpoint)."""
     message = chat.invoke([HumanMessage("hi")])
     assert message.usage_metadata is not None
-    prompt_tokens = chat.get_num_tokens("<|user|>\nhi\n<|assistant|>\n") + 1  # + BOS
+    prompt_tokens = chat.get_num_tokens("<|user|>\nhi\n<|assistant|>\n")
     assert message.usage_metadata["input_tokens"] == prompt_tokens
     assert message.usage_metadata["output_tokens"] == 6
     assert message.response_metadata["model_name"] == "tiny"
@@ -94,7 +96,7 @@ def test_get_num_tokens_uses_the_server_tokenizer(
     eclectus_server: EclectusServer, chat: ChatEclectus, llm: EclectusLLM
 ) -> None:
     """Token counts come from the server's tokenizer (tiny's BPE), not a local guess."""
-    engine_tokenizer = eclectus_server.backend.engine.tokenizer  # type: ignore[attr-defined]
+    engine_tokenizer = eclectus_server.ctx.front.tokenizer
     assert chat.get_num_tokens("héllo") == llm.get_num_tokens("héllo")
     assert chat.get_num_tokens("héllo") == len(
         engine_tokenizer.encode("héllo", add_special_tokens=False)
