@@ -74,6 +74,9 @@ class RunRecord:
     engine_idle_s: float | None = None
     # the recipe's background throughput details (jobs done and cancelled, output tok/s)
     background: dict[str, float] = field(default_factory=dict)
+    # the app's final output: every system of a round gets the same input (greedy), so the
+    # report can say whose outputs equal the stock run's
+    output: str = ""
 
     @property
     def cache_hit_ratio(self) -> float | None:
@@ -130,9 +133,11 @@ class Harness:
     bounds: list[BoundRecord] = field(default_factory=list)
     failures: list[FailedRun] = field(default_factory=list)
     _seeds: itertools.count[int] = field(init=False)
+    _documents: dict[tuple[str, str, str, int], str] = field(init=False)
 
     def __post_init__(self) -> None:
         self._seeds = itertools.count(self.seed * 1_000_003)
+        self._documents = {}  # (workload, field, value, rep) -> the round's input
         self._rtt_s = {s.name: s.rtt_s for s in self.systems}  # outside an rtt_ms sweep
         self._bound_cache: dict[tuple[str, str, str], BoundRecord] = {}
 
@@ -193,8 +198,12 @@ class Harness:
     def run_once(
         self, workload: Workload, params: Any, field_name: str, value: Any, system: System, rep: int
     ) -> RunRecord:
-        """One run of ``system`` on fresh input (mutates: the server's cache and counters)."""
-        text = self._fresh_document(workload)
+        """One run of ``system`` on the round's fresh input, the same for every system of
+        the round (mutates: the server's cache and counters)."""
+        round_key = (workload.name, field_name, repr(value), rep)
+        if round_key not in self._documents:
+            self._documents[round_key] = self._fresh_document(workload)
+        text = self._documents[round_key]
         server = system.server
         if server is not None:
             server.reset_prefix_cache()
@@ -237,6 +246,7 @@ class Harness:
             if source == "engine"
             else None,
             _details(result.details, THROUGHPUT_SUFFIXES),
+            result.output,
         )
 
     def measure_bound(

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from eclectus.evals.harness import BOUND_REP, BoundRecord, FailedRun, RunRecord
-from eclectus.evals.summary import PointSummary
+from eclectus.evals.summary import STOCK_SYSTEMS, PointSummary
 from eclectus.evals.workloads import Workload
 from eclectus.recipes import (
     ChainSummaryParams,
@@ -23,9 +23,9 @@ from eclectus.recipes import (
 HEADER = (
     "| point | system | median s | min–max s | ÷ reference | lower bound s | ÷ bound "
     "| prefix-cache hits | calls | prompt tokens | prefilled tokens | round trips "
-    "| proxy turns | engine idle s |"
+    "| proxy turns | engine idle s | outputs equal to the stock run's (greedy) |"
 )
-RULE = "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+RULE = "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 
 
 def write_results(
@@ -60,9 +60,17 @@ def table_rows(summary: list[PointSummary]) -> list[str]:
         f"| {_num(s.vs_bound, '{:.2f}×')} | {_num(s.cache_hit_ratio, '{:.0%}')} "
         f"| {s.num_calls} | {_num(s.prompt_tokens, '{:.0f}')} "
         f"| {_num(s.prefilled_tokens, '{:.0f}')} | {_num(s.round_trips, '{:.0f}')} "
-        f"| {_num(s.proxy_turns, '{:.0f}')} | {_num(s.engine_idle_s)} |"
+        f"| {_num(s.proxy_turns, '{:.0f}')} | {_num(s.engine_idle_s)} | {_equal(s)} |"
         for s in summary
     ]
+
+
+def _equal(s: PointSummary) -> str:
+    """The outputs column: "N of M", "stock" for the system compared with, "–" without one
+    (pure). A speed ratio between systems that answer differently compares unlike work."""
+    if s.num_equal_outputs is None:
+        return "stock" if s.num_compared == 0 and s.system in STOCK_SYSTEMS else "–"
+    return f"{s.num_equal_outputs} of {s.num_compared}"
 
 
 def latency_rows(summary: list[PointSummary]) -> list[str]:

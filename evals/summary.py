@@ -38,6 +38,39 @@ class PointSummary:
     proxy_turns: float | None = None  # client turns through the delay proxy per run
     engine_idle_s: float | None = None  # seconds per run the engine had none of its calls
     background: dict[str, float] = field(default_factory=dict)  # median of each (jobs, tok/s)
+    # runs whose final output equals the stock run's of the same round (same input, greedy),
+    # out of the runs that have one; None for the stock system itself or without one
+    num_equal_outputs: int | None = None
+    num_compared: int = 0
+
+
+# the system whose outputs the others' are compared with: the first of these that ran (stock
+# vLLM; a stock server given by URL; the Eclectus engine driven the stock way)
+STOCK_SYSTEMS = ("vllm", "vllm-nopc", "openai", "self")
+
+
+def stock_system(runs: list[RunRecord]) -> str | None:
+    """The run's stock system, None when no stock system ran (pure)."""
+    ran = {r.system for r in runs}
+    return next((s for s in STOCK_SYSTEMS if s in ran), None)
+
+
+def equal_outputs(mine: list[RunRecord], runs: list[RunRecord]) -> tuple[int | None, int]:
+    """How many of ``mine`` (one system's runs at one point) answered exactly what the stock
+    system answered in the same round, and how many had a stock run to compare with
+    (pure). None for the stock system itself."""
+    stock = stock_system(runs)
+    if stock is None or not mine or mine[0].system == stock:
+        return None, 0
+    outputs = {
+        (r.workload, r.field, _key(r.value), r.rep): r.output for r in runs if r.system == stock
+    }
+    pairs = [
+        (r.output, outputs[k])
+        for r in mine
+        if (k := (r.workload, r.field, _key(r.value), r.rep)) in outputs
+    ]
+    return sum(a == b for a, b in pairs), len(pairs)
 
 
 def summarize(
@@ -84,6 +117,7 @@ def summarize(
                 statistics.median(turns) if turns else None,
                 statistics.median(idle) if idle else None,
                 _medians([r.background for r in mine]),
+                *equal_outputs(mine, measured),
             )
         )
     return out

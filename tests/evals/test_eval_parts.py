@@ -148,6 +148,7 @@ def _run(
     round_trips: int | None = None,
     latencies: dict[str, float] | None = None,
     background: dict[str, float] | None = None,
+    output: str = "",
 ) -> RunRecord:
     return RunRecord(
         "w",
@@ -164,7 +165,26 @@ def _run(
         round_trips=round_trips,
         latencies=latencies or {},
         background=background or {},
+        output=output,
     )
+
+
+def test_summary_counts_outputs_equal_to_the_stock_runs() -> None:
+    """Each run's output is compared with the stock system's of the same round (the same
+    input): vLLM's when it ran; the warm-up does not count; the stock system itself has
+    no count, and with no stock system nobody has one."""
+    runs = [
+        _run("vllm", -1, 1.0, output="warm"),
+        *(_run("vllm", i, 1.0, output=f"out{i}") for i in range(3)),
+        *(_run("self", i, 1.0, output=f"out{i}") for i in range(3)),
+        *(_run("eclectus", i, 1.0, output="out0" if i == 0 else "other") for i in range(3)),
+    ]
+    rows = {row.system: row for row in summarize(runs, [], {}, "eclectus")}
+    assert (rows["vllm"].num_equal_outputs, rows["vllm"].num_compared) == (None, 0)
+    assert (rows["self"].num_equal_outputs, rows["self"].num_compared) == (3, 3)
+    assert (rows["eclectus"].num_equal_outputs, rows["eclectus"].num_compared) == (1, 3)
+    alone = summarize([_run("eclectus", 0, 1.0, output="x")], [], {}, "eclectus")
+    assert (alone[0].num_equal_outputs, alone[0].num_compared) == (None, 0)
 
 
 def test_summary_prefilled_tokens_round_trips_and_latencies() -> None:

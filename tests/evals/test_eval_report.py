@@ -10,7 +10,7 @@ import matplotlib.colors
 
 from eclectus.evals.harness import RunRecord
 from eclectus.evals.plots import span_colors, timeline_figure, timeline_plot
-from eclectus.evals.report import describe, latency_rows, render_report
+from eclectus.evals.report import HEADER, describe, latency_rows, render_report, table_rows
 from eclectus.evals.summary import PointSummary
 from eclectus.evals.workloads import full_workloads, workload
 
@@ -51,6 +51,23 @@ def test_the_report_uses_the_derived_description() -> None:
     )  # fmt: skip
     text = render_report(config, [chosen], [row], {})
     assert "refine chain of 2 steps over 256-token chunks" in text
+
+
+def test_the_table_says_whose_outputs_equal_the_stock_runs() -> None:
+    """The last column: "N of N" per system compared, "stock" for the one compared with."""
+
+    def row(system: str, equal: int | None, compared: int) -> PointSummary:
+        return PointSummary(
+            "map-reduce", "rtt_ms", 0.0, system, 3, 1.0, 1.0, 1.0, None, None, None, None, 17,
+            None, num_equal_outputs=equal, num_compared=compared,
+        )  # fmt: skip
+
+    assert HEADER.endswith("| outputs equal to the stock run's (greedy) |")
+    cells = [
+        line.rsplit("|", 2)[1].strip()
+        for line in table_rows([row("vllm", None, 0), row("eclectus", 3, 3)])
+    ]
+    assert cells == ["stock", "3 of 3"]
 
 
 def test_the_latency_table_shows_the_background_beside_the_chats() -> None:
