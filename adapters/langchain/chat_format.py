@@ -8,7 +8,9 @@ it announces none, the default template of the embedded ``tiny`` model::
 
 Rendering on the client keeps template boundaries visible as segments (the constant role
 markers and template text are shared prefixes; variable values are their own segments),
-which a server-side ``apply_chat_template`` over flat strings would hide. The splice rule
+which a server-side ``apply_chat_template`` over flat strings would hide. The call is sent as
+a chat prompt (``add_special_tokens`` false): the server tokenizes the flat render and adds
+no special token beyond the template's, as vLLM's chat endpoint. The splice rule
 (and when a message falls back to plain text) is eclectus.protocol.chat_template's.
 """
 

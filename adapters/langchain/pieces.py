@@ -3,8 +3,9 @@
 A prompt is a list of pieces. Constant template text is a ``str``; a concrete variable value
 is a :class:`Value`; a server-side variable that the client does not know yet is a
 :class:`Ref`. Pieces map one to one onto protocol segments (text, constant variable,
-variable), so every piece boundary is an exact prefix-reuse point on the server and the same
-prompt always tokenizes the same way whether a chain runs eagerly or compiled.
+variable), so every piece boundary is a seam the server can pin a shared prefix at, and the
+same prompt reaches the server the same way whether a chain runs eagerly or compiled (the
+server tokenizes its flat text, as a stock server does).
 """
 
 from __future__ import annotations

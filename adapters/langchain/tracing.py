@@ -8,7 +8,7 @@ one ends, it splits the rendered prompt into pieces (constant template text, var
 with the same functions the compiler uses, checks that the pieces concatenate to exactly the
 rendered text, and remembers them by that text, within the run tree (the outermost run and
 everything nested in it) the prompt ran in. A model run in the same tree then sends the pieces
-as segments (exact prefix sharing) whenever its prompt text matches. The memory is per tree
+as segments (the seams prefix pins use) whenever its prompt text matches. The memory is per tree
 and dropped when the tree's root run ends: another application (or a later run of the same
 one, or one running at the same time on another thread or task) never sees a template it did
 not render, so the same text typed by a user stays a variable value.

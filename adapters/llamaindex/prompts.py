@@ -5,8 +5,8 @@ where the constant text ends and a variable's value begins. :func:`template_piec
 the template exactly as ``LLM.predict`` would (selector, partials, output parser, system
 prompt, query wrapper, ``completion_to_prompt``), but with a unique sentinel in place of
 every variable, then splits on the sentinels. The result is the constant text and the
-variable slots in order, so the server sees the template's structure (and its segment
-boundaries become exact prefix-reuse points).
+variable slots in order, so the server sees the template's structure (its seams are where
+a shared prefix is pinned; the server tokenizes the flat text, as a stock server does).
 
 Rendering must be byte-identical to the stock string: :func:`check_pieces` verifies it for
 string values, and callers fall back to one text piece when a template does something the
@@ -135,9 +135,9 @@ def chat_pieces(
     ``<|assistant|>\n`` to open the reply. Otherwise (the Jinja template the server
     announces): the template's text between messages as pieces and each message's content
     as its own piece (eclectus.protocol.chat_template.render_chat_pieces; a message whose
-    content the template transforms is merged into the text around it). Either way every
-    message boundary is a prefix-reuse point, so a conversation that grows by a turn reuses
-    the KV of all earlier turns. ``tools`` (OpenAI tool objects) reach the template as its
+    content the template transforms is merged into the text around it). The server tokenizes
+    the flat render, so a conversation that grows by a turn reuses the KV of the full blocks
+    of all earlier turns (the prefix cache matches equal ids). ``tools`` (OpenAI tool objects) reach the template as its
     ``tools`` variable (the built-in template then opens with a system turn listing them);
     an assistant turn's calls and a tool result's call id as its messages' ``tool_calls``
     and ``tool_call_id``."""

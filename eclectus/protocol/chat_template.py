@@ -7,7 +7,8 @@ template source and the special-token strings it uses (``ModelCard.chat_template
 :func:`render_chat` gives the flat prompt string (what ``Tokenizer.apply_chat_template`` and
 transformers give). :func:`render_chat_pieces` keeps each message's content as the pieces it
 is made of (constant template text, variable values, server-side variables), so that the
-boundaries reach the engine as segments (exact prefix-reuse points).
+boundaries reach the server as segments (seams where a shared prefix may be pinned; the
+server tokenizes the flat render, with no special token added, as a stock server does).
 
 How pieces survive rendering: the template is rendered once with each message's content
 replaced by a unique marker string; the text is split on the markers and each message's
