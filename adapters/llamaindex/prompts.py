@@ -137,10 +137,10 @@ def chat_pieces(
     as its own piece (eclectus.protocol.chat_template.render_chat_pieces; a message whose
     content the template transforms is merged into the text around it). The server tokenizes
     the flat render, so a conversation that grows by a turn reuses the KV of the full blocks
-    of all earlier turns (the prefix cache matches equal ids). ``tools`` (OpenAI tool objects) reach the template as its
-    ``tools`` variable (the built-in template then opens with a system turn listing them);
-    an assistant turn's calls and a tool result's call id as its messages' ``tool_calls``
-    and ``tool_call_id``."""
+    of all earlier turns (the prefix cache matches equal ids). ``tools`` (OpenAI tool
+    objects) reach the template as its ``tools`` variable (the built-in template then opens
+    with a system turn listing them); an assistant turn's calls and a tool result's call id
+    as its messages' ``tool_calls`` and ``tool_call_id``."""
     fields = [template_fields(m) for m in messages]
     default = template is None or template == DEFAULT_CHAT_TEMPLATE
     if default and not tools and not any(fields):
