@@ -385,7 +385,8 @@ class Release(_Frame):
 
 
 class Tokenize(_Frame):
-    """Count tokens as the engine would for one segment; answered with ``tokens``."""
+    """The served model's ids of ``text``, no special token added (vLLM's ``/tokenize`` with
+    ``add_special_tokens`` false); answered with ``tokens``."""
 
     type: Literal["tokenize"] = "tokenize"
     text: str

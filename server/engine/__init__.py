@@ -2,7 +2,8 @@
 
 ``from eclectus.server.engine import LLM, SamplingParams`` for offline use; ``AsyncEngine`` is
 the server's backend. The torch-heavy names load lazily, so importing this package (which
-``eclectus.server.backend`` does for SamplingParams) never imports torch.
+``eclectus.server.backend`` does for the engine's request types, ``request.py``) never
+imports torch.
 """
 
 from __future__ import annotations
