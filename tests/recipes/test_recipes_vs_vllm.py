@@ -27,11 +27,32 @@ pytestmark = [
 ]
 
 
+# Constrained calls part from stock vLLM's greedy path for reasons other than the prompt's
+# tokens (which the unconstrained recipes show equal): the built-in engine's jump-forward and
+# budget guarantee pick tokens vLLM's sampler does not (on by default, by design), and with
+# both off the JSON still differs by a character or two (the two xgrammar builds' masks);
+# tool-agent's named tool_choice needs vLLM's --tool-call-parser, and with hermes vLLM's tiny
+# model writes arguments langchain_openai cannot parse. Strict: a fix shows up as a failure.
+CONSTRAINED = {
+    "multi-agent-json": "JSON-constrained file list (jump-forward, budget guarantee, xgrammar)",
+    "plan-execute-json": "JSON-constrained plan (jump-forward, budget guarantee, xgrammar)",
+    "tool-agent": "stock vLLM's named tool_choice on tiny: tool-call arguments not parsed",
+}
+
+
+class ToolCallingVllm(VllmProcess):
+    """Stock vLLM as a tool-using app needs it: named tool choice wants a parser."""
+
+    def command(self) -> list[str]:
+        return [*super().command(), "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
+
+
 @pytest.fixture(scope="module")
 def vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmProcess]:
     assert VLLM_PYTHON is not None
     log = Path(tmp_path_factory.mktemp("vllm")) / "server-vllm.log"
-    server = VllmProcess("vllm", resolve_model_dir("tiny"), Budget(), log, python=VLLM_PYTHON)
+    model_dir = resolve_model_dir("tiny")
+    server = ToolCallingVllm("vllm", model_dir, Budget(), log, python=VLLM_PYTHON)
     server.start()
     try:
         yield server
@@ -52,7 +73,15 @@ def params_of(name: str) -> object:
     return RECIPES[name].params_type() if params is None else dataclasses.replace(params)
 
 
-@pytest.mark.parametrize("name", list(RECIPES))
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=pytest.mark.xfail(reason=CONSTRAINED[n], strict=True))
+        if n in CONSTRAINED
+        else n
+        for n in RECIPES
+    ],
+)
 def test_the_recipe_answers_as_on_stock_vllm(
     name: str, vllm: VllmProcess, eclectus: Embedded
 ) -> None:
