@@ -489,7 +489,7 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
     given["kv_cache_bytes"] = round(args.kv_cache_gib * GiB)
     text = getattr(args, "kv_events_config", None)
     if text is not None:
-        from eclectus.server.kv_events import KVEventsConfig
+        from eclectus.protocol.kv_events import KVEventsConfig
 
         given["kv_events"] = KVEventsConfig.from_json(text)
     return EngineConfig(**given)

@@ -8,7 +8,7 @@ same prefix revives it. Nothing here touches tensors. A block, once hashed, is n
 again, so sharing needs no copy-on-write: requests share full blocks only.
 
 With ``enable_kv_events`` the manager records what the prefix cache gains and loses as vLLM's
-KV events (server/kv_events.py): ``BlockStored`` for the blocks an allocation caches (and, as
+KV events (protocol/kv_events.py): ``BlockStored`` for the blocks an allocation caches (and, as
 vLLM does, for the cached blocks a new request hits, so a subscriber that lost track learns
 them again), ``BlockRemoved`` for each evicted block; the engine publishes them per step
 (:meth:`take_events`).
@@ -16,6 +16,7 @@ them again), ``BlockRemoved`` for each evicted block; the engine publishes them 
 
 from __future__ import annotations
 
+from eclectus.protocol.kv_events import MEDIUM_GPU, BlockRemoved, BlockStored, KVCacheEvent
 from eclectus.server.engine.prefix_cache import (
     BlockHash,
     FreeBlockQueue,
@@ -25,7 +26,6 @@ from eclectus.server.engine.prefix_cache import (
     root_hash,
 )
 from eclectus.server.engine.sequence import Sequence
-from eclectus.server.kv_events import MEDIUM_GPU, BlockRemoved, BlockStored, KVCacheEvent
 
 
 def cdiv(a: int, b: int) -> int:

@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from eclectus.server.kv_events import KVEventsConfig
+from eclectus.protocol.kv_events import KVEventsConfig
 
 MiB = 1 << 20
 GiB = 1 << 30

@@ -2,7 +2,7 @@
 
 With ``--kv-events-config '{"enable_kv_cache_events": true, "endpoint": "tcp://*:5557",
 "replay_endpoint": "tcp://*:5558"}'`` the engine sends one :class:`KVEventBatch` per step that
-changed its prefix cache (server/kv_events.py has the wire format), so a front routes by what
+changed its prefix cache (protocol/kv_events.py has the wire format), so a front routes by what
 this engine really holds, exactly as it does for a vLLM started with the same flag.
 
 ZeroMQ sockets are not thread-safe, so one thread owns both: the step loop hands batches over
@@ -20,7 +20,7 @@ from collections import deque
 
 import zmq
 
-from eclectus.server.kv_events import (
+from eclectus.protocol.kv_events import (
     END_SEQ,
     KVEventBatch,
     KVEventsConfig,

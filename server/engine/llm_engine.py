@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from eclectus.models.tokenizer import Tokenizer
+from eclectus.protocol.kv_events import KVEventBatch
 from eclectus.protocol.sampling import SamplingParams
 from eclectus.server.engine.block_manager import BlockManager
 from eclectus.server.engine.engine_config import EngineConfig
@@ -23,7 +24,6 @@ from eclectus.server.engine.request import EngineOutput, EngineRequest, EngineSt
 from eclectus.server.engine.sampler import Sampler
 from eclectus.server.engine.scheduler import ScheduledSeq, Scheduler, SchedulerOutput
 from eclectus.server.engine.sequence import FinishReason, Sequence
-from eclectus.server.kv_events import KVEventBatch
 
 if TYPE_CHECKING:  # xgrammar is imported on the first constrained request
     from eclectus.server.engine.kv_publisher import KVEventPublisher

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from eclectus.server.kv_events import (
+from eclectus.protocol.kv_events import (
     MEDIUM_GPU,
     AllBlocksCleared,
     BlockRemoved,

@@ -1,7 +1,7 @@
 """One engine's KV events, followed live: a ZMQ subscriber that keeps a BlockIndex in step.
 
 Sequence rules (the publisher numbers its batches 0, 1, 2, ... and keeps the last ones for
-replay; server/kv_events.py):
+replay; eclectus/protocol/kv_events.py):
 
 - **In order**: batch ``last + 1`` is applied.
 - **A gap** (``seq > last + 1``: the PUB socket dropped batches at its high-water mark, or
@@ -33,7 +33,7 @@ import msgspec
 import zmq
 import zmq.asyncio
 
-from eclectus.server.kv_events import END_SEQ, decode_batch, seq_bytes, seq_of
+from eclectus.protocol.kv_events import END_SEQ, decode_batch, seq_bytes, seq_of
 from eclectus.server.remote.kv_index import BlockIndex
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """A real ZeroMQ publisher for the KV event tests, fed recorded batches.
 
-It speaks vLLM's transport (server/kv_events.py): an XPUB socket (a PUB that also tells when
+It speaks vLLM's transport (protocol/kv_events.py): an XPUB socket (a PUB that also tells when
 a subscriber has joined, so a test never publishes into the void) sends ``(topic, seq,
 payload)``, and a ROUTER socket answers replay requests from what it keeps. A test chooses
 which sequence numbers go out live and which the replay holds, to make gaps.
@@ -17,7 +17,7 @@ import msgspec
 import zmq
 import zmq.asyncio
 
-from eclectus.server.kv_events import END_SEQ, seq_bytes, seq_of
+from eclectus.protocol.kv_events import END_SEQ, seq_bytes, seq_of
 
 RECORDED = Path(__file__).parents[2] / "fixtures" / "vllm_kv_events.msgpack"
 

@@ -17,17 +17,17 @@ from kv_helpers import ScriptedPublisher, recorded
 from remote_helpers import EngineProcess, free_port
 
 from eclectus.protocol import SamplingParams
-from eclectus.server.app import start_server
-from eclectus.server.config import ServerConfig
-from eclectus.server.engine.block_manager import BlockManager
-from eclectus.server.engine.sequence import Sequence
-from eclectus.server.kv_events import (
+from eclectus.protocol.kv_events import (
     AllBlocksCleared,
     KVEventBatch,
     KVEventsConfig,
     decode_batch,
     encode_batch,
 )
+from eclectus.server.app import start_server
+from eclectus.server.config import ServerConfig
+from eclectus.server.engine.block_manager import BlockManager
+from eclectus.server.engine.sequence import Sequence
 from eclectus.server.remote import RemoteConfig, build_remote_backend
 from eclectus.server.remote.kv_index import BlockIndex, chain_keys
 from eclectus.server.remote.kv_subscriber import KVEventsEndpoint, KVEventSubscriber

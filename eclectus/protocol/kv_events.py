@@ -14,7 +14,10 @@ The classes below match vLLM 0.32's ``vllm/distributed/kv_events.py`` field for 
 (msgspec ``Struct``\\ s: a batch is an array, an event a map tagged with its class name in
 ``type``), so the built-in engine publishes what vLLM publishes and the front decodes both.
 Fields a later vLLM adds are ignored on decode. This module is the contract the engine
-(kv_publisher.py) and the remote pool (remote/kv_subscriber.py) share.
+(kv_publisher.py) and the remote pool (remote/kv_subscriber.py) share, so it lives in the
+neutral contract package (the engine imports nothing of the server above it). It needs
+msgspec, a server dependency: ``eclectus.protocol`` itself does not import it, so a
+client-only install never loads it.
 """
 
 from __future__ import annotations
