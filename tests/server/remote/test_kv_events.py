@@ -289,13 +289,13 @@ def test_pool_reads_events_when_live_and_predicts_otherwise() -> None:
     there; before its first batch (or once forgotten), by the prediction."""
     from typing import cast
 
-    from eclectus.server.backend import TokenizedPrompt
+    from eclectus.server.front import Prompt
     from eclectus.server.remote.members import Member
     from eclectus.server.remote.pool import PoolEngine, _Chains
     from eclectus.server.remote.prefix_index import prefix_keys
 
     ids = tuple(PROMPTS[0]["token_ids"])
-    prompt = TokenizedPrompt(ids, (97, len(ids)))
+    prompt = Prompt(ids, (97, len(ids)))
     keys = prefix_keys(prompt, None)
     engine = PoolEngine(0, cast(Member, None), 8)
     engine.events = KVEventSubscriber(KVEventsEndpoint("tcp://127.0.0.1:1"))
