@@ -64,3 +64,25 @@ CASES: list[tuple[Any, str]] = [
     (Weather, "The weather where?"),
 ]
 CASE_IDS = [getattr(schema, "__name__", None) or schema["title"] for schema, _ in CASES]
+
+
+# the default layout (server/engine/json_layout.py): one newline and at most 32 blanks
+MAX_FREE_WHITESPACE = 33
+
+
+def longest_free_whitespace(text: str) -> int:
+    """The longest run of whitespace outside JSON strings in ``text`` (pure)."""
+    longest = run = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            in_string = escaped or ch != '"'
+            escaped = not escaped and ch == "\\"
+            continue
+        if ch in " \t\r\n":
+            run += 1
+            longest = max(longest, run)
+        else:
+            run = 0
+            in_string = ch == '"'
+    return longest

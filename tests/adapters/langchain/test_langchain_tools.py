@@ -8,7 +8,7 @@ from typing import Any
 
 import jsonschema
 import pytest
-from json_fixtures import CASE_IDS, CASES
+from json_fixtures import CASE_IDS, CASES, MAX_FREE_WHITESPACE, longest_free_whitespace
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from pydantic import BaseModel, Field
@@ -167,24 +167,6 @@ def test_with_structured_output_returns_the_schema(method: str) -> None:
     jsonschema.validate(as_dict.invoke("Weather?"), SCHEMAS["Weather"])
 
 
-def _longest_free_whitespace(text: str) -> int:
-    """The longest run of whitespace outside JSON strings in ``text`` (pure)."""
-    longest = run = 0
-    in_string = escaped = False
-    for ch in text:
-        if in_string:
-            in_string = escaped or ch != '"'
-            escaped = not escaped and ch == "\\"
-            continue
-        if ch in " \t\r\n":
-            run += 1
-            longest = max(longest, run)
-        else:
-            run = 0
-            in_string = ch == '"'
-    return longest
-
-
 @pytest.mark.parametrize(("schema", "prompt"), CASES, ids=CASE_IDS)
 def test_a_greedy_json_schema_reply_ends_by_itself_at_a_sane_budget(
     schema: Any, prompt: str
@@ -206,7 +188,7 @@ def test_a_sampled_json_schema_reply_has_bounded_free_whitespace(schema: Any, pr
     chat = ChatEclectus(max_tokens=200, temperature=1, seed=1)
     raw = chat.with_structured_output(schema, method="json_schema", include_raw=True)
     content = raw.invoke(prompt)["raw"].content
-    assert _longest_free_whitespace(content) <= 33, content
+    assert longest_free_whitespace(content) <= MAX_FREE_WHITESPACE, content
 
 
 def test_with_structured_output_include_raw() -> None:
