@@ -100,10 +100,10 @@ def _native_allowed(k_cache: Tensor) -> bool:
 
 
 # With the native prefix pass (native_cascade) a group pays from 8 requests over 256 shared
-# tokens: `python -m eclectus.kernels.bench --threads 1` style grid, one layer, paged time /
-# cascade time (CPU time, best of 15, docs/benchmarks.md): 8 requests 0.86x at 128 tokens,
-# 1.18x at 256, 2.0x at 2,048; 4 requests 0.65-1.05x; 2 requests 0.4-0.63x; 16-64 requests
-# 1.0-1.3x at 128 tokens, 1.2-1.6x at 256, 2.0-2.5x at 2,048.
+# tokens: `python -m eclectus.benchmarks.kernels.shared_prefix --threads 1` style grid, one
+# layer, paged time / cascade time (CPU time, best of 15, docs/benchmarks.md): 8 requests 0.86x
+# at 128 tokens, 1.18x at 256, 2.0x at 2,048; 4 requests 0.65-1.05x; 2 requests 0.4-0.63x;
+# 16-64 requests 1.0-1.3x at 128 tokens, 1.2-1.6x at 256, 2.0-2.5x at 2,048.
 NATIVE_CASCADE_THRESHOLDS = (256, 8)  # (min shared tokens, min group size)
 
 

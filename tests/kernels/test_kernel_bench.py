@@ -7,7 +7,8 @@ import contextlib
 import pytest
 import torch
 
-from eclectus.kernels import bench, bench_decode
+from eclectus.benchmarks.kernels import paged_decode as bench_decode
+from eclectus.benchmarks.kernels import shared_prefix as bench
 from eclectus.kernels.dispatch import force_backend
 
 

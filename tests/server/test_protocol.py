@@ -27,7 +27,7 @@ from eclectus.protocol import (
     VarSegment,
     VarSpec,
 )
-from eclectus.protocol.bench import (
+from eclectus.benchmarks.frames import (
     BASELINE_CLIENT_FRAME,
     SEGMENT_KINDS,
     BaselineSegment,

@@ -1,4 +1,4 @@
-"""``python -m eclectus.protocol.bench``: what validating one client frame costs.
+"""``python -m eclectus.benchmarks.frames``: what validating one client frame costs.
 
 A session turns each text frame into a model with ``json.loads`` then
 ``CLIENT_FRAME.validate_python`` (server/session.py), on the event loop. This bench builds

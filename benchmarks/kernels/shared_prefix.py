@@ -1,4 +1,5 @@
-"""Shared-prefix decode benchmark: ``python -m eclectus.kernels.bench [--sizes B:P:S,...]``.
+"""Shared-prefix decode benchmark:
+``python -m eclectus.benchmarks.kernels.shared_prefix [--sizes B:P:S,...]``.
 
 Every request of a batch shares one prefix of P tokens (the same physical blocks) and owns a
 suffix of S tokens. Compared, one decode step of one layer:

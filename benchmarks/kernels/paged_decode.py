@@ -1,4 +1,5 @@
-"""CPU paged-decode benchmark at the engine's shapes: ``python -m eclectus.kernels.bench_decode``.
+"""CPU paged-decode benchmark at the engine's shapes:
+``python -m eclectus.benchmarks.kernels.paged_decode``.
 
 One decode step's attention for every layer of a model (default 4, like ``tiny``: Hq 4, Hkv 2,
 head_dim 64, fp32), batch B, distinct contexts drawn from [min, max] tokens, block tables

@@ -1,0 +1,1 @@
+"""Kernel benchmarks: the shared-prefix cascade and CPU paged decode against their baselines."""
