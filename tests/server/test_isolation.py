@@ -16,7 +16,7 @@ from websockets.asyncio.client import connect
 from ws_helpers import RawClient, ServerFactory
 
 from eclectus.server.front import Front, Prompt
-from eclectus.server.loadtest import deaf_client, send_frame
+from eclectus.benchmarks.loadtest import deaf_client, send_frame
 
 
 async def still_works(client: RawClient) -> None:

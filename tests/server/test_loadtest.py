@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from eclectus.server.loadtest import (
+from eclectus.benchmarks.loadtest import (
     Plan,
     Report,
     Row,

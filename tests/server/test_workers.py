@@ -46,7 +46,7 @@ def wait_line(proc: subprocess.Popen[str], pattern: str) -> re.Match[str]:
 @pytest.fixture(scope="module")
 def engine_url() -> Iterator[str]:
     """The instant test engine, streaming a token every 100 ms so requests stay in flight."""
-    command = [sys.executable, "-m", "eclectus.server.bench_engine", "--token-delay", "0.1"]
+    command = [sys.executable, "-m", "eclectus.benchmarks.instant_engine", "--token-delay", "0.1"]
     proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     try:
         yield wait_line(proc, r"on (http://\S+/v1)").group(1)

@@ -1,4 +1,5 @@
-"""``python -m eclectus.server.bench``: what objective-aware scheduling buys a waiting user.
+"""``python -m eclectus.benchmarks.scheduling``: what objective-aware scheduling buys a waiting
+user.
 
 One server (the built-in engine, ``tiny`` by default) with a small in-flight limit, so the
 scheduler's order matters. A background application submits a batch of throughput calls;

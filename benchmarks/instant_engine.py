@@ -1,7 +1,7 @@
 """An engine that answers at once, to measure the front alone (benchmarks and tests only;
 nothing at run time imports it).
 
-``python -m eclectus.server.bench_engine --port 8100`` serves what the remote pool's
+``python -m eclectus.benchmarks.instant_engine --port 8100`` serves what the remote pool's
 handshake and requests need, as vLLM's API server does: ``GET /v1/models``, ``POST
 /tokenize`` (with the ``tiny`` tokenizer, so the front's tokenizer check passes), ``POST
 /v1/completions`` (plain or streamed as vLLM's SSE chunks, one per token, then a usage chunk
@@ -130,7 +130,7 @@ async def serve(port: int, token_delay_s: float) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m eclectus.server.bench_engine")
+    parser = argparse.ArgumentParser(prog="python -m eclectus.benchmarks.instant_engine")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--token-delay", type=float, default=0.0, metavar="S")
     args = parser.parse_args(argv)

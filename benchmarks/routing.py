@@ -1,4 +1,4 @@
-"""``python -m eclectus.server.remote.bench``: what graph-aware routing buys over a fleet.
+"""``python -m eclectus.benchmarks.routing``: what graph-aware routing buys over a fleet.
 
 Starts ``--engines`` engines (``eclectus serve --model tiny`` processes serving the
 OpenAI-compatible API, one torch thread each) and, in this process, the graph server in front
@@ -171,7 +171,7 @@ async def run_policy(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m eclectus.server.remote.bench")
+    parser = argparse.ArgumentParser(prog="python -m eclectus.benchmarks.routing")
     parser.add_argument("--engines", type=int, default=2)
     parser.add_argument("--docs", type=int, default=4)
     parser.add_argument("--questions", type=int, default=6)

@@ -1,6 +1,6 @@
-"""The front's own ceiling: ``python -m eclectus.server.front_bench``.
+"""The front's own ceiling: ``python -m eclectus.benchmarks.front``.
 
-An engine that answers at once (bench_engine.py) behind ``eclectus serve --engine-url``, so
+An engine that answers at once (instant_engine.py) behind ``eclectus serve --engine-url``, so
 every CPU cycle a request costs is the front's (plus the instant engine's small HTTP and the
 load client's). For each front size N in ``--counts`` (``--api-server-count N``; N = 1 is the
 plain single process), alternating over ``--rounds``: start the front, warm it up, let a
@@ -114,7 +114,7 @@ def run_once(
     front = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, cwd="/tmp")
     try:
         wait_line(front, r"(eclectus serving)")
-        client = [sys.executable, "-m", "eclectus.server.front_bench", "--client", str(port)]
+        client = [sys.executable, "-m", "eclectus.benchmarks.front", "--client", str(port)]
         client += ["--concurrency", str(args.concurrency), "--max-tokens", str(args.max_tokens)]
         client += ["--stream"] if args.stream else []
         subprocess.run([*client, "--seconds", "1"], check=True, capture_output=True)  # warm-up
@@ -137,7 +137,7 @@ def run_once(
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m eclectus.server.front_bench")
+    parser = argparse.ArgumentParser(prog="python -m eclectus.benchmarks.front")
     parser.add_argument("--counts", default="1,2", help="front sizes to compare")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=5.0)
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     counts = [int(c) for c in args.counts.split(",")]
     engine = subprocess.Popen(
-        [sys.executable, "-m", "eclectus.server.bench_engine"],
+        [sys.executable, "-m", "eclectus.benchmarks.instant_engine"],
         stderr=subprocess.PIPE,
         text=True,
     )

@@ -1,6 +1,6 @@
 """Load and isolation test: can any client hurt another? Loopback only, bounded in count and time.
 
-    python -m eclectus.server.loadtest [--quick] [--url ws://127.0.0.1:PORT]
+    python -m eclectus.benchmarks.loadtest [--quick] [--url ws://127.0.0.1:PORT]
                                        [--openai-url http://127.0.0.1:PORT/v1] [--sessions 200]
 
 Without ``--url`` it starts ``eclectus serve --model tiny`` in a subprocess on a free
@@ -837,7 +837,7 @@ def format_report(report: Report) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m eclectus.server.loadtest", description=(__doc__ or "").split("\n")[0]
+        prog="python -m eclectus.benchmarks.loadtest", description=(__doc__ or "").split("\n")[0]
     )
     parser.add_argument(
         "--url", help="a running server's ws:// URL on loopback (default: start one)"
