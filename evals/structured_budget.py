@@ -4,7 +4,7 @@
 
 Both servers start as for :mod:`eclectus.evals.vllm_bench` (same model directory, same
 budget). Each gets the structured-outputs benchmark's schemas
-(``server/engine/structured_bench.py``) on ``/v1/completions`` with ``structured_outputs:
+(``benchmarks/engine/structured.py``) on ``/v1/completions`` with ``structured_outputs:
 {"json": schema}`` (vLLM's field; Eclectus's ``/v1`` reads it the same way), the prompt as
 token ids, temperature 1.0, seeds 0..N-1, and ``max_tokens`` the length of the shortest
 instance (the closing path Eclectus's engine finds from the empty output) plus a slack. An
@@ -27,7 +27,7 @@ from eclectus.evals.budget import Budget
 from eclectus.evals.servers import signals_raise
 from eclectus.evals.vllm_bench import served_model, servers
 from eclectus.protocol.sampling import SamplingParams
-from eclectus.server.engine.structured_bench import TIGHT_SCHEMAS, valid_json
+from eclectus.benchmarks.engine.structured import TIGHT_SCHEMAS, valid_json
 
 SLACKS = (0, 4, 16)
 PROMPT = "Reply in JSON:"

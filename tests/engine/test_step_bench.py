@@ -7,7 +7,7 @@ import random
 import pytest
 import torch
 
-from eclectus.server.engine import step_bench
+from eclectus.benchmarks.engine import step as step_bench
 from eclectus.server.engine.engine_config import EngineConfig
 from eclectus.server.engine.llm_engine import LLMEngine
 

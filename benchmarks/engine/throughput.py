@@ -4,7 +4,8 @@ prefix (prefill tokens computed, first-token time with the suffixes as decode ro
 chunks), and the vLLM CPU anchor workload. A benchmark, not a test: it prints a markdown
 table.
 
-    python -m eclectus.server.engine.bench [--model tiny] [--quick] [--threads N] [--only burst]
+    python -m eclectus.benchmarks.engine.throughput [--model tiny] [--quick] [--threads N]
+        [--only burst]
 
 Every figure is measured in this run; ratios compare against transformers' batched
 ``generate`` on the same weights and thread count, or against this engine with prefix caching

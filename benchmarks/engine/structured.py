@@ -2,7 +2,7 @@
 jump-forward on vs off, and the valid-JSON rate at tight budgets with the budget guarantee
 on vs off. A benchmark, not a test: it prints markdown tables.
 
-    python -m eclectus.server.engine.structured_bench [--model tiny] [--threads N]
+    python -m eclectus.benchmarks.engine.structured [--model tiny] [--threads N]
 
 Every figure is measured in this run on the built-in engine; prompts are fixed text.
 """

@@ -1,7 +1,7 @@
 """Where a decode or a prefill step's time goes: the engine's step split into its parts, at
 issue #18's shapes, in thread CPU time.
 
-    python -m eclectus.server.engine.step_bench [--model tiny] [--runs 3]
+    python -m eclectus.benchmarks.engine.step [--model tiny] [--runs 3]
         [--shapes random,prefix-1x2048,prefix-2x1536] [--phase prefill]
         [--table-cache both | --sampled-rows both | --column-major-weights both]
 

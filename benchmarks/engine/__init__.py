@@ -1,0 +1,1 @@
+"""Engine benchmarks: throughput beside transformers, one step's parts, constrained decoding."""
