@@ -27,7 +27,7 @@ first steps:
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("eclectus.server.main", "start the Eclectus server"),
     "model": ("eclectus.models.presets", "export a built-in model as a HF directory"),
-    "demo": ("eclectus.server.demo", "run a map-reduce graph on a local server and report"),
+    "demo": ("eclectus.demo", "run a map-reduce graph on a local server and report"),
     "run": ("eclectus.recipes.cli", "run a recipe (map-reduce, chain-summary, ...) and report"),
     "eval": ("eclectus.evals.cli", "compare a workload on Eclectus and baselines (vLLM, ...)"),
 }

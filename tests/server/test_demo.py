@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from eclectus.models.presets import PRESET_NOTES
-from eclectus.server.demo import demo
+from eclectus.demo import demo
 
 pytestmark = pytest.mark.slow
 
