@@ -17,8 +17,8 @@ from eclectus.models.tiny_chat import BOS, EOS, PAD_ID
 from eclectus.models.tiny_tokenizer import train_tokenizer
 from eclectus.protocol.chat_template import render_chat
 from eclectus.server.engine import LLM, EngineConfig, SamplingParams
-from eclectus.server.engine.tiny_corpus import build_corpus
-from eclectus.server.engine.train_tiny import TrainSpec, learning_rate, pack_rows, train
+from eclectus.training.tiny_corpus import build_corpus
+from eclectus.training.train_tiny import TrainSpec, learning_rate, pack_rows, train
 
 MiB = 1 << 20
 TOOL_CALL = re.compile(r"<tool_call>\n(.*?)\n</tool_call>", re.S)

@@ -22,7 +22,7 @@ from typing import Any
 
 from eclectus.models.tiny_chat import BOS, CHAT_TEMPLATE, EOS
 from eclectus.protocol.chat_template import render_chat
-from eclectus.server.engine.tiny_tools import TOOL_MAKERS, ToolExample
+from eclectus.training.tiny_tools import TOOL_MAKERS, ToolExample
 
 
 def _words(text: str) -> list[str]:

@@ -1,10 +1,10 @@
 """Train the ``tiny`` preset: its tokenizer and weights, reproducibly, in minutes on a CPU.
 
-    python -m eclectus.server.engine.train_tiny            # rewrites eclectus/models/tiny/
-    python -m eclectus.server.engine.train_tiny --out DIR  # anywhere else
+    python -m eclectus.training.train_tiny            # rewrites eclectus/models/tiny/
+    python -m eclectus.training.train_tiny --out DIR  # anywhere else
 
-Builds the corpus (:mod:`.tiny_corpus`), trains the BPE tokenizer (:mod:`.tiny_tokenizer`),
-then trains the Llama of ``PRESETS["tiny"]`` from its seeded initialisation with AdamW on
+Builds the corpus (:mod:`.tiny_corpus`), trains the BPE tokenizer
+(:mod:`eclectus.models.tiny_tokenizer`), then trains the Llama of ``PRESETS["tiny"]`` from its seeded initialisation with AdamW on
 one CPU thread, and writes ``tokenizer.json`` and ``model.safetensors``; the preset's JSON
 files come from code (``presets.write_preset_files``). One thread, fixed seeds, a fixed
 order of batches and fp32 make two runs on the same torch build give the same weights.
@@ -71,7 +71,7 @@ def train(out_dir: Path, spec: TrainSpec, log_every: int = 50) -> dict[str, floa
 
     from eclectus.models.presets import PRESETS, random_weights
     from eclectus.models.tiny_tokenizer import train_tokenizer
-    from eclectus.server.engine.tiny_corpus import build_corpus
+    from eclectus.training.tiny_corpus import build_corpus
 
     started = time.perf_counter()
     torch.set_num_threads(1)
