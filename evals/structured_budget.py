@@ -23,11 +23,11 @@ from typing import Any
 
 import httpx
 
+from eclectus.benchmarks.engine.structured import TIGHT_SCHEMAS, valid_json
 from eclectus.evals.budget import Budget
 from eclectus.evals.servers import signals_raise
 from eclectus.evals.vllm_bench import served_model, servers
 from eclectus.protocol.sampling import SamplingParams
-from eclectus.benchmarks.engine.structured import TIGHT_SCHEMAS, valid_json
 
 SLACKS = (0, 4, 16)
 PROMPT = "Reply in JSON:"

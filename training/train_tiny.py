@@ -4,12 +4,13 @@
     python -m eclectus.training.train_tiny --out DIR  # anywhere else
 
 Builds the corpus (:mod:`.tiny_corpus`), trains the BPE tokenizer
-(:mod:`eclectus.models.tiny_tokenizer`), then trains the Llama of ``PRESETS["tiny"]`` from its seeded initialisation with AdamW on
-one CPU thread, and writes ``tokenizer.json`` and ``model.safetensors``; the preset's JSON
-files come from code (``presets.write_preset_files``). One thread, fixed seeds, a fixed
-order of batches and fp32 make two runs on the same torch build give the same weights.
-Needs the dev extras (transformers' ``LlamaForCausalLM`` is the training model, so what is
-trained is exactly what transformers and vLLM load). Never runs at install or test time.
+(:mod:`eclectus.models.tiny_tokenizer`), then trains the Llama of ``PRESETS["tiny"]`` from
+its seeded initialisation with AdamW on one CPU thread, and writes ``tokenizer.json`` and
+``model.safetensors``; the preset's JSON files come from code
+(``presets.write_preset_files``). One thread, fixed seeds, a fixed order of batches and fp32
+make two runs on the same torch build give the same weights. Needs the dev extras
+(transformers' ``LlamaForCausalLM`` is the training model, so what is trained is exactly
+what transformers and vLLM load). Never runs at install or test time.
 """
 
 from __future__ import annotations

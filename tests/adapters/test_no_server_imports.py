@@ -4,11 +4,9 @@ contract ``eclectus.server.backend`` does not pull the engine in."""
 
 from __future__ import annotations
 
-import ast
-import json
-import subprocess
-import sys
 from pathlib import Path
+
+from import_scan import imported_names, modules_after_import, package_of
 
 import eclectus.adapters
 
@@ -22,19 +20,6 @@ CLIENT_PACKAGES = (
     "eclectus.adapters.langchain.compiler",
     "eclectus.adapters.llamaindex",
 )
-
-
-def modules_after_import(*names: str) -> list[str]:
-    """sys.modules of a fresh interpreter after importing ``names``."""
-    code = (
-        "import importlib, json, sys\n"
-        f"for name in {list(names)!r}: importlib.import_module(name)\n"
-        "print(json.dumps(sorted(sys.modules)))"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
-    )
-    return json.loads(done.stdout.splitlines()[-1])
 
 
 def test_adapter_packages_load_no_server_module() -> None:
@@ -66,24 +51,11 @@ def test_backend_contract_loads_no_engine() -> None:
 FORBIDDEN = (("eclectus", "server"), ("eclectus", "benchmarks"))
 
 
-def package_of(path: Path) -> list[str]:
-    """The dotted package an adapter source file's relative imports start from (pure)."""
-    parts = ["eclectus", "adapters", *path.relative_to(ADAPTERS).with_suffix("").parts]
-    return parts[:-1]  # a module's package; an __init__'s "__init__" drops the same way
-
-
 def forbidden_imports(source: str, package: list[str]) -> list[str]:
     """The ``eclectus.server`` / ``eclectus.benchmarks`` modules ``source`` (a module of
     ``package``) imports anywhere, relative imports resolved (pure)."""
-    found: list[str] = []
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            found += [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = package[: len(package) - node.level + 1] if node.level else []
-            names = base + (node.module.split(".") if node.module else [])
-            found += [".".join([*names, alias.name]) for alias in node.names]
-    return sorted({n for n in found if tuple(n.split(".")[:2]) in FORBIDDEN})
+    names = imported_names(source, package)
+    return [n for n in names if tuple(n.split(".")[:2]) in FORBIDDEN]
 
 
 def test_adapter_sources_never_import_the_server() -> None:
@@ -93,7 +65,11 @@ def test_adapter_sources_never_import_the_server() -> None:
     offenders = {
         str(path.relative_to(ADAPTERS)): names
         for path in sorted(ADAPTERS.rglob("*.py"))
-        if (names := forbidden_imports(path.read_text(), package_of(path)))
+        if (
+            names := forbidden_imports(
+                path.read_text(), package_of(path, ADAPTERS, "eclectus.adapters")
+            )
+        )
     }
     assert offenders == {}
     assert not sorted(ADAPTERS.rglob("bench*.py"))

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from eclectus.models.presets import PRESET_NOTES
 from eclectus.demo import demo
+from eclectus.models.presets import PRESET_NOTES
 
 pytestmark = pytest.mark.slow
 

@@ -15,8 +15,8 @@ from scripted_engine import FRONT, ScriptedEngine
 from websockets.asyncio.client import connect
 from ws_helpers import RawClient, ServerFactory
 
-from eclectus.server.front import Front, Prompt
 from eclectus.benchmarks.loadtest import deaf_client, send_frame
+from eclectus.server.front import Front, Prompt
 
 
 async def still_works(client: RawClient) -> None:

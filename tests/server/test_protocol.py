@@ -15,6 +15,14 @@ from hypothesis import strategies as st
 from pydantic import TypeAdapter, ValidationError
 from ws_helpers import RawClient
 
+from eclectus.benchmarks.frames import (
+    BASELINE_CLIENT_FRAME,
+    SEGMENT_KINDS,
+    BaselineSegment,
+    check_same_frames,
+    main,
+    submit_frame,
+)
 from eclectus.protocol import (
     CLIENT_FRAME,
     CallSpec,
@@ -26,14 +34,6 @@ from eclectus.protocol import (
     TextSegment,
     VarSegment,
     VarSpec,
-)
-from eclectus.benchmarks.frames import (
-    BASELINE_CLIENT_FRAME,
-    SEGMENT_KINDS,
-    BaselineSegment,
-    check_same_frames,
-    main,
-    submit_frame,
 )
 
 SEGMENT: TypeAdapter[Any] = TypeAdapter(Segment)
