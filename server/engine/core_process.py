@@ -22,7 +22,12 @@ from typing import Literal
 
 from eclectus.protocol import SamplingParams
 from eclectus.server.engine.engine_config import EngineConfig
-from eclectus.server.engine.request import EngineOutput, EngineRequest, EngineStats
+from eclectus.server.engine.request import (
+    EngineOutput,
+    EngineRequest,
+    EngineStats,
+    RequestFailed,
+)
 
 # ---- front -> core ----------------------------------------------------------------------
 
@@ -60,16 +65,6 @@ class CoreFailed:
 
     message: str
     bad_config: bool
-
-
-@dataclass(frozen=True, slots=True)
-class RequestFailed:
-    """A request ended in failure. ``refused``: its constraint was refused (the client's
-    mistake, RequestRefused); else the engine failed it (EngineError)."""
-
-    request_id: str
-    message: str
-    refused: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,8 +5,9 @@ process) keeps everything the event loop needs at once — the per-request async
 latest stats (requests arrive as ids: the server's front tokenized them) — and
 sends add / abort / unpin / check commands down one pipe to a spawned child that owns the
 ``LLMEngine`` and steps it (:mod:`eclectus.server.engine.core_process`). The child answers
-with one message per step; a reader thread here routes its items to the requests' queues with
-one ``call_soon_threadsafe`` per event loop per message.
+with one message per step; a reader thread here hands its items to the requests' streams
+(:class:`~eclectus.server.engine.request_stream.StreamTable`, one ``call_soon_threadsafe``
+per event loop per message).
 
 Constrained requests are compiled where their matchers live, in the child: ``check_constraint``
 asks it (blocking, as the Backend contract says), and ``generate`` lets it refuse a constraint
@@ -39,7 +40,6 @@ from eclectus.server.engine.core_process import (
     CoreCommand,
     CoreFailed,
     CoreReady,
-    RequestFailed,
     StepOutputs,
 )
 from eclectus.server.engine.engine_config import EngineConfig
@@ -48,13 +48,12 @@ from eclectus.server.engine.request import (
     EngineOutput,
     EngineRequest,
     EngineStats,
+    RequestFailed,
     RequestRefused,
 )
-from eclectus.server.engine.request_stream import RequestStream, aborted, drain
+from eclectus.server.engine.request_stream import StreamTable, aborted, drain
 
 logger = logging.getLogger(__name__)
-
-_Item = EngineOutput | EngineError
 
 
 @dataclass(slots=True)
@@ -86,7 +85,7 @@ class ProcessEngine:
         self._max_model_len = ready.max_model_len
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()
-        self._streams: dict[str, RequestStream] = {}  # guarded by _lock
+        self._streams = StreamTable()
         self._checks: dict[int, _Check] = {}  # guarded by _lock
         self._call_ids = itertools.count()
         self._stopping = False
@@ -157,12 +156,7 @@ class ProcessEngine:
         """Submit ``request`` and stream its outputs until finished (mutates: enqueues).
         Raises RequestRefused for a constraint the core cannot compile, EngineError if the
         engine fails it or the core has exited; closing the iterator early aborts it."""
-        stream = RequestStream.here()
-        with self._lock:
-            self._raise_if_dead()
-            if request.request_id in self._streams:
-                raise EngineError(f"request id {request.request_id!r} is already running")
-            self._streams[request.request_id] = stream
+        stream = self._streams.open(request.request_id)  # closed once the core has exited
         self._post(CoreCommand("add", request.request_id, request))
         async with contextlib.aclosing(drain(stream, lambda: self._abandon(request))) as outputs:
             async for output in outputs:
@@ -170,8 +164,7 @@ class ProcessEngine:
 
     def _abandon(self, request: EngineRequest) -> None:
         """Its caller stopped listening: forget its stream and abort it (mutates)."""
-        with self._lock:
-            self._streams.pop(request.request_id, None)
+        self._streams.forget(request.request_id)
         self._post(CoreCommand("abort", request.request_id))
 
     async def abort(self, request_id: str) -> None:
@@ -224,29 +217,9 @@ class ProcessEngine:
                 return
             if isinstance(message, StepOutputs):
                 self._stats = message.stats  # first: an output's tokens are counted when seen
-                self._route(message.items)
+                self._streams.deliver(message.items)
             elif isinstance(message, ConstraintChecked):
                 self._answer(message)
-
-    def _route(self, items: tuple[EngineOutput | RequestFailed, ...]) -> None:
-        """Hand each item to its request's queue: one callback per event loop (mutates)."""
-        puts: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue[_Item], _Item]]] = {}
-        with self._lock:
-            for item in items:
-                value: _Item
-                if isinstance(item, RequestFailed):
-                    value = (RequestRefused if item.refused else EngineError)(item.message)
-                    stream = self._streams.pop(item.request_id, None)
-                else:
-                    value = item
-                    get = self._streams.pop if item.finished else self._streams.get
-                    stream = get(item.request_id, None)
-                if stream is not None:
-                    puts.setdefault(stream.loop, []).append((stream.queue, value))
-        for loop, batch in puts.items():
-            # a RuntimeError means the caller's loop is closed: nobody is listening
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(_put_all, batch)
 
     def _answer(self, message: ConstraintChecked) -> None:
         with self._lock:
@@ -261,28 +234,22 @@ class ProcessEngine:
         shutdown, else with EngineError; so do later calls (mutates)."""
         with contextlib.suppress(subprocess.TimeoutExpired):
             self._process.wait(5)
-        with self._lock:  # from here on nothing new is registered
+        with self._lock:  # from here on no check is registered
             stopping = self._stopping
-            self._dead = (
+            dead = (
                 "the engine is shut down"
                 if stopping
                 else f"the engine core process exited (exit code {self._process.returncode})"
             )
-            request_ids = list(self._streams)
+            self._dead = dead
             checks, self._checks = self._checks, {}
+        request_ids = self._streams.close(dead)  # nor any stream
         if not stopping:
-            logger.error("%s; failing %d open requests", self._dead, len(request_ids))
-        self._route(
-            tuple(
-                aborted(request_id) if stopping else RequestFailed(request_id, self._dead)
-                for request_id in request_ids
-            )
+            logger.error("%s; failing %d open requests", dead, len(request_ids))
+        self._streams.deliver(
+            aborted(request_id) if stopping else RequestFailed(request_id, dead)
+            for request_id in request_ids
         )
         for check in checks.values():
-            check.error = EngineError(self._dead)
+            check.error = EngineError(dead)
             check.done.set()
-
-
-def _put_all(batch: list[tuple[asyncio.Queue[_Item], _Item]]) -> None:
-    for queue, item in batch:
-        queue.put_nowait(item)

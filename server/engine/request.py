@@ -96,3 +96,18 @@ class RequestRefused(EngineError):
     as ``bad_request``; retrying the same request will not help."""
 
     code: ErrorCode = "bad_request"
+
+
+@dataclass(frozen=True, slots=True)
+class RequestFailed:
+    """A request ended in failure, as a value that crosses threads and the engine core's
+    pipe. ``refused``: its constraint was refused (the client's mistake, RequestRefused);
+    else the engine failed it (EngineError)."""
+
+    request_id: str
+    message: str
+    refused: bool = False
+
+    def error(self) -> EngineError:
+        """The exception its request's stream raises (pure)."""
+        return (RequestRefused if self.refused else EngineError)(self.message)
