@@ -1,9 +1,9 @@
 """The built-in engine: paged KV, prefix sharing, continuous batching, sampling.
 
-``from eclectus.server.engine import LLM, SamplingParams`` for offline use; ``AsyncEngine`` is
-the server's backend. The torch-heavy names load lazily, so importing this package (which
-``eclectus.server.backend`` does for the engine's request types, ``request.py``) never
-imports torch.
+``from eclectus.server.engine import LLM, SamplingParams`` for offline use; ``AsyncEngine`` and
+``ProcessEngine`` are the server's built-in backends. The torch-heavy names load lazily: the
+server's ``Backend`` contract and the remote pool import only ``request.py`` (the engine's
+request types), and Python runs this file first, so it must import nothing heavy.
 """
 
 from __future__ import annotations

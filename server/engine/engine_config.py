@@ -1,4 +1,5 @@
-"""EngineConfig: every knob of the built-in engine in one frozen, validated dataclass."""
+"""EngineConfig: every knob of the built-in engine in one frozen, validated dataclass (how the
+engine runs a model; the model's own architecture is ``model_config.ModelConfig``)."""
 
 from __future__ import annotations
 

@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from eclectus.server.engine.config import ModelConfig
 from eclectus.server.engine.engine_config import SUPPORTED_DTYPES
+from eclectus.server.engine.model_config import ModelConfig
 from eclectus.server.engine.rope import RotaryEmbedding, apply_rope
 
 

@@ -24,9 +24,9 @@ import torch
 from torch import Tensor
 
 from eclectus import kernels
-from eclectus.server.engine.config import ModelConfig
 from eclectus.server.engine.engine_config import DTYPE_BYTES, EngineConfig
 from eclectus.server.engine.model import LlamaForCausalLM
+from eclectus.server.engine.model_config import ModelConfig
 from eclectus.server.engine.scheduler import ScheduledSeq, SchedulerOutput
 
 

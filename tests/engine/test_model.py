@@ -23,8 +23,8 @@ from transformers import (
 
 from eclectus.models.presets import PRESETS, write_preset_files
 from eclectus.models.tokenizer import Tokenizer
-from eclectus.server.engine.config import ModelConfig
 from eclectus.server.engine.model import LlamaForCausalLM, load_model
+from eclectus.server.engine.model_config import ModelConfig
 
 PROMPTS = ["Hello world", "The quick brown fox jumps", "1+1=", "Ünïcödé 😀 text"]
 

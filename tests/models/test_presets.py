@@ -27,7 +27,7 @@ from eclectus.models.presets import (
     resolve_model_dir,
 )
 from eclectus.models.tiny_chat import BOS_ID
-from eclectus.server.engine.config import ModelConfig
+from eclectus.server.engine.model_config import ModelConfig
 
 REPO = Path(__file__).resolve().parents[2]
 

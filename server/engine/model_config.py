@@ -1,4 +1,5 @@
-"""ModelConfig: the architecture of a Llama-family checkpoint, parsed from its config.json.
+"""ModelConfig: the architecture of a Llama-family checkpoint, parsed from its config.json
+(what the forward computes; how the engine runs it is ``engine_config.EngineConfig``).
 
 Supported: ``LlamaForCausalLM``, ``MistralForCausalLM`` and ``Qwen2ForCausalLM`` with SiLU
 SwiGLU MLPs, and RoPE that is plain, ``linear`` or ``llama3`` scaled. Both config layouts are
