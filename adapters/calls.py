@@ -2,7 +2,9 @@
 
 :class:`Caller` holds a model's :class:`~eclectus.adapters.connection.Connection` and its
 :class:`CallOptions` (retries, request timeout, criteria, deadline) and runs calls with
-them, the same way for ``invoke``/``complete``, their async twins and both kinds of stream:
+them, the same way for ``invoke``/``complete``, their async twins and both kinds of stream
+(one async implementation; the sync entry points block on it through :meth:`Caller.block`
+and :meth:`Caller.iterate`):
 
 - a call is *declared* by a function of the session (so a retry declares it again, on a
   fresh session, after a lost connection) and then *asked for* with the model's criteria
@@ -17,14 +19,14 @@ Imports nothing from ``eclectus.server``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from eclectus.adapters.client import SemanticVariable, SyncSession
 from eclectus.adapters.client.errors import ConnectionError as ClientConnectionError
 from eclectus.adapters.connection import Connection
-from eclectus.protocol import Criteria
+from eclectus.protocol import Criteria, ModelCard
 
 T = TypeVar("T")
 Declare = Callable[[SyncSession], Sequence[SemanticVariable]]
@@ -59,7 +61,13 @@ class CallOptions:
 
 class Caller:
     """Runs one model's calls on its connection with its options. Stateless apart from the
-    connection's session; safe to share between threads and event loops."""
+    connection's session; safe to share between threads and event loops.
+
+    Its calls are coroutines and async iterators, awaitable from any event loop; a sync
+    entry point blocks on the same ones through :meth:`block` and :meth:`iterate`, which run
+    them on the connection's loop (from any thread but that loop's own, a running loop's
+    included). A ``declare`` function then runs on that loop too: it only declares (no
+    blocking call)."""
 
     def __init__(self, connection: Connection, options: CallOptions) -> None:
         self.connection = connection
@@ -67,49 +75,56 @@ class Caller:
 
     @property
     def session(self) -> SyncSession:
-        """The connection's session (mutates: connects on first use)."""
+        """The connection's session (blocking: connects on first use)."""
         return self.connection.session
 
+    def served_models(self) -> list[ModelCard]:
+        """The models the server announced in its welcome (no I/O once a session is open;
+        else blocking: connects, with the model's retries)."""
+        session = self.connection.current
+        if session is not None:  # also what a declare function on the loop reads
+            return session.models
+
+        async def models(session: SyncSession) -> list[ModelCard]:
+            return session.models
+
+        return self.block(lambda: self.aretrying(models))
+
+    # -- the bridge: sync entry points block on the async calls ---------------------------
+
+    def block(self, work: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        """``work()`` run to its end on the connection's loop (blocking; RuntimeError on that
+        loop's own thread, where it would deadlock)."""
+        return self.connection.bridge.block(work, None)
+
+    def iterate(self, source: AsyncIterator[T]) -> Iterator[T]:
+        """``source``'s items, each waited for on the connection's loop (blocking); stopping
+        early closes ``source`` there."""
+        return self.connection.bridge.iter_blocking(source, None)
+
     # -- retries ------------------------------------------------------------------------
-    # One policy for every path, sync or async, call or stream: each try runs inside
-    # ``with try_:`` (a plain context manager, so async code uses it too); a lost connection
-    # drops the try's session and is swallowed while a try is left and nothing was yielded.
+    # One policy for every path, call or stream: each try runs inside ``with try_:``; a lost
+    # connection drops the try's session and is swallowed while a try is left and nothing
+    # was yielded.
 
     def _tries(self) -> Iterator[_Try]:
         """The tries of one call: one, plus up to ``max_retries`` after lost connections."""
         for tries_left in range(self.options.max_retries, -1, -1):
             yield _Try(self.connection, last=tries_left == 0)
 
-    def retrying(self, attempt: Callable[[SyncSession], T]) -> T:
-        """``attempt(session)``, again on a fresh session after a lost connection, up to
-        ``max_retries`` more times (blocking)."""
-        for try_ in self._tries():
-            with try_:
-                return attempt(try_.open())
-        raise AssertionError("unreachable: the last try returns or raises")
-
     async def aretrying(self, attempt: Callable[[SyncSession], Awaitable[T]]) -> T:
-        """Async twin of :meth:`retrying` (connecting blocks the loop only for the
-        handshake of a session not yet open)."""
+        """``await attempt(session)``, again on a fresh session after a lost connection, up
+        to ``max_retries`` more times."""
         for try_ in self._tries():
             with try_:
-                return await attempt(try_.open())
+                return await attempt(await try_.open())
         raise AssertionError("unreachable: the last try returns or raises")
 
     # -- calls ----------------------------------------------------------------------------
 
-    def run(self, declare: Declare) -> list[tuple[SemanticVariable, str]]:
-        """Declares the calls, ships them with their gets in one frame and waits for every
-        output (blocking; retried after a lost connection). Returns (output, text) pairs."""
-
-        def attempt(session: SyncSession) -> list[tuple[SemanticVariable, str]]:
-            outputs = list(declare(session))
-            return list(zip(outputs, self.get(outputs), strict=True))
-
-        return self.retrying(attempt)
-
     async def arun(self, declare: Declare) -> list[tuple[SemanticVariable, str]]:
-        """Async twin of :meth:`run`."""
+        """Declares the calls, ships them with their gets in one frame and waits for every
+        output (retried after a lost connection). Returns (output, text) pairs."""
 
         async def attempt(session: SyncSession) -> list[tuple[SemanticVariable, str]]:
             outputs = list(declare(session))
@@ -120,8 +135,8 @@ class Caller:
 
     async def aget(self, outputs: Sequence[SemanticVariable]) -> list[str]:
         """The texts of already declared ``outputs`` (of one session) with this model's
-        objective, from any event loop, bounded by ``request_timeout`` (no retry: the
-        variables belong to their session)."""
+        objective, bounded by ``request_timeout`` (no retry: the variables belong to their
+        session)."""
         if not outputs:
             return []
         gets = outputs[0].session.aget_many(
@@ -129,54 +144,24 @@ class Caller:
         )
         return await asyncio.wait_for(gets, self.options.request_timeout)
 
-    def get(self, outputs: Sequence[SemanticVariable]) -> list[str]:
-        """Blocking twin of :meth:`aget`."""
-        if not outputs:
-            return []
-        return outputs[0].session.get_many(
-            outputs,
-            self.options.criteria,
-            deadline_ms=self.options.deadline_ms,
-            timeout=self.options.request_timeout,
-        )
-
     # -- streams --------------------------------------------------------------------------
 
-    def stream(self, declare: DeclareOne) -> Iterator[str | SemanticVariable]:
-        """Text deltas of one declared call, then its finished output variable (blocking;
-        ``request_timeout`` bounds each delta's wait; retried while nothing was yielded)."""
-        for try_ in self._tries():
-            with try_:
-                var = declare(try_.open())
-                for delta in self.deltas(var):
-                    try_.yielded = True
-                    yield delta
-                yield var
-                return
-
     async def astream(self, declare: DeclareOne) -> AsyncIterator[str | SemanticVariable]:
-        """Async twin of :meth:`stream`."""
+        """Text deltas of one declared call, then its finished output variable
+        (``request_timeout`` bounds each delta's wait; retried while nothing was yielded)."""
         for try_ in self._tries():
             with try_:
-                var = declare(try_.open())
+                var = declare(await try_.open())
                 async for delta in self.adeltas(var):
                     try_.yielded = True
                     yield delta
                 yield var
                 return
 
-    def deltas(self, var: SemanticVariable) -> Iterator[str]:
-        """The text deltas of a declared variable with this model's objective, each waited
-        for at most ``request_timeout`` (blocking; no retry)."""
-        return var.stream(
-            self.options.criteria,
-            deadline_ms=self.options.deadline_ms,
-            timeout=self.options.request_timeout,
-        )
-
     async def adeltas(self, var: SemanticVariable) -> AsyncIterator[str]:
-        """Async twin of :meth:`deltas`: ``request_timeout`` bounds each delta's wait
-        (TimeoutError; the stream is then closed, which cancels the call on the server)."""
+        """The text deltas of a declared variable with this model's objective (no retry):
+        ``request_timeout`` bounds each delta's wait (TimeoutError; the stream is then
+        closed, which cancels the call on the server)."""
         source = var.astream(self.options.criteria, deadline_ms=self.options.deadline_ms)
         try:
             while True:
@@ -199,9 +184,9 @@ class _Try:
         self.session: SyncSession | None = None  # None until connected
         self.yielded = False
 
-    def open(self) -> SyncSession:
+    async def open(self) -> SyncSession:
         """The connection's session (mutates: connects on first use; remembers it)."""
-        self.session = self.connection.session
+        self.session = await self.connection.asession()
         return self.session
 
     def __enter__(self) -> _Try:

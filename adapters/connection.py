@@ -12,18 +12,22 @@ The LangChain and LlamaIndex adapters both stand on this module (and on :mod:`.c
   or the connection was lost. A session belongs to these settings rather than to a Python
   model object: LangChain copies and rebuilds model objects freely (``configurable_fields``
   builds one per call), and a session per object would open a socket and a thread per call.
-  Give a model its own ``app`` name to give it a session of its own.
+  Give a model its own ``app`` name to give it a session of its own. Its sessions live on
+  the connection's own event-loop thread, where the adapters' async logic also runs when a
+  sync entry point blocks on it (:attr:`Connection.bridge`).
 
 Imports nothing from ``eclectus.server``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 
-from eclectus.adapters.client import DEFAULT_URL, SyncSession, connect_sync
-from eclectus.adapters.client.connect import TOKEN_ENV
+from eclectus.adapters.client import DEFAULT_URL, SyncSession
+from eclectus.adapters.client.bridge import LoopBridge, LoopThread
+from eclectus.adapters.client.connect import TOKEN_ENV, open_session
 
 URL_ENV = "ECLECTUS_URL"
 
@@ -50,18 +54,23 @@ def ws_url(url: str) -> str:
 
 
 class Connection:
-    """One lazily opened SDK session to one server as one application.
+    """One lazily opened SDK session to one server as one application, on the
+    connection's own event-loop thread (started on first use, kept for later sessions).
 
     Thread-safe: the first caller opens the session, concurrent callers wait for it. The
-    session is a ``connect_sync`` session, so its blocking methods work from any thread and
-    its async ones from any event loop.
+    adapters' logic is async and runs through :attr:`bridge`: awaited from any event loop
+    (:meth:`LoopBridge.run`), or blocked on from any thread but the connection's own
+    (:meth:`LoopBridge.block`, the sync entry points), which then runs it on this loop,
+    beside the session.
     """
 
     def __init__(self, url: str, token: str | None, app: str | None) -> None:
         self.url = ws_url(url)
         self.token = token
         self.app = app
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # held briefly, never across a wait
+        self._loop: LoopThread | None = None
+        self._opening: asyncio.Lock | None = None  # serialises opens, on the loop
         self._session: SyncSession | None = None
 
     @property
@@ -69,13 +78,42 @@ class Connection:
         return (self.url, self.token, self.app)
 
     @property
-    def session(self) -> SyncSession:
-        """The open session (mutates: connects on first use, and again once the previous
-        session was closed or forgotten). Raises the SDK's ConnectionError/AuthError."""
+    def bridge(self) -> LoopBridge:
+        """Runs work on the connection's loop (mutates: starts its thread on first use)."""
         with self._lock:
-            if self._session is None or self._session.closed:
-                self._session = connect_sync(self.url, token=self.token, app=self.app)
-            return self._session
+            if self._loop is None:
+                self._loop = LoopThread(name="eclectus-connection")
+            return self._loop.bridge
+
+    @property
+    def current(self) -> SyncSession | None:
+        """The session if one is open, else None (pure: never connects)."""
+        with self._lock:
+            session = self._session
+        return session if session is not None and not session.closed else None
+
+    @property
+    def session(self) -> SyncSession:
+        """The open session (blocking: connects on first use, and again once the previous
+        session was closed or forgotten; not on the connection's own loop). Raises the
+        SDK's ConnectionError/AuthError."""
+        return self.current or self.bridge.block(self._open_here, None)
+
+    async def asession(self) -> SyncSession:
+        """:attr:`session` from any event loop, without blocking it."""
+        return self.current or await self.bridge.run(self._open_here)
+
+    async def _open_here(self) -> SyncSession:
+        if self._opening is None:
+            self._opening = asyncio.Lock()
+        async with self._opening:  # concurrent first users wait for one handshake
+            session = self.current
+            if session is None:
+                opened = await open_session(self.url, token=self.token, app=self.app)
+                session = SyncSession(opened, None)
+                with self._lock:
+                    self._session = session
+            return session
 
     def forget(self, session: SyncSession) -> None:
         """Drops ``session`` after its connection broke, so the next call reconnects
@@ -85,7 +123,7 @@ class Connection:
                 self._session = None
 
     def close(self) -> None:
-        """Closes the session if one is open (mutates; idempotent). A later call
+        """Closes the session if one is open (mutates; idempotent; blocking). A later call
         reconnects."""
         with self._lock:
             session, self._session = self._session, None

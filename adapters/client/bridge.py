@@ -1,11 +1,14 @@
 """Run the session's coroutines from any event loop or thread.
 
 A session lives on one event loop: the caller's (``connect``) or a background thread's
-(``connect_sync``). Its futures and socket belong to that loop, so work is always executed
-there. Called from that same loop, a coroutine is simply awaited; from another loop it goes
-through ``asyncio.run_coroutine_threadsafe`` and is awaited with ``asyncio.wrap_future``
-(cancelling the waiter cancels the work); from a plain thread it blocks on the result. This
-is what lets one sync-capable session serve both ``invoke`` and ``ainvoke`` of an adapter.
+(``connect_sync``, or the adapters' connection: :class:`LoopThread`). Its futures and socket
+belong to that loop, so work is always executed there. Called from that same loop, a
+coroutine is simply awaited; from another loop it goes through
+``asyncio.run_coroutine_threadsafe`` and is awaited with ``asyncio.wrap_future`` (cancelling
+the waiter cancels the work); from a plain thread it blocks on the result. This is the one
+bridge between sync and async code: an adapter's logic is async, and its sync entry points
+(``invoke``, ``complete``) block on the same coroutines through it, from any thread,
+including one whose own event loop is running (a Jupyter cell).
 """
 
 from __future__ import annotations
@@ -20,6 +23,33 @@ from eclectus.adapters.client.errors import ConnectionError
 
 T = TypeVar("T")
 _DONE = object()  # end of a bridged async iterator (StopAsyncIteration cannot cross a future)
+
+
+class LoopThread:
+    """A daemon thread running one event loop until :meth:`stop`; :attr:`bridge` runs work
+    there."""
+
+    def __init__(self, name: str = "eclectus-session") -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+        assert self._thread.ident is not None
+        self.bridge = LoopBridge(self.loop, self._thread.ident)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.loop.run_forever()
+        finally:
+            self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+            self.loop.close()
+
+    def stop(self) -> None:
+        """Stops and closes the loop, then joins the thread (mutates; idempotent)."""
+        if not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+        if self._thread is not threading.current_thread():
+            self._thread.join()
 
 
 class LoopBridge:

@@ -1,8 +1,9 @@
-"""The blocking twin: a session on a background event-loop thread.
+"""The blocking face of a session on a background event-loop thread.
 
 ``connect_sync(url)`` starts a daemon thread running its own event loop, opens the session
-there and returns a :class:`SyncSession`. Declaring works exactly as in the async API;
-asking blocks the calling thread (``var.get()``, ``var.stream()``, ``app.get_many()``).
+there and returns a :class:`SyncSession`. Declaring is the Session's own methods, the same
+signatures and the same code (:class:`_OfSession`); asking blocks the calling thread
+(``var.get()``, ``var.stream()``, ``app.get_many()``) through the one bridge (bridge.py).
 Because the session lives on its own loop, its variables' async methods (``aget``,
 ``astream``) also work from any other event loop, so one sync-capable session can serve both
 the sync and the async entry points of a framework adapter.
@@ -11,46 +12,48 @@ the sync and the async entry points of a framework adapter.
 from __future__ import annotations
 
 import asyncio
-import threading
-from collections.abc import Iterable, Mapping, Sequence
+import functools
+from collections.abc import Callable
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
+from eclectus.adapters.client.bridge import LoopThread
 from eclectus.adapters.client.connect import DEFAULT_RETRIES, DEFAULT_TIMEOUT, open_session
-from eclectus.adapters.client.functions import Piece, SamplingLike, SemanticFunction
-from eclectus.adapters.client.map_steps import MapSteps
 from eclectus.adapters.client.session import Session
-from eclectus.adapters.client.variables import SemanticVariable
-from eclectus.protocol import Criteria, Limits, ModelCard
+from eclectus.protocol import Limits, ModelCard
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
-class _LoopThread:
-    """A daemon thread running one event loop until :meth:`stop`."""
+class _OfSession(Generic[P, R]):
+    """A Session method offered by SyncSession as it is: called on the SyncSession's
+    session, with its signature and docstring (no I/O of its own)."""
 
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._run, name="eclectus-session", daemon=True)
-        self._thread.start()
+    def __init__(self, method: Callable[Concatenate[Session, P], R]) -> None:
+        self._method = method
+        functools.update_wrapper(self, method)
 
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        try:
-            self.loop.run_forever()
-        finally:
-            self.loop.run_until_complete(self.loop.shutdown_asyncgens())
-            self.loop.close()
+    @overload
+    def __get__(self, owner: None, kind: type[Any]) -> _OfSession[P, R]: ...
 
-    def stop(self) -> None:
-        """Stops and closes the loop, then joins the thread (mutates; idempotent)."""
-        if not self.loop.is_closed():
-            self.loop.call_soon_threadsafe(self.loop.stop)
-        if self._thread is not threading.current_thread():
-            self._thread.join()
+    @overload
+    def __get__(self, owner: SyncSession, kind: type[Any]) -> Callable[P, R]: ...
+
+    def __get__(
+        self, owner: SyncSession | None, kind: type[Any]
+    ) -> _OfSession[P, R] | Callable[P, R]:
+        if owner is None:
+            return self
+        return functools.partial(self._method, owner.session)
 
 
 class SyncSession:
     """A Session driven from ordinary threads. ``.session`` is the underlying async Session
-    (its async methods work from any event loop)."""
+    (its async methods work from any event loop). ``loop_thread``: the thread its loop runs
+    on when this SyncSession owns it (``connect_sync``; closing stops it), else None (the
+    adapters' connection keeps its loop for the next session)."""
 
-    def __init__(self, session: Session, loop_thread: _LoopThread) -> None:
+    def __init__(self, session: Session, loop_thread: LoopThread | None) -> None:
         self._session = session
         self._loop_thread = loop_thread
 
@@ -90,107 +93,23 @@ class SyncSession:
     def closed(self) -> bool:
         return self._session.closed
 
-    # -- declaring: the same calls as Session (no I/O) --------------------------------
+    # -- declaring: the Session's own calls (no I/O) ---------------------------------------
 
-    def function(
-        self,
-        template: str,
-        /,
-        *,
-        model: str | None = None,
-        outputs: Mapping[str, SamplingLike] | None = None,
-        **output_specs: SamplingLike,
-    ) -> SemanticFunction:
-        """See Session.function (pure)."""
-        return self._session.function(template, model=model, outputs=outputs, **output_specs)
+    function = _OfSession(Session.function)
+    call = _OfSession(Session.call)
+    variable = _OfSession(Session.variable)
+    join = _OfSession(Session.join)
+    repr_list = _OfSession(Session.repr_list)
+    new_variable = _OfSession(Session.new_variable)
+    map = _OfSession(Session.map)
+    map_steps = _OfSession(Session.map_steps)
+    map_pipeline = _OfSession(Session.map_pipeline)
+    switch = _OfSession(Session.switch)
+    retract = _OfSession(Session.retract)
 
-    def call(
-        self,
-        pieces: Sequence[Piece],
-        *,
-        model: str | None = None,
-        add_special_tokens: bool = True,
-    ) -> list[SemanticVariable]:
-        """See Session.call (mutates the pending fragment)."""
-        return self._session.call(pieces, model=model, add_special_tokens=add_special_tokens)
+    # -- asking: blocking --------------------------------------------------------------------
 
-    def variable(self, value: str | None = None, name: str | None = None) -> SemanticVariable:
-        """See Session.variable (mutates the pending fragment)."""
-        return self._session.variable(value, name)
-
-    def join(
-        self,
-        items: Iterable[str | SemanticVariable],
-        sep: str = "",
-        prefix: str = "",
-        suffix: str = "",
-    ) -> SemanticVariable:
-        """See Session.join (mutates the pending fragment)."""
-        return self._session.join(items, sep, prefix, suffix)
-
-    def repr_list(self, items: Iterable[str | SemanticVariable]) -> SemanticVariable:
-        """See Session.repr_list (mutates the pending fragment)."""
-        return self._session.repr_list(items)
-
-    def new_variable(self, name: str | None = None) -> SemanticVariable:
-        """See Session.new_variable: a variable never declared, e.g. a map's element (mutates
-        only the id counter)."""
-        return self._session.new_variable(name)
-
-    def map(
-        self,
-        items: SemanticVariable,
-        element: SemanticVariable,
-        pieces: Sequence[Piece] | MapSteps,
-        *,
-        items_path: Sequence[str] = (),
-        model: str | None = None,
-    ) -> SemanticVariable:
-        """See Session.map (mutates the pending fragment)."""
-        return self._session.map(items, element, pieces, items_path=items_path, model=model)
-
-    def map_steps(self, element: SemanticVariable) -> MapSteps:
-        """See Session.map_steps (pure)."""
-        return self._session.map_steps(element)
-
-    def map_pipeline(
-        self,
-        items: SemanticVariable,
-        steps: MapSteps,
-        *,
-        items_path: Sequence[str] = (),
-        step_outputs: bool = False,
-    ) -> tuple[SemanticVariable, list[SemanticVariable]]:
-        """See Session.map_pipeline (mutates the pending fragment)."""
-        return self._session.map_pipeline(
-            items, steps, items_path=items_path, step_outputs=step_outputs
-        )
-
-    def switch(
-        self,
-        on: SemanticVariable,
-        cases: Mapping[str, Iterable[SemanticVariable]],
-        path: Sequence[str] = (),
-    ) -> str:
-        """See Session.switch (mutates the pending fragment)."""
-        return self._session.switch(on, cases, path)
-
-    def retract(self, outputs: Iterable[SemanticVariable], switch_ids: Iterable[str] = ()) -> int:
-        """See Session.retract (mutates the pending fragment)."""
-        return self._session.retract(outputs, switch_ids)
-
-    # -- asking: blocking ----------------------------------------------------------------
-
-    def get_many(
-        self,
-        vars: Iterable[SemanticVariable],
-        criteria: Criteria = "latency",
-        *,
-        deadline_ms: float | None = None,
-        timeout: float | None = None,
-    ) -> list[str]:
-        """Blocking: the texts of ``vars``, all gets in one frame."""
-        return self._session.get_many(vars, criteria, deadline_ms=deadline_ms, timeout=timeout)
+    get_many = _OfSession(Session.get_many)  # blocking already (not on the session's loop)
 
     def flush(self, *, timeout: float | None = None) -> None:
         """Blocking: ships what is pending and waits for the server's ack."""
@@ -213,12 +132,13 @@ class SyncSession:
         )
 
     def close(self, *, timeout: float | None = DEFAULT_TIMEOUT) -> None:
-        """Closes the session and stops its loop thread (idempotent)."""
-        if not self._loop_thread.loop.is_closed():
+        """Closes the session, and stops its loop thread if it owns one (idempotent)."""
+        if not self._session.bridge.loop.is_closed():
             try:
                 self._session.bridge.block(self._session.aclose, timeout)
             finally:
-                self._loop_thread.stop()
+                if self._loop_thread is not None:
+                    self._loop_thread.stop()
 
     def __enter__(self) -> SyncSession:
         return self
@@ -239,7 +159,7 @@ def connect_sync(
     """Blocking :func:`connect`: the session runs on a new background loop thread. Use as
     ``with connect_sync(url) as app:`` or call ``app.close()``. Same errors and retries as
     connect."""
-    loop_thread = _LoopThread()
+    loop_thread = LoopThread()
     opening = open_session(
         url, token=token, app=app, tenant=tenant, timeout=timeout, retries=retries
     )

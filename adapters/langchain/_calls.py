@@ -14,7 +14,8 @@ sampling payload, so nothing is computed twice and nothing differs from a single
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+import asyncio
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextvars import ContextVar
 from typing import Any
 
@@ -62,7 +63,10 @@ def reset_prefetched(token: Any) -> None:
 
 class ModelCore:
     """Declare, fetch and stream calls for one model configuration, in the application
-    ``app`` (the model's ``app_name`` wins). Stateless apart from the shared session."""
+    ``app`` (the model's ``app_name`` wins). Stateless apart from the shared session.
+
+    Its calls are async; a sync entry point blocks on them with :meth:`block` and
+    :meth:`iterate` (the shared client layer's bridge)."""
 
     def __init__(self, params: EclectusParams, app: str | None) -> None:
         self.params = params
@@ -70,42 +74,27 @@ class ModelCore:
         self.add_special_tokens = not params.renders_chat
         connection = connection_for(params.eclectus_url, params.token, self.app)
         self.caller = Caller(connection, params.call_options())
+        self.block = self.caller.block
+        self.iterate = self.caller.iterate
 
     def session(self) -> SyncSession:
-        """The application's session (mutates: connects on first use)."""
+        """The application's session (blocking: connects on first use)."""
         return self.caller.session
 
     def chat_template(self, model: str | None) -> ChatTemplate:
-        """The chat template the server announced for ``model`` (blocking: connects on
-        first use, with the model's retries)."""
-        return self.caller.retrying(lambda s: ChatTemplate.of(_client.model_info(s, model)))
-
-    def run(self, requests: Sequence[Request], model: str | None) -> list[Generated]:
-        """Runs the requests as one group and waits for all (blocking)."""
-        pairs = self.caller.run(self._declarer(requests, model))
-        return [_client.result_of(var, text, model) for var, text in pairs]
+        """The chat template the server announced for ``model`` (no I/O once a session is
+        open; else blocking: connects, with the model's retries)."""
+        return ChatTemplate.of(_client.model_info(self.caller.served_models(), model))
 
     async def arun(self, requests: Sequence[Request], model: str | None) -> list[Generated]:
-        """Async twin of :meth:`run`."""
+        """Runs the requests as one group and waits for all."""
         pairs = await self.caller.arun(self._declarer(requests, model))
         return [_client.result_of(var, text, model) for var, text in pairs]
-
-    def stream(
-        self, pieces: Sequence[Piece], sampling: SamplingParams, model: str | None
-    ) -> Iterator[str | Generated]:
-        """Text deltas, then the finished call's Generated record (blocking)."""
-        parts: list[str] = []
-        for item in self.caller.stream(self._declarer_one(pieces, sampling, model)):
-            if isinstance(item, str):
-                parts.append(item)
-                yield item
-            else:
-                yield _client.result_of(item, "".join(parts), model)
 
     async def astream(
         self, pieces: Sequence[Piece], sampling: SamplingParams, model: str | None
     ) -> AsyncIterator[str | Generated]:
-        """Async twin of :meth:`stream`."""
+        """Text deltas, then the finished call's Generated record."""
         parts: list[str] = []
         async for item in self.caller.astream(self._declarer_one(pieces, sampling, model)):
             if isinstance(item, str):
@@ -116,8 +105,12 @@ class ModelCore:
 
     def count_tokens(self, text: str, model: str | None) -> int:
         """The server tokenizer's count for ``text`` (blocking)."""
-        timeout = self.params.request_timeout
-        return self.caller.retrying(lambda s: s.count_tokens(text, model=model, timeout=timeout))
+
+        async def count(session: SyncSession) -> int:
+            counting = session.session.count_tokens(text, model=model)
+            return await asyncio.wait_for(counting, self.params.request_timeout)
+
+        return self.block(lambda: self.caller.aretrying(count))
 
     def _declarer(
         self, requests: Sequence[Request], model: str | None

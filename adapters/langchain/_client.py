@@ -79,10 +79,11 @@ def model_name_of(session: Serving, model: str | None) -> str:
     return session.models[0].name if session.models else "default"
 
 
-def model_info(session: Serving, model: str | None) -> ModelCard | None:
-    """The welcome's entry for ``model``; the server's first model when the name is not
-    announced (a server runs every call on its model), None when it announces none."""
-    for info in session.models:
+def model_info(models: Sequence[ModelCard], model: str | None) -> ModelCard | None:
+    """The welcome's entry for ``model`` among ``models`` (a session's); the server's first
+    model when the name is not announced (a server runs every call on its model), None when
+    it announces none (pure)."""
+    for info in models:
         if info.name == model:
             return info
-    return session.models[0] if session.models else None
+    return models[0] if models else None

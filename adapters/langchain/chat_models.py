@@ -213,13 +213,8 @@ class ChatEclectus(EclectusParams, BaseChatModel):
         **kwargs: Any,
     ) -> ChatResult:
         core = self._core(run_manager)
-        (pieces, sampling, model), constraint = self._call(
-            messages, stop, kwargs, core, _run_id(run_manager)
-        )
-        result = take_prefetched(prefetch_key(pieces, sampling, model))
-        if result is None:
-            (result,) = core.run([(pieces, sampling)], model)
-        return _chat_result(result, constraint)
+        call = self._call(messages, stop, kwargs, core, _run_id(run_manager))
+        return core.block(lambda: _answer(core, *call))
 
     async def _agenerate(
         self,
@@ -229,13 +224,8 @@ class ChatEclectus(EclectusParams, BaseChatModel):
         **kwargs: Any,
     ) -> ChatResult:
         core = self._core(run_manager)
-        (pieces, sampling, model), constraint = self._call(
-            messages, stop, kwargs, core, _run_id(run_manager)
-        )
-        result = take_prefetched(prefetch_key(pieces, sampling, model))
-        if result is None:
-            (result,) = await core.arun([(pieces, sampling)], model)
-        return _chat_result(result, constraint)
+        call = self._call(messages, stop, kwargs, core, _run_id(run_manager))
+        return await _answer(core, *call)
 
     def _stream(
         self,
@@ -245,15 +235,11 @@ class ChatEclectus(EclectusParams, BaseChatModel):
         **kwargs: Any,
     ) -> Iterator[ChatGenerationChunk]:
         core = self._core(run_manager)
-        (pieces, sampling, model), constraint = self._call(
-            messages, stop, kwargs, core, _run_id(run_manager)
-        )
-        reader = ChunkReader(constraint)
-        for item in core.stream(pieces, sampling, model):
-            for chunk in _chunks(item, reader):
-                if run_manager and isinstance(item, str):
-                    run_manager.on_llm_new_token(chunk.text, chunk=chunk)
-                yield chunk
+        call = self._call(messages, stop, kwargs, core, _run_id(run_manager))
+        for chunk, is_token in core.iterate(_chat_chunks(core, *call)):
+            if run_manager and is_token:
+                run_manager.on_llm_new_token(chunk.text, chunk=chunk)
+            yield chunk
 
     async def _astream(
         self,
@@ -263,15 +249,11 @@ class ChatEclectus(EclectusParams, BaseChatModel):
         **kwargs: Any,
     ) -> AsyncIterator[ChatGenerationChunk]:
         core = self._core(run_manager)
-        (pieces, sampling, model), constraint = self._call(
-            messages, stop, kwargs, core, _run_id(run_manager)
-        )
-        reader = ChunkReader(constraint)
-        async for item in core.astream(pieces, sampling, model):
-            for chunk in _chunks(item, reader):
-                if run_manager and isinstance(item, str):
-                    await run_manager.on_llm_new_token(chunk.text, chunk=chunk)
-                yield chunk
+        call = self._call(messages, stop, kwargs, core, _run_id(run_manager))
+        async for chunk, is_token in _chat_chunks(core, *call):
+            if run_manager and is_token:
+                await run_manager.on_llm_new_token(chunk.text, chunk=chunk)
+            yield chunk
 
     # -- batches: one group on the server ------------------------------------------------------
 
@@ -284,17 +266,9 @@ class ChatEclectus(EclectusParams, BaseChatModel):
         **kwargs: Any,
     ) -> list[BaseMessage]:
         """Like BaseChatModel.batch, but every prompt reaches the server in one frame."""
-        core = ModelCore(self, TRACER.app_of(config_run_id(config)))
-        requests = self._batch_requests(inputs, kwargs, core, _run_ids(config, len(inputs)))
-        results: dict[PrefetchKey, list[Generated]] = {}
-        if requests:
-            with contextlib.suppress(Exception):  # each input then runs (and fails) on its own
-                results = _table(requests, core.run(*_group(requests)))
-        token = set_prefetched(results)
-        try:
+        core, requests = self._batch_requests(inputs, config, kwargs)
+        with _prefetched(core.block(lambda: _prefetch(core, requests))):
             return super().batch(inputs, config, return_exceptions=return_exceptions, **kwargs)
-        finally:
-            reset_prefetched(token)
 
     async def abatch(
         self,
@@ -304,45 +278,38 @@ class ChatEclectus(EclectusParams, BaseChatModel):
         return_exceptions: bool = False,
         **kwargs: Any,
     ) -> list[BaseMessage]:
-        """Async twin of :meth:`batch`."""
-        core = ModelCore(self, TRACER.app_of(config_run_id(config)))
-        requests = self._batch_requests(inputs, kwargs, core, _run_ids(config, len(inputs)))
-        results: dict[PrefetchKey, list[Generated]] = {}
-        if requests:
-            with contextlib.suppress(Exception):  # each input then runs (and fails) on its own
-                results = _table(requests, await core.arun(*_group(requests)))
-        token = set_prefetched(results)
-        try:
+        """Like BaseChatModel.abatch, but every prompt reaches the server in one frame."""
+        core, requests = self._batch_requests(inputs, config, kwargs)
+        with _prefetched(await _prefetch(core, requests)):
             return await super().abatch(
                 inputs, config, return_exceptions=return_exceptions, **kwargs
             )
-        finally:
-            reset_prefetched(token)
 
     def _batch_requests(
         self,
         inputs: list[LanguageModelInput],
+        config: RunnableConfig | list[RunnableConfig] | None,
         kwargs: dict[str, Any],
-        core: ModelCore,
-        run_ids: list[UUID | None],
-    ) -> list[Request]:
-        """The requests a batch will make (each input's run nests in its ``run_ids`` item,
-        the run its config names), or [] when prefetching does not apply (a single
-        input, or streaming, which goes through its own path), or when the server cannot be
-        asked for its chat template (each input then runs, and fails, on its own)."""
+    ) -> tuple[ModelCore, list[Request]]:
+        """The core of a batch, in the application its config's run belongs to, and the
+        requests the batch will make (each input's run nests in the run its config names),
+        or [] when prefetching does not apply (a single input, or streaming, which goes
+        through its own path), or when the server cannot be asked for its chat template
+        (each input then runs, and fails, on its own). Blocking: connects on first use."""
+        core = ModelCore(self, TRACER.app_of(config_run_id(config)))
         if len(inputs) < 2 or self.streaming or kwargs.get("stream"):
-            return []
+            return core, []
         call_kwargs = {k: v for k, v in kwargs.items() if k != "stop"}
         requests = []
         try:
-            for item, run_id in zip(inputs, run_ids, strict=True):
+            for item, run_id in zip(inputs, _run_ids(config, len(inputs)), strict=True):
                 messages = self._convert_input(item).to_messages()
                 stop = kwargs.get("stop")
                 request, _ = self._call(messages, stop, call_kwargs, core, run_id)
                 requests.append(request)
         except Exception:  # as in batch: LangChain's per-input path reports it
-            return []
-        return requests
+            return core, []
+        return core, requests
 
     # -- tokens ---------------------------------------------------------------------------
 
@@ -372,6 +339,45 @@ def _run_ids(config: RunnableConfig | list[RunnableConfig] | None, count: int) -
 def _run_id(run_manager: Any) -> UUID | None:
     """The model run's id (None when called without callbacks)."""
     return getattr(run_manager, "run_id", None)
+
+
+async def _answer(core: ModelCore, request: Request, constraint: ChatConstraint) -> ChatResult:
+    """One call's result: the one its batch prefetched, else asked for now."""
+    pieces, sampling, model = request
+    result = take_prefetched(prefetch_key(pieces, sampling, model))
+    if result is None:
+        (result,) = await core.arun([(pieces, sampling)], model)
+    return _chat_result(result, constraint)
+
+
+async def _chat_chunks(
+    core: ModelCore, request: Request, constraint: ChatConstraint
+) -> AsyncIterator[tuple[ChatGenerationChunk, bool]]:
+    """One call's chunks, each with whether it is a new token for ``on_llm_new_token``."""
+    reader = ChunkReader(constraint)
+    async for item in core.astream(*request):
+        for chunk in _chunks(item, reader):
+            yield chunk, isinstance(item, str)
+
+
+async def _prefetch(core: ModelCore, requests: list[Request]) -> dict[PrefetchKey, list[Generated]]:
+    """A batch's results by request identity, asked for as one group; {} when there is
+    nothing to prefetch or the group fails (each input then runs, and fails, on its own)."""
+    if not requests:
+        return {}
+    with contextlib.suppress(Exception):
+        return _table(requests, await core.arun(*_group(requests)))
+    return {}
+
+
+@contextlib.contextmanager
+def _prefetched(results: dict[PrefetchKey, list[Generated]]) -> Iterator[None]:
+    """Offers ``results`` to the single calls run inside (mutates the context's table)."""
+    token = set_prefetched(results)
+    try:
+        yield
+    finally:
+        reset_prefetched(token)
 
 
 def _group(requests: list[Request]) -> tuple[list[tuple[list[Piece], SamplingParams]], str | None]:

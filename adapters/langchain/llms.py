@@ -161,7 +161,8 @@ class EclectusLLM(EclectusParams, BaseLLM):
         **kwargs: Any,
     ) -> LLMResult:
         requests, model = self._requests(prompts, stop, kwargs, run_manager)
-        return llm_result(self._core(run_manager).run(requests, model))
+        core = self._core(run_manager)
+        return llm_result(core.block(lambda: core.arun(requests, model)))
 
     async def _agenerate(
         self,
@@ -181,7 +182,8 @@ class EclectusLLM(EclectusParams, BaseLLM):
         **kwargs: Any,
     ) -> Iterator[GenerationChunk]:
         ((pieces, sampling),), model = self._requests([prompt], stop, kwargs, run_manager)
-        for item in self._core(run_manager).stream(pieces, sampling, model):
+        core = self._core(run_manager)
+        for item in core.iterate(core.astream(pieces, sampling, model)):
             chunk = _chunk(item)
             if run_manager and isinstance(item, str):
                 run_manager.on_llm_new_token(item, chunk=chunk)

@@ -115,19 +115,14 @@ class CapturingLLM(LLM):
         return CompletionResponse(text=text, additional_kwargs=extra, raw={"usage": extra})
 
     def _fetch(self, build: Build) -> CompletionResponse:
-        ((var, text),) = self.caller.run(lambda session: [build(session)])
-        return self._response(var, text)
+        return self.caller.block(lambda: self._afetch(build))
 
     async def _afetch(self, build: Build) -> CompletionResponse:
         ((var, text),) = await self.caller.arun(lambda session: [build(session)])
         return self._response(var, text)
 
     def _stream(self, build: Build) -> CompletionResponseGen:
-        text = ""
-        for item in self.caller.stream(build):
-            if isinstance(item, str):
-                text += item
-                yield CompletionResponse(text=text, delta=item)
+        yield from self.caller.iterate(self._astream(build))
 
     async def _astream(self, build: Build) -> CompletionResponseAsyncGen:
         text = ""

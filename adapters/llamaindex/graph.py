@@ -51,7 +51,7 @@ async def _astream_tokens(llm: Eclectus, var: SemanticVariable) -> AsyncGenerato
 
 
 def _stream_tokens(llm: Eclectus, var: SemanticVariable) -> Generator[str, None, None]:
-    yield from llm.caller.deltas(var)
+    yield from llm.caller.iterate(llm.caller.adeltas(var))
 
 
 async def afinish(llm: Eclectus, outcome: Outcome, streaming: bool) -> Any:
@@ -71,5 +71,5 @@ def finish(llm: Eclectus, outcome: Outcome, streaming: bool) -> Any:
         return outcome
     if streaming:
         return _stream_tokens(llm, outcome)
-    (text,) = llm.caller.get([outcome])
+    (text,) = llm.caller.block(lambda: llm.caller.aget([outcome]))
     return text

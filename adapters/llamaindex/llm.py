@@ -200,8 +200,10 @@ class Eclectus(ConstrainedLLM, FunctionCallingLLM):
         """The SDK session (mutates: connects on first use)."""
         return self._caller.session
 
-    def _model_info(self) -> ModelCard:
-        models = self._caller.retrying(lambda session: session.models)
+    def _model_info(self, session: SyncSession | None = None) -> ModelCard:
+        """This LLM's entry in the welcome of ``session``, else of the connection's session
+        (no I/O once one is open; else blocking: connects). ValueError if not served."""
+        models = session.models if session is not None else self._caller.served_models()
         for info in models:
             if self.model is None or info.name == self.model:
                 return info
@@ -262,7 +264,7 @@ class Eclectus(ConstrainedLLM, FunctionCallingLLM):
     ) -> SemanticVariable:
         sampling = self._sampling(kwargs)
         # never ask for more than the server allows: num_output promised LlamaIndex as much
-        limit = self._model_info().max_output_tokens
+        limit = self._model_info(session).max_output_tokens
         if limit is not None and (sampling.max_tokens or limit) >= limit:
             sampling = sampling.model_copy(update={"max_tokens": limit})
         call = [*pieces, Gen(sampling=sampling)]

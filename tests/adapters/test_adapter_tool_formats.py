@@ -115,7 +115,7 @@ def test_langchain_forced_call_is_written_and_read_as_llama3_json(
     messages = [HumanMessage("Add 2.")]
     (pieces, sampling, model), constraint = chat._call(messages, None, kwargs, core, None)
     assert constraint.tool_format == "llama3_json"
-    (result,) = core.run([(pieces, sampling)], model)
+    (result,) = core.block(lambda: core.arun([(pieces, sampling)], model))
     assert result.text.lstrip().startswith('{"name": "add", "parameters": ')
     assert tool_format("hermes").parse(result.text)[1] == []
     assert [c.name for c in tool_format("llama3_json").parse(result.text)[1]] == ["add"]

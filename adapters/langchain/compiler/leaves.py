@@ -153,7 +153,7 @@ async def lower_model(model: Any, value: Any, ctx: Lowering, kwargs: dict[str, A
     if constraint is not None:
         sampling = sampling.model_copy(update={"structured_outputs": constraint})
     if isinstance(model, ChatEclectus):
-        template = ChatTemplate.of(model_info(ctx.session, name))
+        template = ChatTemplate.of(model_info(ctx.session.models, name))
         try:
             pieces = render_chat(chat_messages(value, config_run_id(ctx.config)), template)
         except ChatTemplateError as exc:  # the template rewrites content only the server has

@@ -117,7 +117,8 @@ class CompiledRunnable(Runnable[Any, Any]):
             yield run_blocking(ctx.resolve(output))
             return
         parts: list[str] = []
-        for delta in self._caller().deltas(ref.var):
+        caller = self._caller()
+        for delta in caller.iterate(caller.adeltas(ref.var)):
             parts.append(delta)
             yield AIMessageChunk(content=delta) if isinstance(output, SymMessage) else delta
         if isinstance(output, SymMessage):
