@@ -28,8 +28,11 @@ async def test_demo_reports_one_value_for_the_graph(capsys: pytest.CaptureFixtur
 
 
 def test_first_run_shows_the_graph_ahead_like_for_like() -> None:
-    """A fresh `eclectus demo` process (cold kernels, cold cache) warms up before timing,
-    runs each mode from its own cold prefix cache, and the graph is not slower."""
+    """A fresh `eclectus demo` process (cold kernels, cold cache) warms up before timing and
+    runs each mode from its own cold prefix cache; what the server saw differs only as the
+    graph makes it differ. The wall times are printed, not asserted: which mode is faster is
+    a benchmark's claim (docs/benchmarks.md, "The demo"), and a loaded machine can reverse a
+    single run's."""
     out = subprocess.run(
         [sys.executable, "-m", "eclectus", "demo"],
         capture_output=True,
@@ -38,8 +41,15 @@ def test_first_run_shows_the_graph_ahead_like_for_like() -> None:
         check=True,
     ).stdout
     assert "warming up" in out.split("what the server saw")[0]
+    assert "same text: True" in out
     rows = {line[:26].strip(): line[26:].split() for line in out.splitlines() if line[:2] != "  "}
-    graph_s, serial_s = map(float, rows["wall time (s)"])
-    hits_graph, hits_serial = rows["prefix-cache hit tokens"]
-    assert hits_graph == hits_serial  # neither mode reads the other's cache
-    assert graph_s <= serial_s, out
+    assert all(float(seconds) > 0 for seconds in rows["wall time (s)"])
+    # the warm-up's calls are not counted: each mode ran its own 5 calls
+    assert rows["engine calls"] == ["5", "5"]
+    # one submit for the whole graph, one per call one by one; both then close alike (+2)
+    assert rows["client frames received"] == ["3", "7"]
+    assert rows["values sent to client"] == ["1", "5"]
+    hits_graph, hits_serial = map(int, rows["prefix-cache hit tokens"])
+    # neither mode reads the cache the warm-up or the other filled: each shares only the
+    # system prompt among its own 4 maps (one by one would otherwise hit the maps' prompts)
+    assert hits_graph == hits_serial > 0

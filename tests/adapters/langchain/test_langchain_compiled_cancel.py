@@ -5,7 +5,6 @@ callbacks are not replayed, since replaying them would first wait for those call
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 import pytest
@@ -43,15 +42,15 @@ async def test_cancelled_compiled_run_stops_its_calls_without_waiting(
     recorder = Recorder()
     compiled = compile(chain | StrOutputParser())
     task = asyncio.create_task(compiled.ainvoke({"x": "a fox"}, {"callbacks": [recorder]}))
+    finished = metric(eclectus_server, "eclectus_calls_finished_total")
     await asyncio.sleep(0.5)  # the graph is on the server, its call decoding
     assert not task.done()
-    started = time.monotonic()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    waited = time.monotonic() - started
     assert recorder.events == []  # nothing replayed: replaying meant waiting for the call
-    assert waited < 2.0, f"cancelling took {waited:.1f} s"
+    # the run ended before its call did: cancelling did not wait for the call to finish
+    assert metric(eclectus_server, "eclectus_calls_finished_total") == finished
     for _ in range(20):  # the cancel frame was acknowledged; the engine drops the request
         if metric(eclectus_server, "eclectus_engine_running") == 0:
             break
