@@ -11,7 +11,6 @@ the sync and the async entry points of a framework adapter.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 from collections.abc import Callable
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
@@ -160,12 +159,11 @@ def connect_sync(
     ``with connect_sync(url) as app:`` or call ``app.close()``. Same errors and retries as
     connect."""
     loop_thread = LoopThread()
-    opening = open_session(
-        url, token=token, app=app, tenant=tenant, timeout=timeout, retries=retries
+    opening = functools.partial(
+        open_session, url, token=token, app=app, tenant=tenant, timeout=timeout, retries=retries
     )
-    future = asyncio.run_coroutine_threadsafe(opening, loop_thread.loop)
-    try:
-        session = future.result()  # open_session bounds its own wait by ``timeout``
+    try:  # open_session bounds its own wait by ``timeout``
+        session = loop_thread.bridge.block(opening, None)
     except BaseException:
         loop_thread.stop()
         raise

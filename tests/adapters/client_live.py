@@ -1,9 +1,10 @@
-"""The real server for the SDK's integration tests: built-in engine, tiny model, auth on;
-in this process (``serve_live``) or as a process of its own that a test may kill
-(``serve_process``)."""
+"""The real server for the adapters' integration tests: built-in engine, tiny model; with
+auth on in this process (``serve_live``), as the default of the model classes
+(``serve_as_default``), or as a process of its own that a test may kill (``serve_process``)."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from unittest import mock
 
 from eclectus.server.app import EclectusServer, serve_in_thread
 from eclectus.server.config import ServerConfig
@@ -40,6 +42,17 @@ def serve_live(**limits: int) -> Iterator[LiveServer]:
     )
     with serve_in_thread(config) as server:
         yield LiveServer(server, LIVE_TOKEN)
+
+
+@contextmanager
+def serve_as_default() -> Iterator[EclectusServer]:
+    """Serves (no auth) on a free loopback port until the block ends, with ``ECLECTUS_URL``
+    pointing at it meanwhile: the adapters' model classes read it when constructed."""
+    with (
+        serve_in_thread(ServerConfig(port=0, model="tiny")) as server,
+        mock.patch.dict(os.environ, {"ECLECTUS_URL": server.url}),
+    ):
+        yield server
 
 
 @contextmanager

@@ -23,16 +23,17 @@ class PromptLog(list[tuple[str, ...]]):
 
 
 @contextmanager
-def engine_prompts(server: EclectusServer) -> Iterator[PromptLog]:
+def engine_prompts(server: EclectusServer, drop_empty: bool = False) -> Iterator[PromptLog]:
     """The prompts of every engine request the server makes while inside (any server of
-    this process: the runner is module-level)."""
+    this process: the runner is module-level); ``drop_empty``: without their empty texts
+    (they add no tokens)."""
     del server  # the runner is the same for every server in the process
     seen = PromptLog()
     original = runner.prompt_segments
 
     def recording(graph: Any, node: Any, index: int, generated: dict[str, str]) -> Any:
         texts, gen = original(graph, node, index, generated)
-        seen.append(tuple(texts))
+        seen.append(tuple(t for t in texts if t or not drop_empty))
         seen.add_special_tokens.append(node.add_special_tokens)
         return texts, gen
 

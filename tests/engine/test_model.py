@@ -29,15 +29,7 @@ from eclectus.server.engine.model_config import ModelConfig
 PROMPTS = ["Hello world", "The quick brown fox jumps", "1+1=", "Ünïcödé 😀 text"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """Run this module's forwards on one thread. Why: on a busy 2-core machine, torch's two
-    OpenMP threads wait on each other and small GEMMs run ~10x slower; these tests check
-    numerics, not speed."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def causal_sdpa(layer_idx: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:

@@ -9,7 +9,6 @@ import re
 from pathlib import Path
 
 import pytest
-import torch
 from tool_fixtures import weather_tool
 
 from eclectus.models.presets import SHIPPED_TOKENIZER, SHIPPED_WEIGHTS
@@ -24,13 +23,7 @@ MiB = 1 << 20
 TOOL_CALL = re.compile(r"<tool_call>\n(.*?)\n</tool_call>", re.S)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """One thread: on a busy 2-core machine two OpenMP threads wait on each other."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -32,15 +32,7 @@ from eclectus.server.engine.model_config import ModelConfig
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """Run this module's forwards on one thread. Why: on a busy 2-core machine, torch's two
-    OpenMP threads wait on each other and small GEMMs run ~10x slower; these tests check
-    numerics, not speed."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture

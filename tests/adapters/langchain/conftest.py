@@ -7,25 +7,16 @@ server for the tests that use it (``usefixtures("eclectus_server")``).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
+from client_live import serve_as_default
 
-from eclectus.server.app import EclectusServer, serve_in_thread
-from eclectus.server.config import ServerConfig
+from eclectus.server.app import EclectusServer
 
 
 @pytest.fixture(scope="session")
 def eclectus_server() -> Iterator[EclectusServer]:
     """The running server; ECLECTUS_URL points at it while the session lasts."""
-    with serve_in_thread(ServerConfig(port=0, model="tiny")) as server:
-        previous = os.environ.get("ECLECTUS_URL")
-        os.environ["ECLECTUS_URL"] = server.url
-        try:
-            yield server
-        finally:
-            if previous is None:
-                os.environ.pop("ECLECTUS_URL", None)
-            else:
-                os.environ["ECLECTUS_URL"] = previous
+    with serve_as_default() as server:
+        yield server

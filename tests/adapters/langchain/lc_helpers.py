@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import urllib.request
 
+from eclectus.adapters.langchain import ChatEclectus
 from eclectus.server.app import EclectusServer
 
 
@@ -15,3 +16,29 @@ def metric(server: EclectusServer, name: str) -> float:
         text = response.read().decode()
     pattern = re.compile(rf"^{re.escape(name)}(?:\{{[^}}]*\}})? ([0-9.eE+-]+)$", re.MULTILINE)
     return sum(float(value) for value in pattern.findall(text))
+
+
+class ChatEclectusFeatures:
+    """What ChatEclectus supports, as langchain-tests asks it: one statement for the unit
+    and the integration suite (put first among a suite's bases, so these win). Multimodal
+    inputs are off: the server generates text."""
+
+    @property
+    def chat_model_class(self) -> type[ChatEclectus]:
+        return ChatEclectus
+
+    @property
+    def has_tool_calling(self) -> bool:
+        return True
+
+    @property
+    def has_tool_choice(self) -> bool:
+        return True
+
+    @property
+    def has_structured_output(self) -> bool:
+        return True
+
+    @property
+    def supports_json_mode(self) -> bool:
+        return True

@@ -8,28 +8,13 @@ from typing import Any
 
 import jsonschema
 import pytest
+from json_fixtures import City, Colour
 from langchain_core.prompts import PromptTemplate
-from pydantic import BaseModel, Field
-from typing_extensions import TypedDict
 
 from eclectus.adapters.langchain import EclectusLLM, compile
 from eclectus.adapters.langchain.llm_structured import completion_constraint
 
 pytestmark = pytest.mark.usefixtures("eclectus_server")
-
-
-class City(BaseModel):
-    """A city and its rank."""
-
-    name: str = Field(max_length=10)
-    rank: int = Field(ge=1, le=99)
-
-
-class Colour(TypedDict):
-    """A named colour."""
-
-    colour: str
-    bright: bool
 
 
 SCHEMA: dict[str, Any] = {

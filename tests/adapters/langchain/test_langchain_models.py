@@ -79,6 +79,21 @@ async def test_chat_abatch_is_one_frame(
     assert all(r.usage_metadata and r.usage_metadata["output_tokens"] == 6 for r in results)
 
 
+async def test_chat_sync_entry_points_work_inside_a_running_loop(
+    eclectus_server: EclectusServer, chat: ChatEclectus
+) -> None:
+    """As in a Jupyter cell, where an event loop runs in the calling thread: invoke,
+    stream and batch block on the connection's own loop, and answer what ainvoke does
+    (the batch still in one frame)."""
+    asyncio.get_running_loop()  # the test runs on one
+    expected = (await chat.ainvoke("cell")).content
+    assert chat.invoke("cell").content == expected
+    assert "".join(str(chunk.content) for chunk in chat.stream("cell")) == expected
+    before = metric(eclectus_server, FRAMES)
+    assert [m.content for m in chat.batch(["cell", "cell"])] == [expected, expected]
+    assert metric(eclectus_server, FRAMES) - before == 1
+
+
 def test_chat_usage_and_metadata(chat: ChatEclectus) -> None:
     """Usage counts the rendered chat prompt's tokens: the server's count of its text, no
     BOS added (a chat prompt takes the template's special tokens only, as vLLM's chat

@@ -13,13 +13,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from engine_probe import engine_prompts
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder, PromptTemplate
 from langchain_core.runnables import Runnable
 
 from eclectus.adapters.langchain import ChatEclectus, EclectusLLM, compile, tracing
-from eclectus.server import runner
 from eclectus.server.app import EclectusServer
 
 Segments = tuple[str, ...]
@@ -28,19 +28,8 @@ Segments = tuple[str, ...]
 @pytest.fixture
 def engine_segments(eclectus_server: EclectusServer) -> Iterator[list[Segments]]:
     """Every engine request's segments (empty ones dropped: they add no tokens)."""
-    seen: list[Segments] = []
-    original = runner.prompt_segments
-
-    def recording(graph: Any, node: Any, index: int, generated: dict[str, str]) -> Any:
-        texts, gen = original(graph, node, index, generated)
-        seen.append(tuple(t for t in texts if t))
-        return texts, gen
-
-    runner.prompt_segments = recording  # type: ignore[assignment]
-    try:
+    with engine_prompts(eclectus_server, drop_empty=True) as seen:
         yield seen
-    finally:
-        runner.prompt_segments = original
 
 
 def run_both(chain: Runnable, value: Any, seen: list[Segments]) -> None:

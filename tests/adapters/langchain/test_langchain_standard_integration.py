@@ -9,8 +9,7 @@ import pytest
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk
 from langchain_tests.integration_tests import ChatModelIntegrationTests
-
-from eclectus.adapters.langchain import ChatEclectus
+from lc_helpers import ChatEclectusFeatures
 
 # Long enough to span whole KV blocks, so the second call reads it from the prefix cache.
 SHARED_PREAMBLE = "You are a careful assistant. Answer briefly and plainly. " * 6
@@ -23,7 +22,7 @@ _CHOICE_REASON = (
 )
 
 
-class TestChatEclectusIntegration(ChatModelIntegrationTests):
+class TestChatEclectusIntegration(ChatEclectusFeatures, ChatModelIntegrationTests):
     """Every standard test that applies runs, tool calling (with tool_choice), structured
     output and JSON mode included; only multimodal inputs are off (the server generates
     text). Tests that assert what a capable model would choose are xfail (below). The model
@@ -31,31 +30,11 @@ class TestChatEclectusIntegration(ChatModelIntegrationTests):
     override."""
 
     @property
-    def chat_model_class(self) -> type[ChatEclectus]:
-        return ChatEclectus
-
-    @property
     def chat_model_params(self) -> dict[str, Any]:
         # ignore_eos: the tiny model may pick EOS first; the suite needs text.
         # 128 tokens hold a whole Hermes tool call even with a byte-level tokenizer (a
         # smaller budget is refused: no valid call fits).
         return {"max_tokens": 128, "temperature": 0.0, "model_kwargs": {"ignore_eos": True}}
-
-    @property
-    def has_tool_calling(self) -> bool:
-        return True
-
-    @property
-    def has_tool_choice(self) -> bool:
-        return True
-
-    @property
-    def has_structured_output(self) -> bool:
-        return True
-
-    @property
-    def supports_json_mode(self) -> bool:
-        return True
 
     @property
     def model_override_value(self) -> str:

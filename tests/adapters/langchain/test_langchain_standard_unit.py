@@ -8,33 +8,18 @@ import pytest
 from langchain_core.language_models import BaseChatModel
 from langchain_core.load import dumpd, load
 from langchain_tests.unit_tests import ChatModelUnitTests
+from lc_helpers import ChatEclectusFeatures
 
 from eclectus.adapters.langchain import ChatEclectus, EclectusLLM
 
 
-class TestChatEclectusUnit(ChatModelUnitTests):
-    """Construction, standard params and env defaults. Tool calling, structured output and
-    multimodal inputs do not apply: the capability flags say so."""
-
-    @property
-    def chat_model_class(self) -> type[ChatEclectus]:
-        return ChatEclectus
+class TestChatEclectusUnit(ChatEclectusFeatures, ChatModelUnitTests):
+    """Construction, standard params and env defaults; the features it declares
+    (lc_helpers.ChatEclectusFeatures) are exercised by the integration suite."""
 
     @property
     def chat_model_params(self) -> dict[str, Any]:
         return {"model": "tiny", "base_url": "ws://127.0.0.1:1"}
-
-    @property
-    def has_tool_calling(self) -> bool:
-        return True
-
-    @property
-    def has_tool_choice(self) -> bool:
-        return True
-
-    @property
-    def has_structured_output(self) -> bool:
-        return True
 
     @property
     def init_from_env_params(self) -> tuple[dict[str, str], dict[str, Any], dict[str, Any]]:

@@ -4,6 +4,8 @@ a compiled StateGraph (``builder.compile()``) and an input for it."""
 from __future__ import annotations
 
 import operator
+import warnings
+from enum import StrEnum
 from typing import Annotated, Any, Literal, TypedDict
 
 from langchain_core.output_parsers import StrOutputParser
@@ -13,7 +15,16 @@ from langgraph.types import Send
 from pydantic import BaseModel, Field, create_model
 
 from eclectus.adapters.langchain import ChatEclectus
-from eclectus.adapters.langgraph import SendEach
+from eclectus.adapters.langgraph import EagerFallbackWarning, SendEach, compile
+
+
+def run_compiled(app: Any, value: Any) -> tuple[Any, Any]:
+    """``app`` compiled and run on ``value``: the compiled graph and its output state. A
+    fallback to eager LangGraph (EagerFallbackWarning) is an error: the run is the server's."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", EagerFallbackWarning)
+        compiled = compile(app)
+        return compiled, compiled.invoke(value)
 
 
 def text(model: ChatEclectus, template: str) -> Any:
@@ -276,6 +287,20 @@ class ModelRoutedTask(TypedDict, total=False):
     route: BaseModel
     answer: str
     review: str
+
+
+class Pick(StrEnum):
+    """PICKS as an enum, for routers whose field is one."""
+
+    RESEARCH = "research"
+    WRITE = "write"
+    FINISH = "FINISH"
+
+
+class EnumRoute(BaseModel):
+    """Who acts next."""
+
+    next: Pick
 
 
 def route_model(routes: tuple[str, ...] = PICKS, **fields: Any) -> type[BaseModel]:

@@ -5,7 +5,6 @@ exact it falls back to the client cut, still equal."""
 
 from __future__ import annotations
 
-import warnings
 from typing import Annotated, Any
 
 import lg_graphs
@@ -15,7 +14,7 @@ from langgraph.types import Send
 from pydantic import BaseModel, Field, field_validator
 
 from eclectus.adapters.langchain import ChatEclectus
-from eclectus.adapters.langgraph import EagerFallbackWarning, SendEach, compile
+from eclectus.adapters.langgraph import SendEach, compile
 from eclectus.server.app import EclectusServer
 
 
@@ -32,10 +31,7 @@ def mapped(compiled: Any) -> bool:
 def test_constrained_plan_maps_on_the_server(chat: ChatEclectus, width: int) -> None:
     """compiled == eager, the fan-out is a map, and a run is one frame for any width."""
     app, value = lg_graphs.constrained_plan_execute(chat, width)
-    compiled = compile(app)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", EagerFallbackWarning)
-        out = compiled.invoke(value)
+    compiled, out = lg_graphs.run_compiled(app, value)
     assert out == app.invoke(value)
     assert len(out["results"]) == width
     assert mapped(compiled) and compiled.last_frames == 1

@@ -7,16 +7,16 @@ Python decision on model output, side effects once and in order, every break nam
 from __future__ import annotations
 
 import operator
-import warnings
 from typing import Annotated, Any, TypedDict
 
 import lg_tutorials
 import pytest
 from langchain_core.messages import BaseMessage
 from langgraph.graph import END, START, StateGraph
+from lg_graphs import run_compiled
 
 from eclectus.adapters.langchain import ChatEclectus
-from eclectus.adapters.langgraph import EagerFallbackWarning, compile
+from eclectus.adapters.langgraph import compile
 from eclectus.benchmarks.langgraph_dataflow import unequal_branches
 from eclectus.server.app import EclectusServer
 
@@ -43,10 +43,7 @@ def plain(value: Any) -> Any:
 def test_tutorial_apps_compile_to_their_eager_state(llm: ChatEclectus, name: str) -> None:
     app, value, frames = lg_tutorials.TUTORIALS[name](llm)
     eager = app.invoke(value)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", EagerFallbackWarning)  # compiled, not LangGraph's
-        fast = compile(app)
-        out = fast.invoke(value)
+    fast, out = run_compiled(app, value)
     assert plain(out) == plain(eager)
     trace = fast.last_graph
     assert trace is not None and not trace.cuts, fast.explain()

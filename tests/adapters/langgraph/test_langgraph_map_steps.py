@@ -7,7 +7,6 @@ client cut, still equal."""
 from __future__ import annotations
 
 import operator
-import warnings
 from typing import Annotated, Any, TypedDict
 
 import lg_graphs
@@ -19,7 +18,7 @@ from langgraph.graph import END, START, StateGraph
 
 from eclectus.adapters.client.declarations import Declarations
 from eclectus.adapters.langchain import ChatEclectus
-from eclectus.adapters.langgraph import EagerFallbackWarning, SendEach, compile
+from eclectus.adapters.langgraph import SendEach, compile
 from eclectus.protocol import MAX_MAP_STEPS
 from eclectus.server.app import EclectusServer
 
@@ -94,10 +93,7 @@ def test_a_multi_call_worker_maps_on_the_server(
     """compiled == eager; the fan-out is one map of (1 + 2 rounds)-call pipelines; one
     frame, no cut, whatever the width."""
     app, value = team(chat, width, worker(chat, rounds))
-    compiled = compile(app)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", EagerFallbackWarning)
-        out = compiled.invoke(value)
+    compiled, out = lg_graphs.run_compiled(app, value)
     assert out == app.invoke(value)
     assert len(out["results"]) == width
     assert mapped(compiled, 1 + 2 * rounds)

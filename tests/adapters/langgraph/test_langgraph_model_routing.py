@@ -9,11 +9,11 @@ client cut, two frames, still exact."""
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import Any, Literal
 
 import lg_graphs
 import pytest
+from lg_graphs import EnumRoute, Pick
 from pydantic import BaseModel, Field, create_model, field_validator, model_validator
 from test_langgraph_routing import ORDERS, TASKS, calls_submitted
 
@@ -84,18 +84,6 @@ def test_the_model_routes_taken_cover_every_branch(chat: ChatEclectus) -> None:
         app, value = lg_graphs.model_supervisor(chat, routes)
         taken.add(routes.index(app.invoke(value)["route"].next))
     assert taken == {0, 1, 2}, taken
-
-
-class Pick(StrEnum):
-    RESEARCH = "research"
-    WRITE = "write"
-    FINISH = "FINISH"
-
-
-class EnumRoute(BaseModel):
-    """Who acts next."""
-
-    next: Pick
 
 
 @pytest.mark.parametrize("whole", [False, True])

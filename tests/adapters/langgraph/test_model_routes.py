@@ -3,13 +3,13 @@ no server. The end-to-end runs are test_langgraph_model_routing.py."""
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from langchain_core.output_parsers import PydanticOutputParser
+from lg_graphs import PICKS, EnumRoute, Pick
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from eclectus.adapters.langchain.compiler.symbols import SymParsed, rebuild
@@ -23,8 +23,6 @@ from eclectus.adapters.langgraph.model_routes import (
     split_model,
 )
 
-PICKS = ("research", "write", "FINISH")
-
 
 def parsed(cls: type[BaseModel], *path: str) -> SymParsed:
     """``cls``'s parser over a reply constrained to its schema (the variable is a stand-in)."""
@@ -35,16 +33,6 @@ def parsed(cls: type[BaseModel], *path: str) -> SymParsed:
 class Route(BaseModel):
     next: Literal["research", "write", "FINISH"]
     why: str
-
-
-class Pick(StrEnum):
-    RESEARCH = "research"
-    WRITE = "write"
-    FINISH = "FINISH"
-
-
-class EnumRoute(BaseModel):
-    next: Pick
 
 
 class ValueRoute(BaseModel):
