@@ -417,13 +417,15 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         "--jump-forward",
         action=argparse.BooleanOptionalAction,
         default=defaults.jump_forward,
-        help="structured outputs: append a grammar's forced continuation without sampling",
+        help="structured outputs: append a grammar's forced continuation without sampling "
+        "(fewer steps; changes greedy outputs: they are no longer stock vLLM's)",
     )
     engine.add_argument(
         "--budget-guarantee",
         action=argparse.BooleanOptionalAction,
         default=defaults.budget_guarantee,
-        help="structured outputs: close the structure within max_tokens (off: to measure it)",
+        help="structured outputs: close the structure within max_tokens (changes replies "
+        "near max_tokens: they are no longer stock vLLM's)",
     )
     engine.add_argument(
         "--json-whitespace",

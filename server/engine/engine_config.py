@@ -43,10 +43,14 @@ class EngineConfig:
     max_model_len: int | None = None  # None: the model's context window
     enable_prefix_caching: bool = True
     cascade_attention: bool = True  # shared-prefix decode attention when it pays
-    # structured outputs: append a grammar's forced continuation without sampling it
-    jump_forward: bool = True
-    # structured outputs: close the structure within max_tokens (off: for measuring it)
-    budget_guarantee: bool = True
+    # Structured outputs, both off by default: each changes what a greedy request answers,
+    # so with them on it is no longer what stock vLLM answers (docs/engine.md).
+    # Append a grammar's forced continuation without sampling it (fewer steps, but the
+    # grammar's tokenization of the forced text, not the model's choice of tokens):
+    jump_forward: bool = False
+    # Close the structure within max_tokens (a reply that would hit max_tokens unclosed
+    # ends valid instead; near the budget it may end one that would have closed in time):
+    budget_guarantee: bool = False
     # structured outputs: the whitespace JSON constraints allow between tokens (json_layout):
     # "bounded" (what JSON printers write: one line break at most per place), "any" (stock
     # vLLM's default) or "compact" (xgrammar's separators only, for every request: vLLM's

@@ -11,8 +11,9 @@ Three layouts, for the ``json`` and ``json_object`` constraints:
   can no longer fill its budget with whitespace (a place holds at most one line break).
 * ``"any"``: xgrammar's default, and stock vLLM's: any run of whitespace anywhere between
   tokens (a model that prefers whitespace may write it until ``max_tokens``).
-* ``"compact"``: xgrammar's separators only (``", "``, ``": "``), no other whitespace:
-  vLLM's ``disable_any_whitespace``.
+* ``"compact"``: no whitespace between tokens at all (``{"a":[1,2]}``), the grammar stock
+  vLLM builds for ``disable_any_whitespace`` (separators ``,`` and ``:``), so greedy
+  replies equal that vLLM's token for token.
 
 xgrammar 0.2.9 has no such middle layout (its ``max_whitespace_cnt`` bounds each run's
 length, blank lines included; ``indent`` fixes one indentation for every line). The bounded
@@ -30,6 +31,9 @@ import xgrammar as xgr
 from eclectus.server.engine.engine_config import JsonWhitespace
 
 MAX_INDENT_CHARS = 32  # after a line break: nesting depth 8 at 4 spaces a level
+# vLLM's separators for disable_any_whitespace (v1/structured_output/backend_xgrammar.py):
+# xgrammar's own compact default keeps a space after each, which vLLM's grammar refuses
+COMPACT = (",", ":")
 
 # xgrammar writes each bounded whitespace slot as `whitespace_N{0, SENTINEL}`; a count no
 # schema rule of its own uses, so only those slots match
@@ -48,8 +52,8 @@ def json_schema_grammar(schema: str, whitespace: JsonWhitespace) -> xgr.Grammar:
     layout (pure). RuntimeError from xgrammar for a schema it cannot convert."""
     if whitespace == "any":
         return xgr.Grammar.from_json_schema(schema, any_whitespace=True)
-    if whitespace == "compact":
-        return xgr.Grammar.from_json_schema(schema, any_whitespace=False)
+    if whitespace == "compact":  # as vLLM builds it for disable_any_whitespace
+        return xgr.Grammar.from_json_schema(schema, any_whitespace=False, separators=COMPACT)
     grammar = xgr.Grammar.from_json_schema(
         schema, any_whitespace=True, max_whitespace_cnt=_SENTINEL
     )

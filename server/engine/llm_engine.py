@@ -408,7 +408,12 @@ class LLMEngine:
                 reason = self._append(seq, forced)
                 if reason is not None:
                     break
-        if reason is None and (grammar.is_terminated or grammar.must_stop()):
+        if reason is None and not grammar.is_terminated:
+            stop = grammar.forced_stop()
+            if stop is not None:
+                grammar.accept(stop)
+                reason = self._append(seq, stop)
+        if reason is None and grammar.is_terminated:  # an EOS under ignore_eos ends it too
             reason = self._states[seq.request_id].flush() or FinishReason.STOP
         return reason
 

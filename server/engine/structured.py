@@ -224,14 +224,16 @@ class GrammarState:
     def is_terminated(self) -> bool:
         return self.matcher.is_terminated()
 
-    def must_stop(self) -> bool:
-        """Whether the output is complete and the grammar allows nothing but a stop token
-        (pure), so the request can end without a step for the EOS."""
+    def forced_stop(self) -> int | None:
+        """The stop token, when the output is complete and the grammar allows that one token
+        only (pure): any sampler picks it, so it is appended without a step, and the output's
+        ids end with it as vLLM's do."""
         if not self.matcher.is_completed():
-            return False
+            return None
         mask = xgr.allocate_token_bitmask(1, self.backend.vocab_size)
         self.matcher.fill_next_token_bitmask(mask)
-        return set(_allowed(mask[0], self.backend.vocab_size)) <= self.backend.stop_token_ids
+        allowed = _allowed(mask[0], self.backend.vocab_size)
+        return allowed[0] if len(allowed) == 1 and allowed[0] in self.backend.stop_token_ids else None
 
     def jump_forward(self, budget: int) -> list[int]:
         """The forced continuation's tokens, at most ``budget`` of them, accepted (mutates)."""

@@ -1,5 +1,7 @@
 """Grammar-constrained decoding on the real tiny engine: every output is valid by
-construction, greedy or sampled, at tight and loose budgets, batched or alone."""
+construction, greedy or sampled, at tight and loose budgets (with the opt-in budget
+guarantee), batched or alone; by default, outputs are what the model writes under the mask,
+as stock vLLM's are."""
 
 from __future__ import annotations
 
@@ -20,6 +22,13 @@ from eclectus.server.engine import EngineConfig, LLMEngine
 
 @pytest.fixture(scope="module")
 def engine() -> LLMEngine:
+    """An engine with the budget guarantee on (off by default): most tests here are of it."""
+    return LLMEngine(EngineConfig(model="tiny", num_kv_blocks=512, budget_guarantee=True))
+
+
+@pytest.fixture(scope="module")
+def stock_engine() -> LLMEngine:
+    """The default engine: no jump-forward, no budget guarantee."""
     return LLMEngine(EngineConfig(model="tiny", num_kv_blocks=512))
 
 
@@ -206,6 +215,8 @@ def test_preemption_keeps_the_matcher_consistent() -> None:
 
 
 def test_jump_forward_saves_steps_and_keeps_outputs_valid() -> None:
+    """Opt-in jump-forward spends fewer steps on the same schema; its output is valid, but
+    the forced text comes as the grammar tokenizes it, so it is not the default's."""
     sampling = SamplingParams(max_tokens=64, **_json(SCHEMA))
     steps = {}
     for jump in (True, False):
@@ -214,18 +225,41 @@ def test_jump_forward_saves_steps_and_keeps_outputs_valid() -> None:
         jsonschema.validate(json.loads(out[0]), SCHEMA)
         steps[jump] = eng.counters.num_steps
     assert steps[True] < steps[False]
+    assert not EngineConfig().jump_forward and not EngineConfig().budget_guarantee
 
 
-def test_a_grammar_that_is_complete_ends_the_request_without_an_eos_step(
-    engine: LLMEngine,
+def test_a_grammar_that_is_complete_ends_with_its_eos_without_a_step_for_it(
+    stock_engine: LLMEngine,
 ) -> None:
+    """Once only the EOS is allowed, it is appended as any sampler would pick it: the ids end
+    with it (as vLLM's do, so usage counts it), and no step is spent computing it."""
+    engine = stock_engine
     steps = engine.counters.num_steps
-    out = run(engine, {"c": ("Pick:", SamplingParams(structured_outputs={"choice": ["done"]}))})
-    text, reason, num_tokens = out["c"]
-    assert (text, reason) == ("done", "stop") and 1 <= num_tokens <= len("done")
-    # no step is spent on an EOS: at most one step per output token (jump-forward may
-    # save some, depending on how the tokenizer splits "done")
-    assert engine.counters.num_steps - steps <= num_tokens
+    sampling = SamplingParams(structured_outputs={"choice": ["done"]})
+    engine.add_tokens("c", engine.tokenizer.encode("Pick:"), sampling)
+    outputs = [out for _ in range(16) if engine.has_unfinished for out in engine.step()]
+    token_ids = [t for out in outputs for t in out.token_ids]
+    assert "".join(out.text for out in outputs) == "done"
+    assert outputs[-1].finish_reason == "stop"
+    assert token_ids[-1] in engine.tokenizer.eos_token_ids
+    assert engine.tokenizer.decode(token_ids[:-1]) == "done"
+    assert engine.counters.num_steps - steps == len(token_ids) - 1
+
+
+def test_by_default_a_reply_that_reaches_max_tokens_is_cut_there(
+    stock_engine: LLMEngine,
+) -> None:
+    """No budget guarantee by default: a greedy JSON reply that has not closed at max_tokens
+    ends there unclosed ("length"), as on stock vLLM; the opt-in guarantee closes it."""
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    sampling = SamplingParams(max_tokens=8, **_json(schema))
+    text, reason, num_tokens = run(stock_engine, {"r": ("Reply in JSON:", sampling)})["r"]
+    assert (reason, num_tokens) == ("length", 8) and '"city"' in text
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(text)
+    guaranteed = LLMEngine(EngineConfig(model="tiny", num_kv_blocks=64, budget_guarantee=True))
+    closed, _, num_closed = run(guaranteed, {"r": ("Reply in JSON:", sampling)})["r"]
+    assert json.loads(closed)["city"] is not None and num_closed <= 8
 
 
 TOOLS = [weather_tool(description=None, max_city_length=12), ADD_TOOL]
@@ -294,27 +328,27 @@ def test_a_line_format_closes_within_the_budget(engine: LLMEngine) -> None:
 
 
 def _free_whitespace(text: str) -> bool:
-    """Whether a JSON text has whitespace between its tokens beyond xgrammar's compact
-    separators (one space after ``,`` and ``:``) (pure)."""
+    """Whether a JSON text has whitespace between its tokens (pure)."""
     in_string = escaped = False
-    previous = ""
     for char in text:
         if in_string:
             escaped, in_string = (False, True) if escaped else (char == "\\", char != '"')
         elif char == '"':
             in_string = True
-        elif char.isspace() and (char != " " or previous not in ",:"):
+        elif char.isspace():
             return True
-        previous = char
     return False
 
 
 def test_compact_json_is_a_server_wide_default(engine: LLMEngine) -> None:
     """``EngineConfig.json_whitespace="compact"`` (``eclectus serve --compact-json``): every
-    JSON constraint's grammar refuses free whitespace between tokens (xgrammar's separators
-    only), as a request's ``disable_any_whitespace`` does; the default engine allows a
-    line break (tests/engine/test_json_layout.py)."""
-    compact = LLMEngine(EngineConfig(model="tiny", num_kv_blocks=256, json_whitespace="compact"))
+    JSON constraint's grammar refuses any whitespace between tokens (vLLM's grammar for
+    ``disable_any_whitespace``), as a request's ``disable_any_whitespace`` does; the bounded
+    layout allows a line break (tests/engine/test_json_layout.py)."""
+    config = EngineConfig(
+        model="tiny", num_kv_blocks=256, json_whitespace="compact", budget_guarantee=True
+    )
+    compact = LLMEngine(config)  # the guarantee only so that every reply parses
     constraint = SamplingParams(
         max_tokens=48, structured_outputs={"json": {"type": "object"}}
     ).structured_outputs

@@ -1,6 +1,7 @@
-"""JSON whitespace layouts (server/engine/json_layout.py): the bounded default admits what
+"""JSON whitespace layouts (server/engine/json_layout.py): the bounded layout admits what
 JSON printers write and never a run of blank lines; ``any`` is xgrammar's (vLLM's) and
-``compact`` its separators only. Checked on xgrammar's own matcher, character by character."""
+``compact`` no whitespace at all (vLLM's ``disable_any_whitespace``). Checked on
+xgrammar's own matcher, character by character."""
 
 from __future__ import annotations
 
@@ -13,7 +14,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from eclectus.server.engine.engine_config import EngineConfig, JsonWhitespace
-from eclectus.server.engine.json_layout import MAX_INDENT_CHARS, bounded_ebnf, json_schema_grammar
+from eclectus.server.engine.json_layout import (
+    COMPACT,
+    MAX_INDENT_CHARS,
+    bounded_ebnf,
+    json_schema_grammar,
+)
 
 COMPILER = xgr.GrammarCompiler(xgr.TokenizerInfo(["a"]), max_threads=1)
 OBJECT = '{"type": "object"}'
@@ -53,7 +59,7 @@ def test_bounded_admits_what_json_printers_write(value: dict[str, Any], indent: 
             continue
         assert accepts("bounded", text), text
         assert accepts("any", text), text
-    assert accepts("compact", json.dumps(value))
+    assert accepts("compact", json.dumps(value, separators=COMPACT))
 
 
 @pytest.mark.parametrize(
@@ -76,8 +82,11 @@ def test_bounded_refuses_free_whitespace(text: str) -> None:
     assert accepts("any", text)
 
 
-def test_compact_is_xgrammars_separators_only() -> None:
-    assert accepts("compact", '{"a": [1, 2], "b": {}}')
+def test_compact_has_no_whitespace_between_tokens() -> None:
+    """vLLM's ``disable_any_whitespace`` grammar: separators ``,`` and ``:`` with nothing
+    after them (xgrammar's own compact default would also want a space after each)."""
+    assert accepts("compact", '{"a":[1,2],"b":{}}')
+    assert not accepts("compact", '{"a": [1, 2], "b": {}}')
     assert not accepts("compact", '{\n  "a": 1\n}')
 
 

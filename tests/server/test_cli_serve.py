@@ -140,8 +140,8 @@ def test_every_engine_flag_reaches_the_engine_config() -> None:
     switches = [
         "--no-enable-prefix-caching",
         "--no-cascade-attention",
-        "--no-jump-forward",
-        "--no-budget-guarantee",
+        "--jump-forward",
+        "--budget-guarantee",
         "--compact-json",
     ]
     events = ["--kv-events-config", '{"endpoint": "tcp://*:6000"}']
@@ -152,8 +152,8 @@ def test_every_engine_flag_reaches_the_engine_config() -> None:
         "kv_events": KVEventsConfig(endpoint="tcp://*:6000"),
         "enable_prefix_caching": False,
         "cascade_attention": False,
-        "jump_forward": False,
-        "budget_guarantee": False,
+        "jump_forward": True,
+        "budget_guarantee": True,
         "json_whitespace": "compact",
         "kv_cache_bytes": 2 * GiB,
     }
