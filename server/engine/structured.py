@@ -233,7 +233,9 @@ class GrammarState:
         mask = xgr.allocate_token_bitmask(1, self.backend.vocab_size)
         self.matcher.fill_next_token_bitmask(mask)
         allowed = _allowed(mask[0], self.backend.vocab_size)
-        return allowed[0] if len(allowed) == 1 and allowed[0] in self.backend.stop_token_ids else None
+        if len(allowed) == 1 and allowed[0] in self.backend.stop_token_ids:
+            return allowed[0]
+        return None
 
     def jump_forward(self, budget: int) -> list[int]:
         """The forced continuation's tokens, at most ``budget`` of them, accepted (mutates)."""
