@@ -9,7 +9,15 @@ import json
 import time
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from starlette.responses import JSONResponse
 
 from eclectus.protocol import SamplingParams
@@ -17,6 +25,15 @@ from eclectus.protocol.openai_tools import ChatConstraint, assistant_message
 
 if TYPE_CHECKING:
     from eclectus.server.graph import Variable
+
+# sampling fields this server does not implement, each with its neutral value (vLLM's
+# default), the one value accepted, besides null
+_NEUTRAL = {
+    "frequency_penalty": 0,
+    "presence_penalty": 0,
+    "repetition_penalty": 1,
+    "min_p": 0,
+}
 
 _ERROR_TYPES = {
     401: "authentication_error",
@@ -47,9 +64,15 @@ class ApiError(Exception):
         return JSONResponse(self.body(), status_code=self.status)
 
 
+# Fields vLLM's request schemas let be null, meaning "the default" (the openai client sends
+# ``"temperature": null`` for ``temperature=None``): here null is read as the field's default
+NULL_IS_DEFAULT = ("temperature", "top_p", "top_k", "stream", "return_token_ids")
+
+
 class OpenAIRequest(BaseModel):
     """Fields common to both endpoints. Unknown fields are ignored (clients send many
-    defaults), but the ones that would change the output are checked below."""
+    defaults), but the ones that would change the output are checked below. A null is
+    accepted wherever vLLM accepts one, as the default."""
 
     model_config = ConfigDict(extra="allow")
     model: str | None = None
@@ -73,17 +96,22 @@ class OpenAIRequest(BaseModel):
     # what an outer Eclectus sends for calls nobody watches token by token
     stream_interval: int | None = Field(default=None, ge=1)
 
+    @field_validator(*NULL_IS_DEFAULT, mode="before")
+    @classmethod
+    def _null_is_default(cls, value: Any, info: ValidationInfo) -> Any:
+        return cls.model_fields[info.field_name].default if value is None else value
+
     @model_validator(mode="after")
     def _refuse_unsupported(self) -> OpenAIRequest:
-        if self.n != 1:
+        if self.n not in (1, None):  # None: chat's null, its default
             raise ValueError("n: only n=1 is supported")
         extra = self.model_extra or {}
         for name in ("logprobs", "top_logprobs", "functions", "logit_bias", "echo"):
             if extra.get(name) not in (None, False, 0, [], {}):
                 raise ValueError(f"{name}: not supported by this server")
-        for name in ("frequency_penalty", "presence_penalty"):
-            if extra.get(name) not in (None, 0, 0.0):
-                raise ValueError(f"{name}: only 0 is supported")
+        for name, default in _NEUTRAL.items():
+            if extra.get(name) not in (None, default):
+                raise ValueError(f"{name}: only {default} is supported")
         return self
 
     @property
@@ -164,6 +192,7 @@ def _template_call(call: dict[str, Any]) -> dict[str, Any]:
 
 class ChatCompletionRequest(OpenAIRequest):
     messages: list[ChatMessage] = Field(min_length=1)
+    n: int | None = 1  # vLLM's chat schema lets it be null (its completions schema does not)
 
 
 def parse(model: type[OpenAIRequest], body: bytes) -> Any:

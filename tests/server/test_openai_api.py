@@ -18,6 +18,17 @@ from eclectus.protocol.sampling import SamplingParams
 from eclectus.server.app import EclectusServer, start_server
 from eclectus.server.backend import EngineRequest
 from eclectus.server.config import ServerConfig, read_token_file
+from eclectus.server.openai_schema import (
+    NULL_IS_DEFAULT,
+    ApiError,
+    ChatCompletionRequest,
+    CompletionRequest,
+    OpenAIRequest,
+    parse,
+    to_sampling,
+)
+
+CHAT = {"role": "user", "content": "Hi"}
 
 pytestmark = pytest.mark.slow
 
@@ -105,6 +116,46 @@ async def test_refusals_name_the_field(base_url: str) -> None:
         await wrong.completions.create(model="tiny", prompt="x")
     # and the server still answers afterwards
     assert (await client.models.list()).data[0].id == "tiny"
+
+
+@pytest.mark.parametrize("field", NULL_IS_DEFAULT)
+@pytest.mark.parametrize("schema", [CompletionRequest, ChatCompletionRequest])
+def test_a_null_sampling_field_is_its_default(field: str, schema: type[OpenAIRequest]) -> None:
+    """vLLM's schemas let these be null (the openai client sends ``"temperature": null``
+    for ``temperature=None``); null reads as the field left out."""
+    body = {"prompt": "x"} if schema is CompletionRequest else {"messages": [CHAT]}
+    with_null = parse(schema, json.dumps({**body, field: None}).encode())
+    assert with_null == parse(schema, json.dumps(body).encode())
+    assert to_sampling(with_null, 16) == to_sampling(parse(schema, json.dumps(body).encode()), 16)
+
+
+def test_nulls_and_neutral_values_where_vllm_takes_them() -> None:
+    """Chat's ``n`` may be null (completions' may not, as in vLLM); a penalty this server
+    does not implement is accepted null or neutral, else refused by name."""
+    assert parse(ChatCompletionRequest, b'{"messages": [{"role": "user"}], "n": null}').n is None
+    with pytest.raises(ApiError, match=r"^n: "):
+        parse(CompletionRequest, b'{"prompt": "x", "n": null}')
+    neutral = {"frequency_penalty": 0.0, "presence_penalty": None, "repetition_penalty": 1.0}
+    parse(CompletionRequest, json.dumps({"prompt": "x", **neutral, "min_p": None}).encode())
+    with pytest.raises(ApiError, match="repetition_penalty: only 1 is supported"):
+        parse(CompletionRequest, b'{"prompt": "x", "repetition_penalty": 1.2}')
+    with pytest.raises(ApiError, match="min_p: only 0 is supported"):
+        parse(ChatCompletionRequest, b'{"messages": [{"role": "user"}], "min_p": 0.1}')
+
+
+async def test_the_openai_clients_none_is_the_default(base_url: str) -> None:
+    """``temperature=None`` etc. through the real client, on both endpoints: the reply is
+    the one the defaults give (sampled at 1.0, so the same seed picks the same tokens)."""
+    client = openai.AsyncOpenAI(base_url=base_url, api_key="sk-test", max_retries=0)
+    nulls = dict(temperature=None, top_p=None, stream=None, seed=7, max_tokens=8)
+    chat = await client.chat.completions.create(model="tiny", messages=[CHAT], n=None, **nulls)  # type: ignore[call-overload]
+    default = await client.chat.completions.create(
+        model="tiny", messages=[CHAT], seed=7, max_tokens=8
+    )
+    assert chat.choices[0].message.content == default.choices[0].message.content
+    text = await client.completions.create(model="tiny", prompt="Once", **nulls)  # type: ignore[call-overload]
+    plain = await client.completions.create(model="tiny", prompt="Once", seed=7, max_tokens=8)
+    assert text.choices[0].text == plain.choices[0].text
 
 
 async def test_over_window_prompt_is_a_400(server: EclectusServer, base_url: str) -> None:
