@@ -9,12 +9,17 @@ read the same ``/metrics`` page.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from eclectus.recipes.target import Backend, Target
 from eclectus.server.app import EclectusServer, serve_in_thread
 from eclectus.server.config import ServerConfig
+
+if TYPE_CHECKING:
+    from eclectus.server.engine import EngineConfig
 
 MAX_BODY_BYTES = 1 << 24  # a long document's prompts fit
 
@@ -46,8 +51,16 @@ class Embedded:
 
 
 @contextlib.contextmanager
-def embedded_server(model: str = "tiny") -> Iterator[Embedded]:
-    """Start the server for ``model``; stop it on exit."""
+def embedded_server(model: str = "tiny", engine: EngineConfig | None = None) -> Iterator[Embedded]:
+    """Start the server for ``model`` (its built-in engine as ``engine`` says, when given:
+    its ``model`` must be ``model``); stop it on exit."""
+    if engine is not None and engine.model != model:
+        raise ValueError(f"engine.model is {engine.model!r}, the server's model is {model!r}")
     config = ServerConfig(port=0, model=model, max_frame_bytes=MAX_BODY_BYTES)
-    with serve_in_thread(config) as server:
+    factory = None
+    if engine is not None:
+        from eclectus.server.engine import AsyncEngine  # torch: only when asked
+
+        factory = functools.partial(AsyncEngine.from_config, engine)
+    with serve_in_thread(config, factory) as server:
         yield Embedded(server)

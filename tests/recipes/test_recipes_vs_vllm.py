@@ -18,6 +18,7 @@ from eclectus.models.presets import resolve_model_dir
 from eclectus.recipes.embedded import Embedded, embedded_server
 from eclectus.recipes.runner import RECIPES, run_recipe
 from eclectus.recipes.target import Target
+from eclectus.server.engine import EngineConfig
 
 VLLM_PYTHON = os.environ.get("VLLM_PYTHON")
 pytestmark = [
@@ -27,15 +28,10 @@ pytestmark = [
 ]
 
 
-# Constrained calls part from stock vLLM's greedy path for reasons other than the prompt's
-# tokens (which the unconstrained recipes show equal): the built-in engine's jump-forward and
-# budget guarantee pick tokens vLLM's sampler does not (on by default, by design), and with
-# both off the JSON still differs by a character or two (the two xgrammar builds' masks);
-# tool-agent's named tool_choice needs vLLM's --tool-call-parser, and with hermes vLLM's tiny
-# model writes arguments langchain_openai cannot parse. Strict: a fix shows up as a failure.
+# Still apart from stock vLLM (strict: a fix shows up as a failure); the reasons are
+# docs/evals.md's ("Same answers"):
 CONSTRAINED = {
-    "multi-agent-json": "JSON-constrained file list (jump-forward, budget guarantee, xgrammar)",
-    "plan-execute-json": "JSON-constrained plan (jump-forward, budget guarantee, xgrammar)",
+    "plan-execute-json": "JSON-constrained plan: under investigation",
     "tool-agent": "stock vLLM's named tool_choice on tiny: tool-call arguments not parsed",
 }
 
@@ -62,7 +58,9 @@ def vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmProcess]:
 
 @pytest.fixture(scope="module")
 def eclectus() -> Iterator[Embedded]:
-    with embedded_server("tiny") as running:
+    """The built-in engine with the JSON layout of the vLLM above (``VllmProcess`` runs it
+    with ``disable_any_whitespace``): ``--compact-json``, as the evals pair them."""
+    with embedded_server("tiny", EngineConfig(model="tiny", json_whitespace="compact")) as running:
         yield running
 
 
