@@ -4,6 +4,7 @@ by itself ("stop") rather than at ``max_tokens`` ("length"), per layout
 A benchmark, not a test: it prints markdown tables.
 
     python -m eclectus.benchmarks.json_whitespace [--model tiny] [--max-tokens 200]
+        [--budget-guarantee]
 
 Every request is a chat prompt with a ``json`` constraint, greedy and sampled (temperature
 1, seeds 0-3): the schemas are the ones the tests use, and the issue's ``Person`` as
@@ -104,11 +105,12 @@ PROMPTS = (
 SAMPLINGS = ((0.0, None), (1.0, 0), (1.0, 1), (1.0, 2), (1.0, 3))  # (temperature, seed)
 
 
-def stop_rates(model: str, layout: JsonWhitespace, max_tokens: int) -> str:
-    """One table row: replies that ended with "stop", overall, greedy and per schema, mean
-    output tokens and the whitespace share of the text (every reply parses: the budget
-    guarantee closes the rest)."""
-    llm = LLM(model, json_whitespace=layout)
+def stop_rates(model: str, layout: JsonWhitespace, max_tokens: int, guarantee: bool) -> str:
+    """One table row: replies that ended with "stop", overall, greedy and per schema, the
+    replies that parse (all of them with the budget guarantee, which closes what
+    ``max_tokens`` cuts; without it, a "length" reply is cut JSON), mean output tokens and
+    the whitespace share of the text."""
+    llm = LLM(model, json_whitespace=layout, budget_guarantee=guarantee)
     prompts, params, names = [], [], []
     for name, schema in SCHEMAS.items():
         for prompt in PROMPTS:
@@ -126,8 +128,8 @@ def stop_rates(model: str, layout: JsonWhitespace, max_tokens: int) -> str:
                 )
     outputs = llm.generate(prompts, params)
     stopped = [o.finish_reason == "stop" for o in outputs]
-    for output in outputs:
-        json.loads(output.text)
+    parsed = sum(_parses(o.text) for o in outputs)
+    assert parsed == len(outputs) or not guarantee, "the guarantee closes every reply"
     greedy = [s for s, p in zip(stopped, params, strict=True) if p.temperature == 0]
     per_schema = " | ".join(
         f"{sum(s for s, n in zip(stopped, names, strict=True) if n == name)}" for name in SCHEMAS
@@ -137,8 +139,16 @@ def stop_rates(model: str, layout: JsonWhitespace, max_tokens: int) -> str:
     share = spaces / max(1, sum(len(o.text) for o in outputs))
     return (
         f"| {layout} | {sum(stopped)}/{len(stopped)} | {sum(greedy)}/{len(greedy)} | "
-        f"{per_schema} | {tokens:.1f} | {share:.0%} |"
+        f"{parsed}/{len(outputs)} | {per_schema} | {tokens:.1f} | {share:.0%} |"
     )
+
+
+def _parses(text: str) -> bool:
+    try:
+        json.loads(text)
+    except json.JSONDecodeError:
+        return False
+    return True
 
 
 def user(text: str) -> dict[str, str]:
@@ -173,12 +183,17 @@ def main() -> None:
     parser.add_argument("--model", default="tiny")
     parser.add_argument("--max-tokens", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=5, help="compile-time rounds")
+    parser.add_argument(
+        "--budget-guarantee",
+        action="store_true",
+        help="with the engine's opt-in budget guarantee (EngineConfig.budget_guarantee)",
+    )
     args = parser.parse_args()
     names = " | ".join(SCHEMAS)
-    print(f"| layout | stop | stop, greedy | {names} | mean tokens | whitespace |")
-    print("|---" * (len(SCHEMAS) + 5) + "|")
+    print(f"| layout | stop | stop, greedy | parses | {names} | mean tokens | whitespace |")
+    print("|---" * (len(SCHEMAS) + 6) + "|")
     for layout in JSON_WHITESPACE:
-        print(stop_rates(args.model, layout, args.max_tokens))
+        print(stop_rates(args.model, layout, args.max_tokens, args.budget_guarantee))
     print(f"\n(per schema: stops of {len(PROMPTS) * len(SAMPLINGS)} replies)")
     print("\n| layout | compile ms, all schemas (median) | range |\n|---|---|---|")
     print("\n".join(compile_ms(args.model, args.rounds)))
