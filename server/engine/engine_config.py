@@ -53,7 +53,7 @@ class EngineConfig:
     budget_guarantee: bool = False
     # structured outputs: the whitespace JSON constraints allow between tokens (json_layout):
     # "bounded" (what JSON printers write: one line break at most per place), "any" (stock
-    # vLLM's default) or "compact" (xgrammar's separators only, for every request: vLLM's
+    # vLLM's default) or "compact" (no whitespace between tokens, for every request: vLLM's
     # --structured-outputs-config disable_any_whitespace); a request may still ask for compact
     json_whitespace: JsonWhitespace = "bounded"
     num_threads: int | None = None  # torch threads on CPU; None: all cores but one

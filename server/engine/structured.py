@@ -12,7 +12,8 @@ Each step the engine asks the backend for a bitmask of the batch (all ones on fr
 the sampler masks the logits with it, greedy rows included, so constrained and free
 requests share one batch and one sampling call.
 
-Beyond the peers:
+Beyond the peers, each opt-in (``EngineConfig``; off by default, as each changes what a greedy
+request answers, and so it is no longer what stock vLLM answers):
 
 * **Jump-forward.** When the grammar admits exactly one continuation, its tokens are
   appended without sampling (xgrammar's ``find_jump_forward_tokens``); the scheduler then
