@@ -81,10 +81,13 @@ class GrammarError(ValueError):
 def _tokenizer_info(tokenizer: Tokenizer, vocab_size: int) -> xgr.TokenizerInfo:
     """xgrammar's view of ``tokenizer`` over the model's ``vocab_size`` logits (pure).
 
-    As ``TokenizerInfo.from_huggingface`` does for a fast tokenizer: the vocabulary strings
-    by id, the encoding read from ``tokenizer.json``'s decoder. Special tokens (and the ids
-    past the tokenizer's vocabulary that pad the embedding table) become empty strings, which
-    xgrammar never allows, except the stop tokens it allows where the grammar may end.
+    Exactly as ``TokenizerInfo.from_huggingface`` builds it for a fast tokenizer, which is
+    what vLLM's xgrammar backend uses: the vocabulary strings by id (added and special tokens
+    as their text, so a JSON string may hold ``<|user|>`` where vLLM's may; the detokenizer
+    then skips it, as vLLM's does), the encoding read from ``tokenizer.json``'s decoder. The
+    ids past the tokenizer's vocabulary that pad the embedding table are empty strings, which
+    xgrammar never allows. A different view (special tokens refused, as an earlier version
+    had it) changes greedy constrained outputs wherever the model prefers one.
     """
     backend = tokenizer.backend
     meta = xgr.TokenizerInfo._detect_metadata_from_hf(backend.to_str())
@@ -92,9 +95,6 @@ def _tokenizer_info(tokenizer: Tokenizer, vocab_size: int) -> xgr.TokenizerInfo:
     for token, token_id in backend.get_vocab(with_added_tokens=True).items():
         if token_id < vocab_size:
             encoded[token_id] = token
-    for token_id, added in backend.get_added_tokens_decoder().items():
-        if added.special and token_id < vocab_size:
-            encoded[token_id] = ""
     return xgr.TokenizerInfo(
         encoded,
         meta["vocab_type"],

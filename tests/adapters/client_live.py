@@ -16,9 +16,19 @@ from dataclasses import dataclass
 from unittest import mock
 
 from eclectus.server.app import EclectusServer, serve_in_thread
+from eclectus.server.backend import Backend
 from eclectus.server.config import ServerConfig
 
 LIVE_TOKEN = "sdk-live-token"
+
+
+def guaranteed_engine() -> Backend:
+    """The tiny engine with the opt-in budget guarantee (off by default, as on stock vLLM):
+    these tests' tool calls and JSON replies must parse at small budgets, and ``tiny``
+    writes whitespace in them until ``max_tokens`` (docs/engine.md, "Budget guarantee")."""
+    from eclectus.server.engine import AsyncEngine
+
+    return AsyncEngine.from_config(model="tiny", budget_guarantee=True)
 
 
 @dataclass(frozen=True)
@@ -36,20 +46,22 @@ class LiveServer:
 @contextmanager
 def serve_live(**limits: int) -> Iterator[LiveServer]:
     """Serves on a free loopback port on its own loop thread until the block ends; ``limits``
-    override ServerConfig fields (default here: max_prompt_tokens=2048)."""
+    override ServerConfig fields (default here: max_prompt_tokens=2048). Its engine has the
+    budget guarantee on (:func:`guaranteed_engine`)."""
     config = ServerConfig(
         port=0, model="tiny", token=LIVE_TOKEN, **{"max_prompt_tokens": 2048, **limits}
     )
-    with serve_in_thread(config) as server:
+    with serve_in_thread(config, guaranteed_engine) as server:
         yield LiveServer(server, LIVE_TOKEN)
 
 
 @contextmanager
 def serve_as_default() -> Iterator[EclectusServer]:
     """Serves (no auth) on a free loopback port until the block ends, with ``ECLECTUS_URL``
-    pointing at it meanwhile: the adapters' model classes read it when constructed."""
+    pointing at it meanwhile: the adapters' model classes read it when constructed. Its
+    engine has the budget guarantee on (:func:`guaranteed_engine`)."""
     with (
-        serve_in_thread(ServerConfig(port=0, model="tiny")) as server,
+        serve_in_thread(ServerConfig(port=0, model="tiny"), guaranteed_engine) as server,
         mock.patch.dict(os.environ, {"ECLECTUS_URL": server.url}),
     ):
         yield server

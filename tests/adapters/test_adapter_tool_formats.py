@@ -13,6 +13,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+from client_live import guaranteed_engine
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from llama_index.core.base.llms.types import ChatMessage, MessageRole, ToolCallBlock
@@ -55,7 +56,7 @@ def li_add(a: int, b: int) -> int:
 def llama_server() -> Iterator[EclectusServer]:
     """The tiny model served with Llama-3 JSON tool calls."""
     config = ServerConfig(port=0, model="tiny", tool_call_parser="llama3_json")
-    with serve_in_thread(config) as server:
+    with serve_in_thread(config, guaranteed_engine) as server:
         yield server
 
 

