@@ -3,9 +3,10 @@ ordinary StateGraph over ``MessagesState`` with LangGraph's own ``ToolNode``.
 
 The agent answers a question about the input document with two tools over it: ``lookup``
 (the document's sentences that mention a term) and ``count_words``. For a run of a known
-size, the first ``tool_rounds`` turns force a tool call (``bind_tools(tool_choice=...)``,
-the arguments constrained to the tool's schema, so they parse by construction); the last
-turn answers without tools. So a run makes ``tool_rounds + 1`` model calls, in sequence.
+size, the first ``tool_rounds`` turns force a tool call (``bind_tools(tool_choice=...,
+strict=True)``, the arguments constrained to the tool's schema, so they parse by
+construction, on stock vLLM too); the last turn answers without tools. So a run makes
+``tool_rounds + 1`` model calls, in sequence.
 
 Compiled, every tool turn is a client cut: a tool runs on the client (it is Python), the
 model's reply must be parsed into tool calls there, and ``add_messages`` needs the
@@ -84,9 +85,12 @@ def build_app(params: ToolAgentParams, models: ModelFactory, text: str) -> Any:
     """The StateGraph, compiled by LangGraph (pure)."""
     tools = make_tools(text, params.max_hits)
     chat = models.chat(params.tool_tokens)
-    # one forced tool per round, alternating, so a run exercises both tools
+    # one forced tool per round, alternating, so a run exercises both tools. strict: stock
+    # vLLM (0.32, --tool-strict-level auto) pins a tool's arguments to its schema only for a
+    # strict tool; for others it constrains the call's envelope and leaves the arguments any
+    # JSON, and tiny then writes a string there, which langchain-openai refuses
     forced = [
-        prompt | chat.bind_tools(tools, tool_choice=name, parallel_tool_calls=False)
+        prompt | chat.bind_tools(tools, tool_choice=name, parallel_tool_calls=False, strict=True)
         for name in TOOL_NAMES
     ]
     answer = prompt | models.chat(params.answer_tokens) | (lambda m: {"messages": [m]})
