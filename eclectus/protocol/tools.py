@@ -35,11 +35,13 @@ ToolChoice = Literal["none", "auto", "required"] | Mapping[str, Any] | str
 
 @dataclass(frozen=True, slots=True)
 class ToolSpec:
-    """One declared function: its name, description and JSON Schema of the arguments."""
+    """One declared function: its name, description, JSON Schema of the arguments and
+    OpenAI's ``strict`` flag, as the request gave them (None: not given)."""
 
     name: str
-    description: str = ""
+    description: str | None = None
     parameters: Mapping[str, Any] | None = None
+    strict: bool | None = None
 
     @classmethod
     def of(cls, tool: Mapping[str, Any]) -> ToolSpec:
@@ -55,12 +57,25 @@ class ToolSpec:
         parameters = function.get("parameters")
         if parameters is not None and not isinstance(parameters, Mapping):
             raise ValueError(f"tool {function['name']!r}: parameters must be a JSON Schema object")
-        return cls(function["name"], function.get("description") or "", parameters)
+        strict = function.get("strict")
+        if strict is not None and not isinstance(strict, bool):
+            raise ValueError(f"tool {function['name']!r}: strict must be true, false or null")
+        description = function.get("description")
+        return cls(
+            function["name"], None if description is None else str(description), parameters, strict
+        )
 
     def openai(self) -> dict[str, Any]:
-        """OpenAI's tool object, what chat templates take as ``tools`` (pure)."""
-        function: dict[str, Any] = {"name": self.name, "description": self.description}
-        function["parameters"] = dict(self.parameters or _EMPTY_PARAMETERS)
+        """OpenAI's tool object as chat templates get it: the shape vLLM passes them (its
+        ``ChatCompletionToolsParam`` dumped: ``description`` and ``parameters`` null when not
+        given, ``strict`` only when given), so a template renders the same prompt (pure)."""
+        function: dict[str, Any] = {
+            "name": self.name,
+            "description": self.description,
+            "parameters": None if self.parameters is None else dict(self.parameters),
+        }
+        if self.strict is not None:
+            function["strict"] = self.strict
         return {"type": "function", "function": function}
 
 

@@ -123,3 +123,27 @@ def test_a_required_call_through_the_engine_is_a_valid_tool_call() -> None:
     jsonschema.validate(
         json.loads(call["function"]["arguments"]), WEATHER["function"]["parameters"]
     )
+
+
+def test_templates_get_the_tools_as_vllm_passes_them() -> None:
+    """A template renders the tool objects it is given, so the prompt is vLLM's only if they
+    are vLLM's: its dump of each tool keeps ``strict`` when the client sent it (langchain's
+    ``bind_tools(strict=True)`` does) and has ``description`` / ``parameters`` null when
+    absent, keys in that order."""
+    strict = {
+        "type": "function",
+        "function": {
+            "name": "lookup",
+            "description": "Find.",
+            "parameters": {"type": "object", "properties": {"term": {"type": "string"}}},
+            "strict": True,
+        },
+    }
+    bare = {"type": "function", "function": {"name": "ping"}}
+    tools = chat_constraint({"tools": [strict, bare], "tool_choice": "auto"}).tools
+    assert tools[0] == strict
+    assert list(tools[0]["function"]) == ["name", "description", "parameters", "strict"]
+    assert tools[1] == {
+        "type": "function",
+        "function": {"name": "ping", "description": None, "parameters": None},
+    }
