@@ -87,6 +87,7 @@ class OpenAIRequest(BaseModel):
     stream_options: dict[str, Any] | None = None
     n: int = 1
     ignore_eos: bool = False  # vLLM's extension
+    skip_special_tokens: bool = True  # vLLM's extension
     stop_token_ids: list[int] | None = None  # vLLM's extension
     return_token_ids: bool = False  # vLLM's extension (token-id prompts list their ids)
     # vLLM's extension: the request's rank among this server's requests, lower first (as
@@ -134,6 +135,7 @@ def to_sampling(request: OpenAIRequest, default_max_tokens: int | None) -> Sampl
             seed=request.seed,
             stop=tuple(stop),
             ignore_eos=request.ignore_eos,
+            skip_special_tokens=request.skip_special_tokens,
             stop_token_ids=tuple(request.stop_token_ids or ()),
         )
     except ValidationError as exc:

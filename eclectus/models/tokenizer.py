@@ -163,8 +163,9 @@ class IncrementalDetokenizer:
     space) correct. Both offsets only move to a point where the text so far was complete.
     """
 
-    def __init__(self, tokenizer: Tokenizer) -> None:
+    def __init__(self, tokenizer: Tokenizer, skip_special_tokens: bool = True) -> None:
         self._tokenizer = tokenizer
+        self._skip_special_tokens = skip_special_tokens
         self._ids: list[int] = []
         self._prefix_offset = 0  # start of the decode window
         self._read_offset = 0  # ids before this are already emitted
@@ -192,10 +193,11 @@ class IncrementalDetokenizer:
         return text[len(prefix_text) :]
 
     def _window_texts(self) -> tuple[str, str]:
-        decode = self._tokenizer.decode
+        skip = self._skip_special_tokens
         window = self._ids[self._prefix_offset :]
         emitted = self._read_offset - self._prefix_offset
-        return decode(window[:emitted]), decode(window)
+        decode = self._tokenizer.decode
+        return decode(window[:emitted], skip), decode(window, skip)
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -138,10 +138,15 @@ def _validated(value: Any, param: str = "structured_outputs") -> StructuredOutpu
 
 
 def with_constraint(sampling: SamplingParams, constraint: ChatConstraint) -> SamplingParams:
-    """``sampling`` with the request's structured outputs (pure)."""
-    if constraint.structured_outputs is None:
-        return sampling
-    return sampling.model_copy(update={"structured_outputs": constraint.structured_outputs})
+    """``sampling`` with the request's structured outputs (pure). A request whose reply is
+    read for hermes calls keeps special tokens' text, as vLLM's hermes parser has it (its
+    ``adjust_request``: some models mark ``<tool_call>`` special), so the text is vLLM's."""
+    update: dict[str, Any] = {}
+    if constraint.structured_outputs is not None:
+        update["structured_outputs"] = constraint.structured_outputs
+    if constraint.parse_tool_calls and constraint.tool_format == "hermes":
+        update["skip_special_tokens"] = False
+    return sampling.model_copy(update=update) if update else sampling
 
 
 def assistant_message(

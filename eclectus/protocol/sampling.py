@@ -39,6 +39,9 @@ class SamplingParams(BaseModel):
     ``structured_outputs`` (vLLM's name and shape: one of ``json``, ``json_object``,
     ``regex``, ``choice``, ``grammar``) constrains the text by construction: the engine masks
     every token the grammar does not allow, and the request ends when the grammar does.
+    ``skip_special_tokens`` (vLLM's name and default) leaves special tokens' text out of the
+    output text; vLLM turns it off for chat requests with tools (its hermes parser), and
+    /v1 does the same.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -52,6 +55,7 @@ class SamplingParams(BaseModel):
     stop_token_ids: tuple[int, ...] = Field(default=(), max_length=MAX_STOP_STRINGS)
     ignore_eos: bool = False
     structured_outputs: StructuredOutputs | None = None
+    skip_special_tokens: bool = True
 
     @field_validator("top_k")
     @classmethod

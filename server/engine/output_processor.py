@@ -23,7 +23,7 @@ class OutputState:
         self._stop_ids = set(sampling.stop_token_ids)
         if not sampling.ignore_eos:
             self._stop_ids.update(tokenizer.eos_token_ids)
-        self._detokenizer = IncrementalDetokenizer(tokenizer)
+        self._detokenizer = IncrementalDetokenizer(tokenizer, sampling.skip_special_tokens)
         self._max_stop_len = max((len(s) for s in sampling.stop), default=0)
         self.text = ""
         self._stopped_by_string = False

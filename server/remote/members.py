@@ -143,6 +143,8 @@ class RemoteMember:
             "cache_salt": request.tenant,  # tenants never share KV
             # vLLM's field (default true); sent only for a text prompt that must not get BOS
             "add_special_tokens": None if add_special_tokens else False,
+            # vLLM's and SGLang's field (default true): off for a /v1 chat with tools
+            "skip_special_tokens": None if sampling.skip_special_tokens else False,
             "priority": self._priority(request) if self.info.priority else None,
             # vLLM >= 0.11 (and Eclectus) batch this many tokens per chunk; older vLLM
             # ignores it; SGLang has no such request field (only its --stream-interval)

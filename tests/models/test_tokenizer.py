@@ -103,6 +103,17 @@ def test_decode_keeps_tool_call_tags_and_skips_specials(tok: Tokenizer) -> None:
     assert all(tok.backend.token_to_id(t) is not None for t in ROLE_TOKENS)
 
 
+def test_the_detokenizer_keeps_specials_when_asked(tok: Tokenizer, hf_tok) -> None:
+    """``skip_special_tokens=False`` (what vLLM's hermes parser sets for a chat with tools):
+    a role marker's text stays in the streamed text, as transformers decodes it."""
+    ids = tok.encode("a<|user|>b<|assistant|>", add_special_tokens=False)
+    for skip in (True, False):
+        detokenizer = IncrementalDetokenizer(tok, skip_special_tokens=skip)
+        text = "".join(detokenizer.feed(i) for i in ids) + detokenizer.flush()
+        assert text == hf_tok.decode(ids, skip_special_tokens=skip)
+    assert "<|user|>" in text
+
+
 def test_ids_match_transformers_autotokenizer(tok: Tokenizer, hf_tok) -> None:
     """AutoTokenizer on the directory gives our ids, BOS included, and decodes the same."""
     for text in SAMPLES:

@@ -147,3 +147,15 @@ def test_templates_get_the_tools_as_vllm_passes_them() -> None:
         "type": "function",
         "function": {"name": "ping", "description": None, "parameters": None},
     }
+
+
+def test_a_reply_read_for_hermes_calls_keeps_special_tokens_text() -> None:
+    """vLLM's hermes parser turns ``skip_special_tokens`` off for a request with tools (so
+    a reply's ``<|user|>`` stays in its text); the same request here does as well, and one
+    without tools keeps vLLM's default."""
+    sampling = SamplingParams(max_tokens=8)
+    tools = with_constraint(sampling, chat_constraint({"tools": [WEATHER]}))
+    assert tools.skip_special_tokens is False
+    plain = with_constraint(sampling, chat_constraint({}))
+    none = with_constraint(sampling, chat_constraint({"tools": [WEATHER], "tool_choice": "none"}))
+    assert plain.skip_special_tokens and none.skip_special_tokens
