@@ -191,8 +191,9 @@ class LLMEngine:
         )
         if sampling.seed is not None and not sampling.greedy:
             seq.generator = self.sampler.new_generator(sampling.seed)
+        state = OutputState(sampling, self.tokenizer)  # before registering: it may raise
         self._seqs[request_id] = seq
-        self._states[request_id] = OutputState(sampling, self.tokenizer)
+        self._states[request_id] = state
         if grammar is not None:
             self._grammars[request_id] = grammar
         self.counters.prompt_tokens += seq.num_prompt_tokens
