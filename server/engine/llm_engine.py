@@ -403,6 +403,8 @@ class LLMEngine:
         if self.config.budget_guarantee:
             token = grammar.check_budget(token, self._tokens_left(seq))
         grammar.accept(token)
+        if grammar.is_terminated:
+            return self._end_with_stop(seq, token)
         reason = self._append(seq, token)
         if reason is None and self.config.jump_forward:
             for forced in grammar.jump_forward(self._tokens_left(seq)):
@@ -413,10 +415,18 @@ class LLMEngine:
             stop = grammar.forced_stop()
             if stop is not None:
                 grammar.accept(stop)
-                reason = self._append(seq, stop)
-        if reason is None and grammar.is_terminated:  # an EOS under ignore_eos ends it too
+                return self._end_with_stop(seq, stop)
+        if reason is None and grammar.is_terminated:
             reason = self._states[seq.request_id].flush() or FinishReason.STOP
         return reason
+
+    def _end_with_stop(self, seq: Sequence, token: int) -> FinishReason:
+        """End on the stop token that terminated the grammar (mutates): in the ids, not in
+        the text, even under ``ignore_eos`` or with ``skip_special_tokens`` off, as vLLM
+        leaves the token that stopped a request out of its text."""
+        seq.token_ids.append(token)
+        self.counters.generated_tokens += 1
+        return self._states[seq.request_id].flush() or FinishReason.STOP
 
     def _tokens_left(self, seq: Sequence) -> int:
         """Output tokens ``seq`` may still add: max_tokens and the context window (pure)."""

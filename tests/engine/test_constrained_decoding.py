@@ -249,6 +249,19 @@ def test_a_grammar_that_is_complete_ends_with_its_eos_without_a_step_for_it(
     assert engine.counters.num_steps - steps == len(token_ids) - 1
 
 
+def test_the_stop_token_that_ends_a_grammar_adds_no_text(stock_engine: LLMEngine) -> None:
+    """Even under ``ignore_eos`` and with ``skip_special_tokens`` off (a /v1 chat with tools),
+    the EOS that terminates the grammar is in the ids, not in the text, as on vLLM."""
+    sampling = SamplingParams(
+        structured_outputs={"choice": ["done"]}, ignore_eos=True, skip_special_tokens=False
+    )
+    stock_engine.add_tokens("s", stock_engine.tokenizer.encode("Pick:"), sampling)
+    outputs = [o for _ in range(16) if stock_engine.has_unfinished for o in stock_engine.step()]
+    assert "".join(o.text for o in outputs) == "done"
+    assert outputs[-1].finish_reason == "stop"
+    assert outputs[-1].token_ids[-1] in stock_engine.tokenizer.eos_token_ids
+
+
 def test_by_default_a_reply_that_reaches_max_tokens_is_cut_there(
     stock_engine: LLMEngine,
 ) -> None:
