@@ -11,6 +11,7 @@ adapters that read it.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import subprocess
@@ -24,6 +25,7 @@ import pytest
 from eclectus.adapters.client import DEFAULT_URL
 from eclectus.server.app import EclectusServer, serve_in_thread
 from eclectus.server.config import ServerConfig
+from eclectus.server.engine import AsyncEngine
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -66,8 +68,11 @@ RUNNABLE = [s for s in SNIPPETS if s.no_run is None]
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[EclectusServer]:
-    """`eclectus serve --model tiny` on a free port, for the module."""
-    with serve_in_thread(ServerConfig(port=0, model="tiny")) as running:
+    """`eclectus serve --model tiny --budget-guarantee` on a free port, for the module: the
+    snippets' JSON replies and tool calls must parse at their budgets, and `tiny` writes
+    whitespace in them until `max_tokens` without the (opt-in) guarantee."""
+    factory = functools.partial(AsyncEngine.from_config, model="tiny", budget_guarantee=True)
+    with serve_in_thread(ServerConfig(port=0, model="tiny"), factory) as running:
         yield running
 
 
