@@ -31,13 +31,11 @@ pytestmark = [
 ]
 
 
-# Still apart from stock vLLM (strict: a fix shows up as a failure); why, precisely:
-# docs/evals.md ("Same answers"). tool-agent's model calls get the same ids on both (the
-# test at the end), but vLLM's hermes parser decodes a request with tools without skipping
-# special tokens, so a reply in which tiny wrote <|user|> keeps that text in vLLM's message
-# (Eclectus drops it, as for any other request), and the app's later prompts differ.
+# Still apart from stock vLLM (strict: a fix shows up as a failure); why: docs/evals.md
+# ("Same answers"). tool-agent's model calls get the same ids on both (the test at the end);
+# the replies' text or parse still parts somewhere, so the app's later prompts differ.
 CONSTRAINED = {
-    "tool-agent": "vLLM keeps special tokens' text in replies to requests with tools",
+    "tool-agent": "same ids per call; the replies' text or parse still differs (docs/evals.md)",
 }
 
 
