@@ -53,7 +53,7 @@ from eclectus.adapters.langchain.tools import (
 )
 from eclectus.adapters.langchain.tracing import TRACER, config_run_id
 from eclectus.protocol import SamplingParams
-from eclectus.protocol.openai_tools import ChatConstraint
+from eclectus.protocol.openai_tools import ChatConstraint, with_constraint
 
 # (prompt pieces, sampling, model) of one chat call
 Request = tuple[list[Piece], SamplingParams, str | None]
@@ -194,10 +194,9 @@ class ChatEclectus(EclectusParams, BaseChatModel):
         template = core.chat_template(model)
         kwargs, constraint = split_call_kwargs(kwargs, self.extra_body, template.tool_format)
         pieces = self.prompt_pieces(messages, template, constraint.tools, run_id)
-        sampling = self.sampling(stop, kwargs)
-        if constraint.structured_outputs is not None:
-            update = {"structured_outputs": constraint.structured_outputs}
-            sampling = sampling.model_copy(update=update)
+        # the constraint, and special tokens kept in a reply read for hermes calls, as /v1
+        # and vLLM's hermes parser have them
+        sampling = with_constraint(self.sampling(stop, kwargs), constraint)
         return (pieces, sampling, model), constraint
 
     def _core(self, run_manager: Any) -> ModelCore:

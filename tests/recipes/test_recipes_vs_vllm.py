@@ -31,14 +31,6 @@ pytestmark = [
 ]
 
 
-# Still apart from stock vLLM (strict: a fix shows up as a failure); why: docs/evals.md
-# ("Same answers"). tool-agent's model calls get the same ids on both (the test at the end);
-# the replies' text or parse still parts somewhere, so the app's later prompts differ.
-CONSTRAINED = {
-    "tool-agent": "same ids per call; the replies' text or parse still differs (docs/evals.md)",
-}
-
-
 class ToolCallingVllm(VllmProcess):
     """Stock vLLM as a tool-using app needs it: named tool choice wants a parser."""
 
@@ -74,15 +66,7 @@ def params_of(name: str) -> object:
     return RECIPES[name].params_type() if params is None else dataclasses.replace(params)
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(n, marks=pytest.mark.xfail(reason=CONSTRAINED[n], strict=True))
-        if n in CONSTRAINED
-        else n
-        for n in RECIPES
-    ],
-)
+@pytest.mark.parametrize("name", list(RECIPES))
 def test_the_recipe_answers_as_on_stock_vllm(
     name: str, vllm: VllmProcess, eclectus: Embedded
 ) -> None:
@@ -95,8 +79,8 @@ def test_the_recipe_answers_as_on_stock_vllm(
 def test_tool_agents_requests_get_the_same_token_ids(
     vllm: VllmProcess, eclectus: Embedded, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """tool-agent's app result can differ (docs/evals.md, "Same answers"), so its model
-    calls are compared where the model is: every chat request the app sends stock vLLM,
+    """tool-agent's model calls, compared where the model is (the app result above could
+    hide a difference that two parses absorb): every chat request the app sends stock vLLM,
     sent again with ``return_token_ids`` to that vLLM and to Eclectus's /v1, gets the same
     prompt ids and the same generated ids on both (forced strict tool calls included)."""
     bodies: list[dict[str, Any]] = []
