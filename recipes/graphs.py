@@ -16,7 +16,7 @@ def prepare_graph(models: ModelFactory, app: Any, name: str) -> Any:
         return app
     from eclectus.adapters.langgraph import compile as compile_graph
 
-    return compile_graph(app, app_name=name)
+    return compile_graph(app, app_name=models.app or name)
 
 
 def frame_details(runner: Any, num_calls: int) -> dict[str, Any]:

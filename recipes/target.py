@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -61,6 +62,12 @@ class ModelFactory:
     # Eclectus mode: what the scheduler optimizes these models' calls for. A stock
     # OpenAI-compatible server has no way to hear it, so openai mode drops it.
     criteria: Literal["latency", "throughput"] = "latency"
+    # Eclectus mode: the application (session) these models' calls and compiled chains run
+    # as; None: the chain's name. The load eval gives every program instance its own.
+    app: str | None = None
+    # openai mode: vLLM's request ``priority`` (lower first; its --scheduling-policy
+    # priority), sent with every call; None: none sent
+    priority: int | None = None
 
     def for_objective(self, criteria: Literal["latency", "throughput"]) -> ModelFactory:
         """The same factory for work with another objective (shares ``notes``)."""
@@ -101,14 +108,15 @@ class ModelFactory:
     def prepare(self, chain: Runnable, name: str, app: str | None = None) -> Runnable:
         """``chain`` as the app runs it: compiled in Eclectus mode (when enabled and the
         compiler loads), unchanged otherwise. ``name`` labels fallback notes; ``app`` is the
-        application the compiled chain runs as (default ``name``): parts of one app that
-        share it share one session, so its setup is paid once (pure)."""
+        application the compiled chain runs as (default: the factory's ``app``, else
+        ``name``): parts of one app that share it share one session, so its setup is paid
+        once (pure)."""
         if self.backend != "eclectus" or not self.target.use_compile:
             return chain
         try:
             from eclectus.adapters.langchain.compiler import compile as compile_chain
 
-            compiled = compile_chain(chain, app=app or name)
+            compiled = compile_chain(chain, app=self.app or app or name)
         except Exception as exc:  # the compiler is optional: the drop-in model still works
             self._note(f"{name}: compile unavailable ({type(exc).__name__}: {exc})")
             return chain
@@ -145,17 +153,20 @@ class ModelFactory:
             max_tokens=max_tokens,
             model_kwargs=kwargs,
             criteria=self.criteria,
+            app=self.app,
         )
 
     def _openai_args(self, max_tokens: int) -> dict[str, Any]:
-        extra = {"ignore_eos": True} if self.ignore_eos else None  # vLLM's extension
+        extra: dict[str, Any] = {"ignore_eos": True} if self.ignore_eos else {}  # vLLM's
+        if self.priority is not None:
+            extra["priority"] = self.priority
         return dict(
             model=self.target.model,
             base_url=self.target.url,
             api_key=self.target.api_key or "EMPTY",
             temperature=self.temperature,
             max_tokens=max_tokens,
-            extra_body=extra,
+            extra_body=extra or None,
             max_retries=0,
         )
 
@@ -185,6 +196,23 @@ class _CompiledOrPlain(Runnable[Any, Any]):
         except Exception as exc:
             self.on_fallback(exc)
             return await self.plain.ainvoke(input, config, **kwargs)
+
+    async def astream(
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> AsyncIterator[Any]:
+        """The compiled chain's stream; the plain chain's if the compiled one fails before
+        its first chunk (after it, the failure is raised: chunks cannot be taken back)."""
+        started = False
+        try:
+            async for chunk in self.compiled.astream(input, config, **kwargs):
+                started = True
+                yield chunk
+        except Exception as exc:
+            if started:
+                raise
+            self.on_fallback(exc)
+            async for chunk in self.plain.astream(input, config, **kwargs):
+                yield chunk
 
     def batch(
         self,

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Literal
 
 from eclectus.protocol.tool_formats import ToolFormatName
+from eclectus.server.policies import PolicyParams, ProgramPolicy
+
+Admission = Literal["engine", "off"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,6 +22,14 @@ class ServerConfig:
     ``aging_rate`` is the scheduler's starvation guard: a queued call's application rank
     improves by this many seconds per second it has waited (0: strict app-FIFO; 1: plain
     FIFO by queue time).
+    ``program_policy`` orders programs within a class (policies.py): ``fifo`` (app-FIFO
+    with aging), ``las`` (least attained service, with ``las_tokens_per_s``) or
+    ``deadline`` (earliest deadline first, a latency get's deadline its graph's arrival plus
+    ``latency_deadline_s``).
+    ``admission`` ``engine``: requests go to the engine only while it has room for them
+    (admission.py: its batch, at most ``max_engine_seqs`` per engine, and its KV cache up to
+    ``kv_admit_fraction``); the rest wait in the scheduler's queue, in its order. ``off``:
+    up to ``max_inflight`` go, and queue in the engine.
     """
 
     host: str = "127.0.0.1"
@@ -54,6 +66,14 @@ class ServerConfig:
     # a tenant's fair share of those while another tenant's calls wait; None: app-FIFO only
     max_inflight_per_tenant: int | None = None
     aging_rate: float = 0.1
+    program_policy: ProgramPolicy = ProgramPolicy.FIFO
+    las_tokens_per_s: float = 1000.0
+    latency_deadline_s: float = 5.0
+    admission: Admission = "engine"
+    # requests admitted to one engine at once; None: the engine's own batch (the built-in
+    # engine's max_num_seqs, a remote pool's --engine-max-inflight per engine)
+    max_engine_seqs: int | None = None
+    kv_admit_fraction: float = 0.95
     # throughput-class calls let into the engine while latency/deadline work is in flight:
     # a throughput call dispatched next to an urgent one slows every one of its steps (a
     # bigger batch, prefill chunks), so background work trickles while someone waits
@@ -113,6 +133,7 @@ class ServerConfig:
             raise ValueError(f"shutdown_timeout_s must be >= 0, got {self.shutdown_timeout_s}")
         if self.aging_rate < 0:
             raise ValueError(f"aging_rate must be >= 0, got {self.aging_rate}")
+        self._check_scheduling()
         if any(not name for name in self.served_model_names):
             raise ValueError("served_model_names must not contain an empty name")
         if self.tool_call_parser is not None:
@@ -122,6 +143,28 @@ class ServerConfig:
         if self.token == "":
             raise ValueError("token must be non-empty (use None to turn auth off)")
         self._check_tenant_tokens()
+
+    def _check_scheduling(self) -> None:
+        ProgramPolicy(self.program_policy)  # ValueError naming the value
+        if self.admission not in ("engine", "off"):
+            raise ValueError(f"admission must be 'engine' or 'off', got {self.admission!r}")
+        for name in ("las_tokens_per_s", "latency_deadline_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.max_engine_seqs is not None and self.max_engine_seqs < 1:
+            raise ValueError(f"max_engine_seqs must be >= 1, got {self.max_engine_seqs}")
+        if not 0 < self.kv_admit_fraction <= 1:
+            raise ValueError(f"kv_admit_fraction must be in (0, 1], got {self.kv_admit_fraction}")
+
+    @property
+    def policy_params(self) -> PolicyParams:
+        """The program-level policy and its knobs (pure)."""
+        return PolicyParams(
+            ProgramPolicy(self.program_policy),
+            self.aging_rate,
+            self.las_tokens_per_s,
+            self.latency_deadline_s,
+        )
 
     def _check_tenant_tokens(self) -> None:
         tenants: set[str] = set()

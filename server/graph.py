@@ -21,6 +21,7 @@ from eclectus.protocol import ErrorCode, OpSpec, Segment, Usage
 from eclectus.server.errors import GraphError
 from eclectus.server.map_op import MapFailed, MapPlan, advance
 from eclectus.server.objectives import Objective
+from eclectus.server.policies import computed_tokens
 from eclectus.server.release import sweep
 from eclectus.server.switch_op import SwitchPlan, apply_guards, resolve
 from eclectus.server.text_ops import TextOpFailed, output_bound, run_text_op
@@ -64,6 +65,10 @@ class Variable:
     watchers: list[Callable[[Variable], None]] = field(default_factory=list)
     # called with each streamed piece of text while the producer generates
     streamers: list[Callable[[str], None]] = field(default_factory=list)
+    # tokens the engine computed along the heaviest path of calls that produced this value
+    # (policies.py, ATLAS): a call's output adds the call's own tokens to its rank's
+    # service; an op's outputs take the heaviest of its inputs'; a constant is 0
+    service: int = 0
 
 
 @dataclass(slots=True, eq=False)
@@ -92,6 +97,11 @@ class Node:
     num_inputs_ready: int = 0
     cursor_inputs: tuple[str, ...] | None = None  # the inputs that cursor counts (a map
     # replaces its inputs when it expands: the cursor starts again then)
+    # a call's attained service when it was queued (policies.py), and the tokens its
+    # outputs computed since, so far
+    service_key: int = 0
+    service_tokens: int = 0
+    parent_map: str | None = None  # a map instance's map node (map_op.py)
 
     @property
     def is_call(self) -> bool:
@@ -173,6 +183,10 @@ class Graph:
                 return False
             node.num_inputs_ready += 1
         return True
+
+    def input_service(self, node: Node) -> int:
+        """The heaviest attained service among ``node``'s inputs (pure; policies.py)."""
+        return max((self.vars[v].service for v in node.inputs), default=0)
 
     def failed_input(self, node: Node) -> Variable | None:
         failed = (self.vars[v] for v in node.inputs if self.vars[v].state is VarState.FAILED)
@@ -270,6 +284,8 @@ class Graph:
         assert node.state is NodeState.RUNNING and var_id in node.outputs, (node.state, var_id)
         if var_id == node.outputs[-1]:
             node.state = NodeState.DONE
+        node.service_tokens += computed_tokens(usage)
+        self.vars[var_id].service = node.service_key + node.service_tokens
         ready = self._resolve(self.vars[var_id], text, usage, finish_reason)
         sweep(self, [node.node_id], [var_id])
         return ready
@@ -288,6 +304,8 @@ class Graph:
                 dropped.append(current)
             current.state = NodeState.FAILED
             failed.append(current.node_id)
+            if current.map is not None:  # its instances exist only for it: stop them too
+                stack.extend(self._instances(current))
             for var_id in current.outputs:
                 variable = self.vars.get(var_id)  # None: released and deleted already
                 if variable is not None and variable.state is VarState.PENDING:
@@ -295,6 +313,25 @@ class Graph:
                     stack.extend(self.nodes[c] for c in variable.consumers)
         sweep(self, failed, [])
         return dropped
+
+    def _instances(self, node: Node) -> list[Node]:
+        """An expanded map's instance calls still in the graph (pure): the producers of its
+        inputs (its instances' results) and of theirs, back to the first step."""
+        plan = node.map
+        assert plan is not None
+        found: list[Node] = []
+        stack = [v for v in node.inputs if plan.expanded]
+        seen: set[str] = set()
+        while stack:
+            producer = self.producer(stack.pop())
+            if producer is None or producer.node_id in seen:
+                continue
+            if producer.parent_map != node.node_id:
+                continue  # an outer input: not the map's own
+            seen.add(producer.node_id)
+            found.append(producer)
+            stack.extend(producer.inputs)
+        return found
 
     def fail_var(self, variable: Variable, code: ErrorCode, message: str) -> None:
         """Fail a pending variable of a node that goes on (a switch's gate) and everything
@@ -312,6 +349,7 @@ class Graph:
         node.state = NodeState.DONE
         output = self.vars[var_id]
         output.value = text
+        output.service = self.input_service(node)
         self._finish_var(output, VarState.READY, None, None)
         consumers = [self.nodes[c] for c in output.consumers]
         sweep(self, [node.node_id], [])
@@ -352,9 +390,11 @@ class Graph:
         consumers."""
         node.state = NodeState.DONE
         consumers: dict[str, None] = {}
+        service = self.input_service(node)
         for var_id, text in zip(node.outputs, texts, strict=True):
             output = self.vars[var_id]
             output.value = text
+            output.service = service
             self._finish_var(output, VarState.READY, None, None)
             consumers.update(output.consumers)
         woken = [self.nodes[c] for c in consumers]

@@ -258,7 +258,10 @@ def _expand(graph: Graph, node: Node, plan: MapPlan, texts: list[str]) -> list[N
         element_id = f"{spec.id}#{i}.element"
         if element_id in graph.vars:
             raise MapFailed("duplicate_var", f"instance id {[element_id]!r} is in use")
-        variables.append(Variable(element_id, value=text, state=VarState.READY, released=True))
+        # an element derives from the items: it carries their attained service (ATLAS)
+        element = Variable(element_id, value=text, state=VarState.READY, released=True)
+        element.service = graph.vars[spec.items].service
+        variables.append(element)
         bound = {spec.element: element_id}  # local name -> this instance's variable
         for k, step in enumerate(plan.steps):
             instance = _instance(graph, node, step, f"{spec.id}#{i}" + (f".{k}" if k else ""))
@@ -293,6 +296,7 @@ def _instance(graph: Graph, node: Node, step: MapStep, node_id: str) -> Node:
         node_id, (), (output_id,), model=step.model, add_special_tokens=step.add_special_tokens
     )
     instance.objective, instance.arrival = node.objective, node.arrival
+    instance.parent_map = node.node_id
     instance.state = NodeState.WAITING
     return instance
 

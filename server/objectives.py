@@ -61,46 +61,44 @@ RankKey = tuple[int, float, int, float, str, int]
 def rank_key(
     objective: Objective,
     *,
-    app_arrival: float,
-    enqueued_at: float,
-    aging_rate: float,
+    program_term: float,
     group: str | None,
     seq: int,
+    implicit_deadline: float | None = None,
 ) -> RankKey:
     """The scheduler's order, smallest first (pure):
 
     1. criteria class: latency/deadline before throughput;
-    2. urgency: latency first (-inf), then the earliest deadline;
+    2. urgency: latency first (-inf; under the ``deadline`` policy its
+       ``implicit_deadline`` instead), then the earliest deadline;
     3. the request's priority (vLLM's: lower first; 0 for every call but a /v1 request's that
        names one), so an outer scheduler's order holds among the requests it sends here;
-    4. app-FIFO with aging: the arrival of the call's graph (Scheduler._stamp_arrivals)
-       minus an aging credit of ``aging_rate`` seconds per second waited. At ``now`` that is
-       ``app_arrival - aging_rate * (now - enqueued_at)``; ``- aging_rate * now`` is common to
-       every queued call, so ``app_arrival + aging_rate * enqueued_at`` orders them the same
-       at any time, and the key never needs recomputing as time passes;
+    4. the program term of the program-level policy (policies.py: app-FIFO with aging by
+       default, or least attained service), a value that never needs recomputing as time
+       passes;
     5. group id, so the members of a task group sit together; 6. submission order.
     """
     if objective.criteria == "latency":
-        urgency = -math.inf
+        urgency = -math.inf if implicit_deadline is None else implicit_deadline
     else:
         urgency = objective.deadline if objective.deadline is not None else math.inf
     return (
         0 if objective.urgent else 1,
         urgency,
         objective.priority,
-        app_arrival + aging_rate * enqueued_at,
+        program_term,
         group or "",
         seq,
     )
 
 
-def engine_priority(key: RankKey, epoch: float, aging_rate: float) -> float:
+def engine_priority(key: RankKey, epoch: float, term_offset: float) -> float:
     """Flatten a rank key into EngineRequest.priority (lower first) so the engine admits its
     waiting requests in nearly the scheduler's order: the class dominates, then the deadline
-    and the app rank, both in seconds since ``epoch`` (the server's start), and the request's
-    priority (as seconds, so that a step of 1 outweighs most app ranks) are summed (pure)."""
-    urgent_class, urgency, priority, app_rank, _group, _seq = key
+    and the program term, both in seconds since ``epoch`` (the server's start; the term
+    shifted by the policy's ``term_offset`` to about 0), and the request's priority (as
+    seconds, so that a step of 1 outweighs most program terms) are summed (pure)."""
+    urgent_class, urgency, priority, program_term, _group, _seq = key
     deadline_part = min(max(urgency - epoch, 0.0), 1e8)  # latency 0, none 1e8
     priority_part = min(max(priority, -1e8), 1e8)  # never across the class
-    app_part = app_rank - (1.0 + aging_rate) * epoch  # rank_key's app term, shifted to ~0
-    return urgent_class * 1e9 + deadline_part + priority_part + app_part
+    return urgent_class * 1e9 + deadline_part + priority_part + program_term - term_offset

@@ -82,9 +82,10 @@ class ReadyQueue:
                 best = heap[0]
         return best
 
-    def take_group(self, group: str) -> list[QueuedCall]:
-        """Remove and return every queued member of ``group``, in rank order (mutates)."""
-        members = sorted(self._by_group.get(group, {}).values())
+    def take_group(self, group: str, limit: int | None = None) -> list[QueuedCall]:
+        """Remove and return the queued members of ``group``, in rank order, at most
+        ``limit`` of them (None: all) (mutates; the rest stay queued)."""
+        members = sorted(self._by_group.get(group, {}).values())[:limit]
         for queued in members:
             self._forget(queued)
         return members

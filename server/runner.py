@@ -63,19 +63,24 @@ async def run_call(
                 f"{scheduler.config.max_prompt_tokens}",
                 var=var_id,
             )
-        request = scheduler.request(
-            app,
-            node,
-            index,
-            prompt,
-            sampling=gen.sampling,
-            priority=priority,
-            background=background,
-            group=node.group,
-        )
-        text, usage, finish_reason = await _generate(scheduler, app, request, var_id)
+        # the most KV the request can come to hold: its prompt and every token it may write
+        most = gen.sampling.max_tokens
+        if most is None:
+            most = max(scheduler.backend.model.context_window - len(prompt), 0)
+        async with scheduler.admission.kv(len(prompt) + most, priority):
+            request = scheduler.request(
+                app,
+                node,
+                index,
+                prompt,
+                sampling=gen.sampling,
+                priority=priority,
+                background=background,
+                group=node.group,
+            )
+            text, usage, finish_reason = await _generate(scheduler, app, request, var_id)
         generated[var_id] = text
-        scheduler.enqueue(app, app.graph.complete_output(node, var_id, text, usage, finish_reason))
+        scheduler.complete(app, node, var_id, text, usage, finish_reason)
 
 
 async def _generate(

@@ -2,14 +2,15 @@
 
 Algorithm. Each session's graph hands over calls whose inputs are ready (QUEUED). The
 scheduler keeps them in one ready queue across sessions (ready_queue.py) and, whenever a
-slot frees or work arrives, dispatches the best ones while fewer than ``max_inflight``
-requests are in flight. "Best" is objectives.rank_key: urgent (latency/deadline) before
-throughput, latency then earliest deadline, then app-FIFO (older application first, minus an
-aging credit for time waited), then group. A later get that strengthens a queued call's
-objective re-ranks it.
-A call that belongs to a task group takes its ready group siblings along: they go out in the
-same pass with the same priority (a group may overshoot max_inflight; splitting it would
-defeat the point). Each dispatched call runs as one asyncio task that sends one engine
+slot frees or work arrives, dispatches the best ones while the engine has room for them
+(admission.py: its batch and ``max_inflight``; the KV cache is reserved per request before
+it is sent). "Best" is objectives.rank_key: urgent (latency/deadline) before throughput,
+latency then earliest deadline, then the program-level policy's term (policies.py: app-FIFO
+with aging, least attained service, or deadlines), then group. A later get that strengthens
+a queued call's objective re-ranks it.
+A call that belongs to a task group takes its ready group siblings along, as many as there
+are free slots: they go out in the same pass with the same priority, and the rest follow as
+slots free (they rank next). Each dispatched call runs as one asyncio task that sends one engine
 request per output (multi-output templates are generated in order, each prompt including the
 text generated before it), and hands finished outputs back to the graph, which may wake more
 calls. Engine batching does the rest.
@@ -26,6 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import count
 
+from eclectus.protocol import Usage
+from eclectus.server.admission import Admission
 from eclectus.server.backend import Backend, EngineError, EngineOutput, EngineRequest
 from eclectus.server.config import ServerConfig
 from eclectus.server.errors import ServerError
@@ -34,6 +37,12 @@ from eclectus.server.graph import FINAL_NODE_STATES, Graph, Node
 from eclectus.server.metrics import Metrics
 from eclectus.server.objectives import Objective, RankKey, engine_priority, rank_key
 from eclectus.server.pins import PinTable
+from eclectus.server.policies import (
+    attained_service,
+    implicit_deadline,
+    program_term,
+    term_offset,
+)
 from eclectus.server.prompt_tokenizer import PromptTokenizer
 from eclectus.server.ready_queue import QueuedCall, ReadyQueue
 from eclectus.server.runner import run_call
@@ -64,6 +73,10 @@ class AppState:
     # streamed /v1 request: 1, or its ``stream_interval``); None: it reads only the final
     # ids, so a call no streamer watches gets ``ServerConfig.engine_stream_interval``
     watch_interval: int | None = None
+    # the most attained service (tokens computed; policies.py) any finished call of the
+    # session had reached: an eager app's calls, which reach the server with no edges
+    # between them, are ranked by it
+    service: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +108,8 @@ class Scheduler:
         self.clock = clock
         self.epoch = clock()
         self.queue = ReadyQueue()
+        self.policy = config.policy_params
+        self.admission = Admission(backend, config)
         # dispatched calls' prompts are tokenized here, off the event loop (the runner)
         self.prompt_tokenizer = PromptTokenizer(front)
         self.num_inflight = 0
@@ -187,8 +202,31 @@ class Scheduler:
         """Queue QUEUED calls and dispatch what fits (mutates)."""
         now = self.clock()
         for node in nodes:
+            node.service_key = self._attained(app, node)
             self.queue.push(self._queued(app, node, now))
         self._pump()
+
+    def complete(
+        self,
+        app: AppState,
+        node: Node,
+        var_id: str,
+        text: str,
+        usage: Usage | None,
+        finish_reason: str | None,
+    ) -> None:
+        """One output of a running call is final: into the graph, its tokens into the
+        session's attained service, and the calls it readies into the queue (mutates)."""
+        ready = app.graph.complete_output(node, var_id, text, usage, finish_reason)
+        app.service = max(app.service, node.service_key + node.service_tokens)
+        self.enqueue(app, ready)
+
+    @staticmethod
+    def _attained(app: AppState, node: Node) -> int:
+        """``node``'s program's attained service as it is queued (pure; policies.py)."""
+        inputs = [app.graph.vars[v] for v in node.inputs]
+        linked = any(v.producer is not None or v.service > 0 for v in inputs)
+        return attained_service([v.service for v in inputs], linked, app.service)
 
     def snapshot(self) -> list[SessionSnapshot]:
         """The open sessions, in the order they opened (pure; copies, so a caller cannot
@@ -208,18 +246,22 @@ class Scheduler:
     def _queued(
         self, app: AppState, node: Node, enqueued_at: float, seq: int | None = None
     ) -> QueuedCall:
+        arrival = node.arrival if node.arrival is not None else app.arrival
+        term = program_term(
+            self.policy, arrival=arrival, service_tokens=node.service_key, enqueued_at=enqueued_at
+        )
         key: RankKey = rank_key(
             node.objective or Objective(),
-            app_arrival=node.arrival if node.arrival is not None else app.arrival,
-            enqueued_at=enqueued_at,
-            aging_rate=self.config.aging_rate,
+            program_term=term,
             group=node.group,
             seq=next(self._seq) if seq is None else seq,
+            implicit_deadline=implicit_deadline(self.policy, arrival),
         )
         return QueuedCall(app, node, enqueued_at, key)
 
     def _pump(self) -> None:
-        while self.num_inflight < self.config.max_inflight:
+        limit = self.admission.max_inflight()
+        while self.num_inflight < limit:
             best = self._next_call()
             if best is None:
                 return
@@ -229,9 +271,10 @@ class Scheduler:
                 return
             self.queue.remove([best])
             batch = [best]
-            if best.node.group is not None:
-                batch += self.queue.take_group(best.node.group)
-            priority = engine_priority(best.key, self.epoch, self.config.aging_rate)
+            if best.node.group is not None:  # its siblings, as many as there are slots
+                room = limit - self.num_inflight - 1
+                batch += self.queue.take_group(best.node.group, room)
+            priority = engine_priority(best.key, self.epoch, term_offset(self.policy, self.epoch))
             for queued in batch:
                 self._dispatch(queued, priority)
 
@@ -420,6 +463,9 @@ class Scheduler:
         return {
             "queue_depth": len(self.queue),
             "inflight": self.num_inflight,
+            "admitted_limit": self.admission.max_inflight(),
+            "kv_reserved_tokens": self.admission.num_reserved_tokens,
+            "kv_admission_waits": self.admission.num_kv_waits,
             "pinned_prefixes": sum(len(app.pins.pins) for app in self._apps.values()),
         }
 

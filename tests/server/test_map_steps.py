@@ -98,8 +98,8 @@ async def test_an_empty_array_finishes_every_output(client: RawClient) -> None:
 
 
 async def test_a_failed_step_fails_the_later_steps_and_the_map(make_server: ServerFactory) -> None:
-    """Element 1's review fails: its revise never runs, the map and its step outputs fail;
-    the other element's pipeline still runs through."""
+    """Element 1's review fails: its revise never runs, the map and its step outputs fail,
+    and the other element's pipeline, whose result nothing can use any more, is stopped."""
     engine = ScriptedEngine(fail_if=lambda r: r.request_id.endswith("m#1.1/0"))
     server = await make_server(engine)
     async with connect(server.url) as ws:
@@ -109,7 +109,7 @@ async def test_a_failed_step_fails_the_later_steps_and_the_map(make_server: Serv
         answers = await client.values(3)
     assert {a["code"] for a in answers.values()} == {"engine_error"}
     ran = {r.request_id.rsplit("/", 2)[-2] for r in engine.requests}
-    assert "m#1.2" not in ran and "m#0.2" in ran
+    assert "m#1.2" not in ran and "m#0.2" not in ran
 
 
 async def test_a_step_runs_after_the_one_before_even_unread(

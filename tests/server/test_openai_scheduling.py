@@ -63,19 +63,20 @@ async def test_openai_requests_obey_max_inflight(make_server: ServerFactory) -> 
 async def test_openai_work_queues_behind_an_older_websocket_app(
     make_server: ServerFactory,
 ) -> None:
-    """One engine slot, taken by a WebSocket app's map group: a later /v1 request waits in
-    the scheduler's queue like any call, instead of going straight to the engine."""
+    """One engine slot, taken by one of a WebSocket app's maps (a group obeys admission
+    like any call: its other two wait): a later /v1 request waits in the scheduler's queue
+    behind them, instead of going straight to the engine."""
     engine = ScriptedEngine(hold=True)
     server = await make_server(engine, max_inflight=1)
     async with connect(server.url) as ws:
         client = RawClient(ws)
         await client.hello()
         await client.ask(map_reduce(3))
-        await wait_for(lambda: len(engine.requests) == 3)  # the maps go out as one group
+        await wait_for(lambda: len(engine.requests) == 1)  # one map: one slot
         pending = asyncio.ensure_future(post(server, {"prompt": "late", "max_tokens": 2}))
-        await wait_for(lambda: len(server.scheduler.queue) == 1)
+        await wait_for(lambda: len(server.scheduler.queue) == 3)
         await asyncio.sleep(0.05)
-        assert len(engine.requests) == 3  # the /v1 call waits in the scheduler
+        assert len(engine.requests) == 1  # the other maps and the /v1 call wait here
         engine.release()
         assert (await pending).status_code == 200
         await client.values(1)

@@ -1,0 +1,141 @@
+"""Admission: what goes to the engine now, and what waits in the scheduler's queue.
+
+Why. An engine that holds a queue of its own orders it by what it knows: vLLM's
+``--scheduling-policy priority`` ranks only what is already waiting there, and everything it
+runs shares every step (a request's decode slows with each one beside it). The scheduler knows
+more: which calls belong to which program, how far along each program is, who waits. So
+requests go to the engine only while it has room for them, and the rest wait here, ranked by
+the scheduler's policy, which a program's progress can still change (policies.py).
+
+Two limits, both read from the engine itself (``Backend.capacity()``: the built-in engine's
+budgets and KV pool; a remote pool's per-engine cap and each vLLM's KV cache, from its
+``/metrics``):
+
+1. **sequences**: at most the engines' batch (their ``max_num_seqs``, or a remote pool's
+   ``--engine-max-inflight`` per engine), and at most ``ServerConfig.max_engine_seqs`` per
+   engine: a smaller batch that still keeps the engine busy leaves the order to the
+   scheduler (docs/architecture.md, "Admission"). Task groups and map instances count like
+   any call.
+2. **KV**: a request reserves its prompt plus its ``max_tokens`` (the most KV it can come to
+   hold) before it is sent, and waits, in rank order, while the reservations would pass
+   ``kv_admit_fraction`` of the KV cache, so a burst of long prompts never makes the engine
+   preempt and recompute. Shared prefixes are counted once per request (an over-estimate:
+   the cache shares them); one request is always let in alone, however large.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+import math
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from eclectus.server.config import ServerConfig
+
+
+@dataclass(frozen=True, slots=True)
+class EngineCapacity:
+    """What the engines behind a backend hold at once, as far as the backend knows (None:
+    it does not say)."""
+
+    num_engines: int = 1
+    max_seqs: int | None = None  # sequences all of them run at once (their batches summed)
+    kv_tokens: int | None = None  # their KV caches, in tokens, summed
+
+
+def backend_capacity(backend: Any) -> EngineCapacity:
+    """``backend.capacity()`` where the backend has one, else nothing known (pure)."""
+    capacity = getattr(backend, "capacity", None)
+    return capacity() if capacity is not None else EngineCapacity()
+
+
+@dataclass(order=True, slots=True)
+class _Waiter:
+    priority: float
+    seq: int
+    tokens: int = field(compare=False)
+    granted: asyncio.Future[None] = field(compare=False)
+
+
+class Admission:
+    """The scheduler's admission rules for one backend. Methods that change state say so."""
+
+    def __init__(self, backend: Any, config: ServerConfig) -> None:
+        self.backend = backend
+        self.config = config
+        self.num_reserved_tokens = 0
+        self.num_kv_waits = 0  # requests that waited for KV room (metrics, tests)
+        self._waiters: list[_Waiter] = []
+        self._seq = itertools.count()
+
+    def max_inflight(self) -> int:
+        """Requests that may be in flight now, all sessions together (pure)."""
+        cap = self.config.max_inflight
+        if self.config.admission == "off":
+            return cap
+        capacity = backend_capacity(self.backend)
+        seqs = capacity.max_seqs if capacity.max_seqs is not None else math.inf
+        if self.config.max_engine_seqs is not None:
+            seqs = min(seqs, self.config.max_engine_seqs * max(capacity.num_engines, 1))
+        return int(min(cap, seqs))
+
+    def kv_budget(self) -> int | None:
+        """Tokens of KV the admitted requests may reserve together; None: no limit (pure)."""
+        if self.config.admission == "off":
+            return None
+        kv = backend_capacity(self.backend).kv_tokens
+        return None if kv is None else int(kv * self.config.kv_admit_fraction)
+
+    @contextlib.asynccontextmanager
+    async def kv(self, tokens: int, priority: float) -> AsyncIterator[None]:
+        """Hold ``tokens`` of KV while inside (mutates: the reservations); waits, behind
+        waiters of a smaller ``priority``, while they would not fit."""
+        await self._reserve(tokens, priority)
+        try:
+            yield
+        finally:
+            self._release(tokens)
+
+    async def _reserve(self, tokens: int, priority: float) -> None:
+        if not self._waiters and self._fits(tokens):
+            self.num_reserved_tokens += tokens
+            return
+        waiter = _Waiter(
+            priority, next(self._seq), tokens, asyncio.get_running_loop().create_future()
+        )
+        heapq.heappush(self._waiters, waiter)
+        self.num_kv_waits += 1
+        try:
+            await waiter.granted
+        except asyncio.CancelledError:
+            if waiter.granted.done() and not waiter.granted.cancelled():
+                self._release(tokens)  # granted as it was cancelled: give it back
+            else:
+                self._waiters.remove(waiter)
+                heapq.heapify(self._waiters)
+                self._grant()
+            raise
+
+    def _fits(self, tokens: int) -> bool:
+        budget = self.kv_budget()
+        return (
+            budget is None
+            or self.num_reserved_tokens == 0
+            or self.num_reserved_tokens + tokens <= budget
+        )
+
+    def _release(self, tokens: int) -> None:
+        self.num_reserved_tokens -= tokens
+        assert self.num_reserved_tokens >= 0, self.num_reserved_tokens
+        self._grant()
+
+    def _grant(self) -> None:
+        """Let the best waiters in while they fit, in rank order (mutates)."""
+        while self._waiters and self._fits(self._waiters[0].tokens):
+            waiter = heapq.heappop(self._waiters)
+            self.num_reserved_tokens += waiter.tokens
+            waiter.granted.set_result(None)
