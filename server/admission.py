@@ -34,17 +34,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from eclectus.server.backend import EngineCapacity
 from eclectus.server.config import ServerConfig
-
-
-@dataclass(frozen=True, slots=True)
-class EngineCapacity:
-    """What the engines behind a backend hold at once, as far as the backend knows (None:
-    it does not say)."""
-
-    num_engines: int = 1
-    max_seqs: int | None = None  # sequences all of them run at once (their batches summed)
-    kv_tokens: int | None = None  # their KV caches, in tokens, summed
 
 
 def backend_capacity(backend: Any) -> EngineCapacity:

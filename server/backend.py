@@ -16,6 +16,7 @@ from typing import Protocol
 
 from eclectus.protocol import ErrorCode, SamplingParams
 from eclectus.server.engine.request import (
+    EngineCapacity,
     EngineError,
     EngineOutput,
     EngineRequest,
@@ -25,6 +26,7 @@ from eclectus.server.engine.request import (
 
 __all__ = [
     "Backend",
+    "EngineCapacity",
     "EngineError",
     "EngineOutput",
     "EngineRequest",
@@ -67,6 +69,10 @@ class Backend(Protocol):
 
     async def unpin(self, request_id: str) -> None:
         """Release the prefix pinned by ``request_id`` (mutates; no-op if none)."""
+
+    # Optional: ``capacity() -> EngineCapacity`` (pure): the engine's batch and KV pool,
+    # which the scheduler admits requests within; a backend without it admits up to
+    # ``max_inflight``.
 
     # Optional: ``check_constraint(sampling) -> None``, blocking (it may compile a grammar:
     # call it on a worker thread). Raises RequestRefused when ``sampling``'s structured

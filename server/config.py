@@ -66,7 +66,7 @@ class ServerConfig:
     # a tenant's fair share of those while another tenant's calls wait; None: app-FIFO only
     max_inflight_per_tenant: int | None = None
     aging_rate: float = 0.1
-    program_policy: ProgramPolicy = ProgramPolicy.FIFO
+    program_policy: str = "fifo"  # a ProgramPolicy value
     las_tokens_per_s: float = 1000.0
     latency_deadline_s: float = 5.0
     admission: Admission = "engine"

@@ -29,6 +29,7 @@ from eclectus.server.engine.engine_config import (
     EngineConfig,
     GiB,
 )
+from eclectus.server.policies import ProgramPolicy
 
 
 def positive_int(text: str) -> int:
@@ -50,6 +51,17 @@ def positive_seconds(text: str) -> float:
         value = 0.0
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
     return value
 
 
@@ -243,6 +255,48 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=defaults.aging_rate,
         help="app-FIFO aging: seconds of rank credit per second waited",
+    )
+    parser.add_argument(
+        "--program-policy",
+        choices=[p.value for p in ProgramPolicy],
+        default=defaults.program_policy,
+        help="the order of programs within a class: fifo (app-FIFO with aging), las (least "
+        "attained service: Autellix's PLAS/ATLAS, in tokens computed), deadline (earliest "
+        "deadline first; docs/architecture.md)",
+    )
+    parser.add_argument(
+        "--las-tokens-per-s",
+        type=positive_float,
+        default=defaults.las_tokens_per_s,
+        help="las: tokens of attained service that rank like one second of arrival",
+    )
+    parser.add_argument(
+        "--latency-deadline",
+        dest="latency_deadline_s",
+        type=positive_float,
+        default=defaults.latency_deadline_s,
+        help="deadline policy: seconds after its graph's arrival a latency get is due",
+    )
+    parser.add_argument(
+        "--admission",
+        choices=("engine", "off"),
+        default=defaults.admission,
+        help="engine: requests go to the engine only while its batch and KV cache have room, "
+        "the rest wait in the scheduler's order; off: up to --max-inflight go",
+    )
+    parser.add_argument(
+        "--max-engine-seqs",
+        type=positive_int_or_none,
+        default=defaults.max_engine_seqs,
+        metavar="N|none",
+        help="requests admitted to one engine at once; none (default): the engine's own "
+        "batch (--max-num-seqs; remote: --engine-max-inflight)",
+    )
+    parser.add_argument(
+        "--kv-admit-fraction",
+        type=positive_float,
+        default=defaults.kv_admit_fraction,
+        help="KV cache the admitted requests may reserve (prompt + max_tokens each)",
     )
     parser.add_argument(
         "--openai-port",
@@ -531,7 +585,10 @@ def load_remote(args: argparse.Namespace, wrap: Callable[[Backend], Backend] | N
         engine_urls=tuple(args.engine_urls),
         builtin=args.engine == "builtin",
         routing=RoutingPolicy(args.routing),
-        max_inflight_per_engine=args.engine_max_inflight,
+        # the scheduler admits at most --max-engine-seqs per engine: the pool's cap follows
+        max_inflight_per_engine=min(
+            args.engine_max_inflight, args.max_engine_seqs or args.engine_max_inflight
+        ),
         max_background_per_engine=args.engine_max_background,
         api_key=args.engine_api_key or os.environ.get("ECLECTUS_ENGINE_API_KEY"),
         read_timeout_s=args.engine_timeout,

@@ -24,6 +24,7 @@ from eclectus.protocol import SamplingParams
 from eclectus.server.engine.engine_config import EngineConfig
 from eclectus.server.engine.llm_engine import LLMEngine
 from eclectus.server.engine.request import (
+    EngineCapacity,
     EngineError,
     EngineOutput,
     EngineRequest,
@@ -121,6 +122,11 @@ class AsyncEngine:
         """Raise RequestRefused when ``sampling``'s constraint does not compile or its
         ``max_tokens`` cannot hold a valid output (blocking: compiles, cached; any thread)."""
         self._loop.prepare_grammar(sampling)
+
+    def capacity(self) -> EngineCapacity:
+        """The batch and KV pool the scheduler admits requests within (pure)."""
+        kv_tokens = self._stats.num_total_blocks * self.config.block_size
+        return EngineCapacity(1, self.config.max_num_seqs, kv_tokens or None)
 
     def stats(self) -> EngineStats:
         """The snapshot taken after the latest step (pure)."""

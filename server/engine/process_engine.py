@@ -44,6 +44,7 @@ from eclectus.server.engine.core_process import (
 )
 from eclectus.server.engine.engine_config import EngineConfig
 from eclectus.server.engine.request import (
+    EngineCapacity,
     EngineError,
     EngineOutput,
     EngineRequest,
@@ -190,6 +191,11 @@ class ProcessEngine:
         check.done.wait()
         if check.error is not None:
             raise check.error
+
+    def capacity(self) -> EngineCapacity:
+        """The batch and KV pool the scheduler admits requests within (pure)."""
+        kv_tokens = self._stats.num_total_blocks * self.config.block_size
+        return EngineCapacity(1, self.config.max_num_seqs, kv_tokens or None)
 
     def stats(self) -> EngineStats:
         """The snapshot the core sent after its latest step (pure)."""

@@ -83,6 +83,16 @@ class EngineStats:
     extra: dict[str, float] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class EngineCapacity:
+    """What the engines behind a backend hold at once, as far as the backend knows (None:
+    it does not say); the scheduler admits requests within it (server/admission.py)."""
+
+    num_engines: int = 1
+    max_seqs: int | None = None  # sequences all of them run at once (their batches summed)
+    kv_tokens: int | None = None  # their KV caches, in tokens, summed
+
+
 class EngineError(RuntimeError):
     """The engine failed a request; the message says why. ``code``: the wire error code the
     failed call's gets answer with."""

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 
 from eclectus.models.tokenizer import Tokenizer
 from eclectus.server.backend import (
+    EngineCapacity,
     EngineError,
     EngineOutput,
     EngineRequest,
@@ -287,11 +288,23 @@ class RemoteBackend:
         """Forget the prefix ``request_id`` pinned for routing (mutates)."""
         await self.pool.unpin(request_id)
 
+    def capacity(self) -> EngineCapacity:
+        """The healthy engines' batches (our cap per engine) and KV caches (their /metrics),
+        summed, for the scheduler's admission (pure). KV unknown while any engine has not
+        said."""
+        healthy = [e for e in self.pool.engines if e.healthy]
+        kv = [e.load.kv_tokens for e in healthy]
+        return EngineCapacity(
+            num_engines=max(len(healthy), 1),
+            max_seqs=sum(e.max_inflight for e in healthy) or None,
+            kv_tokens=sum(k for k in kv if k is not None) if kv and None not in kv else None,
+        )
+
     def stats(self) -> EngineStats:
         """Load summed over healthy engines, from their /metrics where they serve it, else
         our in-flight counts; each engine's health and in-flight count, failovers and
         routing decisions in ``extra`` (pure)."""
-        running = waiting = 0
+        running = waiting = preemptions = 0
         extra: dict[str, float] = {
             "failovers": float(self.num_failovers),
             "preemptions": float(self.num_preemptions),
@@ -307,6 +320,7 @@ class RemoteBackend:
                 continue  # its last load is stale
             running += e.load.num_running if e.load.num_running is not None else e.num_inflight
             waiting += e.load.num_waiting or 0
+            preemptions += e.load.num_preemptions or 0
         for reason, count in self.pool.decisions.items():
             extra[f"routed_{reason}"] = float(count)
         return EngineStats(
@@ -315,5 +329,6 @@ class RemoteBackend:
             prompt_tokens=self.num_prompt_tokens,
             cache_hit_tokens=self.num_cached_tokens,
             generated_tokens=self.num_generated_tokens,
+            num_preemptions=preemptions,  # the engines' own (pauses: extra["preemptions"])
             extra=extra,
         )

@@ -7,12 +7,16 @@ these names gets an empty :class:`EngineLoad` and the pool routes on its own in-
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 RUNNING = ("vllm:num_requests_running", "sglang:num_running_reqs", "eclectus_engine_running")
 WAITING = ("vllm:num_requests_waiting", "sglang:num_queue_reqs", "eclectus_engine_waiting")
 # vLLM V1 renamed gpu_cache_usage_perc to kv_cache_usage_perc; both are fractions in [0, 1]
 KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage")
+PREEMPTIONS = ("vllm:num_preemptions_total", "eclectus_engine_preemptions_total")
+CACHE_INFO = "vllm:cache_config_info"  # its labels say the KV cache's size
+LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,16 +27,21 @@ class EngineLoad:
     num_running: int | None = None
     num_waiting: int | None = None
     kv_usage: float | None = None
+    kv_tokens: int | None = None  # the KV cache's size in tokens (vLLM: cache_config_info)
+    num_preemptions: int | None = None  # requests the engine preempted so far
 
 
 def parse_load(text: str) -> EngineLoad:
     """The load a Prometheus text page reports (pure)."""
     sums: dict[str, float] = {}
+    kv_tokens = None
     for line in text.splitlines():
         if not line or line.startswith("#"):
             continue
         name_part, _, value = line.rpartition(" ")
         name = name_part.split("{", 1)[0].strip()
+        if name == CACHE_INFO:
+            kv_tokens = (kv_tokens or 0) + _cache_tokens(name_part)
         try:
             number = float(value)
         except ValueError:
@@ -45,7 +54,20 @@ def parse_load(text: str) -> EngineLoad:
         num_running=_first_int(sums, RUNNING),
         num_waiting=_first_int(sums, WAITING),
         kv_usage=next((sums[n] for n in KV_USAGE if n in sums), _eclectus_usage(sums)),
+        kv_tokens=kv_tokens or None,
+        num_preemptions=_first_int(sums, PREEMPTIONS),
     )
+
+
+def _cache_tokens(sample: str) -> int:
+    """Tokens of KV cache one ``cache_config_info`` sample's labels describe (pure): its
+    blocks (``num_gpu_blocks``, vLLM's name on every device) times their size; 0 when a
+    label is missing or not a number."""
+    labels = dict(LABEL.findall(sample))
+    try:
+        return int(labels["num_gpu_blocks"]) * int(labels["block_size"])
+    except (KeyError, ValueError):
+        return 0
 
 
 def _first_int(sums: dict[str, float], names: tuple[str, ...]) -> int | None:

@@ -230,7 +230,11 @@ class LocalMember:
         stats = self.backend.stats()
         total = stats.num_total_blocks
         usage = 1.0 - stats.num_free_blocks / total if total else None
-        return EngineLoad(stats.num_running, stats.num_waiting, usage)
+        capacity = getattr(self.backend, "capacity", None)
+        kv_tokens = capacity().kv_tokens if capacity is not None else None
+        return EngineLoad(
+            stats.num_running, stats.num_waiting, usage, kv_tokens, stats.num_preemptions
+        )
 
     async def unpin(self, request_id: str) -> None:
         await self.backend.unpin(request_id)
