@@ -31,6 +31,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "run": ("eclectus.recipes.cli", "run a recipe (map-reduce, chain-summary, ...) and report"),
     "eval": ("eclectus.evals.cli", "compare a workload on Eclectus and baselines (vLLM, ...)"),
 }
+# `eclectus eval load`: many programs at once, a command of its own under `eval`
+NESTED: dict[tuple[str, str], str] = {("eval", "load"): "eclectus.evals.load.cli"}
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -64,7 +66,9 @@ def add_debug_flag(parser: argparse.ArgumentParser, default: object = False) -> 
 def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     """The parser, with arguments only for the subcommand named in ``argv`` (if any): only
     that module is imported, so `eclectus model export` does not pay for the server."""
-    chosen = next((arg for arg in argv if not arg.startswith("-")), None)
+    positional = [arg for arg in argv if not arg.startswith("-")]
+    chosen = positional[0] if positional else None
+    nested = NESTED.get((chosen or "", positional[1] if len(positional) > 1 else ""))
     parser = argparse.ArgumentParser(
         prog="eclectus", description=DESCRIPTION, formatter_class=HelpFormatter
     )
@@ -76,7 +80,7 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
         )
         add_debug_flag(child, default=argparse.SUPPRESS)  # `eclectus --debug run` also works
         if name == chosen:
-            module = importlib.import_module(module_name)
+            module = importlib.import_module(nested or module_name)
             module.add_arguments(child)
             child.set_defaults(run=module.run)
     return parser

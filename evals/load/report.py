@@ -1,0 +1,147 @@
+"""The load eval's report.md and results.json.
+
+report.md: the configuration, the SLO (each type's unloaded latencies on the reference), then
+per app variant one table per rate (a row per system: programs completed per second, goodput,
+share within the SLO, failed and unfinished programs, preemptions, each type's p95 latency and
+the chats' time to first token), the per-type p50/p99 beside them, and the highest rate at
+which every type's p95 met the SLO, with its ratio to the reference's. Every figure is the
+median over the rounds with its min-max.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from eclectus.evals.load.stats import PointSummary, Spread, max_rate_meeting_slo
+from eclectus.evals.load.sweep import LoadSweep
+
+Points = dict[str, dict[float, PointSummary]]  # series -> rate -> its rounds
+
+
+def _fmt(spread: Spread | None, digits: int = 2, unit: str = "") -> str:
+    if spread is None:
+        return "–"
+
+    def one(x: float) -> str:
+        return "∞" if math.isinf(x) else f"{x:.{digits}f}"
+
+    if spread.low == spread.high:
+        return one(spread.median) + unit
+    return f"{one(spread.median)}{unit} ({one(spread.low)}–{one(spread.high)})"
+
+
+def _pct(spread: Spread | None) -> str:
+    if spread is None:
+        return "–"
+    scaled = Spread(spread.median * 100, spread.low * 100, spread.high * 100)
+    return _fmt(scaled, 0, "%")
+
+
+def best_rates(points: Points, k: float) -> dict[str, float | None]:
+    """Each series' highest rate meeting the SLO (pure)."""
+    return {series: max_rate_meeting_slo(by_rate, k) for series, by_rate in points.items()}
+
+
+def render(
+    config: dict[str, Any], sweep: LoadSweep, points: Points, k: float, plots: list[str]
+) -> str:
+    """report.md's text (pure)."""
+    kinds = sorted({r.kind for run in sweep.runs for r in run.records})
+    lines = [
+        "# Many programs at once (`eclectus eval load`)",
+        "",
+        f"- command: `{config['command']}`",
+        f"- date: {config['date']}; machine: {config['machine']}",
+        f"- mix: {', '.join(f'{t} {w:.0%}' for t, w in sweep.mix.items())}; "
+        f"{sweep.duration_s:g} s of Poisson arrivals per run, drain timeout "
+        f"{sweep.drain_timeout_s:g} s; {sweep.rounds} round(s) per rate, systems alternated",
+        f"- SLO: {k:g} × each type's unloaded latency at its shape, on `{sweep.reference().name}`",
+        f"- load average during the runs (1 min): {config['load_average']}",
+        "",
+        "## Unloaded latencies (the SLO's base)",
+        "",
+        "| type | shape | unloaded s | SLO s |",
+        "|---|---|---|---|",
+    ]
+    for (kind, shape), seconds in sorted(sweep.unloaded.items()):
+        lines.append(f"| {kind} | {shape or '–'} | {seconds:.3f} | {k * seconds:.2f} |")
+    rates = best_rates(points, k)
+    reference = sweep.reference().name
+    lines += ["", "## Highest rate at which every type's p95 meets the SLO", ""]
+    lines += ["| series | programs/s | ÷ reference |", "|---|---|---|"]
+    for series, rate in rates.items():
+        base = rates.get(reference)
+        ratio = f"{rate / base:.2f}" if rate and base else "–"
+        lines.append(f"| {series} | {rate if rate is not None else 'none'} | {ratio} |")
+    for rate in sweep.rates:
+        lines += _rate_tables(rate, points, kinds)
+    lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
+    return "\n".join(lines) + "\n"
+
+
+def _rate_tables(rate: float, points: Points, kinds: list[str]) -> list[str]:
+    head = "| series | completed/s | goodput/s | within SLO | failed | unfinished | preempt |"
+    head += "".join(f" {k} p95 s |" for k in kinds) + " chat TTFT p95 s |"
+    lines = ["", f"## {rate:g} programs/s", "", head, "|---" * (8 + len(kinds)) + "|"]
+    for series, by_rate in points.items():
+        point = by_rate.get(rate)
+        if point is None:
+            continue
+        row = [
+            series,
+            _fmt(point.spread("completed_per_s")),
+            _fmt(point.spread("goodput_per_s")),
+            _pct(point.spread("within_slo")),
+            _fmt(point.spread("num_failed"), 0),
+            _fmt(point.spread("num_unfinished"), 0),
+            _fmt(point.spread("num_preemptions"), 0),
+            *(_fmt(point.type_spread(k, "p95_s")) for k in kinds),
+            _fmt(point.type_spread("chat", "ttft_p95_s")),
+        ]
+        lines.append("| " + " | ".join(row) + " |")
+    lines += [
+        "",
+        "| series |" + "".join(f" {k} p50 / p99 s |" for k in kinds),
+        "|---" * (1 + len(kinds)) + "|",
+    ]
+    for series, by_rate in points.items():
+        point = by_rate.get(rate)
+        if point is None:
+            continue
+        cells = [
+            f"{_fmt(point.type_spread(k, 'p50_s'))} / {_fmt(point.type_spread(k, 'p99_s'))}"
+            for k in kinds
+        ]
+        lines.append(f"| {series} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def write_results(
+    path: Path, config: dict[str, Any], sweep: LoadSweep, points: Points, k: float
+) -> None:
+    """results.json: the configuration, the unloaded records and latencies, every run with
+    every program, the per-round summaries and the highest rates (mutates disk)."""
+    data = {
+        "config": config,
+        "slo_factor": k,
+        "unloaded": [
+            {"type": kind, "shape": shape, "seconds": s}
+            for (kind, shape), s in sorted(sweep.unloaded.items())
+        ],
+        "unloaded_records": [dataclasses.asdict(r) for r in sweep.unloaded_records],
+        "runs": [dataclasses.asdict(run) for run in sweep.runs],
+        "summary": {
+            series: {
+                f"{rate:g}": [dataclasses.asdict(r) for r in point.rounds]
+                for rate, point in by_rate.items()
+            }
+            for series, by_rate in points.items()
+        },
+        "max_rate_meeting_slo": best_rates(points, k),
+    }
+    # an unfinished program's latency is infinite: JSON's Infinity, as Python writes it
+    path.write_text(json.dumps(data, indent=1), encoding="utf-8")

@@ -1,0 +1,180 @@
+"""The load eval's numbers: per round, then over the rounds of a point.
+
+A program's SLO is ``k`` times the unloaded latency of its type at its shape (its number of
+maps, steps or engineers), measured on the reference system with nothing else running. A
+program that failed or was still running at the drain timeout missed its SLO, and counts as
+an infinitely late one in every latency percentile: a system that drops work cannot look
+faster for it. Percentiles are nearest-rank.
+
+Per round and program type: p50/p95/p99 end-to-end latency, the p95 *slowdown* (latency
+over the program's unloaded latency: a type meets its SLO at a point when it is <= k), and
+for chats the time to first token. Per round: programs completed per second and the goodput
+(programs finished within their SLO per second, both over the arrival window), failed and
+unfinished counts, and the engines' preemptions. Over the rounds of a point: the median of
+each, with its min-max.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from eclectus.evals.load.driver import ProgramRecord
+
+INF = math.inf
+
+
+@dataclass(frozen=True, slots=True)
+class TypeRound:
+    """One program type in one round."""
+
+    num_programs: int
+    p50_s: float
+    p95_s: float
+    p99_s: float
+    p95_slowdown: float
+    ttft_p50_s: float | None = None  # chats only
+    ttft_p95_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RoundSummary:
+    """One system's run at one rate."""
+
+    types: dict[str, TypeRound]
+    num_programs: int
+    completed_per_s: float
+    goodput_per_s: float
+    within_slo: float  # fraction of the programs
+    num_failed: int
+    num_unfinished: int
+    num_preemptions: float | None
+
+    def meets_slo(self, k: float) -> bool:
+        """Whether every type's p95 slowdown is within ``k`` (pure)."""
+        return all(t.p95_slowdown <= k for t in self.types.values())
+
+
+@dataclass(frozen=True, slots=True)
+class Spread:
+    """A median over rounds and its range."""
+
+    median: float
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, values: list[float]) -> Spread:
+        return cls(statistics.median(values), min(values), max(values))
+
+
+@dataclass(frozen=True, slots=True)
+class PointSummary:
+    """The rounds of one (system, variant, rate), summarised."""
+
+    rounds: list[RoundSummary] = field(default_factory=list)
+
+    def spread(self, metric: str) -> Spread | None:
+        """A RoundSummary field over the rounds (pure)."""
+        values = [getattr(r, metric) for r in self.rounds if getattr(r, metric) is not None]
+        return Spread.of(values) if values else None
+
+    def type_spread(self, kind: str, metric: str) -> Spread | None:
+        """A TypeRound field of ``kind`` over the rounds (pure)."""
+        values = [
+            getattr(r.types[kind], metric)
+            for r in self.rounds
+            if kind in r.types and getattr(r.types[kind], metric) is not None
+        ]
+        return Spread.of(values) if values else None
+
+    def meets_slo(self, k: float) -> bool:
+        """Every type's median p95 slowdown within ``k`` (pure)."""
+        kinds = {kind for r in self.rounds for kind in r.types}
+        return bool(self.rounds) and all(
+            (s := self.type_spread(kind, "p95_slowdown")) is not None and s.median <= k
+            for kind in kinds
+        )
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The nearest-rank ``q`` percentile (0 < q <= 1) of ``values`` (pure; inf allowed)."""
+    ordered = sorted(values)
+    return ordered[max(math.ceil(q * len(ordered)) - 1, 0)]
+
+
+def unloaded_latencies(records: list[ProgramRecord]) -> dict[tuple[str, int], float]:
+    """The median latency of each (type, shape) run alone (pure). ValueError naming one
+    that never finished: no SLO can be set without it."""
+    samples: dict[tuple[str, int], list[float]] = defaultdict(list)
+    missing: set[tuple[str, int]] = set()
+    for r in records:
+        if r.latency_s is None:
+            missing.add((r.kind, r.shape))
+        else:
+            samples[r.kind, r.shape].append(r.latency_s)
+    lost = missing - set(samples)
+    if lost:
+        kind, shape = sorted(lost)[0]
+        raise ValueError(f"no unloaded run of {kind} (shape {shape}) finished: no SLO for it")
+    return {key: statistics.median(values) for key, values in samples.items()}
+
+
+def slowdown(record: ProgramRecord, unloaded: dict[tuple[str, int], float]) -> float:
+    """Latency over the unloaded latency of the program's type and shape; inf when it did
+    not finish (pure)."""
+    latency = record.latency_s
+    return INF if latency is None else latency / unloaded[record.kind, record.shape]
+
+
+def summarize_round(
+    records: list[ProgramRecord],
+    unloaded: dict[tuple[str, int], float],
+    k: float,
+    window_s: float,
+    num_preemptions: float | None = None,
+) -> RoundSummary:
+    """One run's numbers; ``window_s``: its arrival window (pure)."""
+    by_kind: dict[str, list[ProgramRecord]] = defaultdict(list)
+    for r in records:
+        by_kind[r.kind].append(r)
+    types = {kind: _type_round(rs, unloaded) for kind, rs in sorted(by_kind.items())}
+    finished = [r for r in records if r.finished]
+    good = [r for r in finished if slowdown(r, unloaded) <= k]
+    return RoundSummary(
+        types=types,
+        num_programs=len(records),
+        completed_per_s=len(finished) / window_s,
+        goodput_per_s=len(good) / window_s,
+        within_slo=len(good) / len(records) if records else 0.0,
+        num_failed=sum(r.error is not None for r in records),
+        num_unfinished=sum(r.end_s is None and r.error is None for r in records),
+        num_preemptions=num_preemptions,
+    )
+
+
+def _type_round(records: list[ProgramRecord], unloaded: dict[tuple[str, int], float]) -> TypeRound:
+    latencies = [r.latency_s if r.latency_s is not None else INF for r in records]
+    ttfts = [r.ttft_s if r.ttft_s is not None else INF for r in records if r.kind == "chat"]
+    return TypeRound(
+        num_programs=len(records),
+        p50_s=percentile(latencies, 0.50),
+        p95_s=percentile(latencies, 0.95),
+        p99_s=percentile(latencies, 0.99),
+        p95_slowdown=percentile([slowdown(r, unloaded) for r in records], 0.95),
+        ttft_p50_s=percentile(ttfts, 0.50) if ttfts else None,
+        ttft_p95_s=percentile(ttfts, 0.95) if ttfts else None,
+    )
+
+
+def max_rate_meeting_slo(points: dict[float, PointSummary], k: float) -> float | None:
+    """The highest swept rate up to which (that rate and every lower one) every type's
+    p95 meets the SLO; None when the lowest does not (pure)."""
+    best = None
+    for rate in sorted(points):
+        if not points[rate].meets_slo(k):
+            break
+        best = rate
+    return best

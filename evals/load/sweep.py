@@ -1,0 +1,138 @@
+"""The measurement loop of the load eval: unloaded latencies, then every rate, every round,
+every system and app variant, alternated.
+
+1. **Unloaded**: on the reference system (stock vLLM when it is in the run), every type at
+   every shape runs alone ``unloaded_reps`` times after one warm-up pass; the medians are
+   what the SLO multiplies. Every other system gets the warm-up pass too (discarded).
+2. **Sweep**: at each rate, ``rounds`` rounds; a round draws one schedule (its own seed:
+   arrivals, types, shapes and inputs) that every *series* (a system with one app variant)
+   then runs, the order rotated each round so drift hits every series alike. Before each
+   run the engines are let settle (nothing running) and their prefix caches emptied where
+   they allow it; the run's preemptions are the engines' counter before and after.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from eclectus.evals.load.driver import ProgramRecord, run_alone, run_schedule
+from eclectus.evals.load.mix import Sizes, schedule, unloaded_schedule
+from eclectus.evals.load.programs import RunContext, Variant, run_handbook
+from eclectus.evals.load.stats import unloaded_latencies
+from eclectus.evals.load.systems import LoadSystem
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    """One line of the report: a system with one app variant ("stock" for stock apps)."""
+
+    system: LoadSystem
+    variant: str
+
+    @property
+    def name(self) -> str:
+        return self.system.name if self.variant == "stock" else f"{self.system.name}/{self.variant}"
+
+    def context(self, sizes: Sizes, handbook: str, tag: str) -> RunContext:
+        variant: Variant = "compiled" if self.variant == "compiled" else "swap"
+        return RunContext(self.system.target(), variant, sizes, handbook, tag, self.system.priority)
+
+
+@dataclass(frozen=True, slots=True)
+class LoadRun:
+    """One series' run at one rate in one round."""
+
+    series: str
+    rate: float
+    round: int
+    seed: int
+    window_s: float  # the arrival window (the schedule's duration)
+    wall_s: float
+    records: list[ProgramRecord]
+    num_preemptions: float | None
+    load_average: tuple[float, float, float]  # the machine's, as the run ended
+
+
+@dataclass
+class LoadSweep:
+    """The sweep's settings and what it measured (``runs``, ``unloaded``)."""
+
+    systems: list[LoadSystem]
+    mix: dict[str, float]
+    sizes: Sizes
+    rates: tuple[float, ...]
+    duration_s: float
+    rounds: int
+    drain_timeout_s: float
+    unloaded_reps: int = 3
+    seed: int = 1
+    log: Callable[[str], None] = print
+    runs: list[LoadRun] = field(default_factory=list)
+    unloaded: dict[tuple[str, int], float] = field(default_factory=dict)
+    unloaded_records: list[ProgramRecord] = field(default_factory=list)
+
+    @property
+    def series(self) -> list[Series]:
+        return [Series(s, v) for s in self.systems for v in s.variants]
+
+    def reference(self) -> Series:
+        """Whose unloaded latencies set the SLO: stock vLLM if present, else the first
+        series (pure)."""
+        return next((s for s in self.series if s.system.name == "vllm"), self.series[0])
+
+    def measure_unloaded(self) -> None:
+        """Warm every series up; then the reference's unloaded latencies (mutates)."""
+        handbook = run_handbook(self.seed, self.sizes)
+        warm = unloaded_schedule(self.mix, self.sizes, 1, self.seed)
+        for series in self.series:
+            records = run_alone(warm, series.context(self.sizes, handbook, f"warm-{series.name}"))
+            failed = [r.error for r in records if r.error]
+            self.log(
+                f"warmed {series.name}"
+                + (f" ({len(failed)} failed: {failed[0]})" if failed else "")
+            )
+        reference = self.reference()
+        specs = unloaded_schedule(self.mix, self.sizes, self.unloaded_reps, self.seed + 1)
+        ctx = reference.context(self.sizes, handbook, "unloaded")
+        self.unloaded_records = run_alone(specs, ctx)
+        self.unloaded = unloaded_latencies(self.unloaded_records)
+        self.log(f"unloaded latencies on {reference.name}: " + ", ".join(
+            f"{k}[{s}] {v:.2f} s" for (k, s), v in sorted(self.unloaded.items())
+        ))  # fmt: skip
+
+    def run(self) -> None:
+        """Every rate, round and series (mutates ``runs``)."""
+        for rate in self.rates:
+            for round_ in range(self.rounds):
+                self.run_round(rate, round_)
+
+    def run_round(self, rate: float, round_: int) -> None:
+        seed = self.seed * 1_000 + round_ * 97 + int(rate * 1_000)
+        specs = schedule(rate, self.duration_s, self.mix, self.sizes, seed)
+        handbook = run_handbook(seed, self.sizes)
+        order = self.series
+        shift = round_ % len(order)
+        for series in order[shift:] + order[:shift]:
+            system = series.system
+            system.settle()
+            for engine in system.engines:
+                engine.reset_prefix_cache()
+            before = system.preemptions()
+            tag = f"r{round_}-{rate:g}-{series.name}"
+            outcome = run_schedule(
+                specs, series.context(self.sizes, handbook, tag), self.drain_timeout_s
+            )
+            after = system.preemptions()
+            preempted = after - before if before is not None and after is not None else None
+            run = LoadRun(
+                series.name, rate, round_, seed, self.duration_s, outcome.wall_s,
+                outcome.records, preempted, os.getloadavg(),
+            )  # fmt: skip
+            self.runs.append(run)
+            done = sum(r.finished for r in outcome.records)
+            self.log(
+                f"rate {rate:g} round {round_} {series.name}: {done}/{len(outcome.records)} "
+                f"finished, load {run.load_average[0]:.1f}"
+            )

