@@ -327,6 +327,9 @@ class VllmProcess(ServerProcess):
     priority: bool = False
     executor: str = "uni"
     compact_json: bool = True
+    # vLLM's --tool-call-parser (with --enable-auto-tool-choice), which tool calls need
+    # (a named tool_choice is refused without one); None: none
+    tool_call_parser: str | None = None
 
     def __post_init__(self) -> None:
         if self.executor not in VLLM_EXECUTORS:
@@ -364,6 +367,11 @@ class VllmProcess(ServerProcess):
             *(["--enforce-eager"] if self.enforce_eager else []),
             *(["--scheduling-policy", "priority"] if self.priority else []),
             *(["--structured-outputs-config", COMPACT_JSON] if self.compact_json else []),
+            *(
+                ["--enable-auto-tool-choice", "--tool-call-parser", self.tool_call_parser]
+                if self.tool_call_parser
+                else []
+            ),
             "--uvicorn-log-level",
             "warning",  # stats stay on: /metrics needs them
         ]

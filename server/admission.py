@@ -26,11 +26,9 @@ budgets and KV pool; a remote pool's per-engine cap and each vLLM's KV cache, fr
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import heapq
 import itertools
 import math
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +48,22 @@ class _Waiter:
     seq: int
     tokens: int = field(compare=False)
     granted: asyncio.Future[None] = field(compare=False)
+
+
+class KvReservation:
+    """One request's hold on the KV budget (a plain class, not a generator: a task the
+    loop discards mid-wait must still give its tokens back)."""
+
+    def __init__(self, admission: Admission, tokens: int, priority: float) -> None:
+        self.admission = admission
+        self.tokens = tokens
+        self.priority = priority
+
+    async def __aenter__(self) -> None:
+        await self.admission._reserve(self.tokens, self.priority)
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.admission._release(self.tokens)
 
 
 class Admission:
@@ -81,15 +95,11 @@ class Admission:
         kv = backend_capacity(self.backend).kv_tokens
         return None if kv is None else int(kv * self.config.kv_admit_fraction)
 
-    @contextlib.asynccontextmanager
-    async def kv(self, tokens: int, priority: float) -> AsyncIterator[None]:
-        """Hold ``tokens`` of KV while inside (mutates: the reservations); waits, behind
-        waiters of a smaller ``priority``, while they would not fit."""
-        await self._reserve(tokens, priority)
-        try:
-            yield
-        finally:
-            self._release(tokens)
+    def kv(self, tokens: int, priority: float) -> KvReservation:
+        """``async with`` it to hold ``tokens`` of KV while inside (mutates: the
+        reservations); entering waits, behind waiters of a smaller ``priority``, while they
+        would not fit."""
+        return KvReservation(self, tokens, priority)
 
     async def _reserve(self, tokens: int, priority: float) -> None:
         if not self._waiters and self._fits(tokens):

@@ -118,7 +118,10 @@ def unloaded_latencies(records: list[ProgramRecord]) -> dict[tuple[str, int], fl
     lost = missing - set(samples)
     if lost:
         kind, shape = sorted(lost)[0]
-        raise ValueError(f"no unloaded run of {kind} (shape {shape}) finished: no SLO for it")
+        raise ValueError(
+            f"no unloaded run of {kind} (shape {shape}) finished on the reference: no SLO "
+            "for it (see its failures in the log; --mix can leave the type out)"
+        )
     return {key: statistics.median(values) for key, values in samples.items()}
 
 

@@ -203,6 +203,7 @@ class LoadPlan:
             python=self.vllm_python or "",
             served_name=self.model_name,
             priority=True,
+            tool_call_parser="hermes",  # the tool agent's calls (tiny's template is Hermes)
         )
 
     def _front(

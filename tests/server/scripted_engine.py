@@ -65,6 +65,11 @@ class ScriptedEngine:
     async def shutdown(self) -> None:
         self.stopped += 1
 
+    def pause(self) -> None:
+        """Hold the requests that arrive from now on until :meth:`release` (mutates)."""
+        self.hold = True
+        self._gate = asyncio.Event()
+
     def release(self) -> None:
         """Let held requests (and all later ones) run (mutates)."""
         self.hold = False

@@ -1,0 +1,165 @@
+"""``eclectus eval load``: its parts (the schedule, the mix, the statistics) and its quick
+mode end to end against a real Eclectus server, checking the report's shape, not speed."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from eclectus.evals.load.driver import ProgramRecord
+from eclectus.evals.load.mix import (
+    DEFAULT_MIX,
+    PROGRAM_TYPES,
+    Sizes,
+    parse_mix,
+    schedule,
+    shape_range,
+    unloaded_schedule,
+)
+from eclectus.evals.load.stats import (
+    PointSummary,
+    max_rate_meeting_slo,
+    percentile,
+    summarize_round,
+    unloaded_latencies,
+)
+
+
+@given(
+    rate=st.floats(0.5, 50),
+    duration=st.floats(0.5, 20),
+    seed=st.integers(0, 2**30),
+)
+def test_a_schedule_is_poisson_shaped_and_seeded(rate: float, duration: float, seed: int) -> None:
+    """Arrivals increase within the window, every type is the mix's and every shape in its
+    range; the same seed gives the same schedule."""
+    sizes = Sizes()
+    specs = schedule(rate, duration, parse_mix(None), sizes, seed)
+    assert specs == schedule(rate, duration, parse_mix(None), sizes, seed)
+    arrivals = [s.arrival_s for s in specs]
+    assert arrivals == sorted(arrivals) and all(0 < a < duration for a in arrivals)
+    for spec in specs:
+        low, high = shape_range(spec.kind, sizes)
+        assert spec.kind in DEFAULT_MIX and low <= spec.shape <= high
+    assert [s.index for s in specs] == list(range(len(specs)))
+
+
+def test_the_mean_rate_is_the_rate() -> None:
+    specs = schedule(10.0, 200.0, parse_mix(None), Sizes(), 7)
+    assert 1900 < len(specs) < 2100
+
+
+def test_unloaded_runs_cover_every_type_and_shape() -> None:
+    sizes = Sizes()
+    specs = unloaded_schedule(parse_mix(None), sizes, 2, 0)
+    shapes = {(s.kind, s.shape) for s in specs}
+    expected = {
+        (k, n)
+        for k in PROGRAM_TYPES
+        for n in range(shape_range(k, sizes)[0], shape_range(k, sizes)[1] + 1)
+    }
+    assert shapes == expected and len(specs) == 2 * len(expected)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("chat=1,dance=2", "TYPE=WEIGHT with TYPE one of"),
+        ("chat=x", "not a number"),
+        ("chat=-1", ">= 0"),
+        ("chat=0", "at least one type"),
+    ],
+)
+def test_a_bad_mix_is_refused_naming_it(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_mix(text)
+
+
+def test_a_mix_is_normalised() -> None:
+    assert parse_mix("chat=3,map-reduce=1") == {"chat": 0.75, "map-reduce": 0.25}
+
+
+def record(
+    kind: str, latency: float | None, shape: int = 0, error: str | None = None
+) -> ProgramRecord:
+    end = None if latency is None else 1.0 + latency
+    return ProgramRecord(0, kind, shape, 1.0, 1.0, end if error is None else None, None, error)
+
+
+def test_percentiles_count_unfinished_programs_as_infinitely_late() -> None:
+    assert percentile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.0
+    assert percentile([1.0, math.inf], 0.95) == math.inf
+
+
+def test_a_round_counts_goodput_failures_and_the_slo() -> None:
+    unloaded = {("chat", 0): 0.1, ("map-reduce", 4): 1.0}
+    records = [
+        record("chat", 0.2),  # 2x: within a 5x SLO
+        record("chat", 0.6),  # 6x: missed
+        record("map-reduce", 4.0, shape=4),  # 4x: within
+        record("map-reduce", None, shape=4),  # unfinished
+        record("chat", None, error="boom"),  # failed
+    ]
+    summary = summarize_round(records, unloaded, 5.0, window_s=2.0, num_preemptions=3)
+    assert summary.completed_per_s == 1.5 and summary.goodput_per_s == 1.0
+    assert summary.within_slo == 0.4
+    assert (summary.num_failed, summary.num_unfinished, summary.num_preemptions) == (1, 1, 3)
+    assert summary.types["chat"].p95_slowdown == math.inf
+    assert not summary.meets_slo(5.0)
+
+
+def test_the_highest_rate_meeting_the_slo_stops_at_the_first_miss() -> None:
+    unloaded = {("chat", 0): 0.1}
+
+    def point(latency: float) -> PointSummary:
+        return PointSummary([summarize_round([record("chat", latency)], unloaded, 5.0, 1.0)])
+
+    points = {1.0: point(0.2), 2.0: point(0.3), 4.0: point(0.9), 8.0: point(0.2)}
+    assert max_rate_meeting_slo(points, 5.0) == 2.0
+    assert max_rate_meeting_slo({1.0: point(0.9)}, 5.0) is None
+
+
+def test_no_slo_without_a_finished_unloaded_run() -> None:
+    with pytest.raises(ValueError, match="no unloaded run of chat"):
+        unloaded_latencies([record("chat", None, error="down")])
+
+
+@pytest.mark.slow
+def test_quick_mode_writes_a_report_of_the_right_shape(tmp_path: Path) -> None:
+    """``eclectus eval load --quick``: Eclectus (both variants) and the stock apps to its
+    /v1, two rates, every program type: every run's programs finish, results.json holds
+    every run and program, report.md its tables, and the plots are written."""
+    out = tmp_path / "load"
+    done = subprocess.run(
+        [sys.executable, "-m", "eclectus", "eval", "load", "--quick", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    series = {run["series"] for run in results["runs"]}
+    assert series == {"self", "eclectus/swap", "eclectus/compiled"}
+    assert {run["rate"] for run in results["runs"]} == {1.0, 2.0}
+    programs = [p for run in results["runs"] for p in run["records"]]
+    assert programs and all(p["end_s"] is not None and p["error"] is None for p in programs)
+    assert {u["type"] for u in results["unloaded"]} == set(PROGRAM_TYPES)
+    assert set(results["max_rate_meeting_slo"]) == series
+    report = (out / "report.md").read_text()
+    for heading in (
+        "## Unloaded latencies",
+        "## Highest rate",
+        "## 1 programs/s",
+        "## 2 programs/s",
+    ):
+        assert heading in report
+    assert "| eclectus/compiled |" in report
+    assert (out / "load-latency.png").stat().st_size > 0
+    assert (out / "load-goodput.png").stat().st_size > 0

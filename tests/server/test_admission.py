@@ -1,0 +1,181 @@
+"""Admission (admission.py): the engine gets only what its batch and KV cache have room for,
+task groups and map instances included; the rest waits in the scheduler's order. Scripted
+engines that report a capacity; the real built-in engine for preemptions."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sched_helpers import call, drain, make_scheduler, order, submit
+from scripted_engine import ScriptedEngine
+
+from eclectus.server.backend import EngineCapacity, EngineOutput, EngineRequest
+
+
+class CappedEngine(ScriptedEngine):
+    """The scripted engine with a batch and a KV cache of its own; records the most
+    requests it ever ran at once, and the most prompt + max_tokens they held together."""
+
+    def __init__(self, max_seqs: int | None, kv_tokens: int | None = None, **kwargs: object):
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self._capacity = EngineCapacity(1, max_seqs, kv_tokens)
+        self.most_running = 0
+        self.most_held = 0
+        self._held = 0
+
+    def capacity(self) -> EngineCapacity:
+        return self._capacity
+
+    async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
+        held = len(request.tokens or ()) + (request.sampling.max_tokens or 0)
+        self._held += held
+        self.most_held = max(self.most_held, self._held)
+        self.most_running = max(self.most_running, len(self.running) + 1)
+        try:
+            async for output in super().generate(request):
+                yield output
+        finally:
+            self._held -= held
+
+
+def map_frame(map_id: str, width: int, max_tokens: int = 8) -> dict:
+    """A map of ``width`` elements, one call each, and a get on its output."""
+    items = [f"item {i}" for i in range(width)]
+    return {
+        "vars": [{"id": f"{map_id}-items", "value": json.dumps(items)}],
+        "maps": [
+            {
+                "id": map_id,
+                "items": f"{map_id}-items",
+                "element": "x",
+                "output": f"{map_id}-out",
+                "call": {
+                    "id": f"{map_id}-call",
+                    "segments": [
+                        {"text": "Summarize: "},
+                        {"var": "x"},
+                        {"gen": "s", "sampling": {"max_tokens": max_tokens}},
+                    ]
+                },
+            }
+        ],
+        "gets": [{"var": f"{map_id}-out"}],
+    }
+
+
+async def test_a_wide_map_obeys_the_engines_batch() -> None:
+    """A 12-wide map and two calls behind it on an engine whose batch is 3: never more than
+    3 in the engine, and everything finishes."""
+    engine = CappedEngine(max_seqs=3)
+    sched = make_scheduler(engine)
+    app = sched.open_app("wide")
+    submit(sched, app, **map_frame("m", 12))
+    submit(sched, sched.open_app("other"), calls=[call("o1", "a"), call("o2", "b")],
+           gets=[{"var": "a"}, {"var": "b"}])  # fmt: skip
+    await drain(sched, rounds=2000)
+    assert engine.most_running == 3
+    assert len(engine.requests) == 14
+    assert app.graph.vars["m-out"].value is not None
+
+
+async def test_max_engine_seqs_caps_below_the_engines_batch() -> None:
+    engine = CappedEngine(max_seqs=64)
+    sched = make_scheduler(engine, max_engine_seqs=2)
+    submit(sched, sched.open_app("wide"), **map_frame("m", 8))
+    assert sched.num_inflight == 2 and len(sched.queue) == 6
+    await drain(sched, rounds=2000)
+    assert engine.most_running == 2
+
+
+async def test_admission_off_lets_max_inflight_through() -> None:
+    engine = CappedEngine(max_seqs=2, hold=True)
+    sched = make_scheduler(engine, admission="off", max_inflight=6)
+    submit(sched, sched.open_app("wide"), **map_frame("m", 8))
+    assert sched.num_inflight == 6
+    engine.release()
+    await drain(sched, rounds=2000)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    widths=st.lists(st.integers(1, 9), min_size=1, max_size=5),
+    cap=st.integers(1, 6),
+    max_inflight=st.integers(1, 8),
+)
+def test_in_flight_work_never_passes_the_cap(
+    widths: list[int], cap: int, max_inflight: int
+) -> None:
+    """Whatever the maps and caps, the engine never runs more than min(its batch,
+    max_inflight) requests, and every map finishes."""
+
+    async def scenario() -> None:
+        engine = CappedEngine(max_seqs=cap)
+        sched = make_scheduler(engine, max_inflight=max_inflight)
+        apps = [sched.open_app(f"a{i}") for i in range(len(widths))]
+        for i, (app, width) in enumerate(zip(apps, widths, strict=True)):
+            submit(sched, app, **map_frame(f"m{i}", width))
+            assert sched.num_inflight <= min(cap, max_inflight)
+        await drain(sched, rounds=5000)
+        assert engine.most_running <= min(cap, max_inflight)
+        assert all(a.graph.vars[f"m{i}-out"].value is not None for i, a in enumerate(apps))
+
+    asyncio.run(scenario())
+
+
+async def test_kv_reservations_never_pass_the_cache() -> None:
+    """Eight prompts of ~100 tokens with 100 to write, on a KV cache of 500 tokens: at
+    most 475 (95%) reserved at once, so at most two run together; the waits are counted."""
+    engine = CappedEngine(max_seqs=64, kv_tokens=500)
+    sched = make_scheduler(engine)
+    calls = [call(f"c{i}", f"v{i}", text="x" * 96, max_tokens=100) for i in range(8)]
+    submit(sched, sched.open_app("burst"), calls=calls, gets=[{"var": f"v{i}"} for i in range(8)])
+    await drain(sched, rounds=5000)
+    assert engine.most_held <= 475 and engine.most_running == 2
+    assert sched.admission.num_kv_waits == 6
+    assert sched.admission.num_reserved_tokens == 0
+
+
+async def test_a_request_larger_than_the_cache_runs_alone() -> None:
+    """One request over the whole KV budget is not refused: it runs when nothing else
+    holds the cache."""
+    engine = CappedEngine(max_seqs=64, kv_tokens=100)
+    sched = make_scheduler(engine)
+    calls = [call("big", "b", text="x" * 200), call("small", "s", max_tokens=4)]
+    submit(sched, sched.open_app("big"), calls=calls, gets=[{"var": "b"}, {"var": "s"}])
+    await drain(sched, rounds=2000)
+    assert engine.most_running == 1 and order(sched) == ["big", "small"]
+
+
+async def test_kv_waiters_go_in_rank_order() -> None:
+    """Calls waiting for KV room get it in the scheduler's order: a latency call that
+    arrives after throughput calls goes first."""
+    engine = CappedEngine(max_seqs=64, kv_tokens=250)
+    sched = make_scheduler(engine, max_background_inflight=64)
+    batch = [call(f"t{i}", f"t{i}", text="x" * 90, max_tokens=100) for i in range(3)]
+    submit(sched, sched.open_app("batch"), calls=batch,
+           gets=[{"var": f"t{i}", "criteria": "throughput"} for i in range(3)])  # fmt: skip
+    await asyncio.sleep(0)
+    chat = call("chat", "c", text="y" * 90, max_tokens=100)
+    submit(sched, sched.open_app("chat"), calls=[chat], gets=[{"var": "c"}])
+    await drain(sched, rounds=5000)
+    started = [r.request_id.split("/")[1] for r in engine.requests]
+    assert started[:2] == ["t0", "chat"]
+
+
+async def test_cancelling_a_maps_output_stops_its_running_instances() -> None:
+    """Cancel the map's output while its instances run: the running ones are aborted in
+    the engine and the queued ones never start."""
+    engine = CappedEngine(max_seqs=2, hold=True)
+    sched = make_scheduler(engine)
+    app = sched.open_app("m")
+    submit(sched, app, **map_frame("m", 5))
+    await asyncio.sleep(0.01)
+    assert len(engine.requests) == 2 and len(sched.queue) == 3
+    sched.cancel(app, "m-out")
+    await drain(sched)
+    assert sorted(engine.aborted) == sorted(r.request_id for r in engine.requests)
+    assert len(engine.requests) == 2 and not sched.queue
