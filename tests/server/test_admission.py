@@ -59,7 +59,7 @@ def map_frame(map_id: str, width: int, max_tokens: int = 8) -> dict:
                         {"text": "Summarize: "},
                         {"var": "x"},
                         {"gen": "s", "sampling": {"max_tokens": max_tokens}},
-                    ]
+                    ],
                 },
             }
         ],
