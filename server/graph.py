@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from eclectus.protocol import ErrorCode, OpSpec, Segment, Usage
 from eclectus.server.errors import GraphError
-from eclectus.server.map_op import MapFailed, MapPlan, advance
+from eclectus.server.map_op import MapFailed, MapPlan, advance, instances
 from eclectus.server.objectives import Objective
 from eclectus.server.policies import computed_tokens
 from eclectus.server.release import sweep
@@ -305,7 +305,7 @@ class Graph:
             current.state = NodeState.FAILED
             failed.append(current.node_id)
             if current.map is not None:  # its instances exist only for it: stop them too
-                stack.extend(self._instances(current))
+                stack.extend(instances(self, current))
             for var_id in current.outputs:
                 variable = self.vars.get(var_id)  # None: released and deleted already
                 if variable is not None and variable.state is VarState.PENDING:
@@ -313,25 +313,6 @@ class Graph:
                     stack.extend(self.nodes[c] for c in variable.consumers)
         sweep(self, failed, [])
         return dropped
-
-    def _instances(self, node: Node) -> list[Node]:
-        """An expanded map's instance calls still in the graph (pure): the producers of its
-        inputs (its instances' results) and of theirs, back to the first step."""
-        plan = node.map
-        assert plan is not None
-        found: list[Node] = []
-        stack = [v for v in node.inputs if plan.expanded]
-        seen: set[str] = set()
-        while stack:
-            producer = self.producer(stack.pop())
-            if producer is None or producer.node_id in seen:
-                continue
-            if producer.parent_map != node.node_id:
-                continue  # an outer input: not the map's own
-            seen.add(producer.node_id)
-            found.append(producer)
-            stack.extend(producer.inputs)
-        return found
 
     def fail_var(self, variable: Variable, code: ErrorCode, message: str) -> None:
         """Fail a pending variable of a node that goes on (a switch's gate) and everything

@@ -217,6 +217,25 @@ def advance(graph: Graph, node: Node) -> list[Node] | tuple[str, ...]:
     return _expand(graph, node, plan, [element_text(e) for e in items])
 
 
+def instances(graph: Graph, node: Node) -> list[Node]:
+    """An expanded map's instance calls still in the graph (pure): the producers of its
+    inputs (its instances' results) and of theirs, back to the first step; none before it
+    expands. The graph fails them with their map: nothing else can use their results."""
+    plan = node.map
+    assert plan is not None
+    found: list[Node] = []
+    stack = list(node.inputs) if plan.expanded else []
+    seen: set[str] = set()
+    while stack:
+        producer = graph.producer(stack.pop())
+        if producer is None or producer.node_id in seen or producer.parent_map != node.node_id:
+            continue  # gone, seen, or an outer input: not the map's own
+        seen.add(producer.node_id)
+        found.append(producer)
+        stack.extend(producer.inputs)
+    return found
+
+
 def _json_array(graph: Graph, var_ids: Sequence[str]) -> str:
     return json.dumps([graph.vars[v].value or "" for v in var_ids], ensure_ascii=False)
 

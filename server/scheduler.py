@@ -28,12 +28,13 @@ from dataclasses import dataclass, field
 from itertools import count
 
 from eclectus.protocol import Usage
+from eclectus.server.activation import form_groups, stamp_arrivals
 from eclectus.server.admission import Admission
 from eclectus.server.backend import Backend, EngineError, EngineOutput, EngineRequest
 from eclectus.server.config import ServerConfig
 from eclectus.server.errors import ServerError
 from eclectus.server.front import Front, Prompt
-from eclectus.server.graph import FINAL_NODE_STATES, Graph, Node
+from eclectus.server.graph import Graph, Node
 from eclectus.server.metrics import Metrics
 from eclectus.server.objectives import Objective, RankKey, engine_priority, rank_key
 from eclectus.server.pins import PinTable
@@ -172,13 +173,13 @@ class Scheduler:
         """A get on ``var_id``: merge its objective into everything upstream, form task
         groups, activate those nodes and queue the ready ones (mutates)."""
         nodes = app.graph.upstream(var_id)
-        self._stamp_arrivals(app.graph, nodes, self.clock())
+        stamp_arrivals(app.graph, nodes, self.clock())
         for node in nodes:
             node.objective = (
                 objective if node.objective is None else node.objective.merge(objective)
             )
         if objective.urgent:
-            self._form_groups(app, var_id, nodes)
+            form_groups(app.graph, app.session_id, var_id, nodes)
         for node in nodes:  # a stronger objective or a new group re-ranks queued calls
             queued = self.queue.get(app, node)
             if queued is not None:
@@ -379,56 +380,6 @@ class Scheduler:
 
     # -- helpers --------------------------------------------------------------------------
 
-    @staticmethod
-    def _stamp_arrivals(graph: Graph, nodes: list[Node], now: float) -> None:
-        """App-FIFO ranks by the *graph's* arrival, not the session's, so a long-lived session
-        that starts a new, independent graph does not outrank newer applications: a node's
-        arrival is its first activation, or the earliest arrival upstream of it (work that
-        continues earlier work is further along). One pass in topological order (producers
-        first), so the cost is linear in ``nodes`` and their edges. Mutates their arrival."""
-        for node in nodes:
-            node.arrival = now if node.arrival is None else min(node.arrival, now)
-        for node in _producers_first(graph, nodes):
-            for var_id in node.inputs:
-                producer = graph.producer(var_id)
-                upstream = producer.arrival if producer is not None else None
-                # set above for every node (never ``node.arrival or now``: 0.0 is falsy)
-                if upstream is not None and node.arrival is not None and upstream < node.arrival:
-                    node.arrival = upstream
-
-    def _form_groups(self, app: AppState, var_id: str, nodes: list[Node]) -> None:
-        """Fan-in siblings: the calls feeding one consumer (seen through ops) form a group.
-        Consumers are taken downstream first (the get, then ``nodes`` in upstream order) and
-        share one set of walked ops, so each op is walked once per get: an op region shared
-        by two consumers groups its calls with the first (downstream) one."""
-        graph = app.graph
-        consumers: list[tuple[str, tuple[str, ...]]] = [(f"get:{var_id}", (var_id,))]
-        consumers += [(n.node_id, n.inputs) for n in nodes if n.is_call]
-        walked: set[str] = set()
-        for consumer_id, inputs in consumers:
-            siblings = [n for n in self._feeding_calls(graph, inputs, walked) if n.group is None]
-            if len(siblings) >= 2:
-                for sibling in siblings:
-                    sibling.group = f"{app.session_id}/{consumer_id}"
-
-    @staticmethod
-    def _feeding_calls(graph: Graph, var_ids: tuple[str, ...], walked: set[str]) -> list[Node]:
-        """The unfinished calls producing ``var_ids``, looking through ops not in ``walked``
-        (mutates ``walked``: adds the ops walked; each op once, so a DAG of ops that reaches
-        one node along many paths costs its size, not its number of paths)."""
-        calls: dict[str, Node] = {}
-        stack = list(var_ids)
-        while stack:
-            producer = graph.producer(stack.pop())
-            if producer is None or producer.state in FINAL_NODE_STATES:
-                continue
-            if producer.is_call:
-                calls[producer.node_id] = producer
-            elif producer.node_id not in walked:
-                walked.add(producer.node_id)
-                stack.extend(producer.inputs)
-        return list(calls.values())
-
     def _drop(self, app: AppState, nodes: list[Node]) -> None:
         """Failed nodes leave the ready list; running ones are cancelled (mutates)."""
         ids = {n.node_id for n in nodes}
@@ -468,28 +419,6 @@ class Scheduler:
             "kv_admission_waits": self.admission.num_kv_waits,
             "pinned_prefixes": sum(len(app.pins.pins) for app in self._apps.values()),
         }
-
-
-def _producers_first(graph: Graph, nodes: list[Node]) -> list[Node]:
-    """``nodes`` in topological order, producers before consumers (pure; Kahn's algorithm
-    over the edges inside ``nodes``, linear in their size)."""
-    members = {n.node_id: n for n in nodes}
-    num_waiting = dict.fromkeys(members, 0)  # producers inside ``nodes`` not yet placed
-    consumers: dict[str, list[Node]] = {}
-    for node in nodes:
-        for var_id in node.inputs:
-            producer = graph.producer(var_id)
-            if producer is not None and producer.node_id in members:
-                num_waiting[node.node_id] += 1
-                consumers.setdefault(producer.node_id, []).append(node)
-    order = [n for n in nodes if num_waiting[n.node_id] == 0]
-    for node in order:  # grows while it is walked
-        for consumer in consumers.get(node.node_id, ()):
-            num_waiting[consumer.node_id] -= 1
-            if num_waiting[consumer.node_id] == 0:
-                order.append(consumer)
-    assert len(order) == len(nodes), "the graph has a cycle"
-    return order
 
 
 def _urgent(queued: QueuedCall) -> bool:
