@@ -330,6 +330,9 @@ class VllmProcess(ServerProcess):
     # vLLM's --tool-call-parser (with --enable-auto-tool-choice), which tool calls need
     # (a named tool_choice is refused without one); None: none
     tool_call_parser: str | None = None
+    # report each request's cached prompt tokens in its usage (--enable-prompt-tokens-details):
+    # an Eclectus in front counts them out of a program's attained service (--program-policy las)
+    prompt_tokens_details: bool = False
 
     def __post_init__(self) -> None:
         if self.executor not in VLLM_EXECUTORS:
@@ -372,6 +375,7 @@ class VllmProcess(ServerProcess):
                 if self.tool_call_parser
                 else []
             ),
+            *(["--enable-prompt-tokens-details"] if self.prompt_tokens_details else []),
             "--uvicorn-log-level",
             "warning",  # stats stay on: /metrics needs them
         ]

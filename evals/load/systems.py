@@ -204,6 +204,7 @@ class LoadPlan:
             served_name=self.model_name,
             priority=True,
             tool_call_parser="hermes",  # the tool agent's calls (tiny's template is Hermes)
+            prompt_tokens_details=True,  # cached tokens are not attained service (las)
         )
 
     def _front(
