@@ -71,8 +71,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-engine-seqs",
         default="16",
         metavar="N|none",
-        help="the Eclectus servers' --max-engine-seqs (16: where tiny's throughput levels off "
-        "on a CPU; docs/benchmarks.md)",
+        help="the Eclectus servers' --max-engine-seqs, comma-separated (one server each; 16: "
+        "where tiny's throughput levels off on a CPU; docs/benchmarks.md)",
     )
     parser.add_argument("--quick", action="store_true", help="CI sizes: checks shape, not speed")
     parser.add_argument("--model", default="tiny", help="preset name or HF directory")
@@ -126,9 +126,11 @@ def _plan(args: argparse.Namespace) -> LoadPlan:
     if args.vllm_python and not Path(args.vllm_python).is_file():
         raise ValueError(f"--vllm-python {args.vllm_python}: no such file")
     default = ",".join(SYSTEMS) if args.vllm_python else "self,eclectus"
-    seqs = args.max_engine_seqs.strip().lower()
-    if seqs != "none" and not (seqs.isdigit() and int(seqs) >= 1):
-        raise ValueError(f"--max-engine-seqs {args.max_engine_seqs}: an integer >= 1, or none")
+    seqs = tuple(t.strip().lower() for t in args.max_engine_seqs.split(","))
+    if any(t != "none" and not (t.isdigit() and int(t) >= 1) for t in seqs):
+        raise ValueError(
+            f"--max-engine-seqs {args.max_engine_seqs}: integers >= 1 or none, comma-separated"
+        )
     model_dir = resolve_model_dir(args.model)
     return LoadPlan(
         systems=_csv(args.systems or default, "--systems", SYSTEMS),

