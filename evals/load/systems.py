@@ -44,7 +44,7 @@ NEEDS_VLLM = {"vllm", "vllm-priority", "eclectus-vllm", "pool"}
 # hundreds of programs, each its own session and connection, all from this one address
 SESSION_FLAGS = (
     "--max-sessions", "16384", "--max-sessions-per-tenant", "16384",
-    "--max-connections-per-client", "16384",
+    "--max-connections", "16384", "--max-connections-per-client", "16384",
 )  # fmt: skip
 PREEMPTIONS = ("vllm:num_preemptions_total", "eclectus_engine_preemptions_total")
 BUSY = ("vllm:num_requests_running", "vllm:num_requests_waiting", "eclectus_inflight")
