@@ -4,12 +4,14 @@ ATLAS (parallel branches take the heaviest), aging under LAS, and deadlines."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from sched_helpers import FakeClock, call, drain, make_scheduler, order, submit
 from scripted_engine import ScriptedEngine, scripted_text
 
 from eclectus.protocol import Usage
+from eclectus.server.config import ServerConfig
 from eclectus.server.policies import (
     PolicyParams,
     ProgramPolicy,
@@ -181,3 +183,21 @@ async def test_deadline_policy_ranks_latency_work_by_an_implicit_deadline() -> N
         engine.release()
         await drain(sched)
         assert order(sched)[1:] == expected, policy
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("program_policy", "lifo", "'lifo' is not a valid ProgramPolicy"),
+        ("admission", "maybe", "admission must be 'engine' or 'off'"),
+        ("las_tokens_per_s", 0.0, "las_tokens_per_s must be > 0"),
+        ("latency_deadline_s", -1.0, "latency_deadline_s must be > 0"),
+        ("max_engine_seqs", 0, "max_engine_seqs must be >= 1"),
+        ("kv_admit_fraction", 1.5, r"kv_admit_fraction must be in \(0, 1\]"),
+    ],
+)
+def test_a_bad_scheduling_setting_is_refused_naming_it(
+    field: str, value: object, message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        ServerConfig(**{field: value})  # type: ignore[arg-type]
