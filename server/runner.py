@@ -66,7 +66,7 @@ async def run_call(
         # the most KV the request can come to hold: its prompt and every token it may write
         most = gen.sampling.max_tokens
         if most is None:
-            most = max(scheduler.backend.model.context_window - len(prompt), 0)
+            most = max(scheduler.backend.max_model_len - len(prompt), 0)
         async with scheduler.admission.kv(len(prompt) + most, priority):
             request = scheduler.request(
                 app,

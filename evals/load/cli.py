@@ -121,7 +121,7 @@ def _sweep_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _plan(args: argparse.Namespace) -> LoadPlan:
-    from eclectus.server.engine.presets import resolve_model_dir
+    from eclectus.models.presets import resolve_model_dir
 
     if args.vllm_python and not Path(args.vllm_python).is_file():
         raise ValueError(f"--vllm-python {args.vllm_python}: no such file")

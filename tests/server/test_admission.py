@@ -31,7 +31,7 @@ class CappedEngine(ScriptedEngine):
         return self._capacity
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
-        held = len(request.tokens or ()) + (request.sampling.max_tokens or 0)
+        held = len(request.prompt_token_ids) + (request.sampling.max_tokens or 0)
         self._held += held
         self.most_held = max(self.most_held, self._held)
         self.most_running = max(self.most_running, len(self.running) + 1)

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from sched_helpers import FakeClock, call, drain, make_scheduler, order, submit
-from scripted_engine import ScriptedEngine, scripted_text
+from scripted_engine import ScriptedEngine, prompt_text, scripted_text
 
 from eclectus.protocol import Usage
 from eclectus.server.config import ServerConfig
@@ -27,14 +27,14 @@ LAS = {"program_policy": "las", "aging_rate": 0.0}
 def engine_text(engine: ScriptedEngine, index: int = 0) -> bytes:
     """What the scripted engine answered to its ``index``-th request."""
     request = engine.requests[index]
-    return scripted_text("".join(request.segments), request.sampling.max_tokens).encode()
+    return scripted_text(prompt_text(request), request.sampling.max_tokens).encode()
 
 
 def tokens(engine: ScriptedEngine, index: int) -> int:
-    """Tokens the scripted engine computed for a request: its prompt (nothing cached in
-    these tests) and its answer, one per byte."""
+    """Tokens the scripted engine computed for a request: its prompt's ids (nothing cached
+    in these tests) and its answer, one per byte."""
     request = engine.requests[index]
-    return len("".join(request.segments).encode()) + len(engine_text(engine, index))
+    return len(request.prompt_token_ids) + len(engine_text(engine, index))
 
 
 async def run_alone(sched: Scheduler, app: AppState, **frame: object) -> None:
@@ -79,7 +79,7 @@ async def test_plas_a_fresh_program_goes_before_one_that_has_computed_much() -> 
         sched = make_scheduler(engine, clock, max_inflight=1, program_policy=policy, aging_rate=0)
         old = sched.open_app("old")
         await run_alone(sched, old, calls=[call("old-1", "a", max_tokens=64)], gets=[{"var": "a"}])
-        assert old.service == len(b"old-1:") + len(engine_text(engine))  # prompt + output
+        assert old.service == tokens(engine, 0)  # its prompt and its output
         engine.pause()
         submit(sched, sched.open_app("blocker"), calls=[call("block", "z")], gets=[{"var": "z"}])
         clock.now += 1
