@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from eclectus.evals.budget import Budget
 from eclectus.evals.load.driver import ProgramRecord
 from eclectus.evals.load.mix import (
     DEFAULT_MIX,
@@ -30,6 +31,8 @@ from eclectus.evals.load.stats import (
     summarize_round,
     unloaded_latencies,
 )
+from eclectus.evals.load.systems import SYSTEMS, LoadPlan
+from eclectus.evals.servers import EclectusRemoteProcess, VllmProcess
 
 
 @given(
@@ -129,6 +132,35 @@ def test_the_highest_rate_meeting_the_slo_stops_at_the_first_miss() -> None:
 def test_no_slo_without_a_finished_unloaded_run() -> None:
     with pytest.raises(ValueError, match="no unloaded run of chat"):
         unloaded_latencies([record("chat", None, error="down")])
+
+
+def test_the_full_plan_has_every_system_of_the_issue(tmp_path: Path) -> None:
+    """Every system, built not started: the stock apps straight to one vLLM (with and
+    without priority), Eclectus in front of it, and one front per pool routing policy over the
+    same two vLLMs; both vLLMs hold forced tool calls to the tool's schema (the tool agent)."""
+    plan = LoadPlan(SYSTEMS, ("fifo",), tmp_path, "tiny", Budget(), tmp_path, vllm_python="py")
+    systems = {s.name: s for s in plan.build()}
+    assert set(systems) == {
+        "vllm", "vllm-priority", "self", "eclectus", "eclectus-vllm",
+        "pool-graph", "pool-least-loaded", "pool-round-robin",
+    }  # fmt: skip
+    vllms = [s for s in plan.servers if isinstance(s, VllmProcess)]
+    assert [v.name for v in vllms] == ["vllm", "vllm-b"]
+    for v in vllms:
+        command = " ".join(v.command())
+        assert "--tool-call-parser hermes" in command
+        assert "--tool-strict-level parameter" in command
+    for routing in ("graph", "least-loaded", "round-robin"):
+        system = systems[f"pool-{routing}"]
+        front = system.server
+        assert isinstance(front, EclectusRemoteProcess) and system.engines == vllms
+        command = front.command()
+        assert command[command.index("--routing") + 1] == routing
+        assert [command[i + 1] for i, a in enumerate(command) if a == "--engine-url"] == [
+            v.openai_url for v in vllms
+        ]
+    assert systems["eclectus-vllm"].engines == vllms[:1]
+    assert systems["vllm-priority"].priority and not systems["vllm"].priority
 
 
 @pytest.mark.slow
