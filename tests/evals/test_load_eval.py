@@ -184,6 +184,8 @@ def test_quick_mode_writes_a_report_of_the_right_shape(tmp_path: Path) -> None:
     assert programs and all(p["end_s"] is not None and p["error"] is None for p in programs)
     assert {u["type"] for u in results["unloaded"]} == set(PROGRAM_TYPES)
     assert set(results["max_rate_meeting_slo"]) == series
+    # the built-in engine's preemption counter is read before and after every run
+    assert all(run["num_preemptions"] is not None for run in results["runs"])
     report = (out / "report.md").read_text()
     for heading in (
         "## Unloaded latencies",
@@ -193,5 +195,7 @@ def test_quick_mode_writes_a_report_of_the_right_shape(tmp_path: Path) -> None:
     ):
         assert heading in report
     assert "| eclectus/compiled |" in report
+    columns = "| series | completed/s | goodput/s | within SLO | failed | unfinished | preempt |"
+    assert columns in report
     assert (out / "load-latency.png").stat().st_size > 0
     assert (out / "load-goodput.png").stat().st_size > 0
