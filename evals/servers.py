@@ -133,8 +133,22 @@ class ServerProcess:
         except OSError:
             return False
 
-    def start(self) -> None:
-        """Launch and wait until ready (mutates: a child process). Raises ServerStartError."""
+    def start(self, attempts: int = 3) -> None:
+        """Launch and wait until ready (mutates: a child process). Raises ServerStartError.
+
+        The port was free when this object was made, but a server that loads for minutes
+        can find it taken (another process's ephemeral port): then it retries on a fresh
+        port, at most ``attempts`` times, so read the server's URLs after ``start``."""
+        for attempt in range(attempts):
+            try:
+                self._start_once()
+                return
+            except ServerStartError:
+                if attempt + 1 == attempts or "Address already in use" not in self.log_tail():
+                    raise
+                self.port = free_port()
+
+    def _start_once(self) -> None:
         self._log = self.log_path.open("w", encoding="utf-8")
         started = time.perf_counter()
         self.proc = subprocess.Popen(

@@ -56,13 +56,17 @@ class LoadSystem:
 
     name: str
     backend: Backend
-    url: str
     model: str
     server: ServerProcess
     engines: list[ServerProcess]  # the servers whose engines run its calls
     description: str
     priority: bool = False  # stock apps send each program's arrival order as priority
     variants: tuple[str, ...] = ("stock",)
+
+    @property
+    def url(self) -> str:
+        """Where the apps go, read from the server (its port is known once it started)."""
+        return self.server.openai_url if self.backend == "openai" else self.server.ws_url
 
     def target(self) -> Target:
         return Target(self.backend, self.url, self.model)
@@ -185,7 +189,7 @@ class LoadPlan:
             )
             if "self" in self.systems:
                 stock = LoadSystem(
-                    self.named("self", setting), "openai", ours.openai_url, str(self.model_dir),
+                    self.named("self", setting), "openai", str(self.model_dir),
                     ours, [ours], "stock apps to Eclectus's built-in engine via /v1",
                 )  # fmt: skip
                 out.append(stock)
@@ -234,7 +238,7 @@ class LoadPlan:
     def _stock(self, name: str, vllm: VllmProcess, priority: bool) -> LoadSystem:
         how = "each program's arrival order as priority" if priority else "no priority"
         return LoadSystem(
-            name, "openai", vllm.openai_url, self.model_name, vllm, [vllm],
+            name, "openai", self.model_name, vllm, [vllm],
             f"stock apps straight to stock vLLM ({how})", priority=priority,
         )  # fmt: skip
 
@@ -242,6 +246,6 @@ class LoadPlan:
         self, name: str, server: EclectusProcess, engines: list[ServerProcess], text: str
     ) -> LoadSystem:
         return LoadSystem(
-            name, "eclectus", server.ws_url, str(self.model_dir), server, engines, text,
+            name, "eclectus", str(self.model_dir), server, engines, text,
             variants=self.variants,
         )  # fmt: skip
