@@ -3,7 +3,8 @@ every system and app variant, alternated.
 
 1. **Unloaded**: on the reference system (stock vLLM when it is in the run), every type at
    every shape runs alone ``unloaded_reps`` times after one warm-up pass; the medians are
-   what the SLO multiplies. Every other system gets the warm-up pass too (discarded).
+   what the SLO multiplies. Every other system gets the warm-up pass too (discarded);
+   ``warmup=False`` (``--quick``, which checks shape, not speed) skips it.
 2. **Sweep**: at each rate, ``rounds`` rounds; a round draws one schedule (its own seed:
    arrivals, types, shapes and inputs) that every *series* (a system with one app variant)
    then runs, the order rotated each round so drift hits every series alike. Before each
@@ -68,6 +69,7 @@ class LoadSweep:
     drain_timeout_s: float
     unloaded_reps: int = 3
     seed: int = 1
+    warmup: bool = True
     log: Callable[[str], None] = print
     runs: list[LoadRun] = field(default_factory=list)
     unloaded: dict[tuple[str, int], float] = field(default_factory=dict)
@@ -83,10 +85,11 @@ class LoadSweep:
         return next((s for s in self.series if s.system.name == "vllm"), self.series[0])
 
     def measure_unloaded(self) -> None:
-        """Warm every series up; then the reference's unloaded latencies (mutates)."""
+        """Warm every series up (unless ``warmup`` is off); then the reference's unloaded
+        latencies (mutates)."""
         handbook = run_handbook(self.seed, self.sizes)
         warm = unloaded_schedule(self.mix, self.sizes, 1, self.seed)
-        for series in self.series:
+        for series in self.series if self.warmup else []:
             records = run_alone(warm, series.context(self.sizes, handbook, f"warm-{series.name}"))
             failed = [r.error for r in records if r.error]
             self.log(
