@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from eclectus.server.engine import batch_bench
+from eclectus.benchmarks.engine import batch as batch_bench
 
 
 def test_batch_bench_prints_one_row_per_batch(capsys: pytest.CaptureFixture[str]) -> None:

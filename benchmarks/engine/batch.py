@@ -1,7 +1,7 @@
 """Where the engine's throughput levels off as its batch grows: what ``--max-engine-seqs``
 should admit (docs/architecture.md, "Admission"). A benchmark, not a test.
 
-    python -m eclectus.server.engine.batch_bench [--model tiny] [--batches 1,4,16,64]
+    python -m eclectus.benchmarks.engine.batch [--model tiny] [--batches 1,4,16,64]
         [--prompt-tokens 300] [--output-tokens 32] [--rounds 3]
 
 Each round runs, for every batch size B in turn (the order rotated per round), B requests
