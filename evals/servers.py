@@ -344,10 +344,6 @@ class VllmProcess(ServerProcess):
     # vLLM's --tool-call-parser (with --enable-auto-tool-choice), which tool calls need
     # (a named tool_choice is refused without one); None: none
     tool_call_parser: str | None = None
-    # --tool-strict-level: "parameter" holds a forced tool call's arguments to the tool's
-    # schema; vLLM's default ("auto") constrains only the call's envelope unless the tool says
-    # ``strict``, and tiny then writes arguments LangChain cannot parse. None: vLLM's default
-    tool_strict_level: str | None = None
     # report each request's cached prompt tokens in its usage (--enable-prompt-tokens-details):
     # an Eclectus in front counts them out of a program's attained service (--program-policy las)
     prompt_tokens_details: bool = False
@@ -393,7 +389,6 @@ class VllmProcess(ServerProcess):
                 if self.tool_call_parser
                 else []
             ),
-            *(["--tool-strict-level", self.tool_strict_level] if self.tool_strict_level else []),
             *(["--enable-prompt-tokens-details"] if self.prompt_tokens_details else []),
             "--uvicorn-log-level",
             "warning",  # stats stay on: /metrics needs them

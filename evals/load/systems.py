@@ -218,7 +218,6 @@ class LoadPlan:
             served_name=self.model_name,
             priority=True,
             tool_call_parser="hermes",  # the tool agent's calls (tiny's template is Hermes)
-            tool_strict_level="parameter",  # their arguments held to the tool's schema
             prompt_tokens_details=True,  # cached tokens are not attained service (las)
         )
 

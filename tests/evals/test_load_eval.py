@@ -137,7 +137,7 @@ def test_no_slo_without_a_finished_unloaded_run() -> None:
 def test_the_full_plan_has_every_system_of_the_issue(tmp_path: Path) -> None:
     """Every system, built not started: the stock apps straight to one vLLM (with and
     without priority), Eclectus in front of it, and one front per pool routing policy over the
-    same two vLLMs; both vLLMs hold forced tool calls to the tool's schema (the tool agent)."""
+    same two vLLMs; both vLLMs parse tool calls (the tool agent's)."""
     plan = LoadPlan(SYSTEMS, ("fifo",), tmp_path, "tiny", Budget(), tmp_path, vllm_python="py")
     systems = {s.name: s for s in plan.build()}
     assert set(systems) == {
@@ -149,7 +149,6 @@ def test_the_full_plan_has_every_system_of_the_issue(tmp_path: Path) -> None:
     for v in vllms:
         command = " ".join(v.command())
         assert "--tool-call-parser hermes" in command
-        assert "--tool-strict-level parameter" in command
     for routing in ("graph", "least-loaded", "round-robin"):
         system = systems[f"pool-{routing}"]
         front = system.server
