@@ -1,7 +1,7 @@
 """Remote engines: the graph scheduler in front of vLLM and SGLang fleets (docs/engines.md).
 
     config.py        RemoteConfig (the --engine-url / --routing flags)
-    client.py        one engine's HTTP API (httpx): models, tokenize, streamed completions
+    client.py        one engine's HTTP API (aiohttp): models, tokenize, streamed completions
     handshake.py     start-up checks: model, context window, same tokenizer, token-id
                      prompts, priority, structured-output dialect
     dialect.py       how vLLM, older vLLM and SGLang spell a structured-output constraint

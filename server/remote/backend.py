@@ -105,13 +105,17 @@ class RemoteBackend:
         RemoteStartError when the pool cannot serve."""
         if self._started:
             return
-        await self.pool.start()
+        try:
+            await self.pool.start()
+            windows = [w for w in (self.pool.window, self.window) if w is not None]
+            if not windows:
+                raise RemoteStartError(
+                    "no engine reports its max_model_len in /v1/models: pass --max-model-len"
+                )
+        except BaseException:  # a pool that will not serve holds no connections open
+            await self.pool.close()
+            raise
         self._started = True
-        windows = [w for w in (self.pool.window, self.window) if w is not None]
-        if not windows:
-            raise RemoteStartError(
-                "no engine reports its max_model_len in /v1/models: pass --max-model-len"
-            )
         self._max_model_len = min(windows)
 
     async def shutdown(self) -> None:

@@ -1,21 +1,37 @@
 """One engine's HTTP API, as vLLM and SGLang serve it (OpenAI-compatible, plus /tokenize and
-/metrics), over httpx. Holds one connection pool; every failure becomes EngineDown (try
-another engine) or EngineRejected (the request itself was refused)."""
+/metrics), over aiohttp. Holds one keep-alive connection pool; every failure becomes
+EngineDown (try another engine) or EngineRejected (the request itself was refused).
+
+aiohttp rather than httpx: every generated token crosses this client as one SSE chunk, and
+aiohttp parses HTTP in C (llhttp) and reads the stream as lines without a text-decoding
+layer; vLLM's own benchmark client and proxies use it for the same reason. A stream is read
+to its end after ``[DONE]``, so its connection goes back to the pool instead of a new TCP
+connection per request; one closed early is closed, which aborts the request in the engine.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
+import aiohttp
 
 from eclectus.server.remote.errors import EngineDown, EngineRejected
+
+# after [DONE] the engine ends the response at once; a stream still open after this long
+# is closed (and its connection with it) rather than waited for
+_END_GRACE_S = 1.0
+# a stream's line may hold a whole prompt's ids (vLLM's first chunk, return_token_ids): up
+# to twice this many bytes (aiohttp's limit on one line)
+_READ_BUFSIZE = 4 << 20
 
 
 class EngineClient:
     """The endpoints of one engine at ``url`` (its OpenAI base, ending in ``/v1``). Methods
-    are pure apart from the network; :meth:`aclose` closes the connection pool."""
+    are pure apart from the network; :meth:`aclose` closes the connection pool. The pool is
+    opened on the first call, on the event loop that makes it."""
 
     def __init__(
         self,
@@ -29,17 +45,32 @@ class EngineClient:
         self.url = url.rstrip("/")
         # vLLM serves /tokenize, /metrics and /health at the root, beside /v1
         self.root = self.url.removesuffix("/v1")
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        timeout = httpx.Timeout(read_timeout_s, connect=connect_timeout_s)
-        # no pool cap: the pool's per-engine in-flight cap is the one limit
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
-        self._http = httpx.AsyncClient(headers=headers, timeout=timeout, limits=limits)
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        # a generation's stream: no total limit, but no silence longer than read_timeout_s
+        self._stream_timeout = aiohttp.ClientTimeout(
+            total=None, connect=connect_timeout_s, sock_read=read_timeout_s
+        )
         # everything but a generation's stream: a hung engine must not stall the prober
-        self._short = httpx.Timeout(probe_timeout_s, connect=connect_timeout_s)
+        self._short = aiohttp.ClientTimeout(total=probe_timeout_s, connect=connect_timeout_s)
+        self._session: aiohttp.ClientSession | None = None
+
+    def _http(self) -> aiohttp.ClientSession:
+        """The connection pool, opened on first use (mutates). No cap on connections: the
+        pool's per-engine in-flight cap is the one limit."""
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                headers=self._headers,
+                connector=aiohttp.TCPConnector(limit=0),
+                timeout=self._stream_timeout,
+                read_bufsize=_READ_BUFSIZE,
+            )
+        return self._session
 
     async def aclose(self) -> None:
-        """Close the connection pool (mutates)."""
-        await self._http.aclose()
+        """Close the connection pool (mutates; idempotent)."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
     async def models(self) -> list[dict[str, Any]]:
         """``GET /v1/models``: the served models' cards."""
@@ -77,46 +108,48 @@ class EngineClient:
     async def metrics(self) -> str | None:
         """The ``/metrics`` page; None when the engine does not serve one there."""
         try:
-            response = await self._http.get(f"{self.root}/metrics", timeout=self._short)
-        except httpx.TransportError as exc:
+            async with self._http().get(f"{self.root}/metrics", timeout=self._short) as response:
+                if response.status != 200:
+                    return None
+                return await response.text()
+        except (aiohttp.ClientError, TimeoutError) as exc:
             raise EngineDown(f"{self.url}: {_describe(exc)}") from None
-        if response.status_code != 200:
-            return None
-        return response.text
 
     async def stream_completion(self, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         """``POST /v1/completions`` with ``stream``: yield each SSE chunk until ``[DONE]``.
-        Closing the iterator closes the connection, which aborts the request in vLLM and
-        SGLang. A stream that ends without ``[DONE]`` raises EngineDown."""
+        Closing the iterator early closes the connection, which aborts the request in vLLM
+        and SGLang. A stream that ends without ``[DONE]`` raises EngineDown."""
         try:
-            async with self._http.stream("POST", f"{self.url}/completions", json=body) as response:
-                if response.status_code != 200:
-                    await response.aread()
-                    _raise_for(self.url, response)
-                async for line in response.aiter_lines():
-                    if not line.startswith("data:"):
+            async with self._http().post(f"{self.url}/completions", json=body) as response:
+                if response.status != 200:
+                    await _raise_for(self.url, response)
+                async for line in response.content:
+                    if not line.startswith(b"data:"):
                         continue
                     data = line[5:].strip()
-                    if data == "[DONE]":
+                    if data == b"[DONE]":
+                        await _read_to_end(response)
                         return
                     chunk = json.loads(data)
                     if "error" in chunk:  # vLLM reports a failure inside the stream
                         raise EngineDown(f"{self.url}: {chunk['error']}")
                     yield chunk
-        except httpx.TransportError as exc:
+        except (aiohttp.ClientError, TimeoutError) as exc:
             raise EngineDown(f"{self.url}: {_describe(exc)}") from None
-        except json.JSONDecodeError as exc:
-            raise EngineDown(f"{self.url}: a stream chunk is not JSON ({exc})") from None
+        except ValueError as exc:  # a chunk that is not JSON, or a line over the limit
+            raise EngineDown(f"{self.url}: a bad stream chunk ({exc})") from None
         raise EngineDown(f"{self.url}: the stream ended without [DONE]")
 
     async def _json(self, method: str, url: str, body: Any = None) -> dict[str, Any]:
         try:
-            response = await self._http.request(method, url, json=body, timeout=self._short)
-        except httpx.TransportError as exc:
+            request = self._http().request(method, url, json=body, timeout=self._short)
+            async with request as response:
+                await _raise_for(self.url, response)
+                text = await response.text()
+        except (aiohttp.ClientError, TimeoutError) as exc:
             raise EngineDown(f"{self.url}: {_describe(exc)}") from None
-        _raise_for(self.url, response)
         try:
-            data = response.json()
+            data = json.loads(text)
         except ValueError:
             raise EngineDown(f"{url}: the answer is not JSON") from None
         if not isinstance(data, dict):
@@ -124,21 +157,35 @@ class EngineClient:
         return data
 
 
-def _raise_for(url: str, response: httpx.Response) -> None:
-    """EngineDown for a 5xx, EngineRejected (with the engine's message) for a 4xx."""
-    status = response.status_code
+async def _read_to_end(response: aiohttp.ClientResponse) -> None:
+    """Read what follows ``[DONE]`` (the chunked body's end), so the connection is reused;
+    give up after a moment (the connection is then closed instead)."""
+    try:
+        async with asyncio.timeout(_END_GRACE_S):
+            await response.content.read()
+    except (TimeoutError, aiohttp.ClientError):
+        pass
+
+
+async def _raise_for(url: str, response: aiohttp.ClientResponse) -> None:
+    """EngineDown for a 5xx, EngineRejected (with the engine's message) for a 4xx (reads
+    the body of a failed response)."""
+    status = response.status
     if status < 400:
         return
+    text = await response.text(errors="replace")
     try:
-        message = response.json().get("error", {}).get("message") or response.text
+        message = json.loads(text).get("error", {}).get("message") or text
     except (ValueError, AttributeError):
-        message = response.text
-    text = f"{url}: HTTP {status}: {str(message).strip()[:500]}"
+        message = text
+    detail = f"{url}: HTTP {status}: {str(message).strip()[:500]}"
     if status >= 500:
-        raise EngineDown(text)
-    raise EngineRejected(text, status)
+        raise EngineDown(detail)
+    raise EngineRejected(detail, status)
 
 
-def _describe(exc: httpx.TransportError) -> str:
-    """A short reason for a transport failure (httpx's messages are often empty)."""
+def _describe(exc: BaseException) -> str:
+    """A short reason for a transport failure (the library's messages are often empty)."""
+    if isinstance(exc, TimeoutError):
+        return "timed out"
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

@@ -1,0 +1,300 @@
+"""What one hop through Eclectus costs in front of stock vLLM: ``python -m
+eclectus.benchmarks.front_cpu --vllm-python /opt/vllm-venv/bin/python``.
+
+One stock vLLM server (its API server and its EngineCore in two processes, the model run in
+the EngineCore: ``--distributed-executor-backend uni``) and one ``eclectus serve
+--engine-url`` in front of it. vLLM's own client (``vllm.benchmarks.serve --backend openai
+--endpoint /v1/completions --ignore-eos --request-rate inf``, evals/vllm_bench.py) runs each
+workload straight at vLLM and through Eclectus, the order alternating per round, the prefix
+cache emptied before each run. Around each run the CPU seconds (user + system, /proc) of
+every process are read, so each path's front is charged per request: vLLM's API server
+straight, Eclectus's process (plus vLLM's API server behind it) through Eclectus.
+
+``--py-spy DIR``: after the measured rounds, one more run per workload and path with
+``py-spy record`` on the front (Eclectus's process, or vLLM's API server straight); the raw
+stacks go to DIR and the top entries (self and total share of the busy samples per
+function) are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from eclectus.evals.budget import Budget
+from eclectus.evals.servers import EclectusRemoteProcess, ServerProcess, VllmProcess
+from eclectus.evals.vllm_bench import WORKLOADS, run_bench
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+SPY_RATE = 200  # py-spy samples a second
+# leaf frames where a thread waits rather than runs (py-spy's own idle check, which reads
+# the OS thread state, misses these on a loaded machine)
+IDLE_LEAVES = frozenset(
+    {"_worker", "Condition.wait", "EpollSelector.select", "_PollLikeSelector.select"}
+)
+
+
+@dataclass
+class SplitVllmProcess(VllmProcess):
+    """Stock vLLM as it deploys by default: the API server in one process, the EngineCore
+    (running the model itself, no worker process spinning beside it) in another."""
+
+    def command(self) -> list[str]:
+        return [*super().command(), "--distributed-executor-backend", "uni"]
+
+    def environment(self) -> dict[str, str]:
+        env = super().environment()
+        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"
+        env["OMP_NUM_THREADS"] = str(self.budget.num_threads)
+        return env
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid``, all its threads (reads /proc); 0 when
+    it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _CLK_TCK  # utime, stime (after comm)
+
+
+def children(pid: int) -> list[int]:
+    """The live child processes of ``pid`` (reads /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(stat.parent.name))
+    return found
+
+
+def load_average() -> float:
+    """The 1-minute load average (reads /proc)."""
+    return float(Path("/proc/loadavg").read_text().split()[0])
+
+
+@dataclass
+class Processes:
+    """The pids whose CPU is charged: vLLM's API server and EngineCore, Eclectus's front."""
+
+    vllm_api: int
+    vllm_core: list[int]
+    front: int
+
+    def sample(self) -> dict[str, float]:
+        """CPU seconds so far, per role (reads /proc)."""
+        return {
+            "vllm_api": cpu_seconds(self.vllm_api),
+            "vllm_core": sum(map(cpu_seconds, self.vllm_core)),
+            "eclectus": cpu_seconds(self.front),
+        }
+
+
+@dataclass
+class Run:
+    workload: str
+    path: str  # "straight" or "eclectus"
+    round: int
+    num_requests: int
+    metrics: dict[str, float]
+    cpu_s: dict[str, float]  # per role, during the run
+    load: float
+
+    def cpu_ms_per_request(self, role: str) -> float:
+        return 1000.0 * self.cpu_s[role] / self.num_requests
+
+
+def num_prompts(workload: str) -> int:
+    args = WORKLOADS[workload]
+    return int(args[args.index("--num-prompts") + 1])
+
+
+def measure(
+    python: str, server: ServerProcess, procs: Processes, workload: str, seed: int, out: Path
+) -> tuple[dict[str, float], dict[str, float], float]:
+    """One client run (blocking); its metrics, the CPU each role spent during it, the load."""
+    before = procs.sample()
+    metrics = run_bench(python, server, Path(server.model_dir), workload, seed, out)
+    after = procs.sample()
+    return metrics, {k: after[k] - before[k] for k in after}, load_average()
+
+
+@contextlib.contextmanager
+def py_spy(pid: int, out: Path) -> Iterator[None]:
+    """``py-spy record`` on ``pid`` (raw stacks) while the block runs."""
+    exe = Path(sys.executable).with_name("py-spy")
+    cmd = [str(exe), "record", "-p", str(pid), "-f", "raw", "-r", str(SPY_RATE), "-o", str(out)]
+    spy = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield
+    finally:
+        spy.send_signal(signal.SIGINT)  # py-spy writes what it sampled and exits
+        spy.wait(timeout=60)
+
+
+def top_entries(raw: Path, n: int = 15) -> tuple[int, list[tuple[str, float, float]]]:
+    """The busy samples of a py-spy raw file (idle waits left out) and (function, self %,
+    total %) of the ``n`` functions with the most self samples among them (pure read)."""
+    own: Counter[str] = Counter()
+    total: Counter[str] = Counter()
+    num_busy = 0
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        frames = [_short(f) for f in stack.split(";")]
+        if frames[-1].split(" (")[0] in IDLE_LEAVES:
+            continue
+        num_busy += int(count)
+        own[frames[-1]] += int(count)
+        for frame in set(frames):
+            total[frame] += int(count)
+    ranked = sorted(total, key=lambda f: (-own[f], -total[f]))[:n]
+    busy = max(num_busy, 1)
+    return num_busy, [(f, 100 * own[f] / busy, 100 * total[f] / busy) for f in ranked]
+
+
+def _short(frame: str) -> str:
+    """``fn (path/to/file.py:12)`` -> ``fn (file.py)``: one entry per function."""
+    name, _, where = frame.partition(" (")
+    return f"{name} ({Path(where.split(':')[0]).name})" if where else name
+
+
+def _spread(values: list[float], digits: int) -> str:
+    """``median (min-max)``."""
+    med, lo, hi = statistics.median(values), min(values), max(values)
+    return f"{med:.{digits}f} ({lo:.{digits}f}-{hi:.{digits}f})"
+
+
+def table(runs: list[Run]) -> str:
+    """Per workload and path: medians and ranges of duration, TTFT, CPU per request."""
+    lines = [
+        "| workload | path | duration s | TTFT ms | front CPU ms/req | vLLM API ms/req | "
+        "EngineCore ms/req | rounds | load |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for workload in dict.fromkeys(r.workload for r in runs):
+        medians: dict[str, dict[str, float]] = {}
+        for path in ("straight", "eclectus"):
+            mine = [r for r in runs if (r.workload, r.path) == (workload, path)]
+            if not mine:
+                continue
+            front = "vllm_api" if path == "straight" else "eclectus"
+            cols = {
+                "duration": [r.metrics["duration"] for r in mine],
+                "ttft": [r.metrics["mean_ttft_ms"] for r in mine],
+                "front": [r.cpu_ms_per_request(front) for r in mine],
+                "api": [r.cpu_ms_per_request("vllm_api") for r in mine],
+                "core": [r.cpu_ms_per_request("vllm_core") for r in mine],
+            }
+            medians[path] = {k: statistics.median(v) for k, v in cols.items()}
+            cells = [_spread(v, 2 if k == "duration" else 1) for k, v in cols.items()]
+            loads = [r.load for r in mine]
+            load = f"{min(loads):.1f}-{max(loads):.1f}"
+            lines.append(f"| {workload} | {path} | {' | '.join(cells)} | {len(mine)} | {load} |")
+        if len(medians) == 2:
+            e, s = medians["eclectus"], medians["straight"]
+            lines.append(
+                f"| {workload} | eclectus / straight | {e['duration'] / s['duration']:.2f}x | "
+                f"{e['ttft'] / s['ttft']:.2f}x | {e['front'] / s['front']:.2f}x | | | | |"
+            )
+    return "\n".join(lines)
+
+
+def profile(
+    python: str, paths: dict[str, ServerProcess], procs: Processes, workloads: list[str], out: Path
+) -> None:
+    """One more run per workload and path with py-spy on its front; print the top entries."""
+    out.mkdir(parents=True, exist_ok=True)
+    for workload in workloads:
+        for path, pid in (("eclectus", procs.front), ("straight", procs.vllm_api)):
+            raw = out / f"{path}-{workload}.txt"
+            with py_spy(pid, raw):
+                measure(python, paths[path], procs, workload, 999, out)
+            num_busy, entries = top_entries(raw)
+            ms = 1000 * num_busy / SPY_RATE / num_prompts(workload)
+            print(f"\n{path} {workload} ({raw}): {ms:.1f} ms busy a request", flush=True)
+            for name, own, total in entries:
+                print(f"  {own:5.1f}% self {total:5.1f}% total  {name}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--vllm-python", required=True)
+    parser.add_argument("--model", default="tiny")
+    parser.add_argument("--workloads", default="random,prefix-1x2048")
+    parser.add_argument("--rounds", type=int, default=3, help="measured rounds (+1 warm-up)")
+    parser.add_argument("--front-flags", default="", help="more `eclectus serve` flags")
+    parser.add_argument("--py-spy", type=Path, default=None, help="profile the fronts into DIR")
+    parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "front-cpu")
+    parser.add_argument("--startup-timeout", type=float, default=900.0)
+    args = parser.parse_args(argv)
+    from eclectus.models.presets import resolve_model_dir
+
+    model_dir = resolve_model_dir(args.model)
+    workloads = args.workloads.split(",")
+    args.out.mkdir(parents=True, exist_ok=True)
+    budget = Budget()
+    vllm = SplitVllmProcess(
+        "vllm",
+        model_dir,
+        budget,
+        args.out / "vllm.log",
+        python=args.vllm_python,
+        served_name=model_dir.name,
+        startup_timeout_s=args.startup_timeout,
+    )
+    front = EclectusRemoteProcess(
+        "eclectus",
+        model_dir,
+        budget,
+        args.out / "eclectus.log",
+        serve_flags=tuple(args.front_flags.split()),
+        engines=[vllm],
+        startup_timeout_s=args.startup_timeout,
+    )
+    runs: list[Run] = []
+    try:
+        vllm.start()
+        front.start()
+        assert vllm.proc is not None and front.proc is not None
+        procs = Processes(vllm.proc.pid, children(vllm.proc.pid), front.proc.pid)
+        paths: dict[str, ServerProcess] = {"straight": vllm, "eclectus": front}
+        for r in range(args.rounds + 1):  # round 0 warms up
+            order = list(paths) if r % 2 else list(paths)[::-1]
+            for workload in workloads:
+                for path in order:
+                    metrics, cpu, load = measure(
+                        args.vllm_python, paths[path], procs, workload, 1000 + r, args.out
+                    )
+                    run = Run(workload, path, r, num_prompts(workload), metrics, cpu, load)
+                    per_req = {k: round(run.cpu_ms_per_request(k), 2) for k in cpu}
+                    print(
+                        f"round {r} {workload} {path}: {metrics} cpu ms/req {per_req} load {load}"
+                    )
+                    if r:
+                        runs.append(run)
+        print(table(runs), flush=True)
+        if args.py_spy is not None:
+            profile(args.vllm_python, paths, procs, workloads, args.py_spy)
+    finally:
+        front.stop()
+        vllm.stop()
+    print(datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
