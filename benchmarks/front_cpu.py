@@ -39,9 +39,10 @@ from eclectus.evals.vllm_bench import WORKLOADS, run_bench
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 SPY_RATE = 200  # py-spy samples a second
 # leaf frames where a thread waits rather than runs (py-spy's own idle check, which reads
-# the OS thread state, misses these on a loaded machine)
+# the OS thread state, misses these on a loaded machine); ``Runner.run`` as a leaf is
+# uvloop's C loop (vLLM's API server), which polls there
 IDLE_LEAVES = frozenset(
-    {"_worker", "Condition.wait", "EpollSelector.select", "_PollLikeSelector.select"}
+    {"_worker", "Condition.wait", "EpollSelector.select", "_PollLikeSelector.select", "Runner.run"}
 )
 
 

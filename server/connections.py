@@ -6,6 +6,10 @@ uvicorn's HTTP protocol waits forever for a half-sent head and takes any number 
 connections per address; these subclasses of its protocols add both limits (the WebSocket one
 only gives the connection back when it ends, since an upgraded connection changes protocol
 object). The counts are kept per transport, so a connection is released exactly once.
+
+HTTP is parsed by httptools (llhttp, in C), as vLLM's and uvicorn's default ``auto`` choose:
+every streamed token leaves as one SSE chunk, and h11's pure-Python event machinery cost
+the front more per chunk than everything else it does (docs/benchmarks.md, #28 part 2).
 """
 
 from __future__ import annotations
@@ -15,9 +19,16 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
+# a request head longer than this is refused (h11's default, which the server used before;
+# llhttp itself takes heads of any length)
+MAX_HEAD_BYTES = 16 << 10
+_TOO_LONG = (
+    b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\n"
+    b"connection: close\r\n\r\n"
+)
 _TOO_MANY_BODY = b"too many connections; retry later\n"
 _TOO_MANY = (
     b"HTTP/1.1 429 Too Many Requests\r\ncontent-type: text/plain; charset=utf-8\r\n"
@@ -66,11 +77,14 @@ class ConnectionGuard:
 
 
 def _guarded_http(guard: ConnectionGuard) -> type[asyncio.Protocol]:
-    class GuardedH11Protocol(H11Protocol):
-        """H11Protocol with a per-address cap and a deadline for every request head."""
+    class GuardedHttpProtocol(HttpToolsProtocol):
+        """HttpToolsProtocol with a per-address cap, and a deadline and a size limit for
+        every request head."""
 
         _head_timer: asyncio.TimerHandle | None = None
         _armed_cycle: object = None
+        _head_bytes = 0  # received since the armed cycle's head began, while it is unfinished
+        _upgraded = False  # a WebSocket took the connection over
 
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
@@ -86,6 +100,7 @@ def _guarded_http(guard: ConnectionGuard) -> type[asyncio.Protocol]:
             the connection unless a new request cycle began since it was armed."""
             self._cancel_head_timer()
             self._armed_cycle = self.cycle
+            self._head_bytes = 0
             self._head_timer = self.loop.call_later(guard.head_timeout_s, self._head_timeout)
 
         def _cancel_head_timer(self) -> None:
@@ -99,21 +114,32 @@ def _guarded_http(guard: ConnectionGuard) -> type[asyncio.Protocol]:
                 guard.num_head_timeouts += 1
                 self.transport.close()
 
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if self._upgraded or self.cycle is not self._armed_cycle or self.transport.is_closing():
+                return  # a head completed (what follows it is the body's, limited elsewhere)
+            self._head_bytes += len(data)
+            if self._head_bytes > MAX_HEAD_BYTES:
+                self._cancel_head_timer()
+                self.transport.write(_TOO_LONG)
+                self.transport.close()
+
         def on_response_complete(self) -> None:
             super().on_response_complete()
             if not self.transport.is_closing():
                 self._arm_head_timer()
 
-        def handle_websocket_upgrade(self, event: Any) -> None:
+        def handle_websocket_upgrade(self) -> None:
             self._cancel_head_timer()  # the WebSocket protocol takes over (hello deadline)
-            super().handle_websocket_upgrade(event)
+            self._upgraded = True
+            super().handle_websocket_upgrade()
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._cancel_head_timer()
             guard.close(self.transport)
             super().connection_lost(exc)
 
-    return GuardedH11Protocol
+    return GuardedHttpProtocol
 
 
 def _guarded_ws(guard: ConnectionGuard) -> type[asyncio.Protocol]:

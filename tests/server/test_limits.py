@@ -16,6 +16,7 @@ from ws_helpers import RawClient, ServerFactory, map_reduce
 
 from eclectus.server.auth import bearer_token
 from eclectus.server.config import ServerConfig, read_token_file
+from eclectus.server.connections import MAX_HEAD_BYTES
 from eclectus.server.metrics import parse_prometheus
 
 
@@ -45,6 +46,31 @@ async def test_half_sent_heads_are_capped_and_time_out(make_server: ServerFactor
         assert await closed_within(reader, 2) == b""
     async with httpx.AsyncClient() as http:
         assert (await http.get(server.http_url + "/healthz")).status_code == 200
+
+
+async def test_a_head_over_the_limit_is_refused_in_pieces_or_whole(
+    make_server: ServerFactory,
+) -> None:
+    """A request head longer than MAX_HEAD_BYTES gets a 431 and a closed connection, whether
+    it arrives in one write or dribbles in; a body of any size after a short head is the
+    body limit's business, and keep-alive requests each get a fresh allowance."""
+    server = await make_server()
+    for pieces in (1, 64):
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        head = b"GET /healthz HTTP/1.1\r\nHost: x\r\nx-pad: " + b"a" * (MAX_HEAD_BYTES + 1)
+        step = len(head) // pieces + 1
+        for start in range(0, len(head), step):
+            writer.write(head[start : start + step])
+            await writer.drain()
+        assert (await closed_within(reader, 2)).startswith(b"HTTP/1.1 431")
+        writer.close()
+    async with httpx.AsyncClient() as http:
+        body = {"model": "m" * (MAX_HEAD_BYTES * 2), "prompt": "hi", "max_tokens": 1}
+        answer = await http.post(server.openai_url + "/completions", json=body)
+        assert answer.status_code == 404 and "does not exist" in answer.text  # the app's answer
+        pad = {"x-pad": "a" * (MAX_HEAD_BYTES // 2)}
+        for _ in range(3):  # 3 x 8 KiB of heads on one connection: each within the limit
+            assert (await http.get(server.http_url + "/healthz", headers=pad)).status_code == 200
 
 
 async def test_a_connection_without_hello_is_closed(make_server: ServerFactory) -> None:
