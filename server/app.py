@@ -135,9 +135,9 @@ class EclectusServer:
     def metrics_text(self) -> str:
         """The /metrics page (pure): counts only, nothing about any tenant's prompts."""
         tenants = Counter(
-            "none" if s.app.tenant is None else s.app.tenant
+            "none" if s.handle.tenant is None else s.handle.tenant
             for s in self.ctx.sessions
-            if s.app is not None
+            if s.handle is not None
         )
         gauges = {
             **self.scheduler.gauges(),

@@ -53,6 +53,7 @@ from eclectus.protocol.openai_tools import (
 )
 from eclectus.protocol.sampling import COMPLETIONS_DEFAULT_MAX_TOKENS
 from eclectus.protocol.tool_formats import ToolFormatName
+from eclectus.server.app_handle import AppHandle
 from eclectus.server.auth import AuthFailure, bearer_token
 from eclectus.server.backend import EngineOutput, RequestRefused, check_constraint
 from eclectus.server.errors import ServerError
@@ -78,7 +79,6 @@ from eclectus.server.openai_token_ids import (
     token_prompts,
     tokenize,
 )
-from eclectus.server.scheduler import AppState
 from eclectus.server.session import ServerContext
 
 SHUTTING_DOWN = "the server is shutting down"
@@ -90,7 +90,7 @@ Chunk = tuple[int, str, tuple[int, ...]]  # prompt index, new text, new token id
 class _Job:
     """One request's graph in the scheduler and what its outputs have produced so far."""
 
-    app: AppState
+    handle: AppHandle
     outputs: list[str]  # output var ids, one per prompt
     streaming: bool  # whether text and ids are queued as they come (SSE) or only finals
     interval: int = 1  # a stream's tokens per chunk (``stream_interval``)
@@ -397,7 +397,8 @@ class OpenAIApi:
         calls). ``interval``: a stream's tokens per chunk, which the engine may batch too (a
         whole response reads only the final ids: its calls count as unwatched)."""
         scheduler = self.ctx.scheduler
-        app = scheduler.open_app(base, tenant)
+        handle = AppHandle.open(scheduler, base, tenant)
+        app = handle.app
         calls = []
         num_tokens: dict[str, int] = {}  # a text prompt's token count, for the size check
         for i, (prompt, ids) in enumerate(zip(prompts, tokens, strict=True)):
@@ -411,17 +412,17 @@ class OpenAIApi:
         try:
             staged = stage(app.graph, Submit(calls=calls), self.ctx.config, count)
         except ServerError as exc:
-            scheduler.forget_app(app)  # nothing of it ran
+            handle.forget()  # nothing of it ran
             raise ApiError(400, _name_prompts(exc.message), "prompt") from None
-        app.graph.add(staged.variables, staged.nodes)
-        job = _Job(app, [f"out{i}" for i in range(len(prompts))], stream, interval)
+        handle.submit(staged)
+        job = _Job(handle, [f"out{i}" for i in range(len(prompts))], stream, interval)
         app.on_output = job.on_output  # streamed text and generated ids, per prompt
         app.watch_interval = interval if stream else None
         self.jobs.add(job)
+        objective = objective_for_get("latency", None, scheduler.clock(), priority)
         for var_id in job.outputs:
-            app.graph.vars[var_id].watchers.append(job.chunks.put_nowait)
-            objective = objective_for_get("latency", None, scheduler.clock(), priority)
-            scheduler.activate(app, var_id, objective)
+            handle.watch(var_id, job.chunks.put_nowait)  # just added: pending, so watched
+            handle.get(var_id, objective)
         return job
 
     async def _wait(self, request: Request, job: _Job) -> list[Variable] | None:
@@ -438,7 +439,7 @@ class OpenAIApi:
                     job.num_final += 1
         finally:
             disconnected.cancel()
-        return [job.app.graph.vars[v] for v in job.outputs]
+        return [job.handle.graph.vars[v] for v in job.outputs]
 
     async def _stream(
         self,
@@ -510,14 +511,14 @@ class OpenAIApi:
         often runs because the request was cancelled."""
         self.jobs.discard(job)
         with anyio.CancelScope(shield=True):
-            await self.ctx.scheduler.close_app(job.app, "client disconnected")
+            await job.handle.close("client disconnected")
 
     async def abort_all(self, message: str) -> None:
         """Fail every request in flight with ``message``, and refuse those still being
         tokenized (shutdown) (mutates)."""
         self.closed = True
         for job in list(self.jobs):
-            await self.ctx.scheduler.close_app(job.app, message)
+            await job.handle.close(message)
 
     # -- helpers ----------------------------------------------------------------------------
 

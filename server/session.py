@@ -48,6 +48,7 @@ from eclectus.protocol import (
     Value,
     Welcome,
 )
+from eclectus.server.app_handle import AppHandle
 from eclectus.server.auth import Authenticator, AuthFailure
 from eclectus.server.backend import Backend, RequestRefused, check_constraint
 from eclectus.server.config import ServerConfig
@@ -74,7 +75,7 @@ from eclectus.server.graph import Graph, Variable, VarState
 from eclectus.server.metrics import Metrics
 from eclectus.server.objectives import objective_for_get
 from eclectus.server.release import release
-from eclectus.server.scheduler import AppState, Scheduler
+from eclectus.server.scheduler import Scheduler
 from eclectus.server.transport import Disconnected, Transport
 
 log = logging.getLogger(__name__)
@@ -103,7 +104,7 @@ class ServerContext:
 
     def sessions_of(self, tenant: str | None) -> int:
         """Open sessions of ``tenant`` (pure)."""
-        return sum(1 for s in self.sessions if s.app is not None and s.app.tenant == tenant)
+        return sum(1 for s in self.sessions if s.handle is not None and s.handle.tenant == tenant)
 
 
 class Session:
@@ -113,7 +114,7 @@ class Session:
         self.ws = ws
         self.ctx = ctx
         self.address = address  # the client's IP address (auth failures are limited per one)
-        self.app: AppState | None = None
+        self.handle: AppHandle | None = None  # its app in the scheduler, from hello on
         self.outbox: asyncio.Queue[str | None] = asyncio.Queue()
         self.close_code: int | None = None  # set: stop reading and close with this code
         self.close_reason = ""
@@ -168,7 +169,7 @@ class Session:
         which only runs while no get is waiting for an answer."""
         config = self.ctx.config
         while True:
-            timeout = config.handshake_timeout_s if self.app is None else config.idle_timeout_s
+            timeout = config.handshake_timeout_s if self.handle is None else config.idle_timeout_s
             if self._recv is None:
                 self._recv = loop.create_task(self.ws.recv())
             remaining = max(self.last_active + timeout - loop.time(), 0.0)
@@ -182,14 +183,14 @@ class Session:
                 if self.close_code is None:  # set already when a slow reader is cut off
                     self.close_code, self.close_reason = _GOING_AWAY, self.shut_message
                 return None
-            if self.app is not None and self.num_waiting > 0:
+            if self.handle is not None and self.num_waiting > 0:
                 self.last_active = loop.time()  # busy: the idle clock starts afresh
                 continue
             if loop.time() < self.last_active + timeout:
                 continue  # an answer moved last_active while we waited
-            kind = "hello" if self.app is None else "idle"
+            kind = "hello" if self.handle is None else "idle"
             self.ctx.metrics.timeouts[kind] += 1
-            reason = "no hello in time" if self.app is None else "idle session"
+            reason = "no hello in time" if self.handle is None else "idle session"
             self.close_code, self.close_reason = _GOING_AWAY, reason
             return None
 
@@ -212,7 +213,7 @@ class Session:
             self.send(
                 Error(id=frame_id, code=exc.code, message=exc.message, field=exc.field, var=exc.var)
             )
-            if self.app is None and self.ctx.config.auth_required:
+            if self.handle is None and self.ctx.config.auth_required:
                 self.close_code = _POLICY_VIOLATION  # with auth on, only a valid hello opens
         except Exception as exc:  # a handler bug must not end the session or the server
             # one traceback per session, then one line each: a client that found a bug
@@ -225,7 +226,7 @@ class Session:
         """Apply one valid frame (mutates the session, its graph and the scheduler)."""
         if isinstance(frame, Hello):
             self._hello(frame)
-        elif self.app is None:
+        elif self.handle is None:
             if not self.ctx.config.auth_required:
                 raise ServerError("bad_request", "send hello first", field="type")
             frame_id = getattr(frame, "id", None)
@@ -235,21 +236,21 @@ class Session:
         elif isinstance(frame, Get):
             self._get(frame, frame.id)
         elif isinstance(frame, Set):
-            self.ctx.scheduler.set_value(self.app, frame.var, frame.value)
+            self.handle.set_value(frame.var, frame.value)
             self.send(Ack(id=frame.id))
         elif isinstance(frame, Cancel):
-            self.app.graph.var(frame.var)
-            self.ctx.scheduler.cancel(self.app, frame.var)
+            self.handle.graph.var(frame.var)
+            self.handle.cancel(frame.var)
             self.send(Ack(id=frame.id))
         elif isinstance(frame, Release):
-            release(self.app.graph, frame.vars)
+            release(self.handle.graph, frame.vars)
             self.send(Ack(id=frame.id))
         elif isinstance(frame, Tokenize):
             self.ctx.config.check_model(frame.model, "model")
             # a long text is encoded on the prompt tokenizer's worker: the loop keeps serving
             tokenize = self.ctx.scheduler.prompt_tokenizer.tokenize_prompt
             ids = list((await tokenize((frame.text,), False)).token_ids)
-            if self.app is None:  # the client left while the text was encoded
+            if self.handle is None:  # the client left while the text was encoded
                 return
             self.send(Tokens(id=frame.id, count=len(ids), ids=ids))
         elif isinstance(frame, Close):
@@ -258,7 +259,7 @@ class Session:
 
     def _hello(self, frame: Hello) -> None:
         config = self.ctx.config
-        if self.app is not None:
+        if self.handle is not None:
             raise ServerError("bad_request", "hello was already sent", field="type")
         try:
             tenant = self.ctx.auth.authenticate(frame.token, self.address).tenant
@@ -287,7 +288,7 @@ class Session:
             self._refuse(frame.id, "limit_exceeded", message, None)
             return
         session_id = secrets.token_hex(8)
-        self.app = self.ctx.scheduler.open_app(session_id, tenant)
+        self.handle = AppHandle.open(self.ctx.scheduler, session_id, tenant)
         self.ctx.sessions.add(self)
         self.ctx.metrics.sessions = len(self.ctx.sessions)
         self.ctx.metrics.sessions_total += 1
@@ -316,8 +317,8 @@ class Session:
         """Stage, size-check and add a fragment, then run its gets (mutates). A big fragment
         is staged and its tokens counted on a worker thread, and the gets yield between
         them, so a submit costs other sessions a few ms of event loop at a time."""
-        assert self.app is not None
-        graph, config = self.app.graph, self.ctx.config
+        assert self.handle is not None
+        graph, config = self.handle.graph, self.ctx.config
         limit = config.max_prompt_tokens
         if len(frame.vars) + len(frame.calls) + len(frame.ops) > _INLINE_SUBMIT_ITEMS:
             staged, prompts, counts = await asyncio.to_thread(self._stage, graph, frame)
@@ -328,15 +329,15 @@ class Session:
             counts = await asyncio.to_thread(self._count_tokens, todo) if todo else {}
         check_prompt_sizes(prompts, lambda text, first: counts[text, first], limit)
         await self._check_constraints(staged)
-        if self.app is None:  # the client left while we were away
+        if self.handle is None:  # the client left while we were away
             return
         check_still_applies(graph, staged, frame)
-        graph.add(staged.variables, staged.nodes)
+        self.handle.submit(staged)
         self.send(Ack(id=frame.id))
         for i, spec in enumerate(frame.gets):
             if i:
                 await asyncio.sleep(0)  # each get walks the graph: let others run between
-            if self.app is None:
+            if self.handle is None:
                 return
             self._get(spec, frame.id)
 
@@ -379,8 +380,9 @@ class Session:
 
     def _get(self, spec: Get | GetSpec, frame_id: str | None) -> None:
         """Watch the variable, answer when it is final, and activate its upstream."""
-        assert self.app is not None
-        variable = self.app.graph.var(spec.var)
+        handle = self.handle
+        assert handle is not None
+        variable = handle.graph.var(spec.var)
         loop = asyncio.get_running_loop()
         started = loop.time()
         limit = self.ctx.config.max_pending_gets_per_session
@@ -413,25 +415,22 @@ class Session:
                     )
                 )
 
-        if variable.state is not VarState.PENDING:
-            if spec.stream and variable.state is VarState.READY:
-                self.send(Delta(id=frame_id, var=variable.var_id, text=variable.value or ""))
-            answer(variable)
-            return
-        if spec.stream:
-            variable.streamers.append(
-                lambda text: self.send(Delta(id=frame_id, var=spec.var, text=text))
-            )
-        self.num_waiting += 1
-
         def answer_waiting(var: Variable) -> None:
             self.num_waiting -= 1
             self.last_active = loop.time()
             answer(var)
 
-        variable.watchers.append(answer_waiting)
+        def delta(text: str) -> None:
+            self.send(Delta(id=frame_id, var=spec.var, text=text))
+
+        if not handle.watch(spec.var, answer_waiting, delta if spec.stream else None):
+            if spec.stream and variable.state is VarState.READY:
+                delta(variable.value or "")
+            answer(variable)  # final already
+            return
+        self.num_waiting += 1
         objective = objective_for_get(spec.criteria, spec.deadline_ms, self.ctx.scheduler.clock())
-        self.ctx.scheduler.activate(self.app, spec.var, objective)
+        handle.get(spec.var, objective)
 
     # -- output and teardown --------------------------------------------------------------
 
@@ -460,7 +459,8 @@ class Session:
     def _disconnect(self, reason: str) -> None:
         """End the session from a synchronous callback: stop reading, release it and close
         with 1008 and ``reason`` (mutates; once)."""
-        log.info("session %s disconnected: %s", self.app.session_id if self.app else "-", reason)
+        session_id = self.handle.session_id if self.handle else "-"
+        log.info("session %s disconnected: %s", session_id, reason)
         self._cut_off = True
         self.close_code, self.close_reason = _POLICY_VIOLATION, reason
         self.shut_message = reason  # what its pending gets fail with
@@ -493,9 +493,9 @@ class Session:
         self.stopping.set()
 
     async def _release(self) -> None:
-        if self.app is not None:
-            app, self.app = self.app, None
-            await self.ctx.scheduler.close_app(app, self.shut_message)
-            log.info("session %s closed", app.session_id)
+        if self.handle is not None:
+            handle, self.handle = self.handle, None
+            await handle.close(self.shut_message)
+            log.info("session %s closed", handle.session_id)
         self.ctx.sessions.discard(self)
         self.ctx.metrics.sessions = len(self.ctx.sessions)
