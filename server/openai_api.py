@@ -528,8 +528,10 @@ class OpenAIApi:
         return asked or self.ctx.config.served_model_names[0]
 
     def _count(self, request: Request, response: Response) -> Response:
-        """Count a response for /metrics (mutates) and return it."""
-        route = request.url.path if request.url.path.startswith("/v1/") else "other"
+        """Count a response for /metrics (mutates) and return it. The path is read from
+        the scope: ``request.url`` builds a whole URL object (~35 us a response)."""
+        path = request.scope["path"]
+        route = path if path.startswith("/v1/") else "other"
         if route not in ("/v1/models", "/v1/completions", "/v1/chat/completions"):
             route = "/v1/unknown"
         self.ctx.metrics.http_responses[(route, str(response.status_code))] += 1
