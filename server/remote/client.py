@@ -17,12 +17,15 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
+import msgspec
 
 from eclectus.server.remote.errors import EngineDown, EngineRejected
 
 # after [DONE] the engine ends the response at once; a stream still open after this long
 # is closed (and its connection with it) rather than waited for
 _END_GRACE_S = 1.0
+# every streamed token arrives as one JSON chunk: msgspec decodes one ~4x faster than json
+_DECODER = msgspec.json.Decoder()
 # a stream's line may hold a whole prompt's ids (vLLM's first chunk, return_token_ids): up
 # to twice this many bytes (aiohttp's limit on one line)
 _READ_BUFSIZE = 4 << 20
@@ -130,13 +133,13 @@ class EngineClient:
                     if data == b"[DONE]":
                         await _read_to_end(response)
                         return
-                    chunk = json.loads(data)
+                    chunk = _DECODER.decode(data)
                     if "error" in chunk:  # vLLM reports a failure inside the stream
                         raise EngineDown(f"{self.url}: {chunk['error']}")
                     yield chunk
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise EngineDown(f"{self.url}: {_describe(exc)}") from None
-        except ValueError as exc:  # a chunk that is not JSON, or a line over the limit
+        except ValueError as exc:  # not JSON (msgspec.DecodeError), or a line over the limit
             raise EngineDown(f"{self.url}: a bad stream chunk ({exc})") from None
         raise EngineDown(f"{self.url}: the stream ended without [DONE]")
 
