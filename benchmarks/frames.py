@@ -1,7 +1,7 @@
 """``python -m eclectus.benchmarks.frames``: what validating one client frame costs.
 
 A session turns each text frame into a model with ``json.loads`` then
-``CLIENT_FRAME.validate_python`` (server/session.py), on the event loop. This bench builds
+``CLIENT_FRAME.validate_python`` (server/front/session.py), on the event loop. This bench builds
 realistic ``submit`` frames (N calls of 4-6 segments mixing text, inputs and outputs with
 sampling specs, as the SDK sends them) and times that parse, best of ``--repeats``, against
 the baseline in the same process: the same frame models with the pre-discriminator segment
@@ -100,7 +100,7 @@ def baseline(text: str) -> BaseModel:
 
 
 def current(text: str) -> BaseModel:
-    """The session's two steps (server/session.py: ``_decode`` then ``validate_python``)."""
+    """The session's two steps (server/front/session.py: ``_decode`` then ``validate_python``)."""
     return CLIENT_FRAME.validate_python(json.loads(text))
 
 

@@ -657,7 +657,7 @@ def _map_reduce(num_maps: int, max_tokens: int, tag: str) -> dict[str, Any]:
 
 
 def _metrics(http_url: str) -> dict[str, float]:
-    from eclectus.server.metrics import parse_prometheus
+    from eclectus.server.front.metrics import parse_prometheus
 
     return parse_prometheus(httpx.get(f"{http_url}/metrics", timeout=10).text)
 

@@ -32,8 +32,8 @@ from typing import Any
 
 from websockets.asyncio.client import connect
 
-from eclectus.server.app import start_server
 from eclectus.server.config import ServerConfig
+from eclectus.server.front.app import start_server
 from eclectus.server.remote import RemoteConfig, RoutingPolicy, build_remote_backend
 from eclectus.server.remote.kv_subscriber import KVEventsEndpoint
 

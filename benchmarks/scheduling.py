@@ -19,9 +19,9 @@ from typing import Any
 
 from websockets.asyncio.client import ClientConnection, connect
 
-from eclectus.server.app import build_backend, start_server
 from eclectus.server.backend import Backend
 from eclectus.server.config import ServerConfig
+from eclectus.server.front.app import build_backend, start_server
 
 
 def background_frame(num_calls: int, max_tokens: int) -> dict[str, Any]:

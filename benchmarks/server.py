@@ -20,8 +20,8 @@ def server_url(url: str | None, token: str | None = None) -> Iterator[str]:
     if url is not None:
         yield url
         return
-    from eclectus.server.app import serve_in_thread
     from eclectus.server.config import ServerConfig
+    from eclectus.server.front.app import serve_in_thread
 
     with serve_in_thread(ServerConfig(port=0, model="tiny", token=token)) as server:
         yield server.url

@@ -19,9 +19,9 @@ import time
 import urllib.request
 
 from eclectus.models.presets import PRESET_NOTES
-from eclectus.server.app import EclectusServer, start_server
 from eclectus.server.config import ServerConfig
-from eclectus.server.metrics import parse_prometheus
+from eclectus.server.front.app import EclectusServer, start_server
+from eclectus.server.front.metrics import parse_prometheus
 
 DOCS = (
     "The Parrot paper describes serving LLM applications as graphs of semantic variables.",

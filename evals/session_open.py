@@ -24,8 +24,8 @@ from websockets.asyncio.client import connect as ws_connect
 
 from eclectus.adapters.client import connect
 from eclectus.evals.proxy import DelayProxy
-from eclectus.server.app import serve_in_thread
 from eclectus.server.config import ServerConfig
+from eclectus.server.front.app import serve_in_thread
 
 
 async def one_round_trip(url: str) -> float:

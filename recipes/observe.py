@@ -13,7 +13,7 @@ from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
 
-from eclectus.server.metrics import parse_prometheus
+from eclectus.server.front.metrics import parse_prometheus
 
 PROGRESS_EVERY_S = 2.0  # between lines when stderr is not a terminal
 CALLS_FINISHED = "eclectus_calls_finished_total"  # graph calls the server's scheduler finished

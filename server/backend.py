@@ -3,7 +3,7 @@
 The built-in engine (``eclectus.server.engine.AsyncEngine``, ``ProcessEngine``) and the
 remote pool (``eclectus.server.remote.RemoteBackend``) implement it; scheduler unit tests use
 a scripted engine. A backend takes token ids only: the server's front
-(:mod:`eclectus.server.front`) owns the tokenizer, the chat template and the ``ModelCard``,
+(:mod:`eclectus.server.front.prompt`) owns the tokenizer, the chat template and the ``ModelCard``,
 and turns every prompt's text into ids once. The request and output types are the engine's
 (:mod:`eclectus.server.engine.request`, torch-free), named here for everything above it;
 nothing here loads torch or the engine itself.

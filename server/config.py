@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from eclectus.protocol.tool_formats import ToolFormatName
-from eclectus.server.policies import PolicyParams, ProgramPolicy
+from eclectus.server.graph.policies import PolicyParams, ProgramPolicy
 
 Admission = Literal["engine", "off"]
 

@@ -29,7 +29,7 @@ from eclectus.server.engine.engine_config import (
     EngineConfig,
     GiB,
 )
-from eclectus.server.policies import ProgramPolicy
+from eclectus.server.graph.policies import ProgramPolicy
 
 
 def positive_int(text: str) -> int:
@@ -618,7 +618,7 @@ async def serve_forever(
     rest with a clear error. The server owns the backend and shuts it down. A front worker
     (workers.py) serves the parent's ``listener`` and calls ``on_ready`` once it serves, in
     place of the start-up line."""
-    from eclectus.server.app import start_server
+    from eclectus.server.front.app import start_server
 
     server = await start_server(
         config, backend, owns_backend=True, listener=listener, worker=worker
@@ -669,7 +669,7 @@ def run(args: argparse.Namespace, wrap: Callable[[Backend], Backend] | None = No
     from eclectus.server.remote.errors import RemoteStartError
 
     if getattr(args, "api_server_count", 1) > 1:
-        from eclectus.server.workers import run_workers
+        from eclectus.server.front.workers import run_workers
 
         return run_workers(args, wrap)
     try:

@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 
 from eclectus.adapters.client import DEFAULT_URL
-from eclectus.server.app import EclectusServer, serve_in_thread
 from eclectus.server.config import ServerConfig
 from eclectus.server.engine import AsyncEngine
+from eclectus.server.front.app import EclectusServer, serve_in_thread
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

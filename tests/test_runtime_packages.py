@@ -77,7 +77,7 @@ def test_the_scan_sees_tooling_by_any_import() -> None:
         "eclectus.training.tiny_tools",
     ]
     assert is_tooling("eclectus.server.loadtest") and is_tooling("server.engine.train_tiny")
-    assert not is_tooling("eclectus.server.scheduler")
+    assert not is_tooling("eclectus.server.graph.scheduler")
 
 
 def test_serving_loads_no_tooling_module() -> None:
@@ -85,7 +85,7 @@ def test_serving_loads_no_tooling_module() -> None:
     engine, the kernels, the remote backend) loads no tooling module."""
     modules = [
         "eclectus.server.main",
-        "eclectus.server.app",
+        "eclectus.server.front.app",
         "eclectus.server.engine.async_engine",
         "eclectus.server.remote.backend",
         "eclectus.kernels",

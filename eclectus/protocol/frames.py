@@ -154,7 +154,7 @@ class CallSpec(BaseModel):
 
 # The text ops the Python evaluator lowers app code to (adapters/pyeval), each exactly the
 # Python operation on a ``str``: their arity and arguments are checked below; the server's
-# evaluation (server/text_ops.py) is tested against Python itself.
+# evaluation (server/graph/text_ops.py) is tested against Python itself.
 TextOpKind = Literal[
     "json_field", "index", "strip", "lstrip", "rstrip", "lower", "upper", "replace",
     "slice", "format", "repr",

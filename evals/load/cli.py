@@ -30,7 +30,7 @@ from eclectus.evals.load.stats import PointSummary, summarize_round
 from eclectus.evals.load.sweep import LoadSweep
 from eclectus.evals.load.systems import SYSTEMS, LoadPlan
 from eclectus.evals.servers import signals_raise
-from eclectus.server.policies import ProgramPolicy
+from eclectus.server.graph.policies import ProgramPolicy
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -22,7 +22,7 @@ from eclectus.server.engine.model_runner import ModelRunner
 from eclectus.server.engine.output_processor import OutputState
 from eclectus.server.engine.request import EngineOutput, EngineRequest, EngineStats
 from eclectus.server.engine.sampler import Sampler
-from eclectus.server.engine.scheduler import ScheduledSeq, Scheduler, SchedulerOutput
+from eclectus.server.engine.scheduler import ScheduledSeq, SchedulerOutput, StepScheduler
 from eclectus.server.engine.sequence import FinishReason, Sequence
 
 if TYPE_CHECKING:  # xgrammar is imported on the first constrained request
@@ -84,7 +84,7 @@ class LLMEngine:
 
             assert config.kv_events is not None
             self.kv_publisher = KVEventPublisher(config.kv_events)
-        self.scheduler = Scheduler(
+        self.scheduler = StepScheduler(
             self.block_manager,
             max_num_batched_tokens=config.max_num_batched_tokens,
             max_num_seqs=config.max_num_seqs,

@@ -4,7 +4,7 @@ types, as vLLM's ``EngineCoreRequest`` lives with its engine.
 Torch-free and import-free above the engine, so the server's ``Backend`` contract
 (:mod:`eclectus.server.backend`), the remote pool and the engine core's pipe all use these
 types without loading the engine. A request carries token ids only: the server's front
-(:mod:`eclectus.server.front`) turned its text into ids once, as a stock server does, and
+(:mod:`eclectus.server.front.prompt`) turned its text into ids once, as a stock server does, and
 nothing downstream tokenizes again.
 """
 
@@ -86,7 +86,7 @@ class EngineStats:
 @dataclass(frozen=True, slots=True)
 class EngineCapacity:
     """What the engines behind a backend hold at once, as far as the backend knows (None:
-    it does not say); the scheduler admits requests within it (server/admission.py)."""
+    it does not say); the scheduler admits requests within it (server/graph/admission.py)."""
 
     num_engines: int = 1
     max_seqs: int | None = None  # sequences all of them run at once (their batches summed)

@@ -32,7 +32,7 @@ class ScheduledSeq:
 
 @dataclass(slots=True)
 class SchedulerOutput:
-    """What one step runs. Built by :meth:`Scheduler.schedule`, read by runner and engine."""
+    """What one step runs. Built by :meth:`StepScheduler.schedule`, read by runner and engine."""
 
     scheduled: list[ScheduledSeq] = field(default_factory=list)  # running order
     preempted: list[Sequence] = field(default_factory=list)  # went back to waiting this step
@@ -48,7 +48,7 @@ class SchedulerOutput:
         return not self.scheduled
 
 
-class Scheduler:
+class StepScheduler:
     """Holds the waiting queue and the running list. Every method mutates unless it says so."""
 
     def __init__(

@@ -50,7 +50,7 @@ from eclectus.server.backend import (
     EngineStats,
     EngineUnavailableError,
 )
-from eclectus.server.front import Prompt
+from eclectus.server.front.prompt import Prompt
 from eclectus.server.remote.continuation import LocalText
 from eclectus.server.remote.errors import EngineDown, EngineRejected, RemoteStartError
 from eclectus.server.remote.members import Attempt, Piece

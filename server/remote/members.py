@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from eclectus.models.tokenizer import Tokenizer
 from eclectus.protocol import SamplingParams
 from eclectus.server.backend import Backend, EngineError, EngineRequest
-from eclectus.server.front import Prompt
+from eclectus.server.front.prompt import Prompt
 from eclectus.server.remote.client import EngineClient
 from eclectus.server.remote.dialect import Unenforceable, constraint_fields, supports
 from eclectus.server.remote.errors import EngineDown, EngineRejected

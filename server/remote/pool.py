@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from itertools import count
 
 from eclectus.server.backend import EngineRequest
-from eclectus.server.front import Prompt
+from eclectus.server.front.prompt import Prompt
 from eclectus.server.remote.errors import EngineDown, RemoteStartError
 from eclectus.server.remote.kv_index import chain_keys
 from eclectus.server.remote.kv_subscriber import KVEventSubscriber

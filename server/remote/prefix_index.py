@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from eclectus.server.front import Prompt
+from eclectus.server.front.prompt import Prompt
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,9 +15,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from unittest import mock
 
-from eclectus.server.app import EclectusServer, serve_in_thread
 from eclectus.server.backend import Backend
 from eclectus.server.config import ServerConfig
+from eclectus.server.front.app import EclectusServer, serve_in_thread
 
 LIVE_TOKEN = "sdk-live-token"
 

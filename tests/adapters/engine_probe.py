@@ -7,8 +7,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from eclectus.server import runner
-from eclectus.server.app import EclectusServer
+from eclectus.server.front.app import EclectusServer
+from eclectus.server.graph import runner
 
 
 class PromptLog(list[tuple[str, ...]]):

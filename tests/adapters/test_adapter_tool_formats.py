@@ -27,8 +27,8 @@ from eclectus.adapters.llamaindex import Eclectus
 from eclectus.adapters.llamaindex.prompts import chat_pieces
 from eclectus.protocol import ModelCard
 from eclectus.protocol.tool_formats import tool_format
-from eclectus.server.app import EclectusServer, serve_in_thread
 from eclectus.server.config import ServerConfig
+from eclectus.server.front.app import EclectusServer, serve_in_thread
 
 pytestmark = pytest.mark.slow
 

@@ -25,8 +25,8 @@ from eclectus.adapters.langchain import compile as compile_chain
 from eclectus.adapters.langgraph import EagerFallbackWarning
 from eclectus.adapters.langgraph import compile as compile_graph
 from eclectus.adapters.llamaindex import Eclectus
-from eclectus.server.app import EclectusServer, serve_in_thread
 from eclectus.server.config import ServerConfig
+from eclectus.server.front.app import EclectusServer, serve_in_thread
 
 pytestmark = pytest.mark.slow
 

@@ -7,14 +7,14 @@ from hypothesis import strategies as st
 
 from eclectus.protocol.sampling import SamplingParams
 from eclectus.server.engine.block_manager import BlockManager
-from eclectus.server.engine.scheduler import Scheduler, SchedulerOutput
+from eclectus.server.engine.scheduler import SchedulerOutput, StepScheduler
 from eclectus.server.engine.sequence import FinishReason, Sequence, SequenceStatus
 
 BS = 4
 
 
-def make(num_blocks: int, budget: int = 64, seats: int = 8) -> Scheduler:
-    return Scheduler(
+def make(num_blocks: int, budget: int = 64, seats: int = 8) -> StepScheduler:
+    return StepScheduler(
         BlockManager(num_blocks, BS), max_num_batched_tokens=budget, max_num_seqs=seats
     )
 
@@ -29,7 +29,7 @@ def seq(i: int, prompt_len: int, priority: float = 0.0, start: int = 0) -> Seque
     )
 
 
-def step(sched: Scheduler, max_outputs: int = 4) -> SchedulerOutput:
+def step(sched: StepScheduler, max_outputs: int = 4) -> SchedulerOutput:
     """Schedule, then play the engine's postprocess: advance, sample a fake token, finish."""
     out = sched.schedule()
     for item in out.scheduled:
@@ -140,7 +140,7 @@ def test_random_workloads_finish_every_request_without_leaks(
     prompts: list[tuple[int, int, int]],
     arrive_every: int,
 ) -> None:
-    sched = Scheduler(
+    sched = StepScheduler(
         BlockManager(num_blocks, BS),
         max_num_batched_tokens=budget,
         max_num_seqs=seats,
@@ -238,7 +238,7 @@ def test_background_work_yields_to_a_foreground_request_while_it_runs() -> None:
     """Three background requests decode together; a chat arrives: while it is in the engine
     only one background request (the best-ranked) shares its steps; when it ends, all three
     run again."""
-    sched = Scheduler(
+    sched = StepScheduler(
         BlockManager(256, BS), max_num_batched_tokens=64, max_num_seqs=8, max_background_seqs=1
     )
     jobs = [bg(i, 6, start=100 * i) for i in range(3)]
@@ -258,7 +258,7 @@ def test_background_work_yields_to_a_foreground_request_while_it_runs() -> None:
 
 def test_without_a_limit_or_a_foreground_request_background_runs_freely() -> None:
     unlimited = make(256)
-    limited = Scheduler(
+    limited = StepScheduler(
         BlockManager(256, BS), max_num_batched_tokens=64, max_num_seqs=8, max_background_seqs=1
     )
     for sched in (unlimited, limited):
@@ -271,7 +271,7 @@ def test_without_a_limit_or_a_foreground_request_background_runs_freely() -> Non
 
 def test_a_waiting_foreground_request_also_holds_background_back() -> None:
     """A chat that cannot be admitted yet (no seat) still limits background work."""
-    sched = Scheduler(
+    sched = StepScheduler(
         BlockManager(256, BS), max_num_batched_tokens=64, max_num_seqs=2, max_background_seqs=1
     )
     for i in range(2):

@@ -5,8 +5,8 @@ its own count, taken in the evals)."""
 from __future__ import annotations
 
 from eclectus.evals.structured_budget import SLACKS, cases, measure, table
-from eclectus.server.app import serve_in_thread
 from eclectus.server.config import ServerConfig
+from eclectus.server.front.app import serve_in_thread
 
 
 def test_eclectus_outputs_at_the_shortest_budget_all_validate() -> None:

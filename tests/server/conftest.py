@@ -12,9 +12,9 @@ from scripted_engine import FRONT, ScriptedEngine
 from websockets.asyncio.client import connect
 from ws_helpers import RawClient, ServerFactory
 
-from eclectus.server.app import EclectusServer, start_server
 from eclectus.server.config import ServerConfig
-from eclectus.server.front import Front
+from eclectus.server.front.app import EclectusServer, start_server
+from eclectus.server.front.prompt import Front
 
 
 @pytest.fixture

@@ -9,10 +9,10 @@ from scripted_engine import FRONT, ScriptedEngine
 
 from eclectus.protocol import Submit
 from eclectus.server.config import ServerConfig
-from eclectus.server.fragment import stage
-from eclectus.server.metrics import Metrics
-from eclectus.server.objectives import objective_for_get
-from eclectus.server.scheduler import AppState, Scheduler
+from eclectus.server.front.metrics import Metrics
+from eclectus.server.graph.fragment import stage
+from eclectus.server.graph.objectives import objective_for_get
+from eclectus.server.graph.scheduler import AppState, GraphScheduler
 
 
 class FakeClock:
@@ -27,8 +27,8 @@ class FakeClock:
 
 def make_scheduler(
     engine: ScriptedEngine | None = None, clock: FakeClock | None = None, **config: Any
-) -> Scheduler:
-    return Scheduler(
+) -> GraphScheduler:
+    return GraphScheduler(
         engine or ScriptedEngine(),
         ServerConfig(port=0, **config),
         Metrics(),
@@ -37,7 +37,7 @@ def make_scheduler(
     )
 
 
-def submit(sched: Scheduler, app: AppState, **frame: Any) -> None:
+def submit(sched: GraphScheduler, app: AppState, **frame: Any) -> None:
     """Validate and add a fragment, then run its gets (as the session would)."""
     fragment = Submit(**frame)
     staged = stage(app.graph, fragment, sched.config, lambda t: len(t.encode()))
@@ -55,7 +55,7 @@ def call(call_id: str, out: str, *inputs: str, text: str = "", max_tokens: int =
     return {"id": call_id, "segments": segments}
 
 
-async def drain(sched: Scheduler, rounds: int = 200) -> None:
+async def drain(sched: GraphScheduler, rounds: int = 200) -> None:
     """Let the loop run until nothing is queued or in flight."""
     for _ in range(rounds):
         await asyncio.sleep(0)
@@ -64,6 +64,6 @@ async def drain(sched: Scheduler, rounds: int = 200) -> None:
     raise AssertionError(f"scheduler still busy: {sched.gauges()}")
 
 
-def order(sched: Scheduler) -> list[str]:
+def order(sched: GraphScheduler) -> list[str]:
     """Node ids in dispatch order."""
     return [node_id for _, node_id in sched.dispatch_log]

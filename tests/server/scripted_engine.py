@@ -16,7 +16,7 @@ import zlib
 from collections.abc import AsyncIterator, Callable
 
 from eclectus.server.backend import EngineError, EngineOutput, EngineRequest, EngineStats
-from eclectus.server.front import Front
+from eclectus.server.front.prompt import Front
 
 FRONT = Front.load("tiny")  # the tokenizer the scripted engine's prompts come from
 

@@ -10,7 +10,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 from ws_helpers import RawClient, ServerFactory, map_reduce
 
-from eclectus.server.app import EclectusServer
+from eclectus.server.front.app import EclectusServer
 
 ABC = FRONT.tokenizer.encode("abc", add_special_tokens=False)
 

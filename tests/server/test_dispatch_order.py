@@ -7,8 +7,8 @@ import asyncio
 from sched_helpers import FakeClock, call, drain, make_scheduler, order, submit
 from scripted_engine import FRONT, ScriptedEngine, scripted_text
 
-from eclectus.server.graph import NodeState, VarState
-from eclectus.server.scheduler import AppState, Scheduler
+from eclectus.server.graph.graph import NodeState, VarState
+from eclectus.server.graph.scheduler import AppState, GraphScheduler
 
 
 async def blocked(engine: ScriptedEngine, clock: FakeClock | None = None, **config: object):
@@ -290,7 +290,7 @@ async def test_shared_prefix_is_pinned_until_the_last_sharer_dispatches() -> Non
     assert engine.unpinned == [engine.requests[0].request_id]
 
 
-def background_job(sched: Scheduler, app: AppState, width: int = 4) -> None:
+def background_job(sched: GraphScheduler, app: AppState, width: int = 4) -> None:
     calls = [call(f"m{i}", f"o{i}") for i in range(width)]
     gets = [{"var": f"o{i}", "criteria": "throughput"} for i in range(width)]
     submit(sched, app, calls=calls, gets=gets)

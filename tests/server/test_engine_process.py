@@ -18,9 +18,9 @@ from pathlib import Path
 import openai
 import pytest
 
-from eclectus.server.app import EclectusServer, start_server
 from eclectus.server.config import ServerConfig
 from eclectus.server.engine import EngineConfig, ProcessEngine
+from eclectus.server.front.app import EclectusServer, start_server
 
 pytestmark = pytest.mark.slow
 

@@ -18,8 +18,8 @@ from websockets.asyncio.client import connect
 from ws_helpers import RawClient
 
 from eclectus.models.tiny_chat import SPECIAL_TOKENS, TOOL_CALL_TOKENS
-from eclectus.server.app import EclectusServer, start_server
 from eclectus.server.config import ServerConfig
+from eclectus.server.front.app import EclectusServer, start_server
 
 LITERALS = (*SPECIAL_TOKENS, *TOOL_CALL_TOKENS)
 # constants ending in a space, colon, newline or letter; values starting with a space, a

@@ -12,8 +12,8 @@ import pytest
 from websockets.asyncio.client import connect
 from ws_helpers import RawClient
 
-from eclectus.server.app import EclectusServer, start_server
 from eclectus.server.config import ServerConfig
+from eclectus.server.front.app import EclectusServer, start_server
 
 pytestmark = pytest.mark.slow
 

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from scripted_engine import ScriptedEngine
 from websockets.sync.client import ClientConnection, connect
 
-from eclectus.server.app import EclectusServer, serve_in_thread
 from eclectus.server.config import ServerConfig
+from eclectus.server.front.app import EclectusServer, serve_in_thread
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),

@@ -8,8 +8,8 @@ import pytest
 from sched_helpers import call, make_scheduler, submit
 
 from eclectus.server.errors import ServerError
-from eclectus.server.graph import NodeState, VarState
-from eclectus.server.scheduler import SessionSnapshot
+from eclectus.server.graph.graph import NodeState, VarState
+from eclectus.server.graph.scheduler import SessionSnapshot
 
 
 def refused(frame: dict[str, Any], **config: Any) -> ServerError:

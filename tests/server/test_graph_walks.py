@@ -11,8 +11,8 @@ from typing import Any
 from sched_helpers import call, drain, make_scheduler, submit
 from scripted_engine import ScriptedEngine
 
-from eclectus.server.graph import NodeState, VarState
-from eclectus.server.release import release, sweep
+from eclectus.server.graph.graph import NodeState, VarState
+from eclectus.server.graph.release import release, sweep
 
 
 def ladder(depth: int) -> dict[str, Any]:

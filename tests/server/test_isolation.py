@@ -16,7 +16,7 @@ from websockets.asyncio.client import connect
 from ws_helpers import RawClient, ServerFactory
 
 from eclectus.benchmarks.loadtest import deaf_client, send_frame
-from eclectus.server.front import Front, Prompt
+from eclectus.server.front.prompt import Front, Prompt
 
 
 async def still_works(client: RawClient) -> None:
@@ -206,9 +206,9 @@ async def test_the_prompt_limit_leaves_room_for_one_output_token(
 async def test_a_prompt_over_the_kv_pool_is_limit_exceeded_on_the_real_engine() -> None:
     """A pool of 8 blocks (128 tokens), smaller than tiny's window: welcome says so, and a
     prompt the pool cannot hold is limit_exceeded (it came back as an empty 'length' value)."""
-    from eclectus.server.app import start_server
     from eclectus.server.config import ServerConfig
     from eclectus.server.engine import AsyncEngine
+    from eclectus.server.front.app import start_server
 
     engine = AsyncEngine.from_config(model="tiny", num_kv_blocks=8)
     server = await start_server(ServerConfig(port=0), engine, owns_backend=True)
@@ -253,6 +253,6 @@ async def test_a_repeated_handler_bug_logs_one_traceback(
     for i in range(50):
         reply = await client.ask({"type": "tokenize", "id": f"t{i}", "text": "x"})
         assert reply["code"] == "internal"
-    records = [r for r in caplog.records if r.name == "eclectus.server.session"]
+    records = [r for r in caplog.records if r.name == "eclectus.server.front.session"]
     assert len(records) == 50
     assert sum(bool(r.exc_info) for r in records) == 1

@@ -14,10 +14,10 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from ws_helpers import RawClient, ServerFactory, map_reduce
 
-from eclectus.server.auth import bearer_token
 from eclectus.server.config import ServerConfig, read_token_file
-from eclectus.server.connections import MAX_HEAD_BYTES
-from eclectus.server.metrics import parse_prometheus
+from eclectus.server.front.auth import bearer_token
+from eclectus.server.front.connections import MAX_HEAD_BYTES
+from eclectus.server.front.metrics import parse_prometheus
 
 
 def tenants(tmp_path: Path) -> tuple[tuple[str, str], ...]:

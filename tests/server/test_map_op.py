@@ -15,7 +15,7 @@ from websockets.asyncio.client import connect
 from ws_helpers import RawClient, ServerFactory
 
 from eclectus.protocol import CLIENT_FRAME, MapSpec
-from eclectus.server.map_op import MapFailed, element_text, parse_items
+from eclectus.server.graph.map_op import MapFailed, element_text, parse_items
 
 PROMPT = "Step: "
 

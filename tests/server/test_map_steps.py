@@ -18,8 +18,8 @@ from ws_helpers import RawClient, ServerFactory
 
 from eclectus.protocol import MAX_MAP_STEPS, Submit
 from eclectus.server.config import ServerConfig
-from eclectus.server.fragment import stage
-from eclectus.server.graph import Graph, NodeState
+from eclectus.server.graph.fragment import stage
+from eclectus.server.graph.graph import Graph, NodeState
 
 DRAFT, REVIEW, REVISE = "Draft ", "Review ", "Revise "
 

@@ -15,10 +15,10 @@ from websockets.asyncio.client import connect
 from ws_helpers import RawClient
 
 from eclectus.protocol.sampling import SamplingParams
-from eclectus.server.app import EclectusServer, start_server
 from eclectus.server.backend import EngineRequest
 from eclectus.server.config import ServerConfig, read_token_file
-from eclectus.server.openai_schema import (
+from eclectus.server.front.app import EclectusServer, start_server
+from eclectus.server.front.openai_schema import (
     NULL_IS_DEFAULT,
     ApiError,
     ChatCompletionRequest,

@@ -11,7 +11,7 @@ from scripted_engine import ScriptedEngine, prompt_text, scripted_text
 from websockets.asyncio.client import connect
 from ws_helpers import RawClient, ServerFactory, map_reduce
 
-from eclectus.server.app import EclectusServer
+from eclectus.server.front.app import EclectusServer
 
 
 async def wait_for(condition: object, timeout: float = 5.0) -> None:

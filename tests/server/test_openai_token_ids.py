@@ -14,8 +14,8 @@ import pytest
 from scripted_engine import FRONT, ScriptedEngine
 from ws_helpers import ServerFactory
 
-from eclectus.server.app import EclectusServer
 from eclectus.server.backend import EngineOutput, EngineRequest
+from eclectus.server.front.app import EclectusServer
 
 TENANTS = (("alice", "sk-alice"), ("bob", "sk-bob"))
 

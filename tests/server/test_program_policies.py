@@ -12,14 +12,14 @@ from scripted_engine import ScriptedEngine, prompt_text, scripted_text
 
 from eclectus.protocol import Usage
 from eclectus.server.config import ServerConfig
-from eclectus.server.policies import (
+from eclectus.server.graph.policies import (
     PolicyParams,
     ProgramPolicy,
     attained_service,
     computed_tokens,
     program_term,
 )
-from eclectus.server.scheduler import AppState, Scheduler
+from eclectus.server.graph.scheduler import AppState, GraphScheduler
 
 LAS = {"program_policy": "las", "aging_rate": 0.0}
 
@@ -37,13 +37,13 @@ def tokens(engine: ScriptedEngine, index: int) -> int:
     return len(request.prompt_token_ids) + len(engine_text(engine, index))
 
 
-async def run_alone(sched: Scheduler, app: AppState, **frame: object) -> None:
+async def run_alone(sched: GraphScheduler, app: AppState, **frame: object) -> None:
     """Submit and let it all finish before anything else queues."""
     submit(sched, app, **frame)
     await drain(sched)
 
 
-def blocked(engine: ScriptedEngine, clock: FakeClock, **config: object) -> Scheduler:
+def blocked(engine: ScriptedEngine, clock: FakeClock, **config: object) -> GraphScheduler:
     """One slot, held by a blocker, so that what is submitted next queues."""
     sched = make_scheduler(engine, clock, max_inflight=1, **config)
     submit(sched, sched.open_app("blocker"), calls=[call("block", "b")], gets=[{"var": "b"}])

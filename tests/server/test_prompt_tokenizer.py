@@ -12,8 +12,8 @@ from scripted_engine import FRONT, ScriptedEngine, prompt_text
 from websockets.asyncio.client import connect
 from ws_helpers import RawClient, ServerFactory
 
-from eclectus.server.front import Front, Prompt
-from eclectus.server.prompt_tokenizer import INLINE_MAX_CHARS, PromptTokenizer
+from eclectus.server.front.prompt import Front, Prompt
+from eclectus.server.front.prompt_tokenizer import INLINE_MAX_CHARS, PromptTokenizer
 
 LONG = "x" * (INLINE_MAX_CHARS + 1)
 

@@ -10,8 +10,8 @@ import pytest
 from websockets.asyncio.client import connect
 from ws_helpers import RawClient, map_reduce
 
-from eclectus.server.app import EclectusServer
-from eclectus.server.metrics import parse_prometheus
+from eclectus.server.front.app import EclectusServer
+from eclectus.server.front.metrics import parse_prometheus
 
 pytestmark = pytest.mark.slow
 

@@ -14,8 +14,8 @@ from websockets.asyncio.client import connect
 from ws_helpers import RawClient
 
 from eclectus.protocol import SamplingParams
-from eclectus.server.app import EclectusServer
 from eclectus.server.backend import EngineRequest, RequestRefused
+from eclectus.server.front.app import EclectusServer
 
 pytestmark = pytest.mark.slow
 

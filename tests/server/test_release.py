@@ -7,7 +7,7 @@ from scripted_engine import ScriptedEngine
 from websockets.asyncio.client import connect
 from ws_helpers import RawClient, ServerFactory, map_reduce
 
-from eclectus.server.release import release
+from eclectus.server.graph.release import release
 
 
 async def test_released_intermediate_waits_for_its_consumer() -> None:

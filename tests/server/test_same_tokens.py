@@ -23,9 +23,9 @@ from langchain_core.messages import HumanMessage, SystemMessage
 
 from eclectus.adapters.client import SyncSession, connect_sync
 from eclectus.adapters.langchain import ChatEclectus
-from eclectus.server.app import EclectusServer, serve_in_thread
 from eclectus.server.backend import Backend
 from eclectus.server.config import ServerConfig
+from eclectus.server.front.app import EclectusServer, serve_in_thread
 
 pytestmark = pytest.mark.slow
 

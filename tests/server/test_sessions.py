@@ -16,9 +16,9 @@ from ws_helpers import RawClient, ServerFactory, map_reduce
 from eclectus.adapters.client import connect as connect_sdk
 from eclectus.adapters.client.connect import MAX_HELLO_HEADER_CHARS
 from eclectus.protocol import HELLO_ACCEPTED, HELLO_HEADER
-from eclectus.server.app import EclectusServer, serve_in_thread
 from eclectus.server.config import ServerConfig
-from eclectus.server.metrics import parse_prometheus
+from eclectus.server.front.app import EclectusServer, serve_in_thread
+from eclectus.server.front.metrics import parse_prometheus
 
 
 def http_get(url: str) -> tuple[int, str, str]:
@@ -43,7 +43,7 @@ async def test_a_hello_in_the_upgrade_request_is_answered_after_the_upgrade(
 ) -> None:
     """With the hello header the server says it took it and sends the welcome unasked; the
     session then serves as usual. Non-ASCII travels escaped."""
-    caplog.set_level(logging.INFO, logger="eclectus.server.session")
+    caplog.set_level(logging.INFO, logger="eclectus.server.front.session")
     server = await make_server(token="s3cret")
     hello = json.dumps({"type": "hello", "protocol": 1, "token": "s3cret", "app": "résumé ✓"})
     async with connect(server.url, additional_headers={HELLO_HEADER: hello}) as ws:

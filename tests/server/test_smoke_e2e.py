@@ -5,7 +5,7 @@ from __future__ import annotations
 from scripted_engine import ScriptedEngine, scripted_text
 from ws_helpers import RawClient, map_reduce
 
-from eclectus.server.app import EclectusServer
+from eclectus.server.front.app import EclectusServer
 
 
 async def test_map_reduce_resolves_on_server(

@@ -19,7 +19,7 @@ from ws_helpers import RawClient, ServerFactory
 
 from eclectus.server.backend import EngineOutput
 from eclectus.server.config import ServerConfig
-from eclectus.server.openai_api import _Job
+from eclectus.server.front.openai_api import _Job
 
 Frame = dict[str, Any]
 

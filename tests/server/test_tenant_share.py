@@ -11,12 +11,12 @@ from sched_helpers import FakeClock, call, drain, make_scheduler, order, submit
 from scripted_engine import ScriptedEngine
 
 from eclectus.server.config import ServerConfig
-from eclectus.server.scheduler import Scheduler
+from eclectus.server.graph.scheduler import GraphScheduler
 
 THROUGHPUT = {"criteria": "throughput"}
 
 
-def backlog(sched: Scheduler, tenant: str, n: int, **get: Any) -> None:
+def backlog(sched: GraphScheduler, tenant: str, n: int, **get: Any) -> None:
     """``n`` independent calls of one app of ``tenant``, all asked for."""
     app = sched.open_app(f"{tenant}-app", tenant)
     calls = [call(f"{tenant}{i}", f"{tenant}-v{i}") for i in range(n)]

@@ -16,8 +16,8 @@ from pydantic import ValidationError
 from sched_helpers import make_scheduler, submit
 
 from eclectus.protocol import OpSpec
-from eclectus.server.graph import VarState, run_op
-from eclectus.server.text_ops import TextOpFailed
+from eclectus.server.graph.graph import VarState, run_op
+from eclectus.server.graph.text_ops import TextOpFailed
 
 TEXT = st.text(st.characters(codec="utf-8"), max_size=40)  # any code point but surrogates
 SMALL = st.integers(-50, 50)

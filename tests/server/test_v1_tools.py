@@ -12,8 +12,8 @@ from json_fixtures import CASE_IDS, CASES, MAX_FREE_WHITESPACE, longest_free_whi
 from langchain_openai import ChatOpenAI
 from tool_fixtures import ASK, MARKERS, PINNED_WEATHER, WEATHER
 
-from eclectus.server.app import EclectusServer, start_server
 from eclectus.server.config import ServerConfig
+from eclectus.server.front.app import EclectusServer, start_server
 
 pytestmark = pytest.mark.slow
 

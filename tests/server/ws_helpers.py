@@ -9,7 +9,7 @@ from typing import Any
 
 from websockets.asyncio.client import ClientConnection
 
-from eclectus.server.app import EclectusServer
+from eclectus.server.front.app import EclectusServer
 
 Frame = dict[str, Any]
 

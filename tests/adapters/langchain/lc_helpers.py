@@ -7,7 +7,7 @@ import re
 import urllib.request
 
 from eclectus.adapters.langchain import ChatEclectus
-from eclectus.server.app import EclectusServer
+from eclectus.server.front.app import EclectusServer
 
 
 def metric(server: EclectusServer, name: str) -> float:

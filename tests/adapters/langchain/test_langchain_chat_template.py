@@ -16,8 +16,8 @@ from eclectus.adapters.client import connect_sync
 from eclectus.adapters.langchain import ChatEclectus
 from eclectus.models.presets import export_model
 from eclectus.models.tiny_chat import BOS_ID
-from eclectus.server.app import EclectusServer, serve_in_thread
 from eclectus.server.config import ServerConfig
+from eclectus.server.front.app import EclectusServer, serve_in_thread
 
 TEMPLATE = (
     "{{ bos_token }}{% for m in messages %}"

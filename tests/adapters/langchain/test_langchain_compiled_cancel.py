@@ -14,7 +14,7 @@ from langchain_core.prompts import ChatPromptTemplate
 from lc_helpers import metric
 
 from eclectus.adapters.langchain import ChatEclectus, compile
-from eclectus.server.app import EclectusServer
+from eclectus.server.front.app import EclectusServer
 
 
 class Recorder(BaseCallbackHandler):

@@ -16,7 +16,7 @@ from langchain_core.runnables import Runnable, RunnableLambda, RunnablePassthrou
 from lc_helpers import metric
 
 from eclectus.adapters.langchain import ChatEclectus, EclectusLLM, compile
-from eclectus.server.app import EclectusServer
+from eclectus.server.front.app import EclectusServer
 
 FRAMES = "eclectus_client_frames_total"
 

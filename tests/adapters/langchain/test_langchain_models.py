@@ -21,7 +21,7 @@ from eclectus.adapters.connection import connection_for, open_connections
 from eclectus.adapters.langchain import ChatEclectus, EclectusLLM
 from eclectus.adapters.langchain.pieces import Piece, Value
 from eclectus.adapters.langchain.tracing import TRACER, config_run_id
-from eclectus.server.app import EclectusServer
+from eclectus.server.front.app import EclectusServer
 
 FRAMES = "eclectus_client_frames_total"
 

@@ -20,7 +20,7 @@ from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder, Prom
 from langchain_core.runnables import Runnable
 
 from eclectus.adapters.langchain import ChatEclectus, EclectusLLM, compile, tracing
-from eclectus.server.app import EclectusServer
+from eclectus.server.front.app import EclectusServer
 
 Segments = tuple[str, ...]
 

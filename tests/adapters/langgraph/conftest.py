@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 from client_live import serve_as_default
 
-from eclectus.server.app import EclectusServer
+from eclectus.server.front.app import EclectusServer
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ from langchain_core.outputs import LLMResult
 from eclectus.adapters.langchain import ChatEclectus
 from eclectus.adapters.langchain import compile as compile_chain
 from eclectus.adapters.langgraph import compile
-from eclectus.server.app import EclectusServer
+from eclectus.server.front.app import EclectusServer
 
 
 class Counter(BaseCallbackHandler):
@@ -97,8 +97,8 @@ def test_no_handler_no_extra_frames(chat: ChatEclectus) -> None:
 def test_a_failed_call_fires_on_llm_error() -> None:
     """A call refused by the server (its prompt over max_prompt_tokens once its generated
     input is known) reaches the handler as on_llm_error, eager and compiled alike."""
-    from eclectus.server.app import serve_in_thread
     from eclectus.server.config import ServerConfig
+    from eclectus.server.front.app import serve_in_thread
 
     # the first prompt is ~10 of tiny's tokens, the second holds 40 generated ones
     with serve_in_thread(ServerConfig(port=0, model="tiny", max_prompt_tokens=32)) as server:

@@ -14,7 +14,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from eclectus.adapters.langchain import ChatEclectus
 from eclectus.adapters.langgraph import EagerFallbackWarning, compile
-from eclectus.server.app import EclectusServer
+from eclectus.server.front.app import EclectusServer
 
 SHAPES = ["sequential", "python_in_the_middle", "map_reduce", "plan_execute", "supervisor"]
 

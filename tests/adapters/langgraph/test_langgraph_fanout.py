@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from eclectus.adapters.langchain import ChatEclectus
 from eclectus.adapters.langgraph import SendEach, compile
-from eclectus.server.app import EclectusServer
+from eclectus.server.front.app import EclectusServer
 
 
 @pytest.fixture

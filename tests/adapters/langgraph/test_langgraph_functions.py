@@ -18,7 +18,7 @@ from lg_graphs import run_compiled
 from eclectus.adapters.langchain import ChatEclectus
 from eclectus.adapters.langgraph import compile
 from eclectus.benchmarks.langgraph_dataflow import unequal_branches
-from eclectus.server.app import EclectusServer
+from eclectus.server.front.app import EclectusServer
 
 EVENTS: list[Any] = []
 

@@ -20,7 +20,7 @@ from eclectus.adapters.client.declarations import Declarations
 from eclectus.adapters.langchain import ChatEclectus
 from eclectus.adapters.langgraph import SendEach, compile
 from eclectus.protocol import MAX_MAP_STEPS
-from eclectus.server.app import EclectusServer
+from eclectus.server.front.app import EclectusServer
 
 
 @pytest.fixture

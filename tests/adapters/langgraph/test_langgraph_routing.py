@@ -14,7 +14,7 @@ from test_langgraph_callbacks import counted
 
 from eclectus.adapters.langchain import ChatEclectus
 from eclectus.adapters.langgraph import compile
-from eclectus.server.app import EclectusServer
+from eclectus.server.front.app import EclectusServer
 
 # orders of the three literals: greedy on the tiny model picks one per order and task,
 # so together they take every branch (each literal is the first choice once)

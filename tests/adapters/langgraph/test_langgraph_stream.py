@@ -13,7 +13,7 @@ from lg_graphs import text
 
 from eclectus.adapters.langchain import ChatEclectus
 from eclectus.adapters.langgraph import compile
-from eclectus.server.app import EclectusServer
+from eclectus.server.front.app import EclectusServer
 
 WAIT_S = 20.0
 

@@ -14,7 +14,7 @@ from test_langgraph_routing import ORDERS, TASKS, assert_routed_on_server
 
 from eclectus.adapters.langchain import ChatEclectus
 from eclectus.adapters.langgraph import compile
-from eclectus.server.app import EclectusServer
+from eclectus.server.front.app import EclectusServer
 
 
 @pytest.fixture

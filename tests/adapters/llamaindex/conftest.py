@@ -13,8 +13,8 @@ from client_live import guaranteed_engine
 from llamaindex_support import TEST_CONTEXT_WINDOW, TEST_MAX_TOKENS
 
 from eclectus.adapters.llamaindex import Eclectus
-from eclectus.server.app import EclectusServer, serve_in_thread
 from eclectus.server.config import ServerConfig
+from eclectus.server.front.app import EclectusServer, serve_in_thread
 
 
 @pytest.fixture(scope="session")

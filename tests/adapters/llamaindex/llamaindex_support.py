@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from llama_index.core.tools import FunctionTool
 
-from eclectus.server.app import EclectusServer
-from eclectus.server.metrics import parse_prometheus
+from eclectus.server.front.app import EclectusServer
+from eclectus.server.front.metrics import parse_prometheus
 
 # Small enough that LlamaIndex's PromptHelper splits a few paragraphs into several chunks,
 # so trees get more than one level and refine chains more than one step.

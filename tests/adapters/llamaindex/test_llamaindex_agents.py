@@ -23,7 +23,7 @@ from llamaindex_support import QUESTION, SCHEMAS, TOOLS
 
 from eclectus.adapters.llamaindex import Eclectus, react_constraint
 from eclectus.protocol.structured import StructuredOutputs
-from eclectus.server.app import EclectusServer
+from eclectus.server.front.app import EclectusServer
 
 # LlamaIndex's workflows find an agent's steps with inspect.getmembers, which touches
 # pydantic v1-era attributes on the agent (a pydantic model): 100+ warnings per test, theirs

@@ -28,8 +28,8 @@ from llamaindex_support import TEST_MAX_TOKENS
 from eclectus.adapters.llamaindex import Eclectus
 from eclectus.adapters.llamaindex.prompts import ServedChatTemplate
 from eclectus.models.presets import export_model
-from eclectus.server.app import EclectusServer, serve_in_thread
 from eclectus.server.config import ServerConfig
+from eclectus.server.front.app import EclectusServer, serve_in_thread
 
 CHATML = (
     "{{ bos_token }}{% for m in messages %}"

@@ -16,7 +16,7 @@ from llamaindex_support import TEST_CONTEXT_WINDOW, TEST_MAX_TOKENS
 from eclectus.adapters.llamaindex import Eclectus
 from eclectus.adapters.llamaindex.prompts import messages_to_prompt
 from eclectus.protocol import CLIENT_FRAME, Submit, TextSegment, VarSegment
-from eclectus.server.app import EclectusServer
+from eclectus.server.front.app import EclectusServer
 
 MESSAGES = [
     ChatMessage(role=MessageRole.SYSTEM, content="You answer briefly."),

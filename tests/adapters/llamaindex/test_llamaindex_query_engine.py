@@ -23,7 +23,7 @@ from llama_index.core.node_parser import SentenceSplitter
 from llamaindex_support import client_frames
 
 from eclectus.adapters.llamaindex import Eclectus, get_response_synthesizer
-from eclectus.server.app import EclectusServer
+from eclectus.server.front.app import EclectusServer
 
 NOTES = {
     "harbor.txt": "The harbor opens at dawn. Fishing boats leave before the fog lifts. " * 8,

@@ -10,7 +10,7 @@ import pytest
 
 from eclectus.adapters.llamaindex import Eclectus, EclectusRefine
 from eclectus.adapters.llamaindex.refine import ChainState, Step
-from eclectus.server.app import EclectusServer
+from eclectus.server.front.app import EclectusServer
 
 QUERY = "q?"
 CHUNKS = ["first chunk.", "second chunk.", "third chunk."]

@@ -25,7 +25,7 @@ from eclectus.adapters.llamaindex.structured import (
     PartialObjects,
     json_constraint,
 )
-from eclectus.server.app import EclectusServer
+from eclectus.server.front.app import EclectusServer
 
 PROMPT = PromptTemplate("Name a city near {place}.")
 CHAT_PROMPT = ChatPromptTemplate.from_messages(

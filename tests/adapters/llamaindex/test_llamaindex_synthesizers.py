@@ -29,7 +29,7 @@ from eclectus.adapters.llamaindex import (
     EclectusTreeSummarize,
     get_response_synthesizer,
 )
-from eclectus.server.app import EclectusServer
+from eclectus.server.front.app import EclectusServer
 
 WORDS = "river stone cloud ember lantern orchard meadow signal harbor quartz willow canyon"
 CHUNKS = [

@@ -18,7 +18,7 @@ from eclectus.adapters.llamaindex import Eclectus, get_response_synthesizer
 from eclectus.adapters.llamaindex.token_cache import TokenCache
 from eclectus.models.presets import resolve_model_dir
 from eclectus.models.tokenizer import Tokenizer
-from eclectus.server.app import EclectusServer
+from eclectus.server.front.app import EclectusServer
 
 TEXTS = ["abc", "", " the", "naïve café ☕", "<s>literal", "abc"]
 

@@ -26,7 +26,7 @@ from eclectus.adapters.llamaindex.tools import (
     tool_choice_of,
 )
 from eclectus.protocol.tools import ToolCall
-from eclectus.server.app import EclectusServer
+from eclectus.server.front.app import EclectusServer
 
 
 @pytest.fixture

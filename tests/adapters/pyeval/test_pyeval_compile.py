@@ -19,7 +19,7 @@ from langchain_core.tools import tool
 from pydantic import BaseModel, Field
 
 from eclectus.adapters.langchain import ChatEclectus, EclectusLLM, compile
-from eclectus.server.app import EclectusServer
+from eclectus.server.front.app import EclectusServer
 
 LOG: list[Any] = []
 

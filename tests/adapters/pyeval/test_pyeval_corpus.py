@@ -27,7 +27,7 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.runnables.config import var_child_runnable_config
 
 from eclectus.adapters.langchain import ChatEclectus, compile
-from eclectus.server.app import EclectusServer
+from eclectus.server.front.app import EclectusServer
 
 LITERALS = ['  Tide\'s "high"? ', "Moon\nrise!", "ok", "e.e. cummings"]
 EFFECTS: list[Any] = []

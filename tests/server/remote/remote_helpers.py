@@ -29,8 +29,8 @@ from tool_fixtures import weather_tool
 from websockets.asyncio.client import connect
 from ws_helpers import RawClient
 
-from eclectus.server.app import EclectusServer, start_server
 from eclectus.server.config import ServerConfig
+from eclectus.server.front.app import EclectusServer, start_server
 from eclectus.server.remote import RemoteConfig, build_remote_backend
 from eclectus.server.remote.backend import RemoteBackend
 

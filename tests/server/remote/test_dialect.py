@@ -19,7 +19,7 @@ from eclectus.protocol import SamplingParams
 from eclectus.protocol.structured import StructuredOutputs
 from eclectus.protocol.tools import tool_call_constraint, tool_specs
 from eclectus.server.backend import EngineRequest
-from eclectus.server.front import Prompt
+from eclectus.server.front.prompt import Prompt
 from eclectus.server.remote.dialect import (
     Dialect,
     Unenforceable,

@@ -12,8 +12,8 @@ from remote_helpers import EngineProcess, fan_out, reference, remote_backend, ru
 from websockets.asyncio.client import connect
 from ws_helpers import RawClient
 
-from eclectus.server.app import start_server
 from eclectus.server.config import ServerConfig
+from eclectus.server.front.app import start_server
 from eclectus.server.remote import RoutingPolicy
 from eclectus.server.remote.backend import RemoteBackend
 

@@ -24,10 +24,10 @@ from eclectus.protocol.kv_events import (
     decode_batch,
     encode_batch,
 )
-from eclectus.server.app import start_server
 from eclectus.server.config import ServerConfig
 from eclectus.server.engine.block_manager import BlockManager
 from eclectus.server.engine.sequence import Sequence
+from eclectus.server.front.app import start_server
 from eclectus.server.remote import RemoteConfig, build_remote_backend
 from eclectus.server.remote.kv_index import BlockIndex, chain_keys
 from eclectus.server.remote.kv_subscriber import KVEventsEndpoint, KVEventSubscriber
@@ -289,7 +289,7 @@ def test_pool_reads_events_when_live_and_predicts_otherwise() -> None:
     there; before its first batch (or once forgotten), by the prediction."""
     from typing import cast
 
-    from eclectus.server.front import Prompt
+    from eclectus.server.front.prompt import Prompt
     from eclectus.server.remote.members import Member
     from eclectus.server.remote.pool import PoolEngine, _Chains
     from eclectus.server.remote.prefix_index import prefix_keys

@@ -21,8 +21,8 @@ from remote_helpers import (
 from websockets.asyncio.client import connect
 from ws_helpers import RawClient
 
-from eclectus.server.app import start_server
 from eclectus.server.config import ServerConfig
+from eclectus.server.front.app import start_server
 
 pytestmark = pytest.mark.slow
 

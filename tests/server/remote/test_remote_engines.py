@@ -19,8 +19,8 @@ from remote_helpers import (
 )
 from ws_helpers import map_reduce
 
-from eclectus.server.app import EclectusServer, start_server
 from eclectus.server.config import ServerConfig
+from eclectus.server.front.app import EclectusServer, start_server
 from eclectus.server.remote import RemoteConfig, RoutingPolicy, build_remote_backend
 
 pytestmark = pytest.mark.slow

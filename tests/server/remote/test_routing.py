@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from eclectus.server.front import Prompt
+from eclectus.server.front.prompt import Prompt
 from eclectus.server.remote.prefix_index import PrefixIndex, prefix_keys
 from eclectus.server.remote.routing import (
     EngineView,

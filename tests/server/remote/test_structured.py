@@ -26,8 +26,8 @@ from remote_helpers import (
 )
 from tool_fixtures import ASK
 
-from eclectus.server.app import start_server
 from eclectus.server.config import ServerConfig
+from eclectus.server.front.app import start_server
 from eclectus.server.remote import RoutingPolicy
 from eclectus.server.remote.dialect import Dialect
 

@@ -21,8 +21,8 @@ from remote_helpers import (
 )
 from ws_helpers import map_reduce
 
-from eclectus.server.app import start_server
 from eclectus.server.config import ServerConfig
+from eclectus.server.front.app import start_server
 
 pytestmark = pytest.mark.slow
 

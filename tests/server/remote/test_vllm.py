@@ -27,8 +27,8 @@ from remote_helpers import (
 from tool_fixtures import ASK
 from ws_helpers import map_reduce
 
-from eclectus.server.app import start_server
 from eclectus.server.config import ServerConfig
+from eclectus.server.front.app import start_server
 from eclectus.server.remote.dialect import Dialect
 
 VLLM_PYTHON = os.environ.get("VLLM_PYTHON")

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from eclectus.server.fragment import Staged
-from eclectus.server.graph import Graph, Variable, VarState
-from eclectus.server.objectives import Objective
-from eclectus.server.scheduler import AppState, Scheduler
+from eclectus.server.graph.fragment import Staged
+from eclectus.server.graph.graph import Graph, Variable, VarState
+from eclectus.server.graph.objectives import Objective
+from eclectus.server.graph.scheduler import AppState, GraphScheduler
 
 
 @dataclass(slots=True, eq=False)
@@ -23,11 +23,11 @@ class AppHandle:
     """The scheduler's ``app``, driven through ``scheduler``. Event loop only; every method
     but the properties mutates."""
 
-    scheduler: Scheduler
+    scheduler: GraphScheduler
     app: AppState
 
     @classmethod
-    def open(cls, scheduler: Scheduler, session_id: str, tenant: str | None) -> AppHandle:
+    def open(cls, scheduler: GraphScheduler, session_id: str, tenant: str | None) -> AppHandle:
         """Register a new app (its graph empty) with the scheduler."""
         return cls(scheduler, scheduler.open_app(session_id, tenant))
 

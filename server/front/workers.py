@@ -154,7 +154,7 @@ def worker_main(args: argparse.Namespace, port: int, index: int, ready: Queue[in
     the parent passes it on once."""
     import asyncio
 
-    from eclectus.server.app import bind
+    from eclectus.server.front.app import bind
     from eclectus.server.main import config_from_args, load_remote, serve_forever
     from eclectus.server.remote.errors import RemoteStartError
 

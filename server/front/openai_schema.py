@@ -25,7 +25,7 @@ from eclectus.protocol import SamplingParams
 from eclectus.protocol.openai_tools import ChatConstraint, assistant_message
 
 if TYPE_CHECKING:
-    from eclectus.server.graph import Variable
+    from eclectus.server.graph.graph import Variable
 
 # sampling fields this server does not implement, each with its neutral value (vLLM's
 # default), the one value accepted, besides null

@@ -20,7 +20,7 @@ import asyncio
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from eclectus.server.front import Front, Prompt
+from eclectus.server.front.prompt import Front, Prompt
 
 # Prompts of at most this many characters are tokenized inline when the worker is idle:
 # ~50 us of encoding, about what a thread hop costs.

@@ -28,9 +28,9 @@ from eclectus.protocol import (
 )
 from eclectus.server.config import ServerConfig
 from eclectus.server.errors import GraphError, LimitError
-from eclectus.server.graph import Graph, Node, Variable, VarState
-from eclectus.server.map_op import check_names_apart, stage_map
-from eclectus.server.switch_op import stage_switch
+from eclectus.server.graph.graph import Graph, Node, Variable, VarState
+from eclectus.server.graph.map_op import check_names_apart, stage_map
+from eclectus.server.graph.switch_op import stage_switch
 
 
 @dataclass(slots=True)

@@ -28,25 +28,25 @@ from dataclasses import dataclass, field
 from itertools import count
 
 from eclectus.protocol import Usage
-from eclectus.server.activation import form_groups, stamp_arrivals
-from eclectus.server.admission import Admission
 from eclectus.server.backend import Backend, EngineError, EngineOutput, EngineRequest
 from eclectus.server.config import ServerConfig
 from eclectus.server.errors import ServerError
-from eclectus.server.front import Front, Prompt
-from eclectus.server.graph import Graph, Node
-from eclectus.server.metrics import Metrics
-from eclectus.server.objectives import Objective, RankKey, engine_priority, rank_key
-from eclectus.server.pins import PinTable
-from eclectus.server.policies import (
+from eclectus.server.front.metrics import Metrics
+from eclectus.server.front.prompt import Front, Prompt
+from eclectus.server.front.prompt_tokenizer import PromptTokenizer
+from eclectus.server.graph.activation import form_groups, stamp_arrivals
+from eclectus.server.graph.admission import Admission
+from eclectus.server.graph.graph import Graph, Node
+from eclectus.server.graph.objectives import Objective, RankKey, engine_priority, rank_key
+from eclectus.server.graph.pins import PinTable
+from eclectus.server.graph.policies import (
     attained_service,
     implicit_deadline,
     program_term,
     term_offset,
 )
-from eclectus.server.prompt_tokenizer import PromptTokenizer
-from eclectus.server.ready_queue import QueuedCall, ReadyQueue
-from eclectus.server.runner import run_call
+from eclectus.server.graph.ready_queue import QueuedCall, ReadyQueue
+from eclectus.server.graph.runner import run_call
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ class SessionSnapshot:
     graph_depth: int  # the longest chain of dependent calls in the session's graph
 
 
-class Scheduler:
+class GraphScheduler:
     """One per server. All methods run on the server's event loop; those that mutate say so."""
 
     def __init__(
@@ -410,7 +410,7 @@ class Scheduler:
         self.metrics.ops_run += 1
 
     def gauges(self) -> dict[str, float]:
-        """Scheduler gauges for /metrics (pure)."""
+        """GraphScheduler gauges for /metrics (pure)."""
         return {
             "queue_depth": len(self.queue),
             "inflight": self.num_inflight,

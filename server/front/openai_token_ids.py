@@ -24,8 +24,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from eclectus.server.openai_schema import ApiError
-from eclectus.server.prompt_tokenizer import PromptTokenizer
+from eclectus.server.front.openai_schema import ApiError
+from eclectus.server.front.prompt_tokenizer import PromptTokenizer
 
 
 class TokenizeRequest(BaseModel):

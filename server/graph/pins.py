@@ -3,7 +3,7 @@
 When a call is dispatched and other pending calls of the same session start with the same
 segments (same constant text, same input variables), its request asks the engine to pin the
 prompt's ids lying wholly before the end of the common leading segments (the prompt is
-tokenized flat, so a token straddling that seam is left out: server/front.py;
+tokenized flat, so a token straddling that seam is left out: server/front/prompt.py;
 EngineRequest.pin_prefix_tokens). The pin is released
 (Backend.unpin) once the last of those other calls has been dispatched, failed, or the
 session closed. Only the first request of a call takes part: it is the one whose prompt has
@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from eclectus.protocol import GenSegment, Segment, TextSegment
-from eclectus.server.graph import FINAL_NODE_STATES, Graph, Node, NodeState
+from eclectus.server.graph.graph import FINAL_NODE_STATES, Graph, Node, NodeState
 
 SegmentKey = tuple[str, str]  # ("t", text) or ("v", var id): equal keys give equal text
 

@@ -27,7 +27,7 @@ from eclectus.protocol.schema_enum import NotPinned, field_at, pinned_literals
 from eclectus.server.errors import GraphError
 
 if TYPE_CHECKING:
-    from eclectus.server.graph import Graph, Node, Variable
+    from eclectus.server.graph.graph import Graph, Node, Variable
 
 
 @dataclass(slots=True)
@@ -56,7 +56,7 @@ def stage_switch(
     the fragment's variable ids) and build its
     node and gate variables (pure: nothing is added; :func:`apply_guards` wires the gates
     when the graph adds the node). GraphError naming the field when a rule fails."""
-    from eclectus.server.graph import Node, NodeState, Variable
+    from eclectus.server.graph.graph import Node, NodeState, Variable
 
     choices = _choices(spec, where, graph, staged, declared)
     unknown = [literal for literal in spec.cases if literal not in choices]

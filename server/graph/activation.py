@@ -1,10 +1,10 @@
 """What a get does upstream before anything is queued: the arrival each node ranks by under
-app-FIFO, and the task groups of fan-in siblings (Scheduler.activate calls both). Every walk
+app-FIFO, and the task groups of fan-in siblings (GraphScheduler.activate calls both). Every walk
 is linear in the nodes and edges it is given."""
 
 from __future__ import annotations
 
-from eclectus.server.graph import FINAL_NODE_STATES, Graph, Node
+from eclectus.server.graph.graph import FINAL_NODE_STATES, Graph, Node
 
 
 def stamp_arrivals(graph: Graph, nodes: list[Node], now: float) -> None:

@@ -16,11 +16,11 @@ from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from eclectus.server.graph import Node
-from eclectus.server.objectives import RankKey
+from eclectus.server.graph.graph import Node
+from eclectus.server.graph.objectives import RankKey
 
 if TYPE_CHECKING:
-    from eclectus.server.scheduler import AppState
+    from eclectus.server.graph.scheduler import AppState
 
 
 @dataclass(slots=True, eq=False)

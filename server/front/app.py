@@ -32,16 +32,16 @@ from starlette.types import Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
 from eclectus.protocol import HELLO_ACCEPTED, HELLO_HEADER, ModelCard
-from eclectus.server.auth import Authenticator
 from eclectus.server.backend import Backend
 from eclectus.server.config import ServerConfig
-from eclectus.server.connections import ConnectionGuard
-from eclectus.server.front import Front
-from eclectus.server.metrics import CONTENT_TYPE, Metrics, Scrape
-from eclectus.server.openai_api import SHUTTING_DOWN, OpenAIApi
-from eclectus.server.scheduler import Scheduler
-from eclectus.server.session import ServerContext, Session
-from eclectus.server.transport import StarletteTransport
+from eclectus.server.front.auth import Authenticator
+from eclectus.server.front.connections import ConnectionGuard
+from eclectus.server.front.metrics import CONTENT_TYPE, Metrics, Scrape
+from eclectus.server.front.openai_api import SHUTTING_DOWN, OpenAIApi
+from eclectus.server.front.prompt import Front
+from eclectus.server.front.session import ServerContext, Session
+from eclectus.server.front.transport import StarletteTransport
+from eclectus.server.graph.scheduler import GraphScheduler
 
 log = logging.getLogger(__name__)
 _POLICY_VIOLATION = 1008
@@ -93,7 +93,7 @@ class EclectusServer:
         return self.ctx.model
 
     @property
-    def scheduler(self) -> Scheduler:
+    def scheduler(self) -> GraphScheduler:
         return self.ctx.scheduler
 
     @property
@@ -328,7 +328,7 @@ async def start_server(
     # of ms
     gc.freeze()
     metrics = Metrics()
-    scheduler = Scheduler(backend, config, metrics, front=front)
+    scheduler = GraphScheduler(backend, config, metrics, front=front)
     ctx = ServerContext(config, backend, scheduler, metrics, Authenticator(config), front, card)
     server = EclectusServer(ctx, owns, worker)
     try:

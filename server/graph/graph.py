@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 
 from eclectus.protocol import ErrorCode, OpSpec, Segment, Usage
 from eclectus.server.errors import GraphError
-from eclectus.server.map_op import MapFailed, MapPlan, advance, instances
-from eclectus.server.objectives import Objective
-from eclectus.server.policies import computed_tokens
-from eclectus.server.release import sweep
-from eclectus.server.switch_op import SwitchPlan, apply_guards, resolve
-from eclectus.server.text_ops import TextOpFailed, output_bound, run_text_op
+from eclectus.server.graph.map_op import MapFailed, MapPlan, advance, instances
+from eclectus.server.graph.objectives import Objective
+from eclectus.server.graph.policies import computed_tokens
+from eclectus.server.graph.release import sweep
+from eclectus.server.graph.switch_op import SwitchPlan, apply_guards, resolve
+from eclectus.server.graph.text_ops import TextOpFailed, output_bound, run_text_op
 
 
 class VarState(enum.Enum):
@@ -90,7 +90,7 @@ class Node:
     objective: Objective | None = None
     group: str | None = None
     # app-FIFO rank: when the work this node belongs to first arrived (its earliest
-    # activation, or an upstream node's, whichever is earlier); see Scheduler.activate
+    # activation, or an upstream node's, whichever is earlier); see GraphScheduler.activate
     arrival: float | None = None
     # inputs[:num_inputs_ready] are known READY (a READY variable stays READY), so settling
     # a node with k inputs costs O(k) in all, not O(k) each time one of them resolves

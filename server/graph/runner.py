@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 from eclectus.protocol import GenSegment, TextSegment, Usage
 from eclectus.server.backend import EngineError, EngineRequest
 from eclectus.server.errors import LimitError
-from eclectus.server.graph import Graph, Node
+from eclectus.server.graph.graph import Graph, Node
 
 if TYPE_CHECKING:
-    from eclectus.server.scheduler import AppState, Scheduler
+    from eclectus.server.graph.scheduler import AppState, GraphScheduler
 
 
 def prompt_segments(
@@ -25,7 +25,7 @@ def prompt_segments(
 ) -> tuple[tuple[str, ...], GenSegment]:
     """The texts before output ``index`` and that output's segment (pure): constant text,
     each input's text and each earlier output's text, in order. The prompt is their
-    concatenation, tokenized once (server/front.py); each seam is a possible pin point."""
+    concatenation, tokenized once (server/front/prompt.py); each seam is a possible pin point."""
     texts: list[str] = []
     seen = 0
     for segment in node.segments:
@@ -42,7 +42,12 @@ def prompt_segments(
 
 
 async def run_call(
-    scheduler: Scheduler, app: AppState, node: Node, priority: float, *, background: bool = False
+    scheduler: GraphScheduler,
+    app: AppState,
+    node: Node,
+    priority: float,
+    *,
+    background: bool = False,
 ) -> None:
     """Generate every output of ``node`` (mutates the graph as outputs complete). Raises
     EngineError or LimitError on failure; the scheduler fails the call and its downstream.
@@ -84,7 +89,7 @@ async def run_call(
 
 
 async def _generate(
-    scheduler: Scheduler, app: AppState, request: EngineRequest, var_id: str
+    scheduler: GraphScheduler, app: AppState, request: EngineRequest, var_id: str
 ) -> tuple[str, Usage, str | None]:
     """Stream one request; returns its text, usage and finish reason (mutates: streams
     deltas to the variable's watchers). Cancellation aborts the request in the engine."""
@@ -119,7 +124,7 @@ async def _generate(
     return "".join(chunks), usage, last.finish_reason
 
 
-async def _abandon(scheduler: Scheduler, stream: object, request_id: str) -> None:
+async def _abandon(scheduler: GraphScheduler, stream: object, request_id: str) -> None:
     """Close the engine's stream early and abort the request, freeing what it holds."""
     aclose = getattr(stream, "aclose", None)
     if aclose is not None:

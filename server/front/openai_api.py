@@ -53,15 +53,11 @@ from eclectus.protocol.openai_tools import (
 )
 from eclectus.protocol.sampling import COMPLETIONS_DEFAULT_MAX_TOKENS
 from eclectus.protocol.tool_formats import ToolFormatName
-from eclectus.server.app_handle import AppHandle
-from eclectus.server.auth import AuthFailure, bearer_token
 from eclectus.server.backend import EngineOutput, RequestRefused, check_constraint
 from eclectus.server.errors import ServerError
-from eclectus.server.fragment import stage
-from eclectus.server.front import Prompt
-from eclectus.server.graph import Variable, VarState
-from eclectus.server.objectives import objective_for_get
-from eclectus.server.openai_schema import (
+from eclectus.server.front.app_handle import AppHandle
+from eclectus.server.front.auth import AuthFailure, bearer_token
+from eclectus.server.front.openai_schema import (
     ApiError,
     ChatCompletionRequest,
     CompletionRequest,
@@ -73,13 +69,17 @@ from eclectus.server.openai_schema import (
     to_sampling,
     usage_of,
 )
-from eclectus.server.openai_token_ids import (
+from eclectus.server.front.openai_token_ids import (
     TokenizeRequest,
     check_token_ids,
     token_prompts,
     tokenize,
 )
-from eclectus.server.session import ServerContext
+from eclectus.server.front.prompt import Prompt
+from eclectus.server.front.session import ServerContext
+from eclectus.server.graph.fragment import stage
+from eclectus.server.graph.graph import Variable, VarState
+from eclectus.server.graph.objectives import objective_for_get
 
 SHUTTING_DOWN = "the server is shutting down"
 PromptInput = str | list[int]  # text, or token ids (openai_token_ids.py)

@@ -31,7 +31,7 @@ from eclectus.server.config import ServerConfig
 from eclectus.server.errors import GraphError
 
 if TYPE_CHECKING:
-    from eclectus.server.graph import Graph, Node
+    from eclectus.server.graph.graph import Graph, Node
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +81,7 @@ def stage_map(
     of ``then``; GraphError ``bad_request`` naming the field for a malformed map. Returns a
     ``Node`` whose inputs are ``items`` and the steps' outer inputs, and whose outputs are
     ``output`` and the ``step_outputs``."""
-    from eclectus.server.graph import Node
+    from eclectus.server.graph.graph import Node
 
     if spec.element in (spec.items, spec.output, *spec.step_outputs):
         raise GraphError("bad_request", "a map's element must be a name of its own", field=where)
@@ -267,7 +267,7 @@ def _check_limits(graph: Graph, plan: MapPlan, items: list[object]) -> None:
 
 
 def _expand(graph: Graph, node: Node, plan: MapPlan, texts: list[str]) -> list[Node]:
-    from eclectus.server.graph import Variable, VarState
+    from eclectus.server.graph.graph import Variable, VarState
 
     spec = plan.spec
     variables: list[Variable] = []
@@ -305,7 +305,7 @@ def _expand(graph: Graph, node: Node, plan: MapPlan, texts: list[str]) -> list[N
 def _instance(graph: Graph, node: Node, step: MapStep, node_id: str) -> Node:
     """A WAITING call of ``step`` with its output, segments and inputs still to bind (pure);
     MapFailed if an id it would take is in use."""
-    from eclectus.server.graph import Node, NodeState
+    from eclectus.server.graph.graph import Node, NodeState
 
     output_id = f"{node_id}.out"
     taken = [output_id] if output_id in graph.vars else []

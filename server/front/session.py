@@ -48,19 +48,22 @@ from eclectus.protocol import (
     Value,
     Welcome,
 )
-from eclectus.server.app_handle import AppHandle
-from eclectus.server.auth import Authenticator, AuthFailure
 from eclectus.server.backend import Backend, RequestRefused, check_constraint
 from eclectus.server.config import ServerConfig
-from eclectus.server.decode import (
+from eclectus.server.errors import LimitError, ServerError
+from eclectus.server.front.app_handle import AppHandle
+from eclectus.server.front.auth import Authenticator, AuthFailure
+from eclectus.server.front.decode import (
     check_surrogates,
     decode,
     echoable_id,
     validate,
     validate_in_slices,
 )
-from eclectus.server.errors import LimitError, ServerError
-from eclectus.server.fragment import (
+from eclectus.server.front.metrics import Metrics
+from eclectus.server.front.prompt import Front
+from eclectus.server.front.transport import Disconnected, Transport
+from eclectus.server.graph.fragment import (
     KnownPrompt,
     Staged,
     build,
@@ -70,13 +73,10 @@ from eclectus.server.fragment import (
     staged_prompts,
     texts_to_count,
 )
-from eclectus.server.front import Front
-from eclectus.server.graph import Graph, Variable, VarState
-from eclectus.server.metrics import Metrics
-from eclectus.server.objectives import objective_for_get
-from eclectus.server.release import release
-from eclectus.server.scheduler import Scheduler
-from eclectus.server.transport import Disconnected, Transport
+from eclectus.server.graph.graph import Graph, Variable, VarState
+from eclectus.server.graph.objectives import objective_for_get
+from eclectus.server.graph.release import release
+from eclectus.server.graph.scheduler import GraphScheduler
 
 log = logging.getLogger(__name__)
 _POLICY_VIOLATION = 1008  # WebSocket close code for a failed authentication or a slow reader
@@ -94,7 +94,7 @@ class ServerContext:
 
     config: ServerConfig
     backend: Backend
-    scheduler: Scheduler
+    scheduler: GraphScheduler
     metrics: Metrics
     auth: Authenticator
     front: Front  # the tokenizer and chat template: prompts become ids there, once

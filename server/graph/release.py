@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from eclectus.server.graph import Graph, Variable
+    from eclectus.server.graph.graph import Graph, Variable
 
 
 def release(graph: Graph, var_ids: Iterable[str]) -> int:
@@ -41,7 +41,7 @@ def release(graph: Graph, var_ids: Iterable[str]) -> int:
 def sweep(graph: Graph, node_ids: list[str], var_ids: list[str]) -> None:
     """Delete the given nodes and variables if nothing needs them, and whatever that frees
     in turn (mutates ``graph`` and the two lists)."""
-    from eclectus.server.graph import FINAL_NODE_STATES, VarState
+    from eclectus.server.graph.graph import FINAL_NODE_STATES, VarState
 
     while node_ids or var_ids:
         while node_ids:
@@ -72,7 +72,7 @@ def _has_unfinished_consumer(graph: Graph, variable: Variable) -> bool:
     """Whether a node still to run reads ``variable`` (mutates: drops the finished consumers
     it passes from ``variable.consumers``, which nothing reads again, so checking a released
     variable after each of its k consumers finishes costs O(k) in all, not O(k) each)."""
-    from eclectus.server.graph import FINAL_NODE_STATES
+    from eclectus.server.graph.graph import FINAL_NODE_STATES
 
     finished: list[str] = []
     found = False

@@ -1,0 +1,1 @@
+"""The front: transport, sessions, OpenAI /v1, auth, connections, the prompt's ids."""

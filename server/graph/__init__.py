@@ -1,0 +1,1 @@
+"""The graph core: session graphs, their ops, objectives, the scheduler over them."""
