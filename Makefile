@@ -24,7 +24,7 @@ demo: install
 test: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	TRITON_INTERPRET=1 $(PY) -m pytest -q -x --timeout=900
+	TRITON_INTERPRET=1 $(PY) -m pytest -q -x --timeout=900 --durations=25
 
 lint: install
 	$(VENV)/bin/ruff check .
