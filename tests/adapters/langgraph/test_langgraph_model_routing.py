@@ -45,10 +45,13 @@ def assert_switched(app: Any, value: dict[str, Any], server: EclectusServer, end
 
 
 def assert_cut(app: Any, value: dict[str, Any]) -> None:
-    """Compiled ``app`` equals the eager run as a client cut: two frames, no switch."""
+    """Compiled ``app`` equals the eager run as a client cut, no switch: two frames when the
+    route goes on to a worker (the router's reply, then the rest), one when it ends (which
+    way ``tiny``'s greedy reply goes is the model's, not the compiler's)."""
     compiled = compile(app)
-    assert compiled.invoke(value) == app.invoke(value)
-    assert compiled.last_frames == 2
+    out = compiled.invoke(value)
+    assert out == app.invoke(value)
+    assert compiled.last_frames == (2 if "answer" in out else 1)
     assert "switch on" not in compiled.explain()
 
 
@@ -122,7 +125,7 @@ class Validated(BaseModel):
 
     @field_validator("next")
     @classmethod
-    def finish_on_write(cls, value: str) -> str:  # greedy picks research: a 2-frame run
+    def finish_on_write(cls, value: str) -> str:
         return "FINISH" if value == "write" else value
 
 
