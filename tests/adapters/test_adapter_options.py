@@ -39,6 +39,7 @@ SAMPLE_VALUES: dict[str, Any] = {
     "stop_token_ids": (2,),
     "ignore_eos": True,
     "structured_outputs": {"regex": "[a-z]{1,5}"},
+    "skip_special_tokens": False,
 }
 EVERY_FIELD = SamplingParams(**SAMPLE_VALUES)
 OUTER_LIMIT_S = 20.0  # a test that hangs fails here instead
@@ -144,12 +145,14 @@ def test_call_time_keywords_reach_the_wire(peer: FakePeer) -> None:
 
 def test_named_fields_match_the_contract(peer: FakePeer) -> None:
     """The named constructor fields (ignore_eos included for LlamaIndex) reach the wire."""
-    unnamed = ("stop_token_ids", "structured_outputs")  # given through model_kwargs etc.
+    # given through model_kwargs etc. (vLLM's extra_body fields, as on langchain-openai)
+    unnamed = ("stop_token_ids", "structured_outputs", "skip_special_tokens")
     named = {k: v for k, v in SAMPLE_VALUES.items() if k not in unnamed}
     li_model(peer.url, **{**named, "stop": ["END"]}).complete("x")
     lc_named = {k: v for k, v in named.items() if k not in ("ignore_eos", "stop")}
     ChatEclectus(base_url=peer.url, stop=["END"], **lc_named).invoke("x")
-    expected = EVERY_FIELD.model_copy(update={"stop_token_ids": (), "structured_outputs": None})
+    defaults = {"stop_token_ids": (), "structured_outputs": None, "skip_special_tokens": True}
+    expected = EVERY_FIELD.model_copy(update=defaults)
     assert sent_sampling(peer)[0] == expected
     assert sent_sampling(peer)[1] == expected.model_copy(update={"ignore_eos": False})
 
