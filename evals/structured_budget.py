@@ -134,7 +134,15 @@ def run(args: argparse.Namespace) -> int:
     budget = Budget.from_args(args)
     results: dict[str, dict[int, Tally]] = {}
     try:
-        with servers(model_dir, budget, args.vllm_python, args.out, args.startup_timeout) as up:
+        # the guarantee is opt-in (it changes replies that reach max_tokens): this compares it
+        with servers(
+            model_dir,
+            budget,
+            args.vllm_python,
+            args.out,
+            args.startup_timeout,
+            eclectus_flags=("--budget-guarantee",),
+        ) as up:
             for server in up:
                 results[server.name] = measure(
                     server.openai_url, served_model(server), prompt, found, args.samples

@@ -175,10 +175,11 @@ def servers(
     startup_timeout_s: float,
     engine_process: str = "on",
     vllm_executor: str = "uni",
+    eclectus_flags: tuple[str, ...] = (),
 ) -> Iterator[list[ServerProcess]]:
     """Stock vLLM (``VllmProcess.executor`` ``vllm_executor``) and Eclectus on ``model_dir``
-    (one Eclectus server per ``engine_process`` mode: "off", "on" or "both"), started one
-    after the other, stopped after."""
+    (one Eclectus server per ``engine_process`` mode: "off", "on" or "both", each also given
+    ``eclectus_flags``), started one after the other, stopped after."""
     started: list[ServerProcess] = []
     eclectus = [
         EclectusProcess(
@@ -187,7 +188,7 @@ def servers(
             budget,
             log_dir / f"server-{name}.log",
             startup_timeout_s=startup_timeout_s,
-            serve_flags=flags,
+            serve_flags=(*flags, *eclectus_flags),
         )
         for name, flags in ENGINE_PROCESS_SERVERS[engine_process]
     ]

@@ -51,6 +51,7 @@ class SamplingArgs(TypedDict, total=False):
     stop_token_ids: list[int]
     ignore_eos: bool
     structured_outputs: StructuredOutputs | Mapping[str, Any] | None
+    skip_special_tokens: bool
 
 
 class GenArgs(SamplingArgs, total=False):

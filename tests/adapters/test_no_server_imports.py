@@ -81,6 +81,6 @@ def test_the_check_sees_lazy_and_relative_imports() -> None:
     package = ["eclectus", "adapters", "client"]
     assert forbidden_imports(source, package) == [
         "eclectus.benchmarks.server",
-        "eclectus.server.front.app",
+        "eclectus.server.app",
     ]
     assert forbidden_imports("from . import connect\nfrom .. import calls\n", package) == []

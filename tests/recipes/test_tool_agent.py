@@ -23,7 +23,10 @@ def test_tool_agent_runs_in_every_mode(embedded: Embedded, rounds: int) -> None:
     params = ToolAgentParams(tool_rounds=rounds, **SMALL)
     ours, eager, stock = run_three_modes(embedded, "tool-agent", params)
     assert ours.output == eager.output and ours.output and stock.output
-    assert ours.num_calls == eager.num_calls == stock.num_calls == rounds + 1
+    # rounds + 1 when every forced call closes within tool_tokens; a call tiny runs to the
+    # budget parses as no tool call and the loop asks again, as it does on stock vLLM (the
+    # budget guarantee is opt-in): the same calls in every mode either way
+    assert ours.num_calls == eager.num_calls == stock.num_calls >= rounds + 1
     for result in (ours, eager, stock):
         assert result.details["tool calls"] == rounds
     if rounds >= 2:
