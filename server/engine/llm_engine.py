@@ -403,21 +403,17 @@ class LLMEngine:
         if self.config.budget_guarantee:
             token = grammar.check_budget(token, self._tokens_left(seq))
         grammar.accept(token)
-        if grammar.is_terminated:
+        if grammar.is_terminated:  # only a stop token terminates it
             return self._end_with_stop(seq, token)
         reason = self._append(seq, token)
-        if reason is None and self.config.jump_forward:
+        if reason is None and self.config.jump_forward:  # never forces a stop token
             for forced in grammar.jump_forward(self._tokens_left(seq)):
                 reason = self._append(seq, forced)
                 if reason is not None:
                     break
-        if reason is None and not grammar.is_terminated:
-            stop = grammar.forced_stop()
-            if stop is not None:
-                grammar.accept(stop)
-                return self._end_with_stop(seq, stop)
-        if reason is None and grammar.is_terminated:
-            reason = self._states[seq.request_id].flush() or FinishReason.STOP
+        if reason is None and (stop := grammar.forced_stop()) is not None:
+            grammar.accept(stop)
+            return self._end_with_stop(seq, stop)
         return reason
 
     def _end_with_stop(self, seq: Sequence, token: int) -> FinishReason:
