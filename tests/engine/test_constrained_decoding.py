@@ -11,8 +11,9 @@ from typing import Any
 
 import jsonschema
 import pytest
+import torch
 import xgrammar as xgr
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from tool_fixtures import ADD_TOOL, weather_tool
 from transformers import AutoTokenizer
@@ -20,7 +21,7 @@ from transformers import AutoTokenizer
 from eclectus.models.presets import resolve_model_dir
 from eclectus.protocol import SamplingParams
 from eclectus.server.backend import EngineOutput
-from eclectus.server.engine import EngineConfig, LLMEngine
+from eclectus.server.engine import EngineConfig, LLMEngine, structured
 
 
 @pytest.fixture(scope="module")
@@ -247,6 +248,32 @@ def test_a_grammar_that_is_complete_ends_with_its_eos_without_a_step_for_it(
     assert token_ids[-1] in engine.tokenizer.eos_token_ids
     assert engine.tokenizer.decode(token_ids[:-1]) == "done"
     assert engine.counters.num_steps - steps == len(token_ids) - 1
+
+
+@given(
+    vocab_size=st.integers(1, 160),
+    drawn=st.sets(st.integers(0, 159), max_size=3),
+    padding=st.booleans(),
+)
+@example(vocab_size=64, drawn={31}, padding=False)  # bit 31: the int32's sign
+@example(vocab_size=40, drawn={39}, padding=True)  # beside the bits past the vocabulary
+def test_the_sole_allowed_token_is_read_from_the_packed_mask(
+    vocab_size: int, drawn: set[int], padding: bool
+) -> None:
+    """``forced_stop`` reads a packed row's one allowed id without listing the vocabulary:
+    it agrees with the full listing for any set of ids (bit 31 and the bits past the
+    vocabulary included)."""
+    allowed = {token for token in drawn if token < vocab_size}
+    num_words = (vocab_size + 31) // 32
+    words = [0] * num_words
+    for token in allowed:
+        words[token // 32] |= 1 << (token % 32)
+    if padding:  # bits past the vocabulary, as an all-ones allocation leaves them
+        words[-1] |= ~((1 << (vocab_size - 32 * (num_words - 1))) - 1) & 0xFFFFFFFF
+    row = torch.tensor([w - (1 << 32) if w >= 1 << 31 else w for w in words], dtype=torch.int32)
+    assert structured._allowed(row, vocab_size) == sorted(allowed)
+    expected = next(iter(allowed)) if len(allowed) == 1 else None
+    assert structured._sole_allowed(row, vocab_size) == expected
 
 
 def test_the_stop_token_that_ends_a_grammar_adds_no_text(stock_engine: LLMEngine) -> None:
