@@ -53,6 +53,9 @@ class ChatConstraint:
     structured_outputs: StructuredOutputs | None = None
     parse_tool_calls: bool = False  # read calls out of the reply
     tool_format: ToolFormatName = "hermes"  # the served model's call syntax (tool_formats)
+    # vLLM's hermes parser keeps special tokens' text for any request with tools whose
+    # tool_choice is not "none" (its adjust_request), response_format or not
+    skip_special_tokens: bool = True
 
 
 def chat_constraint(
@@ -87,6 +90,7 @@ def chat_constraint(
         structured_outputs=format_so or tool_so,
         parse_tool_calls=bool(specs) and choice != "none" and format_so is None,
         tool_format=fmt.name,
+        skip_special_tokens=not (specs and choice != "none" and fmt.name == "hermes"),
     )
 
 
@@ -138,13 +142,13 @@ def _validated(value: Any, param: str = "structured_outputs") -> StructuredOutpu
 
 
 def with_constraint(sampling: SamplingParams, constraint: ChatConstraint) -> SamplingParams:
-    """``sampling`` with the request's structured outputs (pure). A request whose reply is
-    read for hermes calls keeps special tokens' text, as vLLM's hermes parser has it (its
-    ``adjust_request``: some models mark ``<tool_call>`` special), so the text is vLLM's."""
+    """``sampling`` with the request's structured outputs (pure). A hermes request with tools
+    keeps special tokens' text, as vLLM's hermes parser has it (its ``adjust_request``: some
+    models mark ``<tool_call>`` special), so the text is vLLM's."""
     update: dict[str, Any] = {}
     if constraint.structured_outputs is not None:
         update["structured_outputs"] = constraint.structured_outputs
-    if constraint.parse_tool_calls and constraint.tool_format == "hermes":
+    if not constraint.skip_special_tokens:
         update["skip_special_tokens"] = False
     return sampling.model_copy(update=update) if update else sampling
 

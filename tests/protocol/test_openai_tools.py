@@ -159,3 +159,8 @@ def test_a_reply_read_for_hermes_calls_keeps_special_tokens_text() -> None:
     plain = with_constraint(sampling, chat_constraint({}))
     none = with_constraint(sampling, chat_constraint({"tools": [WEATHER], "tool_choice": "none"}))
     assert plain.skip_special_tokens and none.skip_special_tokens
+    # vLLM adjusts any request whose tool_choice is not "none", a response_format beside
+    # the tools included (its renderer calls adjust_request; hermes checks only the tools)
+    formatted = chat_constraint({"tools": [WEATHER], "response_format": {"type": "json_object"}})
+    assert not formatted.parse_tool_calls
+    assert with_constraint(sampling, formatted).skip_special_tokens is False
