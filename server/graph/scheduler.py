@@ -110,6 +110,8 @@ class GraphScheduler:
         self.epoch = clock()
         self.queue = ReadyQueue()
         self.policy = config.policy_params
+        # what the policy's program terms are near, subtracted from every engine priority
+        self._term_offset = term_offset(self.policy, self.epoch)
         self.admission = Admission(backend, config)
         # dispatched calls' prompts are tokenized here, off the event loop (the runner)
         self.prompt_tokenizer = PromptTokenizer(front)
@@ -275,7 +277,7 @@ class GraphScheduler:
             if best.node.group is not None:  # its siblings, as many as there are slots
                 room = limit - self.num_inflight - 1
                 batch += self.queue.take_group(best.node.group, room)
-            priority = engine_priority(best.key, self.epoch, term_offset(self.policy, self.epoch))
+            priority = engine_priority(best.key, self.epoch, self._term_offset)
             for queued in batch:
                 self._dispatch(queued, priority)
 
