@@ -43,19 +43,8 @@ def positive_int(text: str) -> int:
     return value
 
 
-def positive_seconds(text: str) -> float:
-    """An argparse type: a finite number of seconds > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
-    return value
-
-
 def positive_float(text: str) -> float:
-    """An argparse type: a finite number > 0."""
+    """An argparse type: a finite number > 0 (seconds, rates, fractions)."""
     try:
         value = float(text)
     except ValueError:
@@ -390,13 +379,13 @@ def add_remote_arguments(parser: argparse.ArgumentParser) -> None:
     )
     remote.add_argument(
         "--engine-timeout",
-        type=positive_seconds,
+        type=positive_float,
         default=defaults["read_timeout_s"],
         help="seconds to wait for an engine's next streamed piece before failing over",
     )
     remote.add_argument(
         "--engine-probe-interval",
-        type=positive_seconds,
+        type=positive_float,
         default=defaults["probe_interval_s"],
         help="seconds between re-probes of a down engine (and /metrics scrapes)",
     )

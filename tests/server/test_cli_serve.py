@@ -106,6 +106,11 @@ def test_a_model_that_cannot_load_exits_2_with_the_reason() -> None:
             ["--engine-stream-interval", "0"],
             "argument --engine-stream-interval: must be an integer >= 1, got '0'",
         ),
+        (["--engine-timeout", "0"], "argument --engine-timeout: must be a number > 0, got '0'"),
+        (
+            ["--las-tokens-per-s", "nan"],
+            "argument --las-tokens-per-s: must be a number > 0, got 'nan'",
+        ),
     ],
 )
 def test_bad_engine_flags_are_refused_by_name(
