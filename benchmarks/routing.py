@@ -30,7 +30,7 @@ import sys
 import time
 from typing import Any
 
-from websockets.asyncio.client import connect
+from websockets.asyncio.client import ClientConnection, connect
 
 from eclectus.server.config import ServerConfig
 from eclectus.server.front.app import start_server
@@ -85,19 +85,24 @@ def start_engine(events_port: int | None = None) -> tuple[subprocess.Popen[str],
     raise RuntimeError("engine did not start")
 
 
+async def submit_and_wait(ws: ClientConnection, frame: dict[str, Any]) -> None:
+    """Send ``frame`` on an open session and wait for the value of each of its gets."""
+    await ws.send(json.dumps(frame))
+    pending = len(frame["gets"])
+    while pending:
+        got = json.loads(await ws.recv())
+        if got["type"] == "error":
+            raise RuntimeError(got)
+        pending -= got["type"] == "value"
+
+
 async def run_submit(url: str, frame: dict[str, Any], delay_s: float = 0.0) -> None:
     """After ``delay_s``, send ``frame`` on a fresh session and wait for every value."""
     await asyncio.sleep(delay_s)
     async with connect(url, max_size=None) as ws:
         await ws.send(json.dumps({"type": "hello"}))
         await ws.recv()
-        await ws.send(json.dumps(frame))
-        pending = len(frame["gets"])
-        while pending:
-            got = json.loads(await ws.recv())
-            if got["type"] == "error":
-                raise RuntimeError(got)
-            pending -= got["type"] == "value"
+        await submit_and_wait(ws, frame)
 
 
 async def run_fronts(
@@ -151,13 +156,7 @@ async def run_policy(
             await ws.send(json.dumps({"type": "hello"}))
             await ws.recv()
             started = time.perf_counter()
-            await ws.send(json.dumps(frame))
-            pending = len(frame["gets"])
-            while pending:
-                got = json.loads(await ws.recv())
-                if got["type"] == "error":
-                    raise RuntimeError(got)
-                pending -= got["type"] == "value"
+            await submit_and_wait(ws, frame)
             wall = time.perf_counter() - started
         stats = backend.stats()
     return {
