@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 
 from eclectus.evals.load.mix import ProgramSpec
-from eclectus.evals.load.programs import RunContext, run_program
+from eclectus.evals.load.programs import RunContext, close_session, run_program
 from eclectus.recipes.shared_prompt import drop_cached_async_clients
 
 # LangGraph runs a graph's sync nodes (the tool agent's) on the loop's default executor;
@@ -58,7 +58,7 @@ class ProgramRecord:
 
 @dataclass(frozen=True, slots=True)
 class RunOutcome:
-    """A run's programs and how long it took (the last arrival to the drain's end)."""
+    """A run's programs and how long it took (its start to the drain's end)."""
 
     records: list[ProgramRecord]
     wall_s: float
@@ -113,17 +113,23 @@ async def _at_arrival(spec: ProgramSpec, ctx: RunContext, t0: float) -> ProgramR
 
 
 async def _one(spec: ProgramSpec, ctx: RunContext, t0: float, arrival: float) -> ProgramRecord:
-    """Run one program; its record, times after ``t0`` (network)."""
+    """Run one program, then close its session; its record, times after ``t0`` (network)."""
     start = time.perf_counter()
     first: list[float] = []
+    error = None
     try:
         await run_program(spec, ctx, lambda: first.append(time.perf_counter()))
     except Exception as exc:  # a failed program is a result, not the end of the run
         error = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+    finally:
+        end = time.perf_counter()
+        # after the answer (the stock apps have no session to close) and on a thread: the
+        # close waits for the server's reply, which would stall every other program's client
+        await asyncio.to_thread(close_session, spec, ctx)
+    if error is not None:
         return ProgramRecord(
             spec.index, spec.kind, spec.shape, arrival - t0, start - t0, None, None, error
         )
-    end = time.perf_counter()
     return ProgramRecord(
         spec.index,
         spec.kind,

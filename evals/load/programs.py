@@ -75,13 +75,10 @@ async def run_program(
     spec: ProgramSpec, ctx: RunContext, on_first_token: Callable[[], None]
 ) -> str:
     """Run one program to its end (network: its calls); its final text. ``on_first_token``
-    is called when a chat's first piece of answer arrives."""
-    models = ctx.models(spec)
+    is called when a chat's first piece of answer arrives. Its session stays open: the
+    caller closes it (:func:`close_session`), after the answer, as a finished app would."""
     text = fresh_text(load_sample(SAMPLES[spec.kind]), spec.seed)
-    try:
-        return await _RUNNERS[spec.kind](spec, ctx, models, text, on_first_token)
-    finally:
-        _close_session(models)
+    return await _RUNNERS[spec.kind](spec, ctx, ctx.models(spec), text, on_first_token)
 
 
 async def _chat(
@@ -177,9 +174,10 @@ def _question(text: str, seed: int) -> str:
     return f'What does the handbook say about this: "{rng.choice(sentences)[:160]}"?'
 
 
-def _close_session(models: ModelFactory) -> None:
-    """Close the program's session (Eclectus mode; blocking, briefly), so the server frees
-    it as a finished app would."""
+def close_session(spec: ProgramSpec, ctx: RunContext) -> None:
+    """Close the program's session (Eclectus mode; blocking: the close handshake), so the
+    server frees it as a finished app would."""
+    models = ctx.models(spec)  # the same application name: the program's connection
     if models.backend != "eclectus" or models.app is None:
         return
     from eclectus.adapters.connection import connection_for
