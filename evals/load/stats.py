@@ -52,10 +52,6 @@ class RoundSummary:
     num_unfinished: int
     num_preemptions: float | None
 
-    def meets_slo(self, k: float) -> bool:
-        """Whether every type's p95 slowdown is within ``k`` (pure)."""
-        return all(t.p95_slowdown <= k for t in self.types.values())
-
 
 @dataclass(frozen=True, slots=True)
 class Spread:
