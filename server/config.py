@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 from eclectus.protocol.tool_formats import ToolFormatName
 from eclectus.server.graph.policies import PolicyParams, ProgramPolicy
@@ -146,8 +146,9 @@ class ServerConfig:
 
     def _check_scheduling(self) -> None:
         ProgramPolicy(self.program_policy)  # ValueError naming the value
-        if self.admission not in ("engine", "off"):
-            raise ValueError(f"admission must be 'engine' or 'off', got {self.admission!r}")
+        if self.admission not in get_args(Admission):
+            modes = " or ".join(repr(m) for m in get_args(Admission))
+            raise ValueError(f"admission must be {modes}, got {self.admission!r}")
         for name in ("las_tokens_per_s", "latency_deadline_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")

@@ -19,10 +19,11 @@ import socket
 import sys
 from collections.abc import Callable
 from dataclasses import fields
+from typing import get_args
 
 from eclectus.protocol.tool_formats import TOOL_FORMATS
 from eclectus.server.backend import Backend
-from eclectus.server.config import ServerConfig, read_token_file
+from eclectus.server.config import Admission, ServerConfig, read_token_file
 from eclectus.server.engine.engine_config import (
     JSON_WHITESPACE,
     SUPPORTED_DTYPES,
@@ -268,7 +269,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--admission",
-        choices=("engine", "off"),
+        choices=get_args(Admission),
         default=defaults.admission,
         help="engine: requests go to the engine only while its batch and KV cache have room, "
         "the rest wait in the scheduler's order; off: up to --max-inflight go",
