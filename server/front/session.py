@@ -301,15 +301,8 @@ class Session:
                 session=session_id,
                 server_version=__version__,
                 models=[card.named(name) for name in config.served_model_names],
-                limits=Limits(
-                    max_frame_bytes=config.max_frame_bytes,
-                    max_prompt_tokens=config.max_prompt_tokens,
-                    max_vars_per_session=config.max_vars_per_session,
-                    max_calls_per_session=config.max_calls_per_session,
-                    max_pending_gets_per_session=config.max_pending_gets_per_session,
-                    max_map_items=config.max_map_items,
-                    max_map_element_bytes=config.max_map_element_bytes,
-                ),
+                # every limit the protocol announces is the config's field of its name
+                limits=Limits(**{name: getattr(config, name) for name in Limits.model_fields}),
             )
         )
 

@@ -38,6 +38,21 @@ async def test_auth_on_accepts_the_right_token(make_server: ServerFactory) -> No
         assert welcome["limits"]["max_frame_bytes"] == server.ctx.config.max_frame_bytes
 
 
+async def test_the_welcome_announces_every_configured_limit(make_server: ServerFactory) -> None:
+    limits = {
+        "max_frame_bytes": 1 << 20,
+        "max_prompt_tokens": 101,
+        "max_vars_per_session": 102,
+        "max_calls_per_session": 103,
+        "max_pending_gets_per_session": 104,
+        "max_map_items": 105,
+        "max_map_element_bytes": 106,
+    }
+    server = await make_server(**limits)
+    async with connect(server.url) as ws:
+        assert (await RawClient(ws).hello(app="t"))["limits"] == limits
+
+
 async def test_a_hello_in_the_upgrade_request_is_answered_after_the_upgrade(
     make_server: ServerFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
