@@ -96,7 +96,7 @@ class _Job:
     interval: int = 1  # a stream's tokens per chunk (``stream_interval``)
     chunks: asyncio.Queue[Chunk | Variable] = field(default_factory=asyncio.Queue)
     num_final: int = 0
-    token_ids: list[list[int]] = field(init=False)  # generated ids, per prompt
+    token_ids: list[list[int]] = field(init=False)  # a whole response's generated ids
     index: dict[str, int] = field(init=False)  # output var id -> prompt index
     # a stream's output not yet queued (text, ids), and whether its first chunk went
     held: tuple[str, tuple[int, ...]] = ("", ())
@@ -107,13 +107,13 @@ class _Job:
         self.index = {var_id: i for i, var_id in enumerate(self.outputs)}
 
     def on_output(self, var_id: str, output: EngineOutput) -> None:
-        """An engine output of prompt ``var_id``'s call: keep its ids, and queue it when
-        streaming; a whole response waits for the final variables only (mutates).
-        A stream queues its first output at once, then one chunk per ``interval`` tokens,
-        and what is left with the final output (vLLM's ``stream_interval``)."""
+        """An engine output of prompt ``var_id``'s call: a whole response keeps its ids and
+        waits for the final variables; a stream queues it (mutates). A stream queues its
+        first output at once, then one chunk per ``interval`` tokens, and what is left with
+        the final output (vLLM's ``stream_interval``); its chunks carry the ids."""
         index = self.index[var_id]
-        self.token_ids[index] += output.token_ids
         if not self.streaming:
+            self.token_ids[index] += output.token_ids
             return
         text, ids = self.held
         text, ids = text + output.text, ids + output.token_ids
