@@ -17,6 +17,7 @@ from eclectus.models.tokenizer import Tokenizer
 from eclectus.protocol import SamplingParams
 from eclectus.server.backend import Backend, EngineError, EngineRequest
 from eclectus.server.front.prompt import Prompt
+from eclectus.server.graph.admission import backend_capacity
 from eclectus.server.remote.client import EngineClient
 from eclectus.server.remote.dialect import Unenforceable, constraint_fields, supports
 from eclectus.server.remote.errors import EngineDown, EngineRejected
@@ -230,8 +231,7 @@ class LocalMember:
         stats = self.backend.stats()
         total = stats.num_total_blocks
         usage = 1.0 - stats.num_free_blocks / total if total else None
-        capacity = getattr(self.backend, "capacity", None)
-        kv_tokens = capacity().kv_tokens if capacity is not None else None
+        kv_tokens = backend_capacity(self.backend).kv_tokens
         return EngineLoad(
             stats.num_running, stats.num_waiting, usage, kv_tokens, stats.num_preemptions
         )

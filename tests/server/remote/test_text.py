@@ -78,3 +78,37 @@ def test_local_text_stops_at_a_stop_string_across_pieces(tokenizer: Tokenizer) -
         LocalText.resume(tokenizer, tokenizer.encode("xy", add_special_tokens=False), "z", ())
         is None
     )
+
+
+def test_parse_load_reads_the_kv_cache_size_and_preemptions() -> None:
+    """vLLM's ``cache_config_info`` labels give each engine's KV cache (blocks x block
+    size, summed over data-parallel engines); its preemption counter is summed too. A
+    sample missing a label adds nothing rather than failing the page."""
+    info = (
+        'vllm:cache_config_info{{block_size="{b}",cache_dtype="auto",num_gpu_blocks="{n}"}} 1.0\n'
+    )
+    page = VLLM_METRICS + info.format(b=16, n=100) + info.format(b=32, n=10)
+    page += 'vllm:num_preemptions_total{engine="0",model_name="m"} 2.0\n'
+    page += 'vllm:num_preemptions_total{engine="1",model_name="m"} 1.0\n'
+    assert parse_load(page) == EngineLoad(
+        5, 4, 0.5, kv_tokens=100 * 16 + 10 * 32, num_preemptions=3
+    )
+    unsized = 'vllm:cache_config_info{block_size="16",num_gpu_blocks="None"} 1.0\n'
+    assert parse_load(VLLM_METRICS + unsized) == EngineLoad(5, 4, 0.5)
+    assert parse_load("eclectus_engine_preemptions_total 4\n").num_preemptions == 4
+
+
+async def test_the_builtin_member_reports_its_engines_kv_cache() -> None:
+    """The built-in engine as a pool member reports the KV cache the scheduler admits
+    within (its blocks x block size), beside its load."""
+    from eclectus.server.engine import AsyncEngine
+    from eclectus.server.remote.members import LocalMember
+
+    engine = AsyncEngine.from_config(model="tiny", num_kv_blocks=96, num_threads=1)
+    try:
+        await engine.start()
+        load = await LocalMember(engine).load()
+        assert load.kv_tokens == 96 * engine.config.block_size
+        assert (load.num_running, load.num_waiting, load.num_preemptions) == (0, 0, 0)
+    finally:
+        await engine.shutdown()
