@@ -22,8 +22,9 @@ from typing import Any
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
-# a request head longer than this is refused (h11's default, which the server used before;
-# llhttp itself takes heads of any length)
+# a request head still unfinished past this many bytes is refused: h11's default and its
+# rule, which the server used before (a longer head that arrives whole in one read is
+# parsed, as h11 did; llhttp itself takes heads of any length)
 MAX_HEAD_BYTES = 16 << 10
 _TOO_LONG = (
     b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\n"

@@ -51,9 +51,10 @@ async def test_half_sent_heads_are_capped_and_time_out(make_server: ServerFactor
 async def test_a_head_over_the_limit_is_refused_in_pieces_or_whole(
     make_server: ServerFactory,
 ) -> None:
-    """A request head longer than MAX_HEAD_BYTES gets a 431 and a closed connection, whether
-    it arrives in one write or dribbles in; a body of any size after a short head is the
-    body limit's business, and keep-alive requests each get a fresh allowance."""
+    """A request head still unfinished past MAX_HEAD_BYTES gets a 431 and a closed
+    connection, whether its bytes arrive in one write or dribble in; a body of any size
+    after a short head is the body limit's business, and keep-alive requests each get a
+    fresh allowance."""
     server = await make_server()
     for pieces in (1, 64):
         reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
