@@ -6,7 +6,8 @@ load client's). For each front size N in ``--counts`` (``--api-server-count N``;
 plain single process), alternating over ``--rounds``: start the front, warm it up, let a
 load client in its own process keep ``--concurrency`` keep-alive connections busy with
 ``/v1/completions`` requests (``--max-tokens`` tokens each, ``--stream`` for SSE) for
-``--seconds``, and count the requests completed and the CPU the front's processes spent.
+``--seconds`` (the sizes' order reversed every other round), and count the requests
+completed and the CPU the front's processes spent.
 Prints one line per run, then per N the median requests/s with its spread, CPU per request,
 and the scaling against N = 1 measured in the same rounds (target: N = 2 gives >= 0.8 x 2 x
 one's). The machine's load average is printed with every run: on a shared machine, read the
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -49,18 +51,29 @@ def wait_line(proc: subprocess.Popen[str], pattern: str, timeout_s: float = 120)
     raise RuntimeError(f"no line matching {pattern!r}")
 
 
-def tree_cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) of ``pid`` and its children, from /proc (pure read)."""
-    total = 0.0
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid``, all its threads (reads /proc); 0 when
+    it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _CLK_TCK  # utime, stime (after comm)
+
+
+def children(pid: int) -> list[int]:
+    """The live child processes of ``pid`` (reads /proc)."""
+    found = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        # fields[1] is ppid, [11] utime, [12] stime (after the comm field)
-        if int(stat.parent.name) == pid or int(fields[1]) == pid:
-            total += (int(fields[11]) + int(fields[12])) / _CLK_TCK
-    return total
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(stat.parent.name))
+    return found
+
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds of ``pid`` and its children (reads /proc)."""
+    return cpu_seconds(pid) + sum(map(cpu_seconds, children(pid)))
 
 
 # -- the load client (its own process) ------------------------------------------------------
@@ -162,7 +175,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         url = wait_line(engine, r"on (http://\S+/v1)")
         for round_ in range(args.rounds):
-            for count in counts:
+            for count in counts if round_ % 2 == 0 else counts[::-1]:  # neither always first
                 result = run_once(engine, url, count, args)
                 results[count].append(result)
                 load = os.getloadavg()[0]

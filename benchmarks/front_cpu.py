@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
-import os
 import signal
 import statistics
 import subprocess
@@ -32,11 +31,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from eclectus.benchmarks.front import children, cpu_seconds
 from eclectus.evals.budget import Budget
 from eclectus.evals.servers import EclectusRemoteProcess, ServerProcess, VllmProcess
 from eclectus.evals.vllm_bench import WORKLOADS, run_bench
 
-_CLK_TCK = os.sysconf("SC_CLK_TCK")
 SPY_RATE = 200  # py-spy samples a second
 # leaf frames where a thread waits rather than runs (py-spy's own idle check, which reads
 # the OS thread state, misses these on a loaded machine); ``Runner.run`` as a leaf is
@@ -59,26 +58,6 @@ class SplitVllmProcess(VllmProcess):
         env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"
         env["OMP_NUM_THREADS"] = str(self.budget.num_threads)
         return env
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of process ``pid``, all its threads (reads /proc); 0 when
-    it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / _CLK_TCK  # utime, stime (after comm)
-
-
-def children(pid: int) -> list[int]:
-    """The live child processes of ``pid`` (reads /proc)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(stat.parent.name))
-    return found
 
 
 def load_average() -> float:

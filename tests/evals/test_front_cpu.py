@@ -1,4 +1,4 @@
-"""The front CPU benchmark's own arithmetic: CPU seconds from /proc and the top entries of a
+"""The front benchmarks' own arithmetic: CPU seconds from /proc and the top entries of a
 py-spy raw profile (the benchmark itself needs stock vLLM and runs by hand)."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ import os
 import time
 from pathlib import Path
 
-from eclectus.benchmarks.front_cpu import cpu_seconds, top_entries
+from eclectus.benchmarks.front import cpu_seconds
+from eclectus.benchmarks.front_cpu import top_entries
 
 
 def test_cpu_seconds_grows_with_work_and_is_zero_for_a_gone_process() -> None:
