@@ -9,7 +9,7 @@ and ``[DONE]``; a ``structured_outputs.choice`` is answered with its first choic
 dialect probe finds vLLM's). Every generated token is the same one, produced without any
 model, so all the CPU a request costs is the front's (and this server's HTTP, kept small:
 raw asyncio, no framework). ``--token-delay S`` spaces the streamed tokens, for tests that
-need requests in flight.
+need requests in flight (and the chunked body's end after ``[DONE]`` as well).
 """
 
 from __future__ import annotations
@@ -90,6 +90,9 @@ class InstantEngine:
                 await asyncio.sleep(self.token_delay_s)
         _send_chunk(writer, {"choices": [], "usage": usage})
         _send_raw_chunk(writer, b"data: [DONE]\n\n")
+        if self.token_delay_s:  # the body's end in a write of its own, as Starlette's is
+            await writer.drain()
+            await asyncio.sleep(self.token_delay_s)
         writer.write(b"0\r\n\r\n")
 
 
