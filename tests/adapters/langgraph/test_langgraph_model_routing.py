@@ -5,10 +5,11 @@ a BaseModel whose ``next`` is a ``Literal`` or a ``str`` Enum): the node returni
 model, greedy; the state holds real ``Route`` instances), one client frame per run instead
 of two, only the taken branch runs; a model the compiler cannot prove exact (a validator, a
 field with a default, a field that is no literal, an edge reading another field) stays the
-client cut, two frames, still exact."""
+client cut, two frames when the route goes on, still exact."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal
 
 import lg_graphs
@@ -44,15 +45,36 @@ def assert_switched(app: Any, value: dict[str, Any], server: EclectusServer, end
     return out
 
 
-def assert_cut(app: Any, value: dict[str, Any]) -> None:
-    """Compiled ``app`` equals the eager run as a client cut, no switch: two frames when the
-    route goes on to a worker (the router's reply, then the rest), one when it ends (which
-    way ``tiny``'s greedy reply goes is the model's, not the compiler's)."""
-    compiled = compile(app)
-    out = compiled.invoke(value)
-    assert out == app.invoke(value)
-    assert compiled.last_frames == (2 if "answer" in out else 1)
-    assert "switch on" not in compiled.explain()
+class ExtraRoundTrip(AssertionError):
+    """A cut that ended the run sent more than one frame (only this may be a known xfail)."""
+
+
+def assert_cut(build: Callable[[tuple[str, ...]], Any], server: EclectusServer) -> None:
+    """``build(routes)`` (an app and its input) compiled equals the eager run as a client
+    cut, no switch, for each order of the routes: two frames and three calls when the
+    route goes on to a worker (the router's reply, then worker and review), one frame and
+    the router alone when it ends. The router's schema is the same in every order, so its
+    greedy reply is too, and each literal ends the run in exactly one order: both cut
+    paths run whatever ``tiny`` picks."""
+    went_on, end_frames = [], []
+    for routes in ORDERS:
+        app, value = build(routes)
+        compiled = compile(app)
+        before = calls_submitted(server)
+        out = compiled.invoke(value)
+        ran = calls_submitted(server) - before
+        assert out == app.invoke(value)
+        assert "switch on" not in compiled.explain()
+        goes_on = "answer" in out
+        assert ran == (3 if goes_on else 1), (routes, ran)
+        if goes_on:
+            assert compiled.last_frames == 2, (routes, compiled.explain())
+        else:
+            end_frames.append(compiled.last_frames)
+        went_on.append(goes_on)
+    assert sorted(went_on) == [False, True, True], went_on
+    if end_frames != [1]:  # a cut that ends the run pays one round trip, not more
+        raise ExtraRoundTrip(end_frames)
 
 
 @pytest.mark.parametrize("routes", ORDERS)
@@ -148,21 +170,39 @@ FALLBACKS: dict[str, type[BaseModel]] = {
 }
 
 
-@pytest.mark.parametrize("why", sorted(FALLBACKS))
+# KNOWN: a ``str`` field is read by a server json_field op; the break gets that field in
+# one frame and the whole reply (for the state) in a second, so a run that ends there pays
+# two round trips where one would do (a get of both in the first frame)
+EXTRA_GET = pytest.mark.xfail(
+    raises=ExtraRoundTrip, strict=True, reason="the break gets the field, then the reply"
+)
+
+
+@pytest.mark.parametrize(
+    "why", [pytest.param(w, marks=EXTRA_GET) if w == "no literal" else w for w in sorted(FALLBACKS)]
+)
 @pytest.mark.parametrize("whole", [False, True])
-def test_a_model_not_provably_exact_stays_a_cut(chat: ChatEclectus, why: str, whole: bool) -> None:
+def test_a_model_not_provably_exact_stays_a_cut(
+    chat: ChatEclectus, eclectus_server: EclectusServer, why: str, whole: bool
+) -> None:
     """A validator may change the field after the JSON; a default lets the reply leave it
-    out; a ``str`` is no literal (even if its schema is an enum): the client cut, two
-    frames, equal to eager."""
+    out; a ``str`` is no literal (even if its schema is an enum): the client cut (two
+    frames when the route goes on), equal to eager."""
     cls = FALLBACKS[why]
     if whole:
-        app, value = lg_graphs.model_supervisor(chat, route_cls=cls)
+        assert_cut(
+            lambda routes: lg_graphs.model_supervisor(chat, routes, route_cls=cls), eclectus_server
+        )
     else:
-        app, value = lg_graphs.structured_supervisor(chat, router_schema=cls)
-    assert_cut(app, value)
+        assert_cut(
+            lambda routes: lg_graphs.structured_supervisor(chat, routes, router_schema=cls),
+            eclectus_server,
+        )
 
 
-def test_an_edge_reading_an_unknown_field_stays_a_cut(chat: ChatEclectus) -> None:
+def test_an_edge_reading_an_unknown_field_stays_a_cut(
+    chat: ChatEclectus, eclectus_server: EclectusServer
+) -> None:
     """The edge also reads ``why`` (not known before the reply), even through ``getattr``
     with a default: it cannot be evaluated ahead of time, so the cut runs it."""
     cls = lg_graphs.route_model(why=(str, ...))
@@ -171,8 +211,10 @@ def test_an_edge_reading_an_unknown_field_stays_a_cut(chat: ChatEclectus) -> Non
         route = state["route"]
         return route.next if getattr(route, "why", "") != "" else "FINISH"
 
-    app, value = lg_graphs.model_supervisor(chat, route_cls=cls, edge=edge)
-    assert_cut(app, value)
+    assert_cut(
+        lambda routes: lg_graphs.model_supervisor(chat, routes, route_cls=cls, edge=edge),
+        eclectus_server,
+    )
 
 
 @pytest.mark.parametrize("task", TASKS[1:])
