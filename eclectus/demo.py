@@ -121,6 +121,8 @@ async def demo(model: str, max_tokens: int) -> int:
         ("prompt tokens", "eclectus_prompt_tokens_total"),
         ("prefix-cache hit tokens", "eclectus_prefix_cache_hit_tokens_total"),
         ("tokens generated", "eclectus_generated_tokens_total"),
+        # the graph's maps decode in one batch, one by one they take turns: fewer steps
+        ("engine steps", "eclectus_engine_num_steps"),
     ]:
         rows.append((label, str(delta(middle, before, name)), str(delta(after, middle, name))))
     print(f"{'what the server saw':26} {'graph':>10} {'one by one':>12}")
