@@ -127,14 +127,18 @@ def run(
     question = f"What are the key facts of the document that begins: {head!r}?"
     state = app.invoke({"messages": [("human", question)]}, config)
     tool_results = [m for m in state["messages"] if isinstance(m, ToolMessage)]
+    # each model call appends its reply: more than the plan when a forced call ran to its
+    # budget without closing (no tool call parsed), and the loop asked again
+    turns = sum(1 for m in state["messages"] if isinstance(m, AIMessage))
     details: dict[str, Any] = {
         "tool calls": len(tool_results),
         "tools used": ", ".join(dict.fromkeys(m.name or "?" for m in tool_results)) or "none",
-        **frame_details(app, plan(params, text)),
+        "model turns": turns,
+        **frame_details(app, turns),
     }
     server_calls = getattr(getattr(app, "last_graph", None), "num_calls", None)
     if server_calls is not None:  # compiled: the calls cuts made, each a round trip
-        details["calls run on the client"] = plan(params, text) - server_calls
+        details["calls run on the client"] = turns - server_calls
     answer = state["messages"][-1]
     depth = params.tool_rounds + 1
     return RecipeOutput(str(answer.content), depth, plan(params, text), details)
