@@ -107,10 +107,10 @@ class ModelFactory:
 
     def prepare(self, chain: Runnable, name: str, app: str | None = None) -> Runnable:
         """``chain`` as the app runs it: compiled in Eclectus mode (when enabled and the
-        compiler loads), unchanged otherwise. ``name`` labels fallback notes; ``app`` is the
-        application the compiled chain runs as (default: the factory's ``app``, else
-        ``name``): parts of one app that share it share one session, so its setup is paid
-        once (pure)."""
+        compiler loads), unchanged otherwise. ``name`` labels fallback notes; the compiled
+        chain runs as the factory's ``app`` when it names one (a load eval's instance: all its
+        parts in it), else as ``app``, else as ``name``: parts of one app that share it share
+        one session, so its setup is paid once (pure)."""
         if self.backend != "eclectus" or not self.target.use_compile:
             return chain
         try:
