@@ -30,6 +30,13 @@ _DECODER = msgspec.json.Decoder()
 # a stream's line may hold a whole prompt's ids (vLLM's first chunk, return_token_ids): up
 # to twice this many bytes (aiohttp's limit on one line)
 _READ_BUFSIZE = 4 << 20
+# an idle keep-alive connection is dropped after this long: below the 5 s after which vLLM's
+# and SGLang's uvicorn close theirs (aiohttp's default, 15 s, would reuse connections the
+# engine has closed, and a burst after a lull would meet a disconnect on each)
+_KEEPALIVE_S = 2.0
+# what a reused connection the engine closed under us raises before any answer: the request
+# is sent once more, on a new connection (the engine aborts what it may have begun)
+_STALE_CONNECTION = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
 
 
 class EngineClient:
@@ -64,7 +71,7 @@ class EngineClient:
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
                 headers=self._headers,
-                connector=aiohttp.TCPConnector(limit=0),
+                connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=_KEEPALIVE_S),
                 timeout=self._stream_timeout,
                 read_bufsize=_READ_BUFSIZE,
             )
@@ -124,7 +131,7 @@ class EngineClient:
         Closing the iterator early closes the connection, which aborts the request in vLLM
         and SGLang. A stream that ends without ``[DONE]`` raises EngineDown."""
         try:
-            async with self._http().post(f"{self.url}/completions", json=body) as response:
+            async with await self._post(f"{self.url}/completions", body) as response:
                 if response.status != 200:
                     await _raise_for(self.url, response)
                 async for line in response.content:
@@ -143,6 +150,16 @@ class EngineClient:
         except ValueError as exc:  # not JSON (msgspec.DecodeError), or a line over the limit
             raise EngineDown(f"{self.url}: a bad stream chunk ({exc})") from None
         raise EngineDown(f"{self.url}: the stream ended without [DONE]")
+
+    async def _post(self, url: str, body: dict[str, Any]) -> aiohttp.ClientResponse:
+        """The response to ``POST url``, its head read; sent again, once, when the
+        connection fails before any answer (a keep-alive connection the engine closed)."""
+        try:
+            return await self._http().post(url, json=body)
+        except _STALE_CONNECTION as exc:
+            if isinstance(exc, aiohttp.ClientConnectorError):
+                raise  # no connection was made: the engine is not there
+            return await self._http().post(url, json=body)
 
     async def _json(self, method: str, url: str, body: Any = None) -> dict[str, Any]:
         try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -27,6 +28,26 @@ class CountingEngine(InstantEngine):
             await super().serve(reader, writer)
         finally:
             self.num_ended += 1
+
+
+class ClosingEngine(CountingEngine):
+    """Answers a connection's first completion; its next finds the connection closed, as a
+    keep-alive connection the engine timed out just as the client reused it does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.num_dropped = 0
+        self._answered: set[asyncio.StreamWriter] = set()
+
+    async def _answer(
+        self, writer: asyncio.StreamWriter, method: str, path: str, body: dict[str, Any]
+    ) -> None:
+        if path == "/v1/completions" and writer in self._answered:
+            self.num_dropped += 1
+            writer.transport.abort()  # a reset, no answer
+            raise ConnectionResetError
+        self._answered.add(writer)
+        await super()._answer(writer, method, path, body)
 
 
 @pytest.fixture
@@ -81,5 +102,26 @@ async def test_a_stream_closed_early_closes_its_connection(
         ]
         assert len(chunks) == 3  # two tokens and the usage chunk, on a new connection
         assert (counting.num_opened, counting.num_ended) == (2, 1)
+    finally:
+        await client.aclose()
+
+
+async def test_a_request_on_a_connection_the_engine_closed_is_sent_again() -> None:
+    """Each request after the first meets its reused connection closed before any answer:
+    it is sent once more on a new connection, and every stream completes."""
+    closing = ClosingEngine()
+    server = await asyncio.start_server(closing.serve, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1"
+    client = EngineClient(url)
+    try:
+        async with server:
+            for _ in range(3):
+                body = {"prompt": [1], "max_tokens": 2, "stream": True}
+                chunks = [c async for c in client.stream_completion(body)]
+                assert [c["choices"][0]["text"] for c in chunks if c["choices"]] == [
+                    closing.token_text
+                ] * 2
+            assert (closing.num_completions, closing.num_dropped) == (3, 2)
+            assert closing.num_opened == 3
     finally:
         await client.aclose()
