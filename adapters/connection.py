@@ -15,6 +15,12 @@ The LangChain and LlamaIndex adapters both stand on this module (and on :mod:`.c
   Give a model its own ``app`` name to give it a session of its own. Its sessions live on
   the connection's own event-loop thread, where the adapters' async logic also runs when a
   sync entry point blocks on it (:attr:`Connection.bridge`).
+- **Lifetime**: the registry holds a Connection while its session is open, and otherwise
+  only while something else does (a model object, a call in progress). Once its session is
+  closed (:meth:`Connection.close`) or lost, and no one holds it, it is freed, and its
+  thread stops when the work on it has finished: a process that opens apps by many names
+  keeps only the open ones. Any model with the same settings meanwhile gets the same
+  Connection, so sharing holds for as long as there is anything to share.
 
 Imports nothing from ``eclectus.server``.
 """
@@ -24,8 +30,9 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import weakref
 
-from eclectus.adapters.client import DEFAULT_URL, SyncSession
+from eclectus.adapters.client import DEFAULT_URL, Session, SyncSession
 from eclectus.adapters.client.bridge import LoopBridge, LoopThread
 from eclectus.adapters.client.connect import TOKEN_ENV, open_session
 
@@ -83,6 +90,8 @@ class Connection:
         with self._lock:
             if self._loop is None:
                 self._loop = LoopThread(name="eclectus-connection")
+                # the thread must not outlive the connection; at exit it dies as a daemon
+                weakref.finalize(self, self._loop.stop_when_idle).atexit = False
             return self._loop.bridge
 
     @property
@@ -113,7 +122,14 @@ class Connection:
                 session = SyncSession(opened, None)
                 with self._lock:
                     self._session = session
+                _keep(asyncio.get_running_loop().create_task(self._held_until_closed(opened)))
             return session
+
+    async def _held_until_closed(self, session: Session) -> None:
+        """Waits for ``session`` to end (closed here, by the server, or lost): while it
+        waits, this coroutine keeps the Connection alive, hence registered, though no model
+        holds it."""
+        await session.wait_closed()
 
     def forget(self, session: SyncSession) -> None:
         """Drops ``session`` after its connection broke, so the next call reconnects
@@ -124,7 +140,7 @@ class Connection:
 
     def close(self) -> None:
         """Closes the session if one is open (mutates; idempotent; blocking). A later call
-        reconnects."""
+        reconnects; with nothing holding the connection, the registry frees it."""
         with self._lock:
             session, self._session = self._session, None
         if session is not None:
@@ -135,7 +151,13 @@ class Connection:
 
 
 _registry_lock = threading.Lock()
-_registry: dict[ConnectionKey, Connection] = {}
+_registry: weakref.WeakValueDictionary[ConnectionKey, Connection] = weakref.WeakValueDictionary()
+_watchers: set[asyncio.Task[None]] = set()  # one per open session (the loop holds tasks weakly)
+
+
+def _keep(task: asyncio.Task[None]) -> None:
+    _watchers.add(task)
+    task.add_done_callback(_watchers.discard)
 
 
 def connection_for(url: str, token: str | None, app: str | None) -> Connection:
@@ -150,6 +172,7 @@ def connection_for(url: str, token: str | None, app: str | None) -> Connection:
 
 
 def open_connections() -> list[Connection]:
-    """The Connections made so far in this process (pure snapshot, for tests and tools)."""
+    """The Connections alive in this process: those with an open session and those still
+    held (pure snapshot, for tests and tools)."""
     with _registry_lock:
         return list(_registry.values())

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from typing import Any, TypeVar
@@ -50,6 +51,18 @@ class LoopThread:
             self.loop.call_soon_threadsafe(self.loop.stop)
         if self._thread is not threading.current_thread():
             self._thread.join()
+
+    def stop_when_idle(self) -> None:
+        """Stops the loop once no task is left on it (mutates; returns at once, from any
+        thread): for a loop whose owner is gone while work it started may still run."""
+        with contextlib.suppress(RuntimeError):  # the loop is closed already
+            asyncio.run_coroutine_threadsafe(self._stop_after_work(), self.loop)
+
+    async def _stop_after_work(self) -> None:
+        me = asyncio.current_task()
+        while others := {task for task in asyncio.all_tasks() if task is not me}:
+            await asyncio.wait(others)
+        asyncio.get_running_loop().stop()
 
 
 class LoopBridge:

@@ -197,6 +197,10 @@ class Session(Declarations):
         ConnectionError("session closed"). Idempotent."""
         await self.bridge.run(self._close_here)
 
+    async def wait_closed(self) -> None:
+        """Returns once the session is closed or has lost its connection (waits only)."""
+        await self.bridge.run(lambda: asyncio.shield(self._receiver))
+
     async def __aenter__(self) -> Session:
         return self
 
