@@ -7,9 +7,11 @@ from dataclasses import dataclass
 from typing import Literal, get_args
 
 from eclectus.protocol.tool_formats import ToolFormatName
+from eclectus.server.checks import require_range
 from eclectus.server.graph.policies import PolicyParams, ProgramPolicy
 
 Admission = Literal["engine", "off"]
+_POLICY = PolicyParams()  # the program policy's defaults (policies.py owns them)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,10 +67,10 @@ class ServerConfig:
     max_inflight: int = 256  # engine requests in flight at once, all sessions together
     # a tenant's fair share of those while another tenant's calls wait; None: app-FIFO only
     max_inflight_per_tenant: int | None = None
-    aging_rate: float = 0.1
-    program_policy: str = "fifo"  # a ProgramPolicy value
-    las_tokens_per_s: float = 1000.0
-    latency_deadline_s: float = 5.0
+    aging_rate: float = _POLICY.aging_rate
+    program_policy: str = _POLICY.policy.value  # a ProgramPolicy value
+    las_tokens_per_s: float = _POLICY.las_tokens_per_s
+    latency_deadline_s: float = _POLICY.latency_deadline_s
     admission: Admission = "engine"
     # requests admitted to one engine at once; None: the engine's own batch (the built-in
     # engine's max_num_seqs, a remote pool's --engine-max-inflight per engine)
@@ -113,14 +115,9 @@ class ServerConfig:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in (
-            "close_timeout_s",
-            "handshake_timeout_s",
-            "idle_timeout_s",
-            "auth_window_s",
-        ):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        for name in ("close_timeout_s", "handshake_timeout_s", "idle_timeout_s", "auth_window_s"):
+            require_range(name, getattr(self, name), 0, inclusive=False)
+        require_range("shutdown_timeout_s", self.shutdown_timeout_s, 0, inclusive=True)
         if self.max_connections_per_client is not None and self.max_connections_per_client < 1:
             raise ValueError(
                 f"max_connections_per_client must be >= 1, got {self.max_connections_per_client}"
@@ -129,10 +126,6 @@ class ServerConfig:
             raise ValueError(
                 f"max_inflight_per_tenant must be >= 1, got {self.max_inflight_per_tenant}"
             )
-        if self.shutdown_timeout_s < 0:
-            raise ValueError(f"shutdown_timeout_s must be >= 0, got {self.shutdown_timeout_s}")
-        if self.aging_rate < 0:
-            raise ValueError(f"aging_rate must be >= 0, got {self.aging_rate}")
         self._check_scheduling()
         if any(not name for name in self.served_model_names):
             raise ValueError("served_model_names must not contain an empty name")
@@ -145,16 +138,13 @@ class ServerConfig:
         self._check_tenant_tokens()
 
     def _check_scheduling(self) -> None:
-        ProgramPolicy(self.program_policy)  # ValueError naming the value
+        _ = self.policy_params  # PolicyParams checks its knobs (ValueError naming one)
         if self.admission not in get_args(Admission):
             modes = " or ".join(repr(m) for m in get_args(Admission))
             raise ValueError(f"admission must be {modes}, got {self.admission!r}")
-        for name in ("las_tokens_per_s", "latency_deadline_s"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.max_engine_seqs is not None and self.max_engine_seqs < 1:
             raise ValueError(f"max_engine_seqs must be >= 1, got {self.max_engine_seqs}")
-        if not 0 < self.kv_admit_fraction <= 1:
+        if not 0 < self.kv_admit_fraction <= 1:  # NaN is not
             raise ValueError(f"kv_admit_fraction must be in (0, 1], got {self.kv_admit_fraction}")
 
     @property

@@ -13,16 +13,16 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import math
 import signal
 import socket
 import sys
 from collections.abc import Callable
 from dataclasses import fields
-from typing import get_args
+from typing import TypeVar, get_args
 
 from eclectus.protocol.tool_formats import TOOL_FORMATS
 from eclectus.server.backend import Backend
+from eclectus.server.checks import in_range
 from eclectus.server.config import Admission, ServerConfig, read_token_file
 from eclectus.server.engine.engine_config import (
     JSON_WHITESPACE,
@@ -33,26 +33,48 @@ from eclectus.server.engine.engine_config import (
 from eclectus.server.graph.policies import ProgramPolicy
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: an integer >= 1 (argparse names the flag in its error)."""
+T = TypeVar("T", int, float)
+
+
+def _parsed(text: str, parse: Callable[[str], T], fits: Callable[[T], bool], what: str) -> T:
+    """``parse(text)`` when it parses and fits, else argparse's error saying it ``must be
+    {what}`` (argparse names the flag). The one shape of every number flag's type."""
     try:
-        value = int(text)
+        value = parse(text)
     except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+        value = None
+    if value is None or not fits(value):
+        raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
     return value
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    return _parsed(text, int, lambda value: value >= 1, "an integer >= 1")
+
+
+def non_negative_int(text: str) -> int:
+    """An argparse type: an integer >= 0."""
+    return _parsed(text, int, lambda value: value >= 0, "an integer >= 0")
 
 
 def positive_float(text: str) -> float:
     """An argparse type: a finite number > 0 (seconds, rates, fractions)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
-    return value
+    return _parsed(text, float, lambda v: in_range(v, 0, inclusive=False), "a number > 0")
+
+
+def non_negative_float(text: str) -> float:
+    """An argparse type: a finite number >= 0 (a grace period that may be none, a rate)."""
+    return _parsed(text, float, lambda v: in_range(v, 0, inclusive=True), "a number >= 0")
+
+
+def positive_gib(text: str) -> float:
+    """An argparse type: a finite number of GiB > 0 that is at least one byte."""
+
+    def fits(value: float) -> bool:
+        return in_range(value, 0, inclusive=False) and round(value * GiB) >= 1
+
+    return _parsed(text, float, fits, "a number of GiB > 0")
 
 
 def positive_int_or_none(text: str) -> int | None:
@@ -63,28 +85,6 @@ def positive_int_or_none(text: str) -> int | None:
 def non_negative_int_or_none(text: str) -> int | None:
     """An argparse type: an integer >= 0, or "none" (no limit)."""
     return None if text.strip().lower() == "none" else non_negative_int(text)
-
-
-def non_negative_int(text: str) -> int:
-    """An argparse type: an integer >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
-    return value
-
-
-def positive_gib(text: str) -> float:
-    """An argparse type: a finite number of GiB > 0 that is at least one byte."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not math.isfinite(value) or round(value * GiB) < 1:
-        raise argparse.ArgumentTypeError(f"must be a number of GiB > 0, got {text!r}")
-    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -202,21 +202,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--handshake-timeout",
         dest="handshake_timeout_s",
-        type=float,
+        type=positive_float,
         default=defaults.handshake_timeout_s,
         help="seconds for an HTTP request head, or for hello after the upgrade",
     )
     parser.add_argument(
         "--idle-timeout",
         dest="idle_timeout_s",
-        type=float,
+        type=positive_float,
         default=defaults.idle_timeout_s,
         help="seconds before a session with nothing in flight is closed",
     )
     parser.add_argument(
         "--shutdown-timeout",
         dest="shutdown_timeout_s",
-        type=float,
+        type=non_negative_float,
         default=defaults.shutdown_timeout_s,
         help="seconds in-flight work may take to finish after SIGTERM",
     )
@@ -242,7 +242,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--aging-rate",
-        type=float,
+        type=non_negative_float,
         default=defaults.aging_rate,
         help="app-FIFO aging: seconds of rank credit per second waited",
     )

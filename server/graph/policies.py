@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from eclectus.protocol import Usage
+from eclectus.server.checks import require_range
 
 
 class ProgramPolicy(StrEnum):
@@ -44,12 +45,20 @@ class ProgramPolicy(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class PolicyParams:
-    """The policies' knobs (ServerConfig carries them)."""
+    """The policies' knobs: their defaults and ranges live here, and ServerConfig's fields
+    for them take both from here. Validated."""
 
     policy: ProgramPolicy = ProgramPolicy.FIFO
     aging_rate: float = 0.1  # seconds of rank credit per second waited (every policy)
     las_tokens_per_s: float = 1000.0  # las: tokens of attained service worth a second
     latency_deadline_s: float = 5.0  # deadline: a latency get's implicit deadline
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.policy, ProgramPolicy):  # a str would compare as no policy
+            raise TypeError(f"policy must be a ProgramPolicy, got {self.policy!r}")
+        require_range("aging_rate", self.aging_rate, 0, inclusive=True)
+        require_range("las_tokens_per_s", self.las_tokens_per_s, 0, inclusive=False)
+        require_range("latency_deadline_s", self.latency_deadline_s, 0, inclusive=False)
 
 
 def program_term(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from eclectus.server.checks import require_range
 from eclectus.server.remote.kv_subscriber import KVEventsEndpoint
 from eclectus.server.remote.routing import RoutingParams, RoutingPolicy
 
@@ -59,5 +60,4 @@ class RemoteConfig:
         if self.max_background_per_engine is not None and self.max_background_per_engine < 0:
             raise ValueError("max_background_per_engine must be >= 0 (None: no cap)")
         for name in ("connect_timeout_s", "read_timeout_s", "probe_interval_s"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0")
+            require_range(name, getattr(self, name), 0, inclusive=False)

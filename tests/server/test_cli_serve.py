@@ -111,6 +111,21 @@ def test_a_model_that_cannot_load_exits_2_with_the_reason() -> None:
             ["--las-tokens-per-s", "nan"],
             "argument --las-tokens-per-s: must be a number > 0, got 'nan'",
         ),
+        (
+            ["--handshake-timeout", "nan"],
+            "argument --handshake-timeout: must be a number > 0, got 'nan'",
+        ),
+        (["--idle-timeout", "inf"], "argument --idle-timeout: must be a number > 0, got 'inf'"),
+        (["--idle-timeout", "0"], "argument --idle-timeout: must be a number > 0, got '0'"),
+        (
+            ["--shutdown-timeout", "-1"],
+            "argument --shutdown-timeout: must be a number >= 0, got '-1'",
+        ),
+        (
+            ["--shutdown-timeout", "nan"],
+            "argument --shutdown-timeout: must be a number >= 0, got 'nan'",
+        ),
+        (["--aging-rate", "nan"], "argument --aging-rate: must be a number >= 0, got 'nan'"),
     ],
 )
 def test_bad_engine_flags_are_refused_by_name(
@@ -232,3 +247,23 @@ def test_a_tool_call_parser_of_no_known_format_is_refused_in_the_config() -> Non
     with pytest.raises(ValueError, match="hermes, llama3_json, mistral"):
         ServerConfig(tool_call_parser="pythonic")  # type: ignore[arg-type]
     assert ServerConfig().tool_call_parser is None  # detected from the chat template
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("handshake_timeout_s", float("nan"), "handshake_timeout_s must be > 0 and finite"),
+        ("idle_timeout_s", float("inf"), "idle_timeout_s must be > 0 and finite"),
+        ("shutdown_timeout_s", float("nan"), "shutdown_timeout_s must be >= 0 and finite"),
+        ("shutdown_timeout_s", -1.0, "shutdown_timeout_s must be >= 0 and finite"),
+        ("aging_rate", float("nan"), "aging_rate must be >= 0 and finite"),
+        ("kv_admit_fraction", float("nan"), r"kv_admit_fraction must be in \(0, 1\]"),
+    ],
+)
+def test_a_number_that_is_no_number_is_refused_in_the_config(
+    field: str, value: float, message: str
+) -> None:
+    """The config refuses what the flags refuse: NaN and infinity are no timeout or rate."""
+    with pytest.raises(ValueError, match=message):
+        ServerConfig(**{field: value})  # type: ignore[arg-type]
+    assert ServerConfig(shutdown_timeout_s=0.0).shutdown_timeout_s == 0.0  # none: stop now

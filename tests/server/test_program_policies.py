@@ -201,3 +201,27 @@ def test_a_bad_scheduling_setting_is_refused_naming_it(
 ) -> None:
     with pytest.raises(ValueError, match=message):
         ServerConfig(**{field: value})  # type: ignore[arg-type]
+
+
+def test_the_policy_knobs_have_one_home() -> None:
+    """ServerConfig's policy fields default to PolicyParams's, and its policy_params is
+    PolicyParams's default: the contract is written once (policies.py)."""
+    assert ServerConfig().policy_params == PolicyParams()
+
+
+@pytest.mark.parametrize(
+    ("knobs", "message"),
+    [
+        ({"aging_rate": -0.1}, "aging_rate must be >= 0"),
+        ({"aging_rate": float("nan")}, "aging_rate must be >= 0 and finite"),
+        ({"las_tokens_per_s": float("inf")}, "las_tokens_per_s must be > 0 and finite"),
+        ({"latency_deadline_s": 0.0}, "latency_deadline_s must be > 0"),
+    ],
+)
+def test_policy_params_check_their_own_ranges(knobs: dict[str, float], message: str) -> None:
+    """PolicyParams refuses a knob out of range itself, for ServerConfig and any other
+    maker alike; a policy given as a string is refused, not taken for fifo."""
+    with pytest.raises(ValueError, match=message):
+        PolicyParams(**knobs)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="policy must be a ProgramPolicy"):
+        PolicyParams("las")  # type: ignore[arg-type]
