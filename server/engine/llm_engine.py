@@ -7,7 +7,7 @@ import itertools
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -50,7 +50,8 @@ class StepFailed(RuntimeError):
 
 @dataclass(slots=True)
 class Counters:
-    """Monotonic token counters since start."""
+    """Monotonic counters since start: each token counter is reported under its name in
+    :class:`EngineStats`, the step count in its ``extra``."""
 
     prompt_tokens: int = 0  # prompt tokens of all requests added
     prefill_tokens: int = 0  # known tokens actually computed (misses and recomputes)
@@ -239,21 +240,20 @@ class LLMEngine:
         return list(self._seqs)
 
     def stats(self) -> EngineStats:
-        """A snapshot of load and counters (pure)."""
-        c, bm = self.counters, self.block_manager
+        """A snapshot of load and counters (pure). Every counter but the step count is an
+        EngineStats field of its name (a new one cannot be left out: it would not fit)."""
+        counted, bm = asdict(self.counters), self.block_manager
+        num_steps = counted.pop("num_steps")
         return EngineStats(
             num_running=len(self.scheduler.running),
             num_waiting=self.scheduler.num_waiting,
             num_free_blocks=bm.num_free_blocks,
             num_total_blocks=bm.num_blocks,
             num_cached_blocks=bm.num_cached_blocks,
-            prompt_tokens=c.prompt_tokens,
-            prefill_tokens=c.prefill_tokens,
-            cache_hit_tokens=c.cache_hit_tokens,
-            generated_tokens=c.generated_tokens,
             num_preemptions=self.scheduler.num_preemptions,
+            **counted,
             extra={
-                "num_steps": float(c.num_steps),
+                "num_steps": float(num_steps),
                 "num_pinned": float(len(bm.pins)),
                 # referenced blocks over all blocks: what admission control should watch
                 "kv_usage": 1.0 - bm.num_free_blocks / bm.num_blocks,

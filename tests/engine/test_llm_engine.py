@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import pytest
 from engine_helpers import TOKENIZER, prompt_request
 from hypothesis import given, settings
@@ -9,6 +11,7 @@ from hypothesis import strategies as st
 
 from eclectus.server.backend import EngineOutput, EngineRequest
 from eclectus.server.engine import EngineConfig, LLMEngine, SamplingParams
+from eclectus.server.engine.llm_engine import Counters
 
 HELLO = tuple(TOKENIZER.encode("Hello there. "))
 ONCE = tuple(TOKENIZER.encode("Once upon"))
@@ -85,6 +88,17 @@ def test_counters_add_up(engine: LLMEngine) -> None:
     assert stats.generated_tokens == 8
     assert stats.extra["kv_usage"] == 0.0  # all finished: every block free (maybe cached)
     assert stats.num_cached_blocks > 0
+
+
+def test_every_counter_reaches_the_stats(engine: LLMEngine) -> None:
+    """Each of the engine's counters is in its stats under its own name (the step count in
+    ``extra``), with the counter's value."""
+    engine.add_request(req("s1", SYSTEM, "one"))
+    run(engine)
+    stats, counters = engine.stats(), engine.counters
+    assert stats.extra["num_steps"] == counters.num_steps > 0
+    names = [f.name for f in fields(Counters) if f.name != "num_steps"]
+    assert names and all(getattr(stats, n) == getattr(counters, n) for n in names)
 
 
 def test_a_request_is_its_ids(engine: LLMEngine) -> None:
