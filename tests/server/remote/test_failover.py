@@ -1,5 +1,6 @@
-"""Faults: an engine killed mid-graph, every engine gone, an engine coming back. The engines
-are real ``eclectus serve`` processes; SIGKILL drops their streams as a crash does."""
+"""Faults: an engine killed mid-graph, every engine gone, an engine coming back, and the
+capacity the scheduler admits within as engines are up or down. The engines are real
+``eclectus serve`` processes; SIGKILL drops their streams as a crash does."""
 
 from __future__ import annotations
 
@@ -8,13 +9,22 @@ from typing import Any
 
 import httpx
 import pytest
-from remote_helpers import EngineProcess, fan_out, reference, remote_backend, run_graph
+from remote_helpers import (
+    EngineProcess,
+    fan_out,
+    free_port,
+    reference,
+    remote_backend,
+    run_graph,
+)
 from websockets.asyncio.client import connect
 from ws_helpers import RawClient
 
+from eclectus.server.backend import EngineCapacity
 from eclectus.server.config import ServerConfig
+from eclectus.server.engine import EngineConfig
 from eclectus.server.front.app import start_server
-from eclectus.server.remote import RoutingPolicy
+from eclectus.server.remote import RemoteConfig, RoutingPolicy, build_remote_backend
 from eclectus.server.remote.backend import RemoteBackend
 
 pytestmark = pytest.mark.slow
@@ -96,3 +106,55 @@ async def test_no_engine_left_answers_engine_unavailable(
         await wait_for(lambda: backend.pool.has_healthy())
         got = await run_graph(server, fan_out(1), 1)
         assert got["a0"]["text"] == (await reference(builtin, fan_out(1), 1))["a0"]
+
+
+async def test_capacity_counts_the_healthy_engines(engines: list[EngineProcess]) -> None:
+    """capacity() is what the healthy engines hold: their number and our cap on each,
+    summed; an engine down (here unreachable from the start) adds neither. These engines'
+    /metrics do not give their KV cache's size, so the KV is unknown (None)."""
+    nobody = f"http://127.0.0.1:{free_port()}/v1"
+    backend = remote_backend([engines[0].url, nobody], max_inflight_per_engine=3)
+    await backend.start()
+    try:
+        assert [e.healthy for e in backend.pool.engines] == [True, False]
+        assert backend.capacity() == EngineCapacity(num_engines=1, max_seqs=3, kv_tokens=None)
+    finally:
+        await backend.shutdown()
+    both = remote_backend([e.url for e in engines], max_inflight_per_engine=3)
+    await both.start()
+    try:
+        assert both.capacity() == EngineCapacity(num_engines=2, max_seqs=6, kv_tokens=None)
+    finally:
+        await both.shutdown()
+
+
+async def test_capacity_sums_the_kv_only_when_every_engine_says_it(
+    engines: list[EngineProcess],
+) -> None:
+    """The built-in engine as a pool member says its KV cache's size (blocks x block size):
+    alone, capacity()'s KV is that cache; beside an engine that does not say, it is
+    unknown (None) rather than a part counted as the whole."""
+    from eclectus.server.engine import AsyncEngine
+
+    def builtin() -> AsyncEngine:
+        return AsyncEngine.from_config(model="tiny", num_kv_blocks=64, num_threads=1)
+
+    kv_tokens = 64 * EngineConfig().block_size
+    for urls, expected in (
+        ((), EngineCapacity(num_engines=1, max_seqs=4, kv_tokens=kv_tokens)),
+        ((engines[0].url,), EngineCapacity(num_engines=2, max_seqs=8, kv_tokens=None)),
+    ):
+        config = RemoteConfig(
+            model="tiny",
+            engine_urls=urls,
+            builtin=True,
+            max_inflight_per_engine=4,
+            probe_interval_s=0.1,
+        )
+        backend = build_remote_backend(config, builtin)
+        await backend.start()
+        try:  # the members' loads (the built-in's KV among them) come with the first scrape
+            await wait_for(lambda b=backend: b.pool.engines[0].load.kv_tokens is not None)
+            assert backend.capacity() == expected
+        finally:
+            await backend.shutdown()
