@@ -4,7 +4,7 @@ The Python evaluator (adapters/pyeval) lowers an app's ``reply.strip()``, ``text
 ``f"{x!r}"``, ``response.joke`` (a field of a structured output) or ``items[choice.id]``
 to these ops, so their result must be byte-identical to what the app's Python computes on
 the client: each op below *is* that Python expression over the input texts
-(tests/server/test_text_ops.py checks each against Python with hypothesis). An op's
+(tests/server/graph/test_text_ops.py checks each against Python with hypothesis). An op's
 output size is bounded before it is built (``max_chars``), as the join ops' are.
 """
 

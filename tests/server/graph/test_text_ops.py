@@ -167,7 +167,7 @@ def test_a_text_op_over_the_size_limit_fails_before_it_is_built() -> None:
 
 def test_the_protocol_docs_example_runs() -> None:
     """docs/protocol.md's text-op frame, as printed, answers as the page says."""
-    docs = (Path(__file__).resolve().parents[2] / "docs" / "protocol.md").read_text()
+    docs = (Path(__file__).resolve().parents[3] / "docs" / "protocol.md").read_text()
     (block,) = [b for b in re.findall(r"```json\n(.*?)```", docs, re.DOTALL) if '"s4"' in b]
     frame = json.loads(block)
     sched = make_scheduler()

@@ -301,7 +301,7 @@ def test_any_pipeline_expands_and_finishes_in_step_order(
 
 async def test_the_protocol_docs_example_runs(client: RawClient) -> None:
     """docs/protocol.md's map-steps frame, as printed, is accepted and answers both gets."""
-    docs = (Path(__file__).resolve().parents[2] / "docs" / "protocol.md").read_text()
+    docs = (Path(__file__).resolve().parents[3] / "docs" / "protocol.md").read_text()
     (block,) = [b for b in re.findall(r"```json\n(.*?)```", docs, re.DOTALL) if '"id": "team"' in b]
     assert (await client.ask(json.loads(block)))["type"] == "ack"
     answers = await client.values(2)
