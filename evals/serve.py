@@ -15,7 +15,8 @@ from pathlib import Path
 
 from eclectus.evals.trace import TracingBackend
 from eclectus.server.backend import Backend
-from eclectus.server.main import add_arguments, run
+from eclectus.server.flags import add_arguments
+from eclectus.server.main import run
 
 
 def build_parser() -> argparse.ArgumentParser:

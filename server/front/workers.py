@@ -71,7 +71,8 @@ def run_workers(args: argparse.Namespace, wrap: Callable[[Backend], Backend] | N
     """Bind, start ``args.api_server_count`` workers on the socket, say where they serve,
     and wait for them (blocking); signals are passed on. 0 when all exit cleanly, 2 on
     bad flags or a worker that could not start."""
-    from eclectus.server.main import config_from_args, serving_line
+    from eclectus.server.flags import config_from_args
+    from eclectus.server.main import serving_line
 
     reason = refusal(args) or ("the engine wrapper cannot cross processes" if wrap else None)
     if reason is not None:
@@ -155,7 +156,8 @@ def worker_main(args: argparse.Namespace, port: int, index: int, ready: Queue[in
     import asyncio
 
     from eclectus.server.front.app import bind
-    from eclectus.server.main import config_from_args, load_remote, serve_forever
+    from eclectus.server.flags import config_from_args
+    from eclectus.server.main import load_remote, serve_forever
     from eclectus.server.remote.errors import RemoteStartError
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)

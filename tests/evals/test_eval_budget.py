@@ -13,7 +13,8 @@ from eclectus.evals.budget import Budget
 from eclectus.evals.serve import build_parser
 from eclectus.evals.servers import EclectusProcess
 from eclectus.server.engine.engine_config import EngineConfig, GiB
-from eclectus.server.main import add_arguments, engine_config_from_args
+from eclectus.server.engine_flags import engine_config_from_args
+from eclectus.server.flags import add_arguments
 
 BUDGET = Budget(block_size=64, kv_cache_gib=2, max_num_batched_tokens=512, max_num_seqs=8)
 

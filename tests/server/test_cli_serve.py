@@ -23,8 +23,9 @@ from eclectus.adapters.client import connect_sync
 from eclectus.cli import main
 from eclectus.protocol.kv_events import KVEventsConfig
 from eclectus.server.config import ServerConfig
-from eclectus.server.engine.engine_config import EngineConfig
-from eclectus.server.main import GiB, add_arguments, config_from_args, engine_config_from_args
+from eclectus.server.engine.engine_config import EngineConfig, GiB
+from eclectus.server.engine_flags import engine_config_from_args
+from eclectus.server.flags import add_arguments, config_from_args
 
 pytestmark = pytest.mark.slow
 

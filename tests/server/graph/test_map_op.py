@@ -200,7 +200,7 @@ def test_serve_flags_set_the_map_limits() -> None:
     refused by the parser."""
     import argparse
 
-    from eclectus.server.main import add_arguments, config_from_args
+    from eclectus.server.flags import add_arguments, config_from_args
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
