@@ -21,6 +21,7 @@ from eclectus.server.flag_types import (
     positive_int_or_none,
 )
 
+
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     """The built-in engine's flags, one per EngineConfig field but ``model`` (shared with the
     server) and ``kv_cache_bytes`` (given in GiB) (mutates ``parser``)."""

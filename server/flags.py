@@ -20,6 +20,7 @@ from eclectus.server.flag_types import (
 )
 from eclectus.server.graph.policies import ProgramPolicy
 
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The serve flags (mutates ``parser``)."""
     defaults = ServerConfig()

@@ -19,8 +19,9 @@ from eclectus.server.backend import Backend
 from eclectus.server.config import ServerConfig
 from eclectus.server.engine.engine_config import EngineConfig
 from eclectus.server.engine_flags import engine_config_from_args
-from eclectus.server.flags import add_arguments, config_from_args  # add_arguments and run:
-# the subcommand's pair (eclectus/cli.py)
+
+# add_arguments and run: the pair eclectus/cli.py asks a subcommand's module for
+from eclectus.server.flags import add_arguments, config_from_args
 
 
 def load_engine(

@@ -155,8 +155,8 @@ def worker_main(args: argparse.Namespace, port: int, index: int, ready: Queue[in
     the parent passes it on once."""
     import asyncio
 
-    from eclectus.server.front.app import bind
     from eclectus.server.flags import config_from_args
+    from eclectus.server.front.app import bind
     from eclectus.server.main import load_remote, serve_forever
     from eclectus.server.remote.errors import RemoteStartError
 

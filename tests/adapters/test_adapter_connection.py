@@ -97,11 +97,16 @@ def test_a_closed_connection_is_freed_and_its_thread_stops(peer: FakePeer) -> No
 
 def test_apps_by_many_names_leave_nothing_behind(peer: FakePeer) -> None:
     """A process opening and closing apps by many names, or only naming them, keeps none."""
+
+    def open_and_close(app: str) -> None:
+        connection = connection_for(peer.url, None, app)
+        assert not connection.session.closed
+        connection.close()
+
     for number in range(5):
         connection_for(peer.url, None, f"named-{number}")
         connection_for(peer.url, None, f"opened-{number}").session.close()
-        connection_for(peer.url, None, f"closed-{number}").session
-        connection_for(peer.url, None, f"closed-{number}").close()
+        open_and_close(f"closed-{number}")
     assert _eventually(lambda: not {app for app in _live_apps() if app and app[:-1].endswith("-")})
 
 
