@@ -199,7 +199,7 @@ class Session(Declarations):
 
     async def wait_closed(self) -> None:
         """Returns once the session is closed or has lost its connection (waits only)."""
-        await self.bridge.run(lambda: asyncio.shield(self._receiver))
+        await self.bridge.run(self._wait_closed_here)
 
     async def __aenter__(self) -> Session:
         return self
@@ -329,6 +329,9 @@ class Session(Declarations):
     async def _flush_here(self) -> None:
         for reply in await self._outbox.ship([], expect_ack=True):
             await reply
+
+    async def _wait_closed_here(self) -> None:
+        await asyncio.shield(self._receiver)  # a waiter giving up must not stop the receiver
 
     def _closed_reason(self) -> BaseException | None:
         return self._router.closed

@@ -88,7 +88,7 @@ def test_a_closed_connection_is_freed_and_its_thread_stops(peer: FakePeer) -> No
     before = set(threading.enumerate())
     connection = connection_for(peer.url, None, "closed-app")
     assert not connection.session.closed
-    (thread,) = set(threading.enumerate()) - before
+    (thread,) = [t for t in set(threading.enumerate()) - before if t.name == "eclectus-connection"]
     connection.close()
     del connection
     assert _eventually(lambda: "closed-app" not in _live_apps())
