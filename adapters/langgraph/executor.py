@@ -37,6 +37,7 @@ from langgraph.errors import GraphRecursionError, InvalidUpdateError
 from langgraph.runtime import Runtime
 from langgraph.types import Command, Send
 
+from eclectus.adapters.client.variables import VarState
 from eclectus.adapters.langchain.compiler.context import Lowering
 from eclectus.adapters.langchain.compiler.registry import lower
 from eclectus.adapters.langchain.compiler.symbols import SymParsed, collect_refs
@@ -327,7 +328,10 @@ class GraphRun:
                 if isinstance(point, SwitchPoint):
                     switch = (point, branch, node_input, fresh)
                     continue
-                dests = point if point is not None else await self._route(branch, node_input, fresh)
+                if point is None:
+                    dests = await self._route(task.node, branch, node_input, fresh)
+                else:
+                    dests = point
                 for dest in dests:
                     self._target(dest, names, sends)
         for command in commands:
@@ -346,7 +350,7 @@ class GraphRun:
             cases[literal] = _tasks(case_names, case_sends)
 
         async def fallback() -> list[Task]:  # the router as a client cut, as without a fork
-            for dest in await self._route(branch, node_input, fresh):
+            for dest in await self._route(point.source, branch, node_input, fresh):
                 self._target(dest, names, sends)
             return _tasks(names, sends)
 
@@ -360,9 +364,11 @@ class GraphRun:
             value = {**node_input, **value}
         return value
 
-    async def _route(self, branch: Any, node_input: Any, fresh: Channels) -> list[Any]:
-        """A router's destinations: a server map for a SendEach over a constrained list
-        (fanout.py), else a client cut over the resolved state."""
+    async def _route(self, source: str, branch: Any, node_input: Any, fresh: Channels) -> list[Any]:
+        """The destinations of ``branch`` (leaving node ``source``): a server map for a
+        SendEach over a constrained list (fanout.py), else the router evaluated over the
+        symbolic state (or a client cut over the resolved one); a destination that is a
+        server value still pending is fetched, a graph break (noted in the trace)."""
         value = self._route_state(branch, node_input, fresh)
         fan = getattr(branch.path, "func", None)
         if isinstance(fan, SendEach):
@@ -373,6 +379,10 @@ class GraphRun:
         # destinations concrete, a Send's argument may stay symbolic
         result = await lower(branch.path, value, self.ctx)
         result = list(result) if isinstance(result, list | tuple) else [result]
+        named = collect_refs([r for r in result if not isinstance(r, Send)], [])
+        if any(ref.var.state is not VarState.READY for ref in named):
+            why = "its destination is a server value (fetched, one frame)"
+            self.ctx.trace.graph_break(f"router after {source!r}", why)
         result = [r if isinstance(r, Send) else await self.ctx.resolve(r) for r in result]
         if branch.ends:
             result = [r if isinstance(r, Send) else branch.ends[r] for r in result]

@@ -107,7 +107,8 @@ class Host:
 
     def as_ref(self, value: Ref | SymText | SymParsed) -> Ref:
         """One server variable holding ``value``'s text: a ``join`` of a SymText's parts,
-        the ``json_field`` of a structured output's string field; cached per value."""
+        the ``json_field`` of a structured output's string field (fetched along with its
+        reply, see ``Lowering.fetch_with``); cached per value (mutates ``refs``)."""
         if isinstance(value, Ref):
             return value
         hit = self.refs.get(id(value))
@@ -121,6 +122,9 @@ class Host:
         else:
             path = field_path(value)
             ref = Ref(session.text_op("json_field", [value.ref.var], path=path))
+            # whoever fetches the field (a break, a router's cut) gets the reply in the
+            # same frame: the state and callbacks hold the reply, so it is read next
+            self.ctx.fetch_with[ref.var.id] = value.ref.var
             self.ctx.trace.op(f"json_field {path} (a structured output's field)")
         self.refs[id(value)] = (value, ref)
         return ref

@@ -39,6 +39,9 @@ class Lowering:
     # SDK variable id -> the literals its call is constrained to (a router's choice), so a
     # LangGraph router over it may run on the server (langgraph/routing.py)
     choices: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # SDK variable id -> a variable fetched along with it: a structured reply's field op
+    # brings the reply (pyeval/host.py), which the state or callbacks read next anyway
+    fetch_with: dict[str, Any] = field(default_factory=dict)
 
     def declare_call(
         self,
@@ -78,11 +81,16 @@ class Lowering:
         return rebuild(value, {id(ref): text for ref, text in zip(refs, texts, strict=True)})
 
     async def fetch(self, variables: list[Any]) -> list[str]:
-        """The texts of SDK variables, pending declarations shipped in the same frame."""
+        """The texts of SDK variables, pending declarations shipped in the same frame, with
+        the variables ``fetch_with`` names for them (their texts are not returned: a later
+        fetch finds them ready and sends nothing)."""
+        along = (self.fetch_with.get(var.id) for var in variables)
+        wanted = list(variables)
+        wanted += [v for v in dict.fromkeys(along) if v is not None and v not in wanted]
         gets = self.session.session.aget_many(
-            variables, self.objective.criteria, deadline_ms=self.objective.deadline_ms
+            wanted, self.objective.criteria, deadline_ms=self.objective.deadline_ms
         )
-        return await asyncio.wait_for(gets, self.timeout)
+        return (await asyncio.wait_for(gets, self.timeout))[: len(variables)]
 
     async def cut(self, runnable: Runnable, value: Any, reason: str) -> Any:
         """Runs ``runnable`` on the client over the resolved input; its output is concrete

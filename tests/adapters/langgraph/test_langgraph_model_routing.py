@@ -45,10 +45,6 @@ def assert_switched(app: Any, value: dict[str, Any], server: EclectusServer, end
     return out
 
 
-class ExtraRoundTrip(AssertionError):
-    """A cut that ended the run sent more than one frame (only this may be a known xfail)."""
-
-
 def assert_cut(build: Callable[[tuple[str, ...]], Any], server: EclectusServer) -> None:
     """``build(routes)`` (an app and its input) compiled equals the eager run as a client
     cut, no switch, for each order of the routes: two frames and three calls when the
@@ -73,8 +69,8 @@ def assert_cut(build: Callable[[tuple[str, ...]], Any], server: EclectusServer) 
             end_frames.append(compiled.last_frames)
         went_on.append(goes_on)
     assert sorted(went_on) == [False, True, True], went_on
-    if end_frames != [1]:  # a cut that ends the run pays one round trip, not more
-        raise ExtraRoundTrip(end_frames)
+    # a cut that ends the run pays one round trip: a str field's break gets the reply too
+    assert end_frames == [1], end_frames
 
 
 @pytest.mark.parametrize("routes", ORDERS)
@@ -170,17 +166,7 @@ FALLBACKS: dict[str, type[BaseModel]] = {
 }
 
 
-# KNOWN: a ``str`` field is read by a server json_field op; the break gets that field in
-# one frame and the whole reply (for the state) in a second, so a run that ends there pays
-# two round trips where one would do (a get of both in the first frame)
-EXTRA_GET = pytest.mark.xfail(
-    raises=ExtraRoundTrip, strict=True, reason="the break gets the field, then the reply"
-)
-
-
-@pytest.mark.parametrize(
-    "why", [pytest.param(w, marks=EXTRA_GET) if w == "no literal" else w for w in sorted(FALLBACKS)]
-)
+@pytest.mark.parametrize("why", sorted(FALLBACKS))
 @pytest.mark.parametrize("whole", [False, True])
 def test_a_model_not_provably_exact_stays_a_cut(
     chat: ChatEclectus, eclectus_server: EclectusServer, why: str, whole: bool
@@ -198,6 +184,34 @@ def test_a_model_not_provably_exact_stays_a_cut(
             lambda routes: lg_graphs.structured_supervisor(chat, routes, router_schema=cls),
             eclectus_server,
         )
+
+
+@pytest.mark.parametrize("whole", [False, True])
+def test_a_str_field_cut_that_ends_the_run_costs_one_frame(
+    chat: ChatEclectus, eclectus_server: EclectusServer, whole: bool
+) -> None:
+    """A ``str`` router field (no literal): the edge reads it through a json_field op,
+    and the break that fetches it fetches the reply too, so a run that ends at the router
+    costs one client frame (the server counts the same) and ``explain()`` names the break."""
+    cls = FALLBACKS["no literal"]
+    for routes in ORDERS:  # the order whose greedy pick ends the run
+        if whole:
+            app, value = lg_graphs.model_supervisor(chat, routes, route_cls=cls)
+        else:
+            app, value = lg_graphs.structured_supervisor(chat, routes, router_schema=cls)
+        eager = app.invoke(value)
+        if "answer" not in eager:
+            break
+    assert "answer" not in eager
+    compiled = compile(app)
+    compiled.invoke(value)  # a warm-up: the session's first frames (its hello) are not the run's
+    before = eclectus_server.ctx.metrics.client_frames
+    assert compiled.invoke(value) == eager
+    frames = eclectus_server.ctx.metrics.client_frames - before
+    assert frames == compiled.last_frames == 1, compiled.explain()
+    assert "BREAK  router after 'supervisor': its destination is a server value" in (
+        compiled.explain()
+    )
 
 
 def test_an_edge_reading_an_unknown_field_stays_a_cut(

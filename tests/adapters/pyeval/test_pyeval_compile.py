@@ -211,6 +211,41 @@ def test_reading_a_structured_output_the_wrong_way_raises_as_python(llm: ChatEcl
     assert str(compiled.value) == str(eager.value)
 
 
+class Titled(BaseModel):
+    title: str = Field(max_length=12)
+
+
+def titled_app(llm: ChatEclectus) -> Any:
+    titler = llm.model_copy(update={"max_tokens": 32}).with_structured_output(Titled)
+
+    def title(topic: str) -> dict[str, Any]:
+        reply = titler.invoke(f"A title for {topic}:")
+        heading = f"# {reply.title}"  # a string field in an f-string: a json_field op
+        size = "long" if len(heading) > 8 else "short"  # a decision on it: a break
+        return {"heading": heading, "size": size, "reply": reply}
+
+    return title
+
+
+def test_a_break_on_a_field_fetches_its_reply_in_the_same_frame(
+    llm: ChatEclectus, eclectus_server: EclectusServer
+) -> None:
+    """The break reads the field's server op and the result holds the whole reply: one
+    frame gets both, so the final fetch sends none (the server counted one frame too)."""
+    app = titled_app(llm)
+    eager = app("a shed")
+    fast = compile(app)
+    fast("a warm-up")  # the session's first frames (its hello) are not the run's
+    before = server_frames(eclectus_server)
+    assert fast("a shed") == eager
+    assert server_frames(eclectus_server) - before == fast.last_frames == 1, fast.explain()
+    trace = fast.last_graph
+    assert trace is not None and len(trace.breaks) == 1
+    assert "json_field ['title']" in trace.render()
+    assert "titled_app.<locals>.title line " in fast.explain()
+    assert "len() of a server value" in fast.explain()
+
+
 # -- side effects ---------------------------------------------------------------------------
 
 
