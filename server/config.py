@@ -71,6 +71,7 @@ class ServerConfig:
     program_policy: str = _POLICY.policy.value  # a ProgramPolicy value
     las_tokens_per_s: float = _POLICY.las_tokens_per_s
     latency_deadline_s: float = _POLICY.latency_deadline_s
+    program_gap_s: float = _POLICY.program_gap_s
     admission: Admission = "engine"
     # requests admitted to one engine at once; None: the engine's own batch (the built-in
     # engine's max_num_seqs, a remote pool's --engine-max-inflight per engine)
@@ -155,6 +156,7 @@ class ServerConfig:
             self.aging_rate,
             self.las_tokens_per_s,
             self.latency_deadline_s,
+            self.program_gap_s,
         )
 
     def _check_tenant_tokens(self) -> None:

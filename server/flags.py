@@ -202,6 +202,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="deadline policy: seconds after its graph's arrival a latency get is due",
     )
     parser.add_argument(
+        "--program-gap",
+        dest="program_gap_s",
+        type=non_negative_float,
+        default=defaults.program_gap_s,
+        help="fifo/deadline: a session's call within this many seconds of its last activity "
+        "continues its program (an eager agent's next turn) and ranks by its arrival",
+    )
+    parser.add_argument(
         "--admission",
         choices=get_args(Admission),
         default=defaults.admission,

@@ -8,11 +8,13 @@ from eclectus.server.graph.graph import FINAL_NODE_STATES, Graph, Node
 
 
 def stamp_arrivals(graph: Graph, nodes: list[Node], now: float) -> None:
-    """App-FIFO ranks by the *graph's* arrival, not the session's, so a long-lived session
-    that starts a new, independent graph does not outrank newer applications: a node's
-    arrival is its first activation, or the earliest arrival upstream of it (work that
-    continues earlier work is further along). One pass in topological order (producers
-    first), so the cost is linear in ``nodes`` and their edges. Mutates their arrival."""
+    """App-FIFO ranks by the *program's* arrival, not the session's, so a long-lived session
+    that starts a new, independent program does not outrank newer applications: a node's
+    arrival is its first activation (``now``: the scheduler passes the session's current
+    program's arrival, policies.program_arrival), or the earliest arrival upstream of it
+    (work that continues earlier work is further along). One pass in topological order
+    (producers first), so the cost is linear in ``nodes`` and their edges. Mutates their
+    arrival."""
     for node in nodes:
         node.arrival = now if node.arrival is None else min(node.arrival, now)
     for node in producers_first(graph, nodes):

@@ -4,9 +4,12 @@ The rank key (objectives.rank_key) orders by criteria class, then urgency, then 
 request's priority, then a *program term* that one of these policies computes
 (``eclectus serve --program-policy``):
 
-``fifo``      app-FIFO with aging: the program term is the arrival of the call's graph
-              (its earliest activation, or an upstream call's), minus an aging credit of
-              ``aging_rate`` seconds per second waited. Programs further along go first.
+``fifo``      app-FIFO with aging: the program term is the arrival of the call's program
+              (:func:`program_arrival`: its graph's earliest activation, or an upstream
+              call's; and for an eager app, whose calls reach the server one submit at a
+              time with no edges between them, the first call of the session's current
+              program), minus an aging credit of ``aging_rate`` seconds per second waited.
+              Programs further along go first.
 ``las``       least attained service (Autellix, arXiv 2502.13965): the program term is the
               service the call's program has attained so far, in tokens the engine computed
               for it (prompt tokens not served from the prefix cache, plus generated tokens),
@@ -52,6 +55,10 @@ class PolicyParams:
     aging_rate: float = 0.1  # seconds of rank credit per second waited (every policy)
     las_tokens_per_s: float = 1000.0  # las: tokens of attained service worth a second
     latency_deadline_s: float = 5.0  # deadline: a latency get's implicit deadline
+    # fifo/deadline: a session whose next call comes within this many seconds of its last
+    # activity continues the same program (an eager agent's next turn, after a client-side
+    # tool and a round trip); after a longer pause it starts a new one (a chat's next turn)
+    program_gap_s: float = 1.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.policy, ProgramPolicy):  # a str would compare as no policy
@@ -59,6 +66,7 @@ class PolicyParams:
         require_range("aging_rate", self.aging_rate, 0, inclusive=True)
         require_range("las_tokens_per_s", self.las_tokens_per_s, 0, inclusive=False)
         require_range("latency_deadline_s", self.latency_deadline_s, 0, inclusive=False)
+        require_range("program_gap_s", self.program_gap_s, 0, inclusive=True)
 
 
 def program_term(
@@ -71,6 +79,20 @@ def program_term(
     if params.policy is ProgramPolicy.LAS:
         return service_tokens / params.las_tokens_per_s + aging
     return arrival + aging
+
+
+def program_arrival(
+    params: PolicyParams, *, now: float, current: float | None, last_active: float, busy: bool
+) -> float:
+    """The arrival a session's newly activated calls rank by (pure): ``current``, its
+    program's, while the session is busy (a call of it running) or was active
+    (an activation or a finished call) within ``program_gap_s``; else ``now``, a new
+    program. Without it an eager program's every call would rank as a new arrival, and a
+    sequential agent would queue behind every program that started after it, once per
+    turn (Autellix: the calls of one program are one unit)."""
+    if current is not None and (busy or now - last_active <= params.program_gap_s):
+        return current
+    return now
 
 
 def term_offset(params: PolicyParams, epoch: float) -> float:

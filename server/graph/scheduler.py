@@ -42,6 +42,7 @@ from eclectus.server.graph.pins import PinTable
 from eclectus.server.graph.policies import (
     attained_service,
     implicit_deadline,
+    program_arrival,
     program_term,
     term_offset,
 )
@@ -78,6 +79,10 @@ class AppState:
     # session had reached: an eager app's calls, which reach the server with no edges
     # between them, are ranked by it
     service: int = 0
+    # the session's current program (policies.program_arrival): when its first call was
+    # activated, and the last activation or finished call, which keeps it going
+    program_arrival: float | None = None
+    last_active: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +180,16 @@ class GraphScheduler:
         """A get on ``var_id``: merge its objective into everything upstream, form task
         groups, activate those nodes and queue the ready ones (mutates)."""
         nodes = app.graph.upstream(var_id)
-        stamp_arrivals(app.graph, nodes, self.clock())
+        now = self.clock()
+        app.program_arrival = program_arrival(
+            self.policy,
+            now=now,
+            current=app.program_arrival,
+            last_active=app.last_active,
+            busy=bool(app.tasks),
+        )
+        app.last_active = now
+        stamp_arrivals(app.graph, nodes, app.program_arrival)
         for node in nodes:
             node.objective = (
                 objective if node.objective is None else node.objective.merge(objective)
@@ -222,6 +236,7 @@ class GraphScheduler:
         session's attained service, and the calls it readies into the queue (mutates)."""
         ready = app.graph.complete_output(node, var_id, text, usage, finish_reason)
         app.service = max(app.service, node.service_key + node.service_tokens)
+        app.last_active = self.clock()
         self.enqueue(app, ready)
 
     @staticmethod

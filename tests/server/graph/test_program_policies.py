@@ -17,6 +17,7 @@ from eclectus.server.graph.policies import (
     ProgramPolicy,
     attained_service,
     computed_tokens,
+    program_arrival,
     program_term,
 )
 from eclectus.server.graph.scheduler import AppState, GraphScheduler
@@ -185,6 +186,35 @@ async def test_deadline_policy_ranks_latency_work_by_an_implicit_deadline() -> N
         assert order(sched)[1:] == expected, policy
 
 
+def test_a_session_continues_its_program_while_busy_or_within_the_gap() -> None:
+    params = PolicyParams(program_gap_s=1.0)
+    fresh = program_arrival(params, now=5.0, current=None, last_active=0.0, busy=False)
+    assert fresh == 5.0  # the session's first program
+    assert program_arrival(params, now=5.0, current=2.0, last_active=4.5, busy=False) == 2.0
+    assert program_arrival(params, now=5.0, current=2.0, last_active=3.0, busy=True) == 2.0
+    assert program_arrival(params, now=5.0, current=2.0, last_active=3.0, busy=False) == 5.0
+
+
+async def test_fifo_an_eager_programs_next_turn_ranks_by_the_programs_arrival() -> None:
+    """An eager agent (one call per submit, a client round trip between) goes before a
+    program that arrived after its first turn; after a pause longer than the gap, its next
+    call is a new program and goes after it."""
+    for pause, expected in ((0.5, ["agent-2", "newer"]), (5.0, ["newer", "agent-2"])):
+        engine, clock = ScriptedEngine(), FakeClock()
+        sched = make_scheduler(engine, clock, max_inflight=1, aging_rate=0, program_gap_s=1.0)
+        agent = sched.open_app("agent")
+        await run_alone(sched, agent, calls=[call("agent-1", "a")], gets=[{"var": "a"}])
+        engine.pause()
+        submit(sched, sched.open_app("blocker"), calls=[call("block", "z")], gets=[{"var": "z"}])
+        clock.now += pause / 2
+        submit(sched, sched.open_app("newer"), calls=[call("newer", "c")], gets=[{"var": "c"}])
+        clock.now += pause / 2
+        submit(sched, agent, calls=[call("agent-2", "b")], gets=[{"var": "b"}])
+        engine.release()
+        await drain(sched)
+        assert order(sched)[2:] == expected, pause
+
+
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
@@ -192,6 +222,7 @@ async def test_deadline_policy_ranks_latency_work_by_an_implicit_deadline() -> N
         ("admission", "maybe", "admission must be 'engine' or 'off'"),
         ("las_tokens_per_s", 0.0, "las_tokens_per_s must be > 0"),
         ("latency_deadline_s", -1.0, "latency_deadline_s must be > 0"),
+        ("program_gap_s", float("nan"), "program_gap_s must be >= 0"),
         ("max_engine_seqs", 0, "max_engine_seqs must be >= 1"),
         ("kv_admit_fraction", 1.5, r"kv_admit_fraction must be in \(0, 1\]"),
     ],
