@@ -162,6 +162,22 @@ def test_the_full_plan_has_every_system_of_the_issue(tmp_path: Path) -> None:
     assert systems["vllm-priority"].priority and not systems["vllm"].priority
 
 
+def test_each_varied_setting_is_its_own_server_named_by_it(tmp_path: Path) -> None:
+    """Two program gaps and two batch caps: four Eclectus servers, each started with its
+    own flags and named by the dimensions that vary (the policy does not)."""
+    plan = LoadPlan(
+        ("eclectus",), ("fifo",), tmp_path, "tiny", Budget(), tmp_path,
+        max_engine_seqs=("16", "none"), program_gaps=("0", "1"),
+    )  # fmt: skip
+    systems = {s.name: s for s in plan.build()}
+    assert set(systems) == {"eclectus-s16-g0", "eclectus-s16-g1", "eclectus-snone-g0",
+                            "eclectus-snone-g1"}  # fmt: skip
+    command = systems["eclectus-snone-g0"].server.command()
+    assert command[command.index("--max-engine-seqs") + 1] == "none"
+    assert command[command.index("--program-gap") + 1] == "0"
+    assert command[command.index("--program-policy") + 1] == "fifo"
+
+
 @pytest.mark.slow
 def test_quick_mode_writes_a_report_of_the_right_shape(tmp_path: Path) -> None:
     """``eclectus eval load --quick``: Eclectus (both variants) and the stock apps to its
