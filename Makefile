@@ -21,10 +21,12 @@ install: $(VENV)/.installed
 demo: install
 	$(PY) -m eclectus demo
 
+# Two pytest-xdist workers (CI has 2 cores; much of the suite waits on servers and sockets);
+# --dist loadfile keeps a file on one worker, so its module-scoped engines start once.
 test: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	TRITON_INTERPRET=1 $(PY) -m pytest -q -x --timeout=900 --durations=25
+	TRITON_INTERPRET=1 $(PY) -m pytest -q -x --timeout=900 --durations=25 -n 2 --dist loadfile
 
 lint: install
 	$(VENV)/bin/ruff check .
