@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import math
 import os
 import platform
 import shlex
@@ -31,6 +30,7 @@ from eclectus.evals.load.stats import PointSummary, summarize_round
 from eclectus.evals.load.sweep import LoadSweep
 from eclectus.evals.load.systems import SYSTEMS, LoadPlan
 from eclectus.evals.servers import signals_raise
+from eclectus.server.flag_types import non_negative_float
 from eclectus.server.graph.policies import ProgramPolicy
 
 
@@ -140,8 +140,13 @@ def _plan(args: argparse.Namespace) -> LoadPlan:
             f"--max-engine-seqs {args.max_engine_seqs}: integers >= 1 or none, comma-separated"
         )
     gaps = tuple(t.strip() for t in args.program_gaps.split(","))
-    if not all(_non_negative(t) for t in gaps):
-        raise ValueError(f"--program-gaps {args.program_gaps}: seconds >= 0, comma-separated")
+    try:
+        for gap in gaps:
+            non_negative_float(gap)  # the check `eclectus serve --program-gap` makes
+    except argparse.ArgumentTypeError:
+        raise ValueError(
+            f"--program-gaps {args.program_gaps}: seconds >= 0, comma-separated"
+        ) from None
     model_dir = resolve_model_dir(args.model)
     return LoadPlan(
         systems=_csv(args.systems or default, "--systems", SYSTEMS),
@@ -155,13 +160,6 @@ def _plan(args: argparse.Namespace) -> LoadPlan:
         max_engine_seqs=seqs,
         program_gaps=gaps,
     )
-
-
-def _non_negative(text: str) -> bool:
-    try:
-        return math.isfinite(value := float(text)) and value >= 0
-    except ValueError:
-        return False
 
 
 def summarize(sweep: LoadSweep, k: float) -> Points:
