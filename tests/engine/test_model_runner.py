@@ -13,17 +13,20 @@ from eclectus.server.engine.model_runner import HUGE_PAGE, kv_pool
 THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 
 
-def _huge_bytes_at(address: int) -> int:
-    """AnonHugePages of the mapping of this process that holds ``address`` (bytes)."""
+def _mapping_at(address: int) -> dict[str, str]:
+    """The /proc/self/smaps fields of the mapping of this process that holds ``address``."""
+    fields: dict[str, str] = {}
     inside = False
     for line in Path("/proc/self/smaps").read_text().splitlines():
-        head = line.split()[0]
+        head, _, rest = line.partition(" ")
         if "-" in head and not head.endswith(":"):
+            if inside:
+                break
             start, end = (int(x, 16) for x in head.split("-"))
             inside = start <= address < end
-        elif inside and head == "AnonHugePages:":
-            return int(line.split()[1]) * 1024
-    return 0
+        elif inside:
+            fields[head.rstrip(":")] = rest.strip()
+    return fields
 
 
 def test_the_pool_is_zeroed_with_the_shape_and_dtype_asked() -> None:
@@ -36,7 +39,12 @@ def test_the_pool_is_zeroed_with_the_shape_and_dtype_asked() -> None:
     sys.platform != "linux" or not THP.exists() or "[never]" in THP.read_text(),
     reason="transparent huge pages unavailable",
 )
-def test_a_large_pool_lies_in_huge_pages() -> None:
-    """16 MiB of pool: the advice takes, and its middle is backed by 2 MiB pages."""
+def test_a_large_pool_is_advised_into_huge_pages() -> None:
+    """16 MiB of pool: its middle lies in a mapping that carries the huge-page advice (``hg``).
+
+    Whether the kernel then backs it with 2 MiB pages depends on free, unfragmented memory at
+    that moment (THP ``defrag`` is ``madvise`` here: it falls back to small pages when
+    compaction finds none), so the test checks what the code does: the advice."""
     pool = kv_pool((4, 1024, 1024), torch.float32, torch.device("cpu"))
-    assert _huge_bytes_at(pool.data_ptr() + 8 * HUGE_PAGE // 2) >= HUGE_PAGE
+    mapping = _mapping_at(pool.data_ptr() + 8 * HUGE_PAGE // 2)
+    assert "hg" in mapping["VmFlags"].split(), mapping.get("VmFlags")
