@@ -45,6 +45,7 @@ from eclectus.server.graph.scheduler import GraphScheduler
 
 log = logging.getLogger(__name__)
 _POLICY_VIOLATION = 1008
+_LISTEN_BACKLOG = 2048  # uvicorn's default: a burst of new connections waits, not refused
 
 
 def build_backend(model: str) -> Backend:
@@ -270,7 +271,21 @@ def bind(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
     ``reuse_port``: SO_REUSEPORT, so that several front processes each listen on the port
     and the kernel spreads new connections over them (workers.py)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    return socket.create_server((host, port), family=family, reuse_port=reuse_port)
+    # proto IPPROTO_TCP, not the 0 of socket.create_server: asyncio turns Nagle off
+    # (TCP_NODELAY) only on accepted sockets whose proto says TCP, and with Nagle on a
+    # response's head and body, or two SSE events, wait out the client's delayed ACK
+    # (40 ms on Linux) on every keep-alive request after the first
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, port))
+        sock.listen(_LISTEN_BACKLOG)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 class WorkerHeader:
