@@ -79,20 +79,25 @@ class InstantEngine:
             answer = {"choices": [{"index": 0, "text": text, "finish_reason": "length"}]}
             _send_json(writer, {**answer, "usage": usage})
             return
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n")
-        writer.write(b"transfer-encoding: chunked\r\n\r\n")
-        for i in range(num):
-            finish = "length" if i == num - 1 else None
-            piece = {"index": 0, "text": self.token_text, "token_ids": [self.token_id]}
-            _send_chunk(writer, {"choices": [{**piece, "finish_reason": finish}]})
-            if self.token_delay_s:
-                await writer.drain()
-                await asyncio.sleep(self.token_delay_s)
-        _send_chunk(writer, {"choices": [], "usage": usage})
-        _send_raw_chunk(writer, b"data: [DONE]\n\n")
-        if self.token_delay_s:  # the body's end in a write of its own, as Starlette's is
+        head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+        head += b"transfer-encoding: chunked\r\n\r\n"
+        piece = {"index": 0, "text": self.token_text, "token_ids": [self.token_id]}
+        tokens = [
+            _chunk({"choices": [{**piece, "finish_reason": "length" if i == num - 1 else None}]})
+            for i in range(num)
+        ]
+        end = [_chunk({"choices": [], "usage": usage}), _raw_chunk(b"data: [DONE]\n\n")]
+        if not self.token_delay_s:  # all at once: one send, not one per token
+            writer.write(b"".join([head, *tokens, *end, b"0\r\n\r\n"]))
+            return
+        writer.write(head)
+        for token in tokens:
+            writer.write(token)
             await writer.drain()
             await asyncio.sleep(self.token_delay_s)
+        writer.write(b"".join(end))
+        await writer.drain()  # the body's end in a write of its own, as Starlette's is
+        await asyncio.sleep(self.token_delay_s)
         writer.write(b"0\r\n\r\n")
 
 
@@ -114,12 +119,12 @@ def _send_json(writer: asyncio.StreamWriter, data: object, status: int = 200) ->
     writer.write(head + b"content-length: %d\r\n\r\n" % len(payload) + payload)
 
 
-def _send_chunk(writer: asyncio.StreamWriter, data: object) -> None:
-    _send_raw_chunk(writer, b"data: " + json.dumps(data).encode() + b"\n\n")
+def _chunk(data: object) -> bytes:
+    return _raw_chunk(b"data: " + json.dumps(data).encode() + b"\n\n")
 
 
-def _send_raw_chunk(writer: asyncio.StreamWriter, data: bytes) -> None:
-    writer.write(b"%x\r\n%s\r\n" % (len(data), data))
+def _raw_chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
 
 
 async def serve(port: int, token_delay_s: float) -> None:
