@@ -1,7 +1,8 @@
-"""The per-token JSON of a /v1 stream through Eclectus, with ``json`` and with msgspec: one
-vLLM stream chunk decoded (what ``server/remote/client.py`` reads per token) and one SSE
-payload encoded (what ``openai_schema.sse`` writes per token). A benchmark, not a test: it
-prints one line per round, the two libraries alternating within each round.
+"""The JSON of a /v1 stream through Eclectus, with ``json`` and with msgspec: one vLLM stream
+chunk decoded (what ``server/remote/client.py`` reads per token), one SSE payload encoded
+(what ``openai_schema.sse`` writes per token), and one engine request's body encoded, its
+prompt as 2,048 ids (what the client sends per request). A benchmark, not a test: it prints
+one line per round, the two libraries alternating within each round.
 
     python -m eclectus.benchmarks.sse_json [--rounds 3] [--number 20000]
 """
@@ -48,6 +49,19 @@ def _payload() -> dict[str, Any]:
     return payload
 
 
+# one engine request as the remote backend sends it: the prompt as ids
+_REQUEST = {
+    "model": "tiny",
+    "prompt": list(range(1000, 3048)),
+    "max_tokens": 64,
+    "temperature": 0.0,
+    "stream": True,
+    "stream_options": {"include_usage": True},
+    "return_token_ids": True,
+    "ignore_eos": True,
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -58,11 +72,14 @@ def main() -> None:
     # the same JSON values either way, or the timing compares different work
     assert decoder.decode(_CHUNK) == json.loads(_CHUNK)
     assert json.loads(encoder.encode(payload)) == payload
+    assert json.loads(encoder.encode(_REQUEST)) == _REQUEST
     cases: dict[str, Callable[[], object]] = {
         "decode json": lambda: json.loads(_CHUNK),
         "decode msgspec": lambda: decoder.decode(_CHUNK),
         "encode json": lambda: json.dumps(payload).encode(),
         "encode msgspec": lambda: encoder.encode(payload),
+        "request json": lambda: json.dumps(_REQUEST).encode(),
+        "request msgspec": lambda: encoder.encode(_REQUEST),
     }
     for r in range(args.rounds):
         us = {
@@ -71,6 +88,7 @@ def main() -> None:
         }
         ratios = f"decode {us['decode json'] / us['decode msgspec']:.1f}x"
         ratios += f", encode {us['encode json'] / us['encode msgspec']:.1f}x"
+        ratios += f", request {us['request json'] / us['request msgspec']:.1f}x"
         times = ", ".join(f"{name} {t:.2f} us" for name, t in us.items())
         print(f"round {r + 1}: {times} ({ratios})")
 
