@@ -172,7 +172,7 @@ class RemoteBackend:
                 if progress.finish_reason is not None:
                     break  # it failed after saying it was done: nothing is missing
                 num_failed += 1
-                self.pool.mark_down(placement.engine, str(exc))
+                self.pool.stream_failed(placement.engine, str(exc))
                 if request.sampling.structured_outputs is not None and progress.token_ids:
                     raise EngineError(
                         f"{request.request_id}: {exc}; a constrained output cannot continue "

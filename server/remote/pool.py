@@ -5,7 +5,9 @@ connection, timeout, 5xx, a dropped stream, a failed /metrics scrape) marks it d
 prefix knowledge and pins are forgotten (its cache may be gone) and nothing is routed to it.
 A background task re-runs the handshake on down engines every ``probe_interval_s`` (a
 restarted engine must still have our tokenizer) and returns them to the pool; on healthy
-ones it scrapes ``/metrics`` for load.
+ones it scrapes ``/metrics`` for load. A request's failed stream (``stream_failed``) also
+probes its engine at once, one probe per engine at a time: an engine that is alive (a reset
+connection, one proxy hiccup) is back after one handshake, not a probe interval later.
 
 Routing state per engine: our requests in flight on it, the prefixes it holds, the
 prefixes pinned there and the task groups running there; the choice itself is
@@ -28,6 +30,7 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import count
 
@@ -144,6 +147,7 @@ class EnginePool:
         self._last_index = -1
         self._changed = asyncio.Event()  # set when a slot frees or an engine returns
         self._prober: asyncio.Task[None] | None = None
+        self._probes: dict[int, asyncio.Task[None]] = {}  # engine index -> its probe running
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -175,6 +179,10 @@ class EnginePool:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._prober
             self._prober = None
+        probes, self._probes = list(self._probes.values()), {}
+        for task in probes:
+            task.cancel()
+        await asyncio.gather(*probes, return_exceptions=True)
         for engine in self.engines:
             if engine.events is not None:
                 await engine.events.close()
@@ -315,6 +323,39 @@ class EnginePool:
             engine.events.forget()
         self._changed.set()
 
+    def stream_failed(self, engine: PoolEngine, reason: str) -> None:
+        """A request's stream on ``engine`` failed (mutates): mark it down and probe it at
+        once, so that an engine still alive is back after one handshake."""
+        self.mark_down(engine, reason)
+        self._probe_soon(engine)
+
+    def _probe_soon(self, engine: PoolEngine) -> asyncio.Task[None]:
+        """The re-probe of down ``engine`` in flight, or a new one (mutates): one per
+        engine at a time, however many of its requests failed."""
+        task = self._probes.get(engine.index)
+        if task is None or task.done():
+            task = asyncio.get_running_loop().create_task(self._reprobe(engine))
+            self._probes[engine.index] = task
+        return task
+
+    async def _reprobe(self, engine: PoolEngine) -> None:
+        """Re-probe down ``engine`` (mutates): back in the pool, or down with the reason."""
+        with self._down_on_failure(engine):
+            await self._probe(engine)
+
+    @contextlib.contextmanager
+    def _down_on_failure(self, engine: PoolEngine) -> Iterator[None]:
+        """Mark ``engine`` down with the reason a probe or scrape inside failed (mutates);
+        nothing is raised: a bug in one probe must not stop the prober."""
+        try:
+            yield
+        except (EngineDown, RemoteStartError) as exc:
+            if engine.healthy or str(exc) != engine.down_reason:
+                self.mark_down(engine, str(exc))
+        except Exception as exc:
+            log.exception("probing %s failed", engine.member.name)
+            self.mark_down(engine, f"probe error: {exc}")
+
     async def _probe(self, engine: PoolEngine) -> None:
         """Handshake ``engine`` and return it to the pool (mutates). Raises EngineDown or
         RemoteStartError; an engine whose window is smaller than the pool's stays out."""
@@ -338,18 +379,13 @@ class EnginePool:
             await asyncio.gather(*(self._check(e) for e in self.engines))
 
     async def _check(self, engine: PoolEngine) -> None:
-        """One round for one engine: scrape a healthy one's load, re-probe a down one."""
-        try:
-            if engine.healthy:
-                engine.load = await engine.member.load()
-            else:
-                await self._probe(engine)
-        except (EngineDown, RemoteStartError) as exc:
-            if engine.healthy or str(exc) != engine.down_reason:
-                self.mark_down(engine, str(exc))
-        except Exception as exc:  # a bug in one probe must not stop the prober
-            log.exception("probing %s failed", engine.member.name)
-            self.mark_down(engine, f"probe error: {exc}")
+        """One round for one engine: scrape a healthy one's load, re-probe a down one (or
+        wait for the probe a failed stream started)."""
+        if not engine.healthy:
+            await self._probe_soon(engine)
+            return
+        with self._down_on_failure(engine):
+            engine.load = await engine.member.load()
 
 
 class _Chains(dict[int, list[int]]):
