@@ -332,6 +332,13 @@ def add_remote_arguments(parser: argparse.ArgumentParser) -> None:
         default=defaults["probe_interval_s"],
         help="seconds between re-probes of a down engine (and /metrics scrapes)",
     )
+    remote.add_argument(
+        "--engine-down-wait",
+        type=non_negative_float,
+        default=defaults["max_down_wait_s"],
+        help="seconds a call that finds no engine healthy waits for one to come back "
+        "before failing with engine_unavailable (0: fail at once)",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:

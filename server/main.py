@@ -66,6 +66,7 @@ def load_remote(args: argparse.Namespace, wrap: Callable[[Backend], Backend] | N
         api_key=args.engine_api_key or os.environ.get("ECLECTUS_ENGINE_API_KEY"),
         read_timeout_s=args.engine_timeout,
         probe_interval_s=args.engine_probe_interval,
+        max_down_wait_s=args.engine_down_wait,
         max_model_len=args.max_model_len,
         kv_events=kv_events,
     )

@@ -68,6 +68,7 @@ def build_remote_backend(
         max_inflight_per_engine=config.max_inflight_per_engine,
         max_background_per_engine=config.max_background_per_engine,
         probe_interval_s=config.probe_interval_s,
+        max_down_wait_s=config.max_down_wait_s,
         events=events,
     )
     return RemoteBackend(pool, tokenizer, window=config.max_model_len)

@@ -13,6 +13,13 @@ engine that does not return them is continued from the local tokenizer's ids of 
 far. A stop string that straddles the failover point is not caught (each engine sees only
 its own text); ``stop_token_ids`` and EOS are.
 
+A down engine is waited for, within bounds. A failed stream marks its engine down and probes
+it at once (pool.py); an attempt that finds no engine healthy waits up to the pool's
+``max_down_wait_s`` for one to return, then fails the request with EngineUnavailableError
+(the reasons and the wait in its message). A request makes at most one attempt more than
+there are engines, so an engine that keeps passing its probe and dropping streams fails it
+too, and no request waits longer than that many bounds for engines to return.
+
 Structured outputs travel in each engine's own request fields (dialect.py) and go only to
 engines that can enforce them. A constrained call that fails after streaming text cannot be
 continued elsewhere (the next engine's grammar would start over mid-structure): it fails with
@@ -36,6 +43,7 @@ not return ids.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -54,7 +62,7 @@ from eclectus.server.front.prompt import Prompt
 from eclectus.server.remote.continuation import LocalText
 from eclectus.server.remote.errors import EngineDown, EngineRejected, RemoteStartError
 from eclectus.server.remote.members import Attempt, Piece
-from eclectus.server.remote.pool import EnginePool
+from eclectus.server.remote.pool import EnginePool, Placement
 from eclectus.server.remote.preemption import until_paused
 
 log = logging.getLogger(__name__)
@@ -144,11 +152,7 @@ class RemoteBackend:
                 progress.finish_reason = "length"
                 break
             number += 1
-            placement = await self.pool.acquire(request, attempt.prompt)
-            if placement is None:
-                raise EngineUnavailableError(
-                    f"no engine is available for {request.request_id} ({self._down_reasons()})"
-                )
+            placement = await self._acquire(request, attempt)
             try:
                 stream = placement.engine.member.stream(attempt, self.max_model_len)
                 pieces = (
@@ -197,6 +201,20 @@ class RemoteBackend:
                 progress.text.append(text)
                 yield EngineOutput(request.request_id, text, ())
         yield self._final(request.request_id, prompt, progress)
+
+    async def _acquire(self, request: EngineRequest, attempt: Attempt) -> Placement:
+        """A slot for ``attempt`` (mutates the pool); EngineUnavailableError when no engine
+        came back within the pool's ``max_down_wait_s``, with the reasons and the wait."""
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        placement = await self.pool.acquire(request, attempt.prompt)
+        if placement is None:
+            waited = loop.time() - start
+            raise EngineUnavailableError(
+                f"no engine is available for {request.request_id} after waiting "
+                f"{waited:.1f} s for one to come back ({self._down_reasons()})"
+            )
+        return placement
 
     def _check_constraint(self, request: EngineRequest) -> None:
         """EngineError when no engine of the pool can enforce the request's structured

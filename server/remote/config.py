@@ -21,7 +21,9 @@ class RemoteConfig:
     (preemption.py; None: no cap). ``read_timeout_s``: the
     longest wait for the next piece of a stream (a queued request waits for its first token
     too) before the engine counts as down. ``probe_interval_s``: how often down engines are
-    re-probed and healthy ones' /metrics scraped. ``max_model_len``: a cap on the context
+    re-probed and healthy ones' /metrics scraped. ``max_down_wait_s``: how long a request
+    that finds no engine healthy waits for one to come back before failing with
+    ``engine_unavailable`` (0: at once). ``max_model_len``: a cap on the context
     window (the engines' own is used otherwise). ``kv_events``: where each engine of
     ``engine_urls`` (same order) publishes its KV cache events (vLLM's
     ``--kv-events-config``), None for one that does not; empty: none does."""
@@ -37,6 +39,11 @@ class RemoteConfig:
     connect_timeout_s: float = 5.0
     read_timeout_s: float = 600.0
     probe_interval_s: float = 2.0
+    # A stream that fails probes its engine at once, so a live engine is back within one
+    # handshake; this covers an engine that misses that probe too (a proxy restarting, a
+    # brief network cut): three rounds of the prober at the default interval, far below
+    # --engine-timeout, and short enough that a dead engine's requests still fail soon.
+    max_down_wait_s: float = 6.0
     max_model_len: int | None = None
     kv_events: tuple[KVEventsEndpoint | None, ...] = ()
 
@@ -61,3 +68,4 @@ class RemoteConfig:
             raise ValueError("max_background_per_engine must be >= 0 (None: no cap)")
         for name in ("connect_timeout_s", "read_timeout_s", "probe_interval_s"):
             require_range(name, getattr(self, name), 0, inclusive=False)
+        require_range("max_down_wait_s", self.max_down_wait_s, 0, inclusive=True)

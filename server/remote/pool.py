@@ -8,6 +8,8 @@ restarted engine must still have our tokenizer) and returns them to the pool; on
 ones it scrapes ``/metrics`` for load. A request's failed stream (``stream_failed``) also
 probes its engine at once, one probe per engine at a time: an engine that is alive (a reset
 connection, one proxy hiccup) is back after one handshake, not a probe interval later.
+While no engine is healthy, ``acquire`` waits up to ``max_down_wait_s`` for one to return
+before giving up.
 
 Routing state per engine: our requests in flight on it, the prefixes it holds, the
 prefixes pinned there and the task groups running there; the choice itself is
@@ -132,6 +134,7 @@ class EnginePool:
         max_inflight_per_engine: int = 256,
         max_background_per_engine: int | None = 1,
         probe_interval_s: float = 2.0,
+        max_down_wait_s: float = 0.0,
         events: list[KVEventSubscriber | None] | None = None,
     ) -> None:
         self.engines = [PoolEngine(i, m, max_inflight_per_engine) for i, m in enumerate(members)]
@@ -142,6 +145,7 @@ class EnginePool:
         self.policy = policy
         self.params = params or RoutingParams()
         self.probe_interval_s = probe_interval_s
+        self.max_down_wait_s = max_down_wait_s  # acquire's wait while no engine is healthy
         self.window: int | None = None  # the smallest context window of all engines
         self.decisions: Counter[str] = Counter()  # reason -> count (metrics, tests)
         self._last_index = -1
@@ -229,18 +233,28 @@ class EnginePool:
 
     async def acquire(self, request: EngineRequest, prompt: Prompt) -> Placement | None:
         """Route an attempt and take a slot on the chosen engine, waiting while every healthy
-        engine is at its cap (mutates). None when no engine is healthy."""
+        engine is at its cap (mutates). While no engine is healthy, wait up to
+        ``max_down_wait_s`` (in all, from the first time none is) for one to return; None
+        when none has by then."""
+        loop = asyncio.get_running_loop()
+        deadline: float | None = None
         while True:
-            if not self.has_healthy(request):
-                return None
-            views = self.views(request, prompt)
-            decision = route(
-                self.policy, views, len(prompt), last_index=self._last_index, params=self.params
-            )
-            if decision is not None:
-                return self._place(request, prompt, decision)
+            if self.has_healthy(request):
+                views = self.views(request, prompt)
+                decision = route(
+                    self.policy, views, len(prompt), last_index=self._last_index, params=self.params
+                )
+                if decision is not None:
+                    return self._place(request, prompt, decision)
+                timeout = None  # every healthy engine is at its cap: wait for a slot
+            else:
+                deadline = loop.time() + self.max_down_wait_s if deadline is None else deadline
+                timeout = deadline - loop.time()
+                if timeout <= 0:
+                    return None
             self._changed.clear()
-            await self._changed.wait()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), timeout)
 
     def _place(self, request: EngineRequest, prompt: Prompt, decision: Decision) -> Placement:
         """Record the attempt on its engine (mutates): a slot, its prefixes (the engine

@@ -127,6 +127,14 @@ def test_a_model_that_cannot_load_exits_2_with_the_reason() -> None:
             "argument --shutdown-timeout: must be a number >= 0, got 'nan'",
         ),
         (["--aging-rate", "nan"], "argument --aging-rate: must be a number >= 0, got 'nan'"),
+        (
+            ["--engine-down-wait", "-1"],
+            "argument --engine-down-wait: must be a number >= 0, got '-1'",
+        ),
+        (
+            ["--engine-down-wait", "inf"],
+            "argument --engine-down-wait: must be a number >= 0, got 'inf'",
+        ),
     ],
 )
 def test_bad_engine_flags_are_refused_by_name(

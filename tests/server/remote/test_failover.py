@@ -91,9 +91,10 @@ async def test_engine_killed_mid_graph(engines: list[EngineProcess], builtin: ob
 async def test_no_engine_left_answers_engine_unavailable(
     engines: list[EngineProcess], builtin: object
 ) -> None:
-    """With every engine down a call fails with engine_unavailable, the server keeps
-    serving, and once an engine is back calls succeed again."""
-    backend: RemoteBackend = remote_backend([engines[1].url])
+    """With every engine down a call fails with engine_unavailable once it has waited
+    ``max_down_wait_s`` for one, the server keeps serving, and once an engine is back calls
+    succeed again."""
+    backend: RemoteBackend = remote_backend([engines[1].url], max_down_wait_s=0.5)
     async with await start_server(ServerConfig(port=0), backend, owns_backend=True) as server:
         engines[1].kill()
         got = await run_graph(server, fan_out(1), 1)
