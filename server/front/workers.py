@@ -1,12 +1,13 @@
 """Several front processes on one port: ``eclectus serve --api-server-count N`` (vLLM's flag).
 
-One front process is one event loop: at ~10 ms of CPU per request it tops out near 100
-requests a second on a core. With N processes the parent reserves the port (a socket bound
-with SO_REUSEPORT that never listens, so ``--port 0`` works), then spawns N workers that
-each listen on it with SO_REUSEPORT: the kernel spreads new connections over their sockets
-by a hash of the connection. (One socket shared by all, as uvicorn's workers do, does not
-spread a burst: asyncio accepts up to 100 waiting connections per wake-up, so the first
-worker to wake takes them all.) Each worker is a
+One front process is one event loop, so it tops out at one core: ~1,100-1,250 short /v1
+requests a second against an instant engine on the 2-core CPU VM, and ~8-11 ms of CPU a
+request streaming 64 tokens from vLLM (docs/benchmarks.md). With N processes the parent
+reserves the port (a socket bound with SO_REUSEPORT that never listens, so ``--port 0``
+works), then spawns N workers that each listen on it with SO_REUSEPORT: the kernel spreads
+new connections over their sockets by a hash of the connection. (One socket shared by all,
+as uvicorn's workers do, does not spread a burst: asyncio accepts up to 100 waiting
+connections per wake-up, so the first worker to wake takes them all.) Each worker is a
 whole front (sessions, /v1, its own scheduler and engine pool) in front of the same engines.
 
 - **A session stays on its process**: it is one WebSocket connection, accepted by one
