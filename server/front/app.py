@@ -280,7 +280,11 @@ def bind(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         if reuse_port:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.bind((host, port))
+        try:
+            sock.bind((host, port))
+        except OSError as exc:  # the address in the message, as socket.create_server has it
+            message = f"error while attempting to bind on address {(host, port)!r}"
+            raise OSError(exc.errno, f"{message}: {exc.strerror}") from None
         sock.listen(_LISTEN_BACKLOG)
     except BaseException:
         sock.close()

@@ -4,6 +4,7 @@ SO_REUSEPORT, and a port in use is an OSError."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import socket
 
 import pytest
@@ -55,10 +56,13 @@ async def test_the_servers_connections_have_nagle_off(make_server: ServerFactory
     writer.close()
 
 
-def test_a_port_in_use_is_an_os_error() -> None:
+def test_a_port_in_use_is_an_os_error_naming_the_address() -> None:
+    """As socket.create_server says it: the CLI's one line names the address from it."""
     taken = bind("127.0.0.1", 0)
     try:
-        with pytest.raises(OSError):
-            bind("127.0.0.1", taken.getsockname()[1])
+        port = taken.getsockname()[1]
+        with pytest.raises(OSError, match=rf"\('127\.0\.0\.1', {port}\)") as raised:
+            bind("127.0.0.1", port)
+        assert raised.value.errno == errno.EADDRINUSE
     finally:
         taken.close()
