@@ -313,8 +313,10 @@ class RemoteBackend:
     def capacity(self) -> EngineCapacity:
         """The healthy engines' batches (our cap per engine) and KV caches (their /metrics),
         summed, for the scheduler's admission (pure). KV unknown while any engine has not
-        said."""
-        healthy = [e for e in self.pool.engines if e.healthy]
+        said. While none is healthy, every engine's caps: calls admitted then wait in the
+        pool for one to return (``max_down_wait_s``), and an unbounded cap would let the
+        whole queue in at once, out of the scheduler's order."""
+        healthy = [e for e in self.pool.engines if e.healthy] or self.pool.engines
         kv = [e.load.kv_tokens for e in healthy]
         return EngineCapacity(
             num_engines=max(len(healthy), 1),

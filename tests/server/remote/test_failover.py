@@ -111,8 +111,9 @@ async def test_no_engine_left_answers_engine_unavailable(
 
 async def test_capacity_counts_the_healthy_engines(engines: list[EngineProcess]) -> None:
     """capacity() is what the healthy engines hold: their number and our cap on each,
-    summed; an engine down (here unreachable from the start) adds neither. These engines'
-    /metrics do not give their KV cache's size, so the KV is unknown (None)."""
+    summed; an engine down (here unreachable from the start) adds neither; with every engine
+    down, all of theirs (not unbounded: admitted calls wait for an engine to return). These
+    engines' /metrics do not give their KV cache's size, so the KV is unknown (None)."""
     nobody = f"http://127.0.0.1:{free_port()}/v1"
     backend = remote_backend([engines[0].url, nobody], max_inflight_per_engine=3)
     await backend.start()
@@ -124,6 +125,9 @@ async def test_capacity_counts_the_healthy_engines(engines: list[EngineProcess])
     both = remote_backend([e.url for e in engines], max_inflight_per_engine=3)
     await both.start()
     try:
+        assert both.capacity() == EngineCapacity(num_engines=2, max_seqs=6, kv_tokens=None)
+        for engine in both.pool.engines:  # all down: the calls admitted wait for them
+            both.pool.mark_down(engine, "test")
         assert both.capacity() == EngineCapacity(num_engines=2, max_seqs=6, kv_tokens=None)
     finally:
         await both.shutdown()
