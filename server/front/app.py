@@ -271,25 +271,14 @@ def bind(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
     ``reuse_port``: SO_REUSEPORT, so that several front processes each listen on the port
     and the kernel spreads new connections over them (workers.py)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # proto IPPROTO_TCP, not the 0 of socket.create_server: asyncio turns Nagle off
-    # (TCP_NODELAY) only on accepted sockets whose proto says TCP, and with Nagle on a
-    # response's head and body, or two SSE events, wait out the client's delayed ACK
-    # (40 ms on Linux) on every keep-alive request after the first
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if reuse_port:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        try:
-            sock.bind((host, port))
-        except OSError as exc:  # the address in the message, as socket.create_server has it
-            message = f"error while attempting to bind on address {(host, port)!r}"
-            raise OSError(exc.errno, f"{message}: {exc.strerror}") from None
-        sock.listen(_LISTEN_BACKLOG)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
+    sock = socket.create_server(
+        (host, port), family=family, backlog=_LISTEN_BACKLOG, reuse_port=reuse_port
+    )
+    # the same socket, its proto read from the fd (IPPROTO_TCP) instead of create_server's
+    # 0: asyncio turns Nagle off (TCP_NODELAY) only on accepted sockets whose proto says
+    # TCP, and with Nagle on a response's head and body, or two SSE events, wait out the
+    # client's delayed ACK (40 ms on Linux) on every keep-alive request after the first
+    return socket.socket(fileno=sock.detach())
 
 
 class WorkerHeader:
