@@ -79,18 +79,12 @@ class InstantEngine:
             answer = {"choices": [{"index": 0, "text": text, "finish_reason": "length"}]}
             _send_json(writer, {**answer, "usage": usage})
             return
-        head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-        head += b"transfer-encoding: chunked\r\n\r\n"
-        piece = {"index": 0, "text": self.token_text, "token_ids": [self.token_id]}
-        tokens = [
-            _chunk({"choices": [{**piece, "finish_reason": "length" if i == num - 1 else None}]})
-            for i in range(num)
-        ]
-        end = [_chunk({"choices": [], "usage": usage}), _raw_chunk(b"data: [DONE]\n\n")]
+        tokens = [self.token_chunk(None)] * (num - 1) + [self.token_chunk("length")]
+        end = [sse_chunk({"choices": [], "usage": usage}), _raw_chunk(b"data: [DONE]\n\n")]
         if not self.token_delay_s:  # all at once: one send, not one per token
-            writer.write(b"".join([head, *tokens, *end, b"0\r\n\r\n"]))
+            writer.write(b"".join([STREAM_HEAD, *tokens, *end, b"0\r\n\r\n"]))
             return
-        writer.write(head)
+        writer.write(STREAM_HEAD)
         for token in tokens:
             writer.write(token)
             await writer.drain()
@@ -99,6 +93,11 @@ class InstantEngine:
         await writer.drain()  # the body's end in a write of its own, as Starlette's is
         await asyncio.sleep(self.token_delay_s)
         writer.write(b"0\r\n\r\n")
+
+    def token_chunk(self, finish_reason: str | None) -> bytes:
+        """One generated token as vLLM streams it, as one HTTP chunk (pure)."""
+        piece = {"index": 0, "text": self.token_text, "token_ids": [self.token_id]}
+        return sse_chunk({"choices": [{**piece, "finish_reason": finish_reason}]})
 
 
 def _parse_head(head: bytes) -> tuple[str, str, dict[str, str]]:
@@ -119,7 +118,13 @@ def _send_json(writer: asyncio.StreamWriter, data: object, status: int = 200) ->
     writer.write(head + b"content-length: %d\r\n\r\n" % len(payload) + payload)
 
 
-def _chunk(data: object) -> bytes:
+STREAM_HEAD = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+)
+
+
+def sse_chunk(data: object) -> bytes:
+    """One SSE event as one HTTP chunk (pure)."""
     return _raw_chunk(b"data: " + json.dumps(data).encode() + b"\n\n")
 
 

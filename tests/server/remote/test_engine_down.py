@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -17,7 +16,7 @@ import httpx
 import pytest
 from remote_helpers import fan_out, remote_backend, run_graph
 
-from eclectus.benchmarks.instant_engine import InstantEngine
+from eclectus.benchmarks.instant_engine import STREAM_HEAD, InstantEngine
 from eclectus.server.config import ServerConfig
 from eclectus.server.flags import add_arguments
 from eclectus.server.front.app import start_server
@@ -82,10 +81,7 @@ class FlakyEngine(InstantEngine):
             return
         self.num_to_drop -= 1
         self.num_dropped += 1
-        piece = {"index": 0, "text": self.token_text, "token_ids": [self.token_id]}
-        event = b"data: %s\n\n" % json.dumps({"choices": [piece]}).encode()
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n")
-        writer.write(b"transfer-encoding: chunked\r\n\r\n%x\r\n%s\r\n" % (len(event), event))
+        writer.write(STREAM_HEAD + self.token_chunk(None))
         await writer.drain()
         writer.transport.abort()  # mid-stream: the answer has begun, so no quiet resend
         raise ConnectionResetError
