@@ -25,7 +25,8 @@ class ServerConfig:
     improves by this many seconds per second it has waited (0: strict app-FIFO; 1: plain
     FIFO by queue time).
     ``program_policy`` orders programs within a class (policies.py): ``fifo`` (app-FIFO
-    with aging), ``las`` (least attained service, with ``las_tokens_per_s``) or
+    with aging), ``las`` (least attained service, with ``las_tokens_per_s``), ``fair``
+    (app-FIFO's arrival delayed by the attained service over ``las_tokens_per_s``) or
     ``deadline`` (earliest deadline first, a latency get's deadline its graph's arrival plus
     ``latency_deadline_s``).
     ``admission`` ``engine``: requests go to the engine only while it has room for them

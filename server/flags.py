@@ -185,14 +185,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=[p.value for p in ProgramPolicy],
         default=defaults.program_policy,
         help="the order of programs within a class: fifo (app-FIFO with aging), las (least "
-        "attained service: Autellix's PLAS/ATLAS, in tokens computed), deadline (earliest "
+        "attained service: Autellix's PLAS/ATLAS, in tokens computed), fair (app-FIFO with "
+        "attained service as a delay: fair queueing of programs), deadline (earliest "
         "deadline first; docs/architecture.md)",
     )
     parser.add_argument(
         "--las-tokens-per-s",
         type=positive_float,
         default=defaults.las_tokens_per_s,
-        help="las: tokens of attained service that rank like one second of arrival",
+        help="las, fair: tokens of attained service that rank like one second of arrival",
     )
     parser.add_argument(
         "--latency-deadline",
@@ -206,7 +207,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         dest="program_gap_s",
         type=non_negative_float,
         default=defaults.program_gap_s,
-        help="fifo/deadline: a session's call within this many seconds of its last activity "
+        help="fifo/fair/deadline: a session's call within this many seconds of its last activity "
         "continues its program (an eager agent's next turn) and ranks by its arrival",
     )
     parser.add_argument(

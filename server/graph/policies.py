@@ -22,6 +22,18 @@ request's priority, then a *program term* that one of these policies computes
               for fan-outs). New programs (0 tokens) go before programs that have computed
               much; the aging credit bounds how long any call waits behind new ones
               (``service / (las_tokens_per_s * aging_rate)`` seconds).
+``fair``      fair queueing of programs (virtual clock, every program one flow served at
+              ``las_tokens_per_s``): the program term is app-FIFO's arrival plus the
+              program's attained service (as ``las`` counts it) over ``las_tokens_per_s``,
+              plus the same aging credit. A program that has taken no more than its share
+              since it arrived ranks as app-FIFO ranks it; one that has taken more ranks
+              as if it had arrived later, by the time its surplus takes at that rate. So a
+              heavy program cannot hold back the programs arriving behind it (``fifo``'s
+              failure: a new chat waits behind every older team), and a sequential
+              program's later calls are not put behind every new arrival for ever
+              (``las``'s: its aging credit is per call and restarts at every step, so a
+              chain that has computed 1,500 tokens waits behind 15 s of new programs at
+              each step).
 ``deadline``  earliest deadline first across the urgent class: a deadline get's call ranks
               by its deadline, a latency get's by an implicit one, its graph's arrival plus
               ``latency_deadline_s``; the program term is app-FIFO's.
@@ -43,6 +55,7 @@ from eclectus.server.checks import require_range
 class ProgramPolicy(StrEnum):
     FIFO = "fifo"
     LAS = "las"
+    FAIR = "fair"
     DEADLINE = "deadline"
 
 
@@ -53,9 +66,9 @@ class PolicyParams:
 
     policy: ProgramPolicy = ProgramPolicy.FIFO
     aging_rate: float = 0.1  # seconds of rank credit per second waited (every policy)
-    las_tokens_per_s: float = 1000.0  # las: tokens of attained service worth a second
+    las_tokens_per_s: float = 1000.0  # las, fair: tokens of attained service worth a second
     latency_deadline_s: float = 5.0  # deadline: a latency get's implicit deadline
-    # fifo/deadline: a session whose next call comes within this many seconds of its last
+    # fifo/fair/deadline: a session whose next call comes within this many seconds of its last
     # activity continues the same program (an eager agent's next turn, after a client-side
     # tool and a round trip); after a longer pause it starts a new one (a chat's next turn)
     program_gap_s: float = 1.0
@@ -78,6 +91,8 @@ def program_term(
     aging = params.aging_rate * enqueued_at
     if params.policy is ProgramPolicy.LAS:
         return service_tokens / params.las_tokens_per_s + aging
+    if params.policy is ProgramPolicy.FAIR:
+        return arrival + service_tokens / params.las_tokens_per_s + aging
     return arrival + aging
 
 

@@ -76,8 +76,8 @@ class AppState:
     # ids, so a call no streamer watches gets ``ServerConfig.engine_stream_interval``
     watch_interval: int | None = None
     # the most attained service (tokens computed; policies.py) any finished call of the
-    # session had reached: an eager app's calls, which reach the server with no edges
-    # between them, are ranked by it
+    # session's current program had reached: an eager app's calls, which reach the server
+    # with no edges between them, are ranked by it
     service: int = 0
     # the session's current program (policies.program_arrival): when its first call was
     # activated, and the last activation or finished call, which keeps it going
@@ -181,13 +181,16 @@ class GraphScheduler:
         groups, activate those nodes and queue the ready ones (mutates)."""
         nodes = app.graph.upstream(var_id)
         now = self.clock()
-        app.program_arrival = program_arrival(
+        arrival = program_arrival(
             self.policy,
             now=now,
             current=app.program_arrival,
             last_active=app.last_active,
             busy=bool(app.tasks),
         )
+        if arrival != app.program_arrival:  # a new program: its service starts from none
+            app.service = 0
+        app.program_arrival = arrival
         app.last_active = now
         stamp_arrivals(app.graph, nodes, app.program_arrival)
         for node in nodes:

@@ -1,6 +1,7 @@
 """Program-level policies (policies.py), each asserted on dispatch order with the scripted
 engine and a fake clock: least attained service as PLAS (sequential programs add up) and
-ATLAS (parallel branches take the heaviest), aging under LAS, and deadlines."""
+ATLAS (parallel branches take the heaviest), aging under LAS, fair queueing of programs,
+and deadlines."""
 
 from __future__ import annotations
 
@@ -167,6 +168,75 @@ def test_nothing_starves_under_las_aging(
     later = queued_at + service / (rate * aging) + extra
     fresh = program_term(params, arrival=later, service_tokens=0, enqueued_at=later)
     assert waiting < fresh
+
+
+@given(
+    service=st.integers(0, 10**7),
+    rate=st.floats(1.0, 1e6),
+    arrival=st.floats(0.0, 1e6),
+    gap=st.floats(0.0, 1e3),
+)
+def test_fair_a_program_ranks_as_if_it_arrived_later_by_its_service_at_the_rate(
+    service: int, rate: float, arrival: float, gap: float
+) -> None:
+    """Under ``fair`` (no aging), a program with service S that arrived at t ranks before a
+    fresh program arriving after t + S / rate and after one arriving before it."""
+    params = PolicyParams(ProgramPolicy.FAIR, aging_rate=0.0, las_tokens_per_s=rate)
+    old = program_term(params, arrival=arrival, service_tokens=service, enqueued_at=0.0)
+    due = arrival + service / rate
+    later = program_term(params, arrival=due + gap + 1e-3 * (1 + due), service_tokens=0,
+                         enqueued_at=0.0)  # fmt: skip
+    assert old < later
+    if service > 0:
+        sooner = max(due - gap - 1e-3 * (1 + due), 0.0)
+        assert program_term(params, arrival=sooner, service_tokens=0, enqueued_at=0.0) < old
+
+
+async def test_fair_a_chain_goes_before_new_programs_once_past_its_share() -> None:
+    """An eager chain that has computed S tokens: its next step goes behind a program that
+    arrived within S / rate of the chain's start (las: behind it too; fifo: before it), and
+    before one that arrived later (las: behind it)."""
+    rate = 10.0
+    cases = {
+        "fair": ["soon", "chain-2", "late"],
+        "las": ["soon", "late", "chain-2"],
+        "fifo": ["chain-2", "soon", "late"],
+    }
+    for policy, expected in cases.items():
+        engine, clock = ScriptedEngine(), FakeClock()
+        config = {"program_policy": policy, "aging_rate": 0.0, "las_tokens_per_s": rate}
+        sched = make_scheduler(engine, clock, max_inflight=1, program_gap_s=1e9, **config)
+        chain = sched.open_app("chain")
+        await run_alone(sched, chain, calls=[call("chain-1", "a")], gets=[{"var": "a"}])
+        share = chain.service / rate  # seconds its service is worth
+        engine.pause()
+        submit(sched, sched.open_app("blocker"), calls=[call("block", "z")], gets=[{"var": "z"}])
+        clock.now += share / 2
+        submit(sched, sched.open_app("soon"), calls=[call("soon", "c")], gets=[{"var": "c"}])
+        clock.now += share
+        submit(sched, sched.open_app("late"), calls=[call("late", "d")], gets=[{"var": "d"}])
+        submit(sched, chain, calls=[call("chain-2", "b")], gets=[{"var": "b"}])
+        engine.release()
+        await drain(sched)
+        assert order(sched)[2:] == expected, policy
+
+
+async def test_a_sessions_next_program_starts_from_no_service() -> None:
+    """After a pause longer than the program gap, a session's next call is a new program
+    (its arrival is now) and its attained service starts again from none."""
+    engine, clock = ScriptedEngine(), FakeClock()
+    sched = make_scheduler(engine, clock, program_policy="fair", program_gap_s=1.0)
+    chat = sched.open_app("chat")
+    await run_alone(sched, chat, calls=[call("turn-1", "a")], gets=[{"var": "a"}])
+    assert chat.service > 0
+    clock.now += 0.5
+    await run_alone(sched, chat, calls=[call("turn-2", "b")], gets=[{"var": "b"}])
+    assert chat.graph.nodes["turn-2"].service_key > 0  # the same program, going on
+    clock.now += 5.0
+    submit(sched, chat, calls=[call("turn-3", "c")], gets=[{"var": "c"}])
+    assert chat.graph.nodes["turn-3"].service_key == 0
+    assert chat.program_arrival == clock.now
+    await drain(sched)
 
 
 async def test_deadline_policy_ranks_latency_work_by_an_implicit_deadline() -> None:
