@@ -473,36 +473,51 @@ class OpenAIApi:
                 unsent_prompt_ids = None
             return sse(chunk)
 
+        def final(item: Variable) -> list[bytes]:
+            """The events that end the stream: an error, or the finish (and usage)."""
+            if item.state is VarState.FAILED:
+                return [sse(_var_error(item).body()), b"data: [DONE]\n\n"]
+            finish = item.finish_reason
+            events = []
+            if chat:
+                held, finish = deltas.finish(finish)
+                events += [event(delta) for delta in held]
+            events.append(event({} if chat else "", finish))
+            if include_usage:
+                usage = usage_of([item])
+                events.append(sse(sse_chunk(base, kind, name, created, None, usage=usage)))
+            return [*events, b"data: [DONE]\n\n"]
+
         try:
             if chat:  # the first chunk carries the role, as OpenAI's does
                 role = sse_chunk(base, kind, name, created, {"role": "assistant", "content": ""})
                 if prompt_ids is not None:
                     role["prompt_token_ids"] = prompt_ids
                 yield sse(role)
-            while True:
+            done = False
+            while not done:
+                # every chunk queued by now goes out in one write: when the engine's stream
+                # outruns this task (a busy front), the events of several tokens share one
+                # send instead of a syscall each; the bytes are the same
+                events: list[bytes] = []
                 item = await job.chunks.get()
-                if not isinstance(item, Variable):
+                while True:
+                    if isinstance(item, Variable):
+                        events += final(item)
+                        done = True
+                        break
                     _, text, ids = item
                     pieces = (deltas.feed(text) if chat else [text]) if text else []
                     if with_ids:  # every output's ids, even with no text (a partial character)
                         pieces = pieces or [{} if chat else ""]
-                    for n, piece in enumerate(pieces):
-                        yield event(piece, ids=ids if n == 0 else ())
-                    continue
-                if item.state is VarState.FAILED:
-                    yield sse(_var_error(item).body())
-                    break
-                finish = item.finish_reason
-                if chat:
-                    held, finish = deltas.finish(finish)
-                    for delta in held:
-                        yield event(delta)
-                yield event({} if chat else "", finish)
-                if include_usage:
-                    usage = usage_of([item])
-                    yield sse(sse_chunk(base, kind, name, created, None, usage=usage))
-                break
-            yield b"data: [DONE]\n\n"
+                    events += (
+                        event(piece, ids=ids if n == 0 else ()) for n, piece in enumerate(pieces)
+                    )
+                    if job.chunks.empty():
+                        break
+                    item = job.chunks.get_nowait()
+                if events:
+                    yield b"".join(events)
         finally:
             await self._finish(job)
 
