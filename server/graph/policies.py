@@ -25,12 +25,11 @@ request's priority, then a *program term* that one of these policies computes
 ``fair``      fair queueing of programs (virtual clock, every program one flow served at
               ``las_tokens_per_s``): the program term is app-FIFO's arrival plus the
               program's attained service (as ``las`` counts it) over ``las_tokens_per_s``,
-              plus the same aging credit. A program that has taken no more than its share
-              since it arrived ranks as app-FIFO ranks it; one that has taken more ranks
-              as if it had arrived later, by the time its surplus takes at that rate. So a
-              heavy program cannot hold back the programs arriving behind it (``fifo``'s
-              failure: a new chat waits behind every older team), and a sequential
-              program's later calls are not put behind every new arrival for ever
+              plus the same aging credit: a program ranks as if it had arrived
+              ``service / las_tokens_per_s`` seconds later than it did. So a heavy
+              program does not hold back the programs arriving behind it for ever
+              (``fifo``'s failure: a new chat waits behind every older team), and a
+              sequential program's later calls are not put behind every new arrival
               (``las``'s: its aging credit is per call and restarts at every step, so a
               chain that has computed 1,500 tokens waits behind 15 s of new programs at
               each step).
