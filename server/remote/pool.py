@@ -394,12 +394,15 @@ class EnginePool:
 
     async def _check(self, engine: PoolEngine) -> None:
         """One round for one engine: scrape a healthy one's load, re-probe a down one (or
-        wait for the probe a failed stream started)."""
+        wait for the probe a failed stream started). A failed scrape is re-probed at once,
+        as a failed stream is: a one-off reset does not keep an engine out for a round."""
         if not engine.healthy:
             await self._probe_soon(engine)
             return
         with self._down_on_failure(engine):
             engine.load = await engine.member.load()
+        if not engine.healthy:
+            await self._probe_soon(engine)
 
 
 class _Chains(dict[int, list[int]]):

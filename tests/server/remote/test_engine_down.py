@@ -38,6 +38,7 @@ class FlakyEngine(InstantEngine):
         super().__init__(token_delay_s=0.005)
         self.models_delay_s = models_delay_s
         self.num_to_drop = self.num_dropped = 0
+        self.num_scrapes_to_drop = 0  # the next /metrics requests answered with a reset
         self.num_handshakes = 0  # GET /v1/models answered
         self.port = 0
         self._server: asyncio.Server | None = None
@@ -70,6 +71,10 @@ class FlakyEngine(InstantEngine):
     async def _answer(
         self, writer: asyncio.StreamWriter, method: str, path: str, body: dict[str, Any]
     ) -> None:
+        if path == "/metrics" and self.num_scrapes_to_drop > 0:
+            self.num_scrapes_to_drop -= 1
+            writer.transport.abort()  # a reset where the load scrape expected a page
+            raise ConnectionResetError
         if path == "/v1/models":
             self.num_handshakes += 1
             await asyncio.sleep(self.models_delay_s)
@@ -116,6 +121,27 @@ async def test_dropped_streams_probe_their_engine_once_at_once(engine: FlakyEngi
                 await asyncio.sleep(0.005)
         assert engine.num_handshakes == num_before + 1
         await graph
+
+
+async def test_a_failed_load_scrape_probes_its_engine_at_once(engine: FlakyEngine) -> None:
+    """A reset on the prober's ``/metrics`` scrape (and on its one resend) marks the engine
+    down, and a handshake started at once puts it back, not the next round (every 2 s
+    here)."""
+    backend = remote_backend([engine.url], probe_interval_s=2.0)
+    async with await start_server(ServerConfig(port=0), backend, owns_backend=True):
+        pool = backend.pool
+        num_before = engine.num_handshakes
+        engine.models_delay_s = 0.0
+        engine.num_scrapes_to_drop = 2  # aiohttp sends a GET again once on a reused connection
+        async with asyncio.timeout(5):
+            while pool.engines[0].num_failures == 0:
+                await asyncio.sleep(0.005)
+        failed_at = time.monotonic()
+        async with asyncio.timeout(5):
+            while not pool.engines[0].healthy:
+                await asyncio.sleep(0.005)
+        assert time.monotonic() - failed_at < 1.0  # well within the 2 s round
+        assert engine.num_handshakes == num_before + 1
 
 
 async def test_calls_right_after_a_dropped_stream_are_served(engine: FlakyEngine) -> None:
