@@ -207,8 +207,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         dest="program_gap_s",
         type=non_negative_float,
         default=defaults.program_gap_s,
-        help="fifo/fair/deadline: a session's call within this many seconds of its last activity "
-        "continues its program (an eager agent's next turn) and ranks by its arrival",
+        help="a session's call within this many seconds of its last activity continues its "
+        "program (an eager agent's next turn): fifo/fair/deadline rank it by the program's "
+        "arrival; after a longer pause a new program starts, its attained service from none",
     )
     parser.add_argument(
         "--admission",

@@ -473,10 +473,18 @@ class OpenAIApi:
                 unsent_prompt_ids = None
             return sse(chunk)
 
-        def final(item: Variable) -> list[bytes]:
+        def chunk_events(chunk: Chunk) -> list[bytes]:
+            """The events of one queued chunk of text and ids."""
+            _, text, ids = chunk
+            pieces = (deltas.feed(text) if chat else [text]) if text else []
+            if with_ids:  # every output's ids, even with no text (a partial character)
+                pieces = pieces or [{} if chat else ""]
+            return [event(piece, ids=ids if n == 0 else ()) for n, piece in enumerate(pieces)]
+
+        def final_events(item: Variable) -> list[bytes]:
             """The events that end the stream: an error, or the finish (and usage)."""
             if item.state is VarState.FAILED:
-                return [sse(_var_error(item).body()), b"data: [DONE]\n\n"]
+                return [sse(_var_error(item).body())]
             finish = item.finish_reason
             events = []
             if chat:
@@ -486,7 +494,7 @@ class OpenAIApi:
             if include_usage:
                 usage = usage_of([item])
                 events.append(sse(sse_chunk(base, kind, name, created, None, usage=usage)))
-            return [*events, b"data: [DONE]\n\n"]
+            return events
 
         try:
             if chat:  # the first chunk carries the role, as OpenAI's does
@@ -494,28 +502,19 @@ class OpenAIApi:
                 if prompt_ids is not None:
                     role["prompt_token_ids"] = prompt_ids
                 yield sse(role)
-            done = False
-            while not done:
-                # every chunk queued by now goes out in one write: when the engine's stream
+            while True:
+                # every item queued by now goes out in one write: when the engine's stream
                 # outruns this task (a busy front), the events of several tokens share one
                 # send instead of a syscall each; the bytes are the same
+                items = [await job.chunks.get()]
+                while not job.chunks.empty():
+                    items.append(job.chunks.get_nowait())
                 events: list[bytes] = []
-                item = await job.chunks.get()
-                while True:
-                    if isinstance(item, Variable):
-                        events += final(item)
-                        done = True
-                        break
-                    _, text, ids = item
-                    pieces = (deltas.feed(text) if chat else [text]) if text else []
-                    if with_ids:  # every output's ids, even with no text (a partial character)
-                        pieces = pieces or [{} if chat else ""]
-                    events += (
-                        event(piece, ids=ids if n == 0 else ()) for n, piece in enumerate(pieces)
-                    )
-                    if job.chunks.empty():
-                        break
-                    item = job.chunks.get_nowait()
+                for item in items:
+                    if isinstance(item, Variable):  # the last item a stream queues
+                        yield b"".join([*events, *final_events(item), b"data: [DONE]\n\n"])
+                        return
+                    events += chunk_events(item)
                 if events:
                     yield b"".join(events)
         finally:

@@ -1,7 +1,7 @@
 """Several front processes on one port: ``eclectus serve --api-server-count N`` (vLLM's flag).
 
 One front process is one event loop, so it tops out at one core: ~1,100-1,250 short /v1
-requests a second against an instant engine on the 2-core CPU VM, and ~8-11 ms of CPU a
+requests a second against an instant engine on the 2-core CPU VM, and ~7-11 ms of CPU a
 request streaming 64 tokens from vLLM (docs/benchmarks.md). With N processes the parent
 reserves the port (a socket bound with SO_REUSEPORT that never listens, so ``--port 0``
 works), then spawns N workers that each listen on it with SO_REUSEPORT: the kernel spreads

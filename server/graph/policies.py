@@ -67,9 +67,10 @@ class PolicyParams:
     aging_rate: float = 0.1  # seconds of rank credit per second waited (every policy)
     las_tokens_per_s: float = 1000.0  # las, fair: tokens of attained service worth a second
     latency_deadline_s: float = 5.0  # deadline: a latency get's implicit deadline
-    # fifo/fair/deadline: a session whose next call comes within this many seconds of its last
-    # activity continues the same program (an eager agent's next turn, after a client-side
-    # tool and a round trip); after a longer pause it starts a new one (a chat's next turn)
+    # a session whose next call comes within this many seconds of its last activity
+    # continues the same program (an eager agent's next turn, after a client-side tool and a
+    # round trip); after a longer pause it starts a new one (a chat's next turn): a new
+    # arrival (fifo, fair, deadline) and its attained service from none (every policy)
     program_gap_s: float = 1.0
 
     def __post_init__(self) -> None:
