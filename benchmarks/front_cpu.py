@@ -10,6 +10,10 @@ cache emptied before each run. Around each run the CPU seconds (user + system, /
 every process are read, so each path's front is charged per request: vLLM's API server
 straight, Eclectus's process (plus vLLM's API server behind it) through Eclectus.
 
+``--front-flags FLAGS``, repeated: one Eclectus front per set of ``eclectus serve`` flags, all
+in front of the same vLLM and alternated with straight and with each other in every round,
+so a flag's A/B (``--front-flags "" --front-flags "--admission off"``) is measured in one run.
+
 ``--py-spy DIR``: after the measured rounds, one more run per workload and path with
 ``py-spy record`` on the front (Eclectus's process, or vLLM's API server straight); the raw
 stacks go to DIR and the top entries (self and total share of the busy samples per
@@ -67,25 +71,31 @@ def load_average() -> float:
 
 @dataclass
 class Processes:
-    """The pids whose CPU is charged: vLLM's API server and EngineCore, Eclectus's front."""
+    """The pids whose CPU is charged: vLLM's API server and EngineCore, each Eclectus front
+    (by its path's name)."""
 
     vllm_api: int
     vllm_core: list[int]
-    front: int
+    fronts: dict[str, int]
 
     def sample(self) -> dict[str, float]:
         """CPU seconds so far, per role (reads /proc)."""
         return {
             "vllm_api": cpu_seconds(self.vllm_api),
             "vllm_core": sum(map(cpu_seconds, self.vllm_core)),
-            "eclectus": cpu_seconds(self.front),
+            **{path: cpu_seconds(pid) for path, pid in self.fronts.items()},
         }
+
+
+def front_path(flags: str) -> str:
+    """A front's path name in the tables: ``eclectus``, or ``eclectus <flags>`` (pure)."""
+    return f"eclectus {flags}".strip()
 
 
 @dataclass
 class Run:
     workload: str
-    path: str  # "straight" or "eclectus"
+    path: str  # "straight" or a front's path name
     round: int
     num_requests: int
     metrics: dict[str, float]
@@ -94,6 +104,10 @@ class Run:
 
     def cpu_ms_per_request(self, role: str) -> float:
         return 1000.0 * self.cpu_s[role] / self.num_requests
+
+    def front_role(self) -> str:
+        """The process that fronted this run: vLLM's API server straight, else the front."""
+        return "vllm_api" if self.path == "straight" else self.path
 
 
 def num_prompts(workload: str) -> int:
@@ -167,15 +181,14 @@ def table(runs: list[Run]) -> str:
     ]
     for workload in dict.fromkeys(r.workload for r in runs):
         medians: dict[str, dict[str, float]] = {}
-        for path in ("straight", "eclectus"):
+        for path in dict.fromkeys(r.path for r in runs):
             mine = [r for r in runs if (r.workload, r.path) == (workload, path)]
             if not mine:
                 continue
-            front = "vllm_api" if path == "straight" else "eclectus"
             cols = {
                 "duration": [r.metrics["duration"] for r in mine],
                 "ttft": [r.metrics["mean_ttft_ms"] for r in mine],
-                "front": [r.cpu_ms_per_request(front) for r in mine],
+                "front": [r.cpu_ms_per_request(r.front_role()) for r in mine],
                 "api": [r.cpu_ms_per_request("vllm_api") for r in mine],
                 "core": [r.cpu_ms_per_request("vllm_core") for r in mine],
             }
@@ -184,10 +197,12 @@ def table(runs: list[Run]) -> str:
             loads = [r.load for r in mine]
             load = f"{min(loads):.1f}-{max(loads):.1f}"
             lines.append(f"| {workload} | {path} | {' | '.join(cells)} | {len(mine)} | {load} |")
-        if len(medians) == 2:
-            e, s = medians["eclectus"], medians["straight"]
+        s = medians.get("straight")
+        for path, e in medians.items():
+            if s is None or path == "straight":
+                continue
             lines.append(
-                f"| {workload} | eclectus / straight | {e['duration'] / s['duration']:.2f}x | "
+                f"| {workload} | {path} / straight | {e['duration'] / s['duration']:.2f}x | "
                 f"{e['ttft'] / s['ttft']:.2f}x | {e['front'] / s['front']:.2f}x | | | | |"
             )
     return "\n".join(lines)
@@ -199,7 +214,7 @@ def profile(
     """One more run per workload and path with py-spy on its front; print the top entries."""
     out.mkdir(parents=True, exist_ok=True)
     for workload in workloads:
-        for path, pid in (("eclectus", procs.front), ("straight", procs.vllm_api)):
+        for path, pid in (*procs.fronts.items(), ("straight", procs.vllm_api)):
             raw = out / f"{path}-{workload}.txt"
             with py_spy(pid, raw):
                 measure(python, paths[path], procs, workload, 999, out)
@@ -216,7 +231,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="tiny")
     parser.add_argument("--workloads", default="random,prefix-1x2048")
     parser.add_argument("--rounds", type=int, default=3, help="measured rounds (+1 warm-up)")
-    parser.add_argument("--front-flags", default="", help="more `eclectus serve` flags")
+    parser.add_argument(
+        "--front-flags",
+        action="append",
+        help="more `eclectus serve` flags; repeat it for one front per set, alternated",
+    )
     parser.add_argument("--py-spy", type=Path, default=None, help="profile the fronts into DIR")
     parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "front-cpu")
     parser.add_argument("--startup-timeout", type=float, default=900.0)
@@ -236,24 +255,32 @@ def main(argv: list[str] | None = None) -> int:
         served_name=model_dir.name,
         startup_timeout_s=args.startup_timeout,
     )
-    front = EclectusRemoteProcess(
-        "eclectus",
-        model_dir,
-        budget,
-        args.out / "eclectus.log",
-        serve_flags=tuple(args.front_flags.split()),
-        engines=[vllm],
-        startup_timeout_s=args.startup_timeout,
-    )
+    fronts = {
+        front_path(flags): EclectusRemoteProcess(
+            f"eclectus-{i}",
+            model_dir,
+            budget,
+            args.out / f"eclectus-{i}.log",
+            serve_flags=tuple(flags.split()),
+            engines=[vllm],
+            startup_timeout_s=args.startup_timeout,
+        )
+        for i, flags in enumerate(args.front_flags or [""])
+    }
+    if len(fronts) < len(args.front_flags or [""]):
+        parser.error("--front-flags: each set must differ")
     runs: list[Run] = []
     try:
         vllm.start()
-        front.start()
-        assert vllm.proc is not None and front.proc is not None
-        procs = Processes(vllm.proc.pid, children(vllm.proc.pid), front.proc.pid)
-        paths: dict[str, ServerProcess] = {"straight": vllm, "eclectus": front}
+        for front in fronts.values():
+            front.start()
+        assert vllm.proc is not None
+        pids = {path: front.proc.pid for path, front in fronts.items() if front.proc is not None}
+        procs = Processes(vllm.proc.pid, children(vllm.proc.pid), pids)
+        paths: dict[str, ServerProcess] = {"straight": vllm, **fronts}
         for r in range(args.rounds + 1):  # round 0 warms up
-            order = list(paths) if r % 2 else list(paths)[::-1]
+            shift = r % len(paths)  # each path takes each place in the order in turn
+            order = [*list(paths)[shift:], *list(paths)[:shift]]
             for workload in workloads:
                 for path in order:
                     metrics, cpu, load = measure(
@@ -270,7 +297,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.py_spy is not None:
             profile(args.vllm_python, paths, procs, workloads, args.py_spy)
     finally:
-        front.stop()
+        for front in fronts.values():
+            front.stop()
         vllm.stop()
     print(datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"))
     return 0

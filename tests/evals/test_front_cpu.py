@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from eclectus.benchmarks.front import cpu_seconds
-from eclectus.benchmarks.front_cpu import top_entries
+from eclectus.benchmarks.front_cpu import Run, front_path, table, top_entries
 
 
 def test_cpu_seconds_grows_with_work_and_is_zero_for_a_gone_process() -> None:
@@ -37,3 +37,28 @@ def test_top_entries_skips_idle_waits_and_ranks_by_self_samples(tmp_path: Path) 
         ("parse (dec.py)", 30.0, 30.0),
         ("serve (app.py)", 10.0, 100.0),  # one entry per function, both lines merged
     ]
+
+
+def _run(path: str, r: int, duration: float, front_cpu_s: float) -> Run:
+    role = "vllm_api" if path == "straight" else path
+    cpu = {"vllm_api": 0.5, "vllm_core": 2.0, role: front_cpu_s}
+    return Run("random", path, r, 100, {"duration": duration, "mean_ttft_ms": 10.0}, cpu, 1.0)
+
+
+def test_table_gives_each_front_its_own_ratio_against_straight() -> None:
+    off = front_path("--admission off")
+    assert (front_path(""), off) == ("eclectus", "eclectus --admission off")
+    runs = [
+        run
+        for r in (1, 2, 3)
+        for run in (
+            _run("straight", r, 1.0, 0.5),
+            _run("eclectus", r, 1.25, 0.4),
+            _run(off, r, 1.1, 0.3),
+        )
+    ]
+    rows = table(runs).splitlines()
+    assert "| random | eclectus / straight | 1.25x | 1.00x | 0.80x | | | | |" in rows
+    ratio = "| random | eclectus --admission off / straight | 1.10x | 1.00x | 0.60x | | | | |"
+    assert ratio in rows
+    assert sum(row.startswith("| random | eclectus --admission off | 1.10") for row in rows) == 1
