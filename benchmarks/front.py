@@ -8,6 +8,10 @@ load client in its own process keep ``--concurrency`` keep-alive connections bus
 ``/v1/completions`` requests (``--max-tokens`` tokens each, ``--stream`` for SSE) for
 ``--seconds`` (the sizes' order reversed every other round), and count the requests
 completed and the CPU the front's processes spent.
+The load client is wrk (``--load-client wrk``; the default where ``wrk`` is on PATH: ``apt
+install wrk``), one thread, or else a raw-socket asyncio client in Python (``python``). The
+client shares the cores with the fronts, and what it spends a request caps the scaling the
+bench can show (docs/benchmarks.md): wrk spends a fraction of the Python client's.
 Prints one line per run, then per N the median requests/s with its spread, CPU per request,
 and the scaling against N = 1 measured in the same rounds (target: N = 2 gives >= 0.8 x 2 x
 one's). The machine's load average is printed with every run: on a shared machine, read the
@@ -22,10 +26,13 @@ import contextlib
 import json
 import os
 import re
+import resource
+import shutil
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -100,15 +107,72 @@ async def _one_connection(port: int, body: bytes, stream: bool, stop_at: float) 
     return done
 
 
-async def _client(port: int, seconds: float, concurrency: int, tokens: int, stream: bool) -> int:
-    body = json.dumps(
+def request_body(tokens: int, stream: bool) -> bytes:
+    """The one request every client sends (pure)."""
+    return json.dumps(
         {"model": "tiny", "prompt": "Hello there", "max_tokens": tokens, "stream": stream}
     ).encode()
+
+
+async def _client(port: int, seconds: float, concurrency: int, tokens: int, stream: bool) -> int:
+    body = request_body(tokens, stream)
     stop_at = time.monotonic() + seconds
     counts = await asyncio.gather(
         *(_one_connection(port, body, stream, stop_at) for _ in range(concurrency))
     )
     return sum(counts)
+
+
+def wrk_script(body: bytes) -> str:
+    """wrk's Lua script that POSTs ``body`` as JSON on every request (pure)."""
+    return (
+        'wrk.method = "POST"\n'
+        f"wrk.body = {json.dumps(body.decode())}\n"
+        'wrk.headers["Content-Type"] = "application/json"\n'
+    )
+
+
+def parse_wrk(output: str) -> tuple[int, float]:
+    """Requests completed and the seconds wrk measured, from its summary (pure);
+    RuntimeError when any response was not a 2xx or any socket failed, as the Python client's
+    assert on every status line."""
+    match = re.search(r"(\d+) requests in ([\d.]+)(ms|s|m)\b", output)
+    if match is None:
+        raise RuntimeError(f"no summary in wrk's output: {output[-500:]!r}")
+    if "Non-2xx" in output or "Socket errors" in output:
+        raise RuntimeError(f"wrk saw failed requests: {output[-500:]!r}")
+    scale = {"ms": 1e-3, "s": 1.0, "m": 60.0}[match.group(3)]
+    return int(match.group(1)), float(match.group(2)) * scale
+
+
+def run_client(port: int, seconds: float, args: argparse.Namespace) -> tuple[int, float, float]:
+    """One load run against the front on ``port``: requests completed, the seconds they
+    took, and the client's CPU seconds (blocking)."""
+    if args.load_client == "wrk":
+        with tempfile.NamedTemporaryFile("w", suffix=".lua") as script:
+            script.write(wrk_script(request_body(args.max_tokens, args.stream)))
+            script.flush()
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            command = ["wrk", "-t1", f"-c{args.concurrency}", f"-d{max(round(seconds), 1)}s"]
+            command += ["-s", script.name, f"http://127.0.0.1:{port}/v1/completions"]
+            done = subprocess.run(
+                command,
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        num, elapsed = parse_wrk(done.stdout)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        return num, elapsed, cpu
+    client = [sys.executable, "-m", "eclectus.benchmarks.front", "--client", str(port)]
+    client += ["--concurrency", str(args.concurrency), "--max-tokens", str(args.max_tokens)]
+    client += ["--stream"] if args.stream else []
+    done = subprocess.run(
+        [*client, "--seconds", str(seconds)], check=True, capture_output=True, text=True
+    )
+    num_text, cpu_text = done.stdout.split()
+    return int(num_text), seconds, float(cpu_text)
 
 
 # -- one run ----------------------------------------------------------------------------------
@@ -127,22 +191,16 @@ def run_once(
     front = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, cwd="/tmp")
     try:
         wait_line(front, r"(eclectus serving)")
-        client = [sys.executable, "-m", "eclectus.benchmarks.front", "--client", str(port)]
-        client += ["--concurrency", str(args.concurrency), "--max-tokens", str(args.max_tokens)]
-        client += ["--stream"] if args.stream else []
-        subprocess.run([*client, "--seconds", "1"], check=True, capture_output=True)  # warm-up
+        run_client(port, 1.0, args)  # warm-up
         cpu0, engine0 = tree_cpu_s(front.pid), tree_cpu_s(engine.pid)
-        done = subprocess.run(
-            [*client, "--seconds", str(args.seconds)], check=True, capture_output=True, text=True
-        )
+        num, elapsed, client_cpu = run_client(port, args.seconds, args)
         cpu, engine_cpu = tree_cpu_s(front.pid) - cpu0, tree_cpu_s(engine.pid) - engine0
-        num_text, client_cpu = done.stdout.split()
-        num = max(int(num_text), 1)
+        num = max(num, 1)
         return {
-            "rps": num / args.seconds,
+            "rps": num / elapsed,
             "cpu_ms": 1000 * cpu / num,
             "engine_ms": 1000 * engine_cpu / num,
-            "client_ms": 1000 * float(client_cpu) / num,
+            "client_ms": 1000 * client_cpu / num,
         }
     finally:
         front.terminate()
@@ -157,6 +215,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--stream", action="store_true")
+    parser.add_argument(
+        "--load-client",
+        choices=("wrk", "python"),
+        default="wrk" if shutil.which("wrk") else "python",
+        help="wrk (the default where it is on PATH) or the raw-socket Python client",
+    )
     parser.add_argument("--client", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.client is not None:
@@ -165,7 +229,10 @@ def main(argv: list[str] | None = None) -> None:
         )
         print(total, time.process_time())
         return
+    if args.load_client == "wrk" and shutil.which("wrk") is None:
+        parser.error("--load-client wrk: wrk is not on PATH (apt install wrk)")
     counts = [int(c) for c in args.counts.split(",")]
+    print(f"load client: {args.load_client}", flush=True)
     engine = subprocess.Popen(
         [sys.executable, "-m", "eclectus.benchmarks.instant_engine"],
         stderr=subprocess.PIPE,
