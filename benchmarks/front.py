@@ -155,12 +155,7 @@ def run_client(port: int, seconds: float, args: argparse.Namespace) -> tuple[int
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             command = ["wrk", "-t1", f"-c{args.concurrency}", f"-d{max(round(seconds), 1)}s"]
             command += ["-s", script.name, f"http://127.0.0.1:{port}/v1/completions"]
-            done = subprocess.run(
-                command,
-                check=True,
-                capture_output=True,
-                text=True,
-            )
+            done = subprocess.run(command, check=True, capture_output=True, text=True)
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
         num, elapsed = parse_wrk(done.stdout)
         cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
