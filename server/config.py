@@ -75,8 +75,9 @@ class ServerConfig:
     program_gap_s: float = _POLICY.program_gap_s
     admission: Admission = "engine"
     # requests admitted to one engine at once; None: the engine's own batch (the built-in
-    # engine's max_num_seqs, a remote pool's --engine-max-inflight per engine)
-    max_engine_seqs: int | None = None
+    # engine's max_num_seqs, a remote pool's --engine-max-inflight per engine); "auto": the
+    # batch at the engine's throughput knee, learned from its decode steps (batch_knee.py)
+    max_engine_seqs: int | Literal["auto"] | None = None
     kv_admit_fraction: float = 0.95
     # throughput-class calls let into the engine while latency/deadline work is in flight:
     # a throughput call dispatched next to an urgent one slows every one of its steps (a
@@ -144,8 +145,9 @@ class ServerConfig:
         if self.admission not in get_args(Admission):
             modes = " or ".join(repr(m) for m in get_args(Admission))
             raise ValueError(f"admission must be {modes}, got {self.admission!r}")
-        if self.max_engine_seqs is not None and self.max_engine_seqs < 1:
-            raise ValueError(f"max_engine_seqs must be >= 1, got {self.max_engine_seqs}")
+        seqs = self.max_engine_seqs
+        if seqs is not None and seqs != "auto" and (not isinstance(seqs, int) or seqs < 1):
+            raise ValueError(f"max_engine_seqs must be >= 1, 'auto' or None, got {seqs!r}")
         if not 0 < self.kv_admit_fraction <= 1:  # NaN is not
             raise ValueError(f"kv_admit_fraction must be in (0, 1], got {self.kv_admit_fraction}")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from eclectus.server.checks import in_range
 from eclectus.server.engine.engine_config import GiB
@@ -57,6 +57,11 @@ def positive_gib(text: str) -> float:
 def positive_int_or_none(text: str) -> int | None:
     """An argparse type: an integer >= 1, or "none" (no limit)."""
     return None if text.strip().lower() == "none" else positive_int(text)
+
+
+def engine_seqs(text: str) -> int | Literal["auto"] | None:
+    """An argparse type for ``--max-engine-seqs``: an integer >= 1, "none" or "auto"."""
+    return "auto" if text.strip().lower() == "auto" else positive_int_or_none(text)
 
 
 def non_negative_int_or_none(text: str) -> int | None:

@@ -12,6 +12,7 @@ from eclectus.protocol.tool_formats import TOOL_FORMATS
 from eclectus.server.config import Admission, ServerConfig, read_token_file
 from eclectus.server.engine_flags import add_engine_arguments
 from eclectus.server.flag_types import (
+    engine_seqs,
     non_negative_float,
     non_negative_int_or_none,
     positive_float,
@@ -220,11 +221,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--max-engine-seqs",
-        type=positive_int_or_none,
+        type=engine_seqs,
         default=defaults.max_engine_seqs,
-        metavar="N|none",
+        metavar="N|none|auto",
         help="requests admitted to one engine at once; none (default): the engine's own "
-        "batch (--max-num-seqs; remote: --engine-max-inflight)",
+        "batch (--max-num-seqs; remote: --engine-max-inflight); auto: the batch at the "
+        "engine's throughput knee, learned from its decode steps",
     )
     parser.add_argument(
         "--kv-admit-fraction",

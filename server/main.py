@@ -59,8 +59,10 @@ def load_remote(args: argparse.Namespace, wrap: Callable[[Backend], Backend] | N
         builtin=args.engine == "builtin",
         routing=RoutingPolicy(args.routing),
         # the scheduler admits at most --max-engine-seqs per engine: the pool's cap follows
-        max_inflight_per_engine=min(
-            args.engine_max_inflight, args.max_engine_seqs or args.engine_max_inflight
+        max_inflight_per_engine=(
+            min(args.engine_max_inflight, args.max_engine_seqs)
+            if isinstance(args.max_engine_seqs, int)
+            else args.engine_max_inflight
         ),
         max_background_per_engine=args.engine_max_background,
         api_key=args.engine_api_key or os.environ.get("ECLECTUS_ENGINE_API_KEY"),

@@ -71,7 +71,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-engine-seqs",
         default="16",
-        metavar="N|none",
+        metavar="N|none|auto",
         help="the Eclectus servers' --max-engine-seqs, comma-separated (one server each; 16: "
         "where tiny's throughput levels off on a CPU; docs/benchmarks.md)",
     )
@@ -135,9 +135,10 @@ def _plan(args: argparse.Namespace) -> LoadPlan:
         raise ValueError(f"--vllm-python {args.vllm_python}: no such file")
     default = ",".join(SYSTEMS) if args.vllm_python else "self,eclectus"
     seqs = tuple(t.strip().lower() for t in args.max_engine_seqs.split(","))
-    if any(t != "none" and not (t.isdigit() and int(t) >= 1) for t in seqs):
+    if any(t not in ("none", "auto") and not (t.isdigit() and int(t) >= 1) for t in seqs):
         raise ValueError(
-            f"--max-engine-seqs {args.max_engine_seqs}: integers >= 1 or none, comma-separated"
+            f"--max-engine-seqs {args.max_engine_seqs}: integers >= 1, none or auto, "
+            "comma-separated"
         )
     gaps = tuple(t.strip() for t in args.program_gaps.split(","))
     try:

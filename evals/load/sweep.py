@@ -135,7 +135,9 @@ class LoadSweep:
             )  # fmt: skip
             self.runs.append(run)
             done = sum(r.finished for r in outcome.records)
+            limit = system.admitted_limit()
             self.log(
                 f"rate {rate:g} round {round_} {series.name}: {done}/{len(outcome.records)} "
                 f"finished, load {run.load_average[0]:.1f}"
+                + (f", admitted limit {limit:g}" if limit is not None else "")
             )

@@ -91,6 +91,15 @@ class LoadSystem:
         """The engines' preemptions so far (blocking I/O)."""
         return self.counter(PREEMPTIONS)
 
+    def admitted_limit(self) -> float | None:
+        """The Eclectus server's admission cap now (``--max-engine-seqs auto``: what it
+        learned); None for a system without one (blocking I/O)."""
+        try:
+            samples = scrape(self.server.metrics_url)
+        except OSError:
+            return None
+        return samples.get("eclectus_admitted_limit")
+
     def settle(self, timeout_s: float = 30.0) -> None:
         """Wait until the engines and the Eclectus server run nothing (a cancelled run's
         aborts land), at most ``timeout_s`` (blocking I/O)."""

@@ -14,8 +14,9 @@ budgets and KV pool; a remote pool's per-engine cap and each vLLM's KV cache, fr
 1. **sequences**: at most the engines' batch (their ``max_num_seqs``, or a remote pool's
    ``--engine-max-inflight`` per engine), and at most ``ServerConfig.max_engine_seqs`` per
    engine: a smaller batch that still keeps the engine busy leaves the order to the
-   scheduler (docs/architecture.md, "Admission"). Task groups and map instances count like
-   any call.
+   scheduler (docs/architecture.md, "Admission"); ``auto``: the batch at the engine's
+   throughput knee, learned from its decode steps (batch_knee.py). Task groups and map
+   instances count like any call.
 2. **KV**: a request reserves its prompt plus its ``max_tokens`` (the most KV it can come to
    hold) before it is sent, and waits, in rank order, while the reservations would pass
    ``kv_admit_fraction`` of the KV cache, so a burst of long prompts never makes the engine
@@ -34,6 +35,7 @@ from typing import Any
 
 from eclectus.server.backend import EngineCapacity
 from eclectus.server.config import ServerConfig
+from eclectus.server.graph.batch_knee import BatchKnee, DecodeMark
 
 
 def backend_capacity(backend: Any) -> EngineCapacity:
@@ -76,6 +78,8 @@ class Admission:
         self.num_kv_waits = 0  # requests that waited for KV room (metrics, tests)
         self._waiters: list[_Waiter] = []
         self._seq = itertools.count()
+        # --max-engine-seqs auto: the batch at the engines' knee, learned as they decode
+        self.knee = BatchKnee() if config.max_engine_seqs == "auto" else None
 
     def max_inflight(self) -> int:
         """Requests that may be in flight now, all sessions together (pure)."""
@@ -83,10 +87,29 @@ class Admission:
         if self.config.admission == "off":
             return cap
         capacity = backend_capacity(self.backend)
+        num_engines = max(capacity.num_engines, 1)
         seqs = capacity.max_seqs if capacity.max_seqs is not None else math.inf
-        if self.config.max_engine_seqs is not None:
-            seqs = min(seqs, self.config.max_engine_seqs * max(capacity.num_engines, 1))
+        per_engine = self.config.max_engine_seqs
+        if per_engine == "auto" and self.knee is not None:
+            ceiling = min(cap, seqs) // num_engines
+            per_engine = self.knee.cap(max(int(ceiling), 1))
+        if isinstance(per_engine, int):
+            seqs = min(seqs, per_engine * num_engines)
         return int(min(cap, seqs))
+
+    def note_inflight(self, num_inflight: int) -> None:
+        """The scheduler's in-flight count changed (mutates: the knee's integral, if any)."""
+        if self.knee is not None:
+            self.knee.set_inflight(num_inflight, backend_capacity(self.backend).num_engines)
+
+    def decode_mark(self, num_tokens: int) -> DecodeMark | None:
+        """A request's first tokens arrived (pure); None when no knee is learned."""
+        return self.knee.mark(num_tokens) if self.knee is not None else None
+
+    def decode_done(self, mark: DecodeMark | None, num_tokens: int) -> None:
+        """A request marked by :meth:`decode_mark` finished (mutates: the knee's samples)."""
+        if self.knee is not None and mark is not None:
+            self.knee.finish(mark, num_tokens)
 
     def kv_budget(self) -> int | None:
         """Tokens of KV the admitted requests may reserve together; None: no limit (pure)."""

@@ -97,6 +97,7 @@ async def _generate(
     chunks: list[str] = []
     last = None
     num_output_tokens = 0
+    decode = None  # where its decode began, for the batch knee (admission.py)
     stream = scheduler.backend.generate(request)
     try:
         async for output in stream:
@@ -106,6 +107,8 @@ async def _generate(
                 chunks.append(output.text)
                 app.graph.stream(var_id, output.text)
             num_output_tokens += len(output.token_ids)
+            if decode is None and num_output_tokens:
+                decode = scheduler.admission.decode_mark(num_output_tokens)
             last = output
     except GeneratorExit:
         raise  # the loop is discarding this task: nothing may be awaited any more
@@ -116,6 +119,7 @@ async def _generate(
         await _abandon(scheduler, stream, request.request_id)
         raise EngineError(f"engine request {request.request_id} ended without finishing")
     scheduler.metrics.calls_finished += 1
+    scheduler.admission.decode_done(decode, num_output_tokens)
     usage = Usage(
         prompt_tokens=last.num_prompt_tokens,
         completion_tokens=max(last.num_output_tokens, num_output_tokens),

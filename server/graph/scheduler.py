@@ -318,6 +318,7 @@ class GraphScheduler:
         app, node = queued.app, queued.node
         app.graph.start(node)
         self.num_inflight += 1
+        self.admission.note_inflight(self.num_inflight)
         self._tenant_inflight[app.tenant] += 1
         urgent = _urgent(queued)
         self.num_urgent_inflight += urgent
@@ -357,6 +358,7 @@ class GraphScheduler:
         if task.cancelled():
             self.metrics.calls_cancelled += 1
         self.num_inflight -= 1
+        self.admission.note_inflight(self.num_inflight)
         self._tenant_inflight[app.tenant] -= 1
         if not self._tenant_inflight[app.tenant]:
             del self._tenant_inflight[app.tenant]
@@ -431,7 +433,12 @@ class GraphScheduler:
 
     def gauges(self) -> dict[str, float]:
         """GraphScheduler gauges for /metrics (pure)."""
+        knee = self.admission.knee.fit() if self.admission.knee is not None else None
+        fit = (
+            {} if knee is None else {"step_fixed_seconds": knee.t0, "step_per_seq_seconds": knee.c}
+        )
         return {
+            **fit,
             "queue_depth": len(self.queue),
             "inflight": self.num_inflight,
             "admitted_limit": self.admission.max_inflight(),
