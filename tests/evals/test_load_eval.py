@@ -214,3 +214,14 @@ def test_quick_mode_writes_a_report_of_the_right_shape(tmp_path: Path) -> None:
     assert columns in report
     assert (out / "load-latency.png").stat().st_size > 0
     assert (out / "load-goodput.png").stat().st_size > 0
+
+
+def test_a_learned_batch_cap_is_a_setting_like_a_number(tmp_path: Path) -> None:
+    plan = LoadPlan(
+        ("eclectus",), ("fair",), tmp_path, "tiny", Budget(), tmp_path,
+        max_engine_seqs=("16", "auto"),
+    )  # fmt: skip
+    systems = {s.name: s for s in plan.build()}
+    assert set(systems) == {"eclectus-s16", "eclectus-sauto"}
+    command = systems["eclectus-sauto"].server.command()
+    assert command[command.index("--max-engine-seqs") + 1] == "auto"

@@ -132,3 +132,12 @@ async def test_the_scheduler_learns_the_knee_from_the_engines_steps() -> None:
     assert fit is not None and fit.c > 0 and fit.t0 > 0
     assert 8 <= sched.admission.max_inflight() < 64
     assert sched.gauges()["step_per_seq_seconds"] == fit.c
+
+
+def test_serve_and_the_load_eval_take_auto() -> None:
+    from eclectus.cli import build_parser
+
+    args = build_parser(["serve"]).parse_args(["serve", "--max-engine-seqs", "auto"])
+    assert args.max_engine_seqs == "auto"
+    args = build_parser(["serve"]).parse_args(["serve", "--max-engine-seqs", "8"])
+    assert args.max_engine_seqs == 8
