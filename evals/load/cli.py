@@ -70,10 +70,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--unloaded-reps", type=int, default=None, help="runs per type alone")
     parser.add_argument(
         "--max-engine-seqs",
-        default="16",
+        default="32",
         metavar="N|none|auto",
-        help="the Eclectus servers' --max-engine-seqs, comma-separated (one server each; 16: "
-        "where tiny's throughput levels off on a CPU; docs/benchmarks.md)",
+        help="the Eclectus servers' --max-engine-seqs, comma-separated (one server each; 32: "
+        "the better of 16 and 32 for tiny on both 2-core CPUs measured; docs/benchmarks.md)",
     )
     parser.add_argument(
         "--program-gaps",

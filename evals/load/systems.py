@@ -136,7 +136,7 @@ class LoadPlan:
     out_dir: Path
     variants: tuple[str, ...] = ("swap", "compiled")
     vllm_python: str | None = None
-    max_engine_seqs: tuple[str, ...] = ("16",)
+    max_engine_seqs: tuple[str, ...] = ("32",)
     program_gaps: tuple[str, ...] = ("1",)
     servers: list[ServerProcess] = field(default_factory=list)
 
