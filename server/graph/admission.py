@@ -102,9 +102,13 @@ class Admission:
         if self.knee is not None:
             self.knee.set_inflight(num_inflight, backend_capacity(self.backend).num_engines)
 
-    def decode_mark(self, num_tokens: int) -> DecodeMark | None:
-        """A request's first tokens arrived (pure); None when no knee is learned."""
-        return self.knee.mark(num_tokens) if self.knee is not None else None
+    def decode_mark(self, num_tokens: int, num_prefilled: int) -> DecodeMark | None:
+        """A request's first tokens arrived, its ``num_prefilled`` prompt tokens computed
+        (mutates: the knee's prefill count); None when no knee is learned."""
+        if self.knee is None:
+            return None
+        self.knee.add_prefill(num_prefilled)
+        return self.knee.mark(num_tokens)
 
     def decode_done(self, mark: DecodeMark | None, num_tokens: int) -> None:
         """A request marked by :meth:`decode_mark` finished (mutates: the knee's samples)."""

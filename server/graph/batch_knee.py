@@ -8,10 +8,14 @@ the machine: on the fast 2-core CPU ``tiny``'s throughput levelled off near 16 s
 on the slow one a cap of 16 held back the throughput the load needed (docs/benchmarks.md,
 "Sessions 5-6"). So the cap is measured, not configured:
 
-- every finished request gives one sample: its decode time per token, and the mean number
-  of requests in flight per engine while it decoded (the time integral of the in-flight count
-  over its decode, divided by the time);
-- an exponentially weighted least-squares line through the samples gives ``t0`` and ``c``;
+- every finished request gives one sample: its decode time per token, the mean number of
+  requests in flight per engine while it decoded (the time integral of the in-flight count
+  over its decode, divided by the time), and the prompt tokens other requests brought to
+  prefill per engine per decode step meanwhile (an engine that chunks prefill into its
+  decode steps, as vLLM does, spends those steps on the arrivals' prompts too);
+- an exponentially weighted least-squares fit ``t = t0 + c * b + p * q`` through the samples
+  gives ``t0`` and ``c`` with the prefill's share ``p * q`` apart: under load the arrivals'
+  prompts grow with the batch, and a fit of the batch alone would charge their cost to it;
 - the cap is the smallest batch that reaches ``fraction`` of the asymptotic throughput:
   ``b / (t0 + c b) = fraction / c``, that is ``b = fraction * t0 / (c * (1 - fraction))``.
 
@@ -36,15 +40,18 @@ class DecodeMark:
 
     at: float
     area: float
+    prefill: float
     num_tokens: int
 
 
 @dataclass(frozen=True, slots=True)
 class StepFit:
-    """The fitted step time ``t0 + c * b`` (seconds) and the samples' weight behind it."""
+    """The fitted step time ``t0 + c * b + p * q`` (seconds; ``q``: prompt tokens prefilled
+    per step) and the samples' weight behind it."""
 
     t0: float
     c: float
+    p: float
     weight: float
 
 
@@ -72,9 +79,10 @@ class BatchKnee:
         self._inflight = 0
         self._since = clock()
         self._area = 0.0  # time integral of requests in flight, per engine
+        self._prefill = 0.0  # prompt tokens prefilled so far, per engine
         self._num_engines = 1
-        # the weighted sums of the least-squares fit: weight, x, y, xx, xy
-        self._w = self._x = self._y = self._xx = self._xy = 0.0
+        # the weighted sums of the fit over x (batch), z (prefill per step), y (step time)
+        self._sums = dict.fromkeys(("w", "x", "z", "y", "xx", "zz", "xz", "xy", "zy"), 0.0)
 
     # -- the in-flight integral ----------------------------------------------------------
 
@@ -86,6 +94,10 @@ class BatchKnee:
         self._inflight = num_inflight
         self._num_engines = max(num_engines, 1)
 
+    def add_prefill(self, num_tokens: int) -> None:
+        """A request's prompt was prefilled (its first token came) (mutates)."""
+        self._prefill += num_tokens / self._num_engines
+
     def _area_now(self) -> tuple[float, float]:
         now = self._clock()
         return now, self._area + (now - self._since) * self._inflight / self._num_engines
@@ -95,7 +107,7 @@ class BatchKnee:
     def mark(self, num_tokens: int) -> DecodeMark:
         """A request's first tokens arrived: its decode starts now (pure)."""
         now, area = self._area_now()
-        return DecodeMark(now, area, num_tokens)
+        return DecodeMark(now, area, self._prefill, num_tokens)
 
     def finish(self, mark: DecodeMark, num_tokens: int) -> None:
         """The request finished with ``num_tokens`` in all (mutates: one sample, where it
@@ -105,29 +117,46 @@ class BatchKnee:
         elapsed = now - mark.at
         if steps < 1 or elapsed <= 0:
             return
-        self.add(batch=(area - mark.area) / elapsed, step_s=elapsed / steps)
+        prefill = (self._prefill - mark.prefill) / steps
+        self.add(batch=(area - mark.area) / elapsed, step_s=elapsed / steps, prefill=prefill)
 
-    def add(self, *, batch: float, step_s: float) -> None:
-        """One sample: a decode at a mean ``batch`` took ``step_s`` per token (mutates)."""
-        d = self._decay
-        self._w = self._w * d + 1.0
-        self._x = self._x * d + batch
-        self._y = self._y * d + step_s
-        self._xx = self._xx * d + batch * batch
-        self._xy = self._xy * d + batch * step_s
+    def add(self, *, batch: float, step_s: float, prefill: float = 0.0) -> None:
+        """One sample: a decode at a mean ``batch``, beside ``prefill`` prompt tokens per
+        step, took ``step_s`` per token (mutates)."""
+        x, z, y = batch, prefill, step_s
+        terms = {"w": 1.0, "x": x, "z": z, "y": y, "xx": x * x, "zz": z * z, "xz": x * z,
+                 "xy": x * y, "zy": z * y}  # fmt: skip
+        for key, value in terms.items():
+            self._sums[key] = self._sums[key] * self._decay + value
+
+    @property
+    def weight(self) -> float:
+        """The samples' total weight (pure)."""
+        return self._sums["w"]
 
     # -- the fit and the cap -------------------------------------------------------------
 
     def fit(self) -> StepFit | None:
-        """The step-time line, or None while the samples are too few or too alike (pure)."""
-        if self._w < self.min_weight:
+        """The step-time fit, or None while the samples are too few or their batches too
+        alike (pure). Where the prefill per step does not vary apart from the batch, its cost
+        stays in ``t0`` (a plain line over the batch)."""
+        s = self._sums
+        w = s["w"]
+        if w < self.min_weight:
             return None
-        mean_x, mean_y = self._x / self._w, self._y / self._w
-        var_x = self._xx / self._w - mean_x * mean_x
-        if var_x < self.min_spread**2:
+        mx, mz, my = s["x"] / w, s["z"] / w, s["y"] / w
+        vxx, vzz = s["xx"] / w - mx * mx, s["zz"] / w - mz * mz
+        vxz, vxy, vzy = s["xz"] / w - mx * mz, s["xy"] / w - mx * my, s["zy"] / w - mz * my
+        if vxx < self.min_spread**2:
             return None
-        c = (self._xy / self._w - mean_x * mean_y) / var_x
-        return StepFit(t0=mean_y - c * mean_x, c=c, weight=self._w)
+        det = vxx * vzz - vxz * vxz
+        if det > 1e-9 * vxx * vzz and vzz > 0:
+            p = (vzy * vxx - vxy * vxz) / det
+            if p >= 0:  # a prefill that costs time, as it does (below zero: noise)
+                c = (vxy * vzz - vzy * vxz) / det
+                return StepFit(t0=my - c * mx - p * mz, c=c, p=p, weight=w)
+        c = vxy / vxx  # no prefill seen apart from the batch: a line over the batch
+        return StepFit(t0=my - c * mx, c=c, p=0.0, weight=w)
 
     def cap(self, ceiling: int) -> int:
         """Requests to admit per engine, at most ``ceiling`` (its own batch) (pure)."""

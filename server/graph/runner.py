@@ -108,7 +108,8 @@ async def _generate(
                 app.graph.stream(var_id, output.text)
             num_output_tokens += len(output.token_ids)
             if decode is None and num_output_tokens:
-                decode = scheduler.admission.decode_mark(num_output_tokens)
+                prefilled = max(len(request.prompt_token_ids) - output.num_cached_tokens, 0)
+                decode = scheduler.admission.decode_mark(num_output_tokens, prefilled)
             last = output
     except GeneratorExit:
         raise  # the loop is discarding this task: nothing may be awaited any more

@@ -434,9 +434,13 @@ class GraphScheduler:
     def gauges(self) -> dict[str, float]:
         """GraphScheduler gauges for /metrics (pure)."""
         knee = self.admission.knee.fit() if self.admission.knee is not None else None
-        fit = (
-            {} if knee is None else {"step_fixed_seconds": knee.t0, "step_per_seq_seconds": knee.c}
-        )
+        fit = {}
+        if knee is not None:
+            fit = {
+                "step_fixed_seconds": knee.t0,
+                "step_per_seq_seconds": knee.c,
+                "step_per_prefill_token_seconds": knee.p,
+            }
         return {
             **fit,
             "queue_depth": len(self.queue),

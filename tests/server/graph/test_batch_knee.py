@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import random
 from collections.abc import AsyncIterator
 
 import pytest
@@ -55,6 +56,30 @@ def test_the_fit_recovers_a_linear_step_time_and_the_cap_is_its_knee(
     assert knee.cap(ceiling=3) == 3  # never above the engine's own batch
 
 
+@given(
+    t0=st.floats(1e-4, 0.05),
+    c=st.floats(1e-5, 0.01),
+    p=st.floats(1e-7, 1e-4),
+    seed=st.integers(0, 2**16),
+)
+def test_the_arrivals_prefill_is_fitted_apart_from_the_batch(
+    t0: float, c: float, p: float, seed: int
+) -> None:
+    """Under load the prefill per step grows with the batch; its cost must not be charged
+    to the batch, or the knee moves with the arrivals."""
+    rng = random.Random(seed)
+    knee = BatchKnee()
+    for i in range(100):
+        b = 1 + i % 32
+        q = 20.0 * b + rng.uniform(0, 400)  # correlated with the batch, not only that
+        knee.add(batch=b, step_s=t0 + c * b + p * q, prefill=q)
+    fit = knee.fit()
+    assert fit is not None
+    assert fit.c == pytest.approx(c, rel=1e-4)
+    assert fit.p == pytest.approx(p, rel=1e-4)
+    assert fit.t0 == pytest.approx(t0, rel=1e-4, abs=1e-8)
+
+
 def test_nothing_known_leaves_the_engines_batch() -> None:
     assert BatchKnee().cap(ceiling=48) == 48  # no samples
     assert fed(0.01, 0.001, [8.0] * 100).cap(ceiling=48) == 48  # all at one batch size
@@ -82,13 +107,15 @@ def test_a_sample_is_the_mean_batch_in_flight_while_it_decoded() -> None:
     mark = knee.mark(num_tokens=1)
     clock.now = 1.0
     knee.set_inflight(6, num_engines=2)  # three per engine for the second second
+    knee.add_prefill(400)  # another request's prompt, 200 tokens per engine
     clock.now = 2.0
     knee.finish(mark, num_tokens=11)  # ten tokens after the first, in two seconds
-    assert knee._w == 1
-    assert knee._x == pytest.approx(2.0)  # (1 * 1 s + 3 * 1 s) / 2 s
-    assert knee._y == pytest.approx(0.2)
+    assert knee.weight == 1
+    assert knee._sums["x"] == pytest.approx(2.0)  # (1 * 1 s + 3 * 1 s) / 2 s
+    assert knee._sums["y"] == pytest.approx(0.2)
+    assert knee._sums["z"] == pytest.approx(20.0)  # 200 tokens over its ten steps
     knee.finish(knee.mark(num_tokens=5), num_tokens=5)  # no token after the mark: no sample
-    assert knee._w == 1
+    assert knee.weight == 1
 
 
 def test_auto_is_a_config_value_and_bad_values_are_named() -> None:
