@@ -73,7 +73,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="32",
         metavar="N|none|auto",
         help="the Eclectus servers' --max-engine-seqs, comma-separated (one server each; 32: "
-        "the better of 16 and 32 for tiny on both 2-core CPUs measured; docs/benchmarks.md)",
+        "beat 16 at the knee in two runs on the slow 2-core CPU; docs/benchmarks.md)",
     )
     parser.add_argument(
         "--program-gaps",

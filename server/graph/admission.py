@@ -90,7 +90,7 @@ class Admission:
         num_engines = max(capacity.num_engines, 1)
         seqs = capacity.max_seqs if capacity.max_seqs is not None else math.inf
         per_engine = self.config.max_engine_seqs
-        if per_engine == "auto" and self.knee is not None:
+        if self.knee is not None:  # --max-engine-seqs auto
             ceiling = min(cap, seqs) // num_engines
             per_engine = self.knee.cap(max(int(ceiling), 1))
         if isinstance(per_engine, int):

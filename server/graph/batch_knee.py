@@ -83,6 +83,9 @@ class BatchKnee:
         self._num_engines = 1
         # the weighted sums of the fit over x (batch), z (prefill per step), y (step time)
         self._sums = dict.fromkeys(("w", "x", "z", "y", "xx", "zz", "xz", "xy", "zy"), 0.0)
+        # the fit changes only with a sample, but the cap is asked on every dispatch
+        self._fit: StepFit | None = None
+        self._fit_stale = True
 
     # -- the in-flight integral ----------------------------------------------------------
 
@@ -128,6 +131,7 @@ class BatchKnee:
                  "xy": x * y, "zy": z * y}  # fmt: skip
         for key, value in terms.items():
             self._sums[key] = self._sums[key] * self._decay + value
+        self._fit_stale = True
 
     @property
     def weight(self) -> float:
@@ -140,6 +144,11 @@ class BatchKnee:
         """The step-time fit, or None while the samples are too few or their batches too
         alike (pure). Where the prefill per step does not vary apart from the batch, its cost
         stays in ``t0`` (a plain line over the batch)."""
+        if self._fit_stale:
+            self._fit, self._fit_stale = self._solve(), False
+        return self._fit
+
+    def _solve(self) -> StepFit | None:
         s = self._sums
         w = s["w"]
         if w < self.min_weight:

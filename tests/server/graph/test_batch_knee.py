@@ -161,7 +161,7 @@ async def test_the_scheduler_learns_the_knee_from_the_engines_steps() -> None:
     assert sched.gauges()["step_per_seq_seconds"] == fit.c
 
 
-def test_serve_and_the_load_eval_take_auto() -> None:
+def test_serve_takes_auto() -> None:
     from eclectus.cli import build_parser
 
     args = build_parser(["serve"]).parse_args(["serve", "--max-engine-seqs", "auto"])
