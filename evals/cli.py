@@ -3,6 +3,7 @@
     eclectus eval map-reduce --quick                       # Eclectus vs its own engine (self)
     eclectus eval all --baseline vllm --baseline self --vllm-python /opt/vllm-venv/bin/python
     eclectus eval chain-summary --baseline openai=http://host:8000/v1 --rtt-ms 100
+    eclectus eval map-reduce --quick --variants compiled,swap  # compile's share of the gain
 
 Writes OUT/results.json, OUT/report.md and OUT/*.png (see docs/evals.md).
 """
@@ -115,6 +116,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="the Eclectus fronts' --engine-stream-interval (default: eclectus serve's, 16): "
         "tokens vLLM may batch per streamed chunk of a call nobody watches; 1: every token",
+    )
+    parser.add_argument(
+        "--variants",
+        default="compiled",
+        metavar="compiled,swap",
+        help="how each Eclectus system runs the app (comma-separated): compiled (default: "
+        "its chains and graphs wrapped with compile) and swap (the import swap alone, every "
+        "call its own round trip: a system NAME/swap beside each)",
     )
     parser.add_argument(
         "--reference",
@@ -230,6 +239,7 @@ def run(args: argparse.Namespace) -> int:
             args.proxy_handshake == "on",
             front_stream_interval=_front_stream_interval(args.front_stream_interval),
             vllm_executor=args.vllm_executor,
+            variants=tuple(v.strip() for v in args.variants.split(",") if v.strip()),
         )
         if args.reference not in system_names(plan):
             raise ValueError(

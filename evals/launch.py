@@ -18,6 +18,9 @@ from eclectus.evals.servers import (
 from eclectus.evals.systems import System
 
 BASELINES = ("self", "vllm", "eclectus-vllm", "pool", "openai=URL")
+# how each Eclectus system runs the app: "compiled" (its chains and graphs wrapped with
+# compile, the system's plain name) and "swap" (the import swap alone, NAME/swap)
+VARIANTS = ("compiled", "swap")
 # the pool's fronts: one Eclectus per routing policy, all over the same two vLLM engines
 POOL_ROUTINGS = ("graph", "round-robin", "least-loaded")
 
@@ -52,8 +55,14 @@ class LaunchPlan:
     proxy_handshake: bool = True  # the delay proxy charges each new connection's handshake
     vllm_executor: str = "uni"  # VllmProcess.executor of every vLLM started
     front_stream_interval: str | None = None  # the fronts' --engine-stream-interval; None: default
+    variants: tuple[str, ...] = ("compiled",)
 
     def __post_init__(self) -> None:
+        if not self.variants or len(set(self.variants)) != len(self.variants):
+            raise ValueError(f"--variants {','.join(self.variants)}: name each variant once")
+        for variant in self.variants:
+            if variant not in VARIANTS:
+                raise ValueError(f"unknown variant {variant!r}; choose from {VARIANTS}")
         for entry in self.baselines:
             if entry not in BASELINES[:-1] and not entry.startswith("openai="):
                 raise ValueError(f"unknown baseline {entry!r}; choose from {BASELINES}")
@@ -143,15 +152,18 @@ def _systems(plan: LaunchPlan, ours: EclectusProcess, servers: Servers) -> list[
     model = str(plan.model_dir)
     systems = [
         System(
-            "eclectus",
+            _variant_name("eclectus", variant),
             "eclectus",
             ours.ws_url,
             model,
             ours,
-            "Eclectus: the app's graph via ChatEclectus/EclectusLLM + compile",
+            "Eclectus: the app via ChatEclectus/EclectusLLM"
+            + (" + compile (its graph)" if variant == "compiled" else ", the import swap alone"),
             plan.rtt_s,
             plan.proxy_handshake,
+            compiled=variant == "compiled",
         )
+        for variant in plan.variants
     ]
     if "self" in plan.baselines:
         systems.append(
@@ -185,18 +197,21 @@ def _systems(plan: LaunchPlan, ours: EclectusProcess, servers: Servers) -> list[
         assert isinstance(server, EclectusRemoteProcess)
         engines = " and ".join(e.name for e in server.engines)
         routing = f", --routing {server.routing}" if server.routing else ""
-        systems.append(
+        systems += [
             System(
-                server.name,
+                _variant_name(server.name, variant),
                 "eclectus",
                 server.ws_url,
                 model,
                 server,
-                f"Eclectus's graph scheduler in front of stock vLLM ({engines}{routing})",
+                f"Eclectus's graph scheduler in front of stock vLLM ({engines}{routing})"
+                + ("" if variant == "compiled" else ", the import swap alone"),
                 plan.rtt_s,
                 plan.proxy_handshake,
+                compiled=variant == "compiled",
             )
-        )
+            for variant in plan.variants
+        ]
     for entry in plan.baselines:
         if entry.startswith("openai="):
             url = entry.removeprefix("openai=")
@@ -218,9 +233,16 @@ def _systems(plan: LaunchPlan, ours: EclectusProcess, servers: Servers) -> list[
 def system_names(plan: LaunchPlan) -> list[str]:
     """The names of the systems ``plan`` compares, in order (pure)."""
     servers = plan_servers(plan)
-    names = ["eclectus", *(["self"] if "self" in plan.baselines else [])]
-    names += [s.name for s in [*servers.vllms, *servers.fronts]]
+    names = [_variant_name("eclectus", v) for v in plan.variants]
+    names += ["self"] if "self" in plan.baselines else []
+    names += [s.name for s in servers.vllms]
+    names += [_variant_name(s.name, v) for s in servers.fronts for v in plan.variants]
     return names + (["openai"] if any(b.startswith("openai=") for b in plan.baselines) else [])
+
+
+def _variant_name(name: str, variant: str) -> str:
+    """The system name of Eclectus system ``name`` running the app as ``variant`` (pure)."""
+    return name if variant == "compiled" else f"{name}/{variant}"
 
 
 @contextlib.contextmanager

@@ -6,6 +6,9 @@
 - ``vllm`` / ``vllm-nopc``: stock vLLM with prefix caching on / off, stock classes;
 - ``eclectus-vllm``: the app's graph through Eclectus (as ``eclectus``), whose scheduler sends
   the calls to a stock vLLM with priority scheduling (``eclectus serve --engine-url``);
+- ``NAME/swap`` (``--variants swap``): an Eclectus system with the import swap alone, no
+  ``compile``: every call the app makes is its own round trip, as an app people already
+  wrote runs once the model class is swapped;
 - ``openai``: any OpenAI-compatible server already running, stock classes.
 
 With a round-trip delay, every client connection goes through a :class:`DelayProxy`; the
@@ -35,6 +38,7 @@ class System:
     description: str
     rtt_s: float = 0.0
     handshake: bool = True  # the proxy charges each new connection's TCP handshake
+    compiled: bool = True  # Eclectus mode: wrap the app's chains and graphs with compile
     _proxy: DelayProxy | None = field(default=None, repr=False)
 
     @property
@@ -83,7 +87,13 @@ class System:
     def target(self) -> Target:
         """The recipe Target for this system (starts the proxy when needed)."""
         metrics = self.server.metrics_url if isinstance(self.server, EclectusProcess) else None
-        return Target(self.backend, self.client_url(), self.model, metrics_url=metrics)
+        return Target(
+            self.backend,
+            self.client_url(),
+            self.model,
+            metrics_url=metrics,
+            use_compile=self.compiled,
+        )
 
     def close(self) -> None:
         """Stop this system's proxy (mutates; the server is stopped by its owner)."""

@@ -59,6 +59,37 @@ def test_eval_shared_prompt_runs_an_async_app_repeatedly(tmp_path: Path) -> None
     assert "chat p50 latency" in (tmp_path / "report.md").read_text()
 
 
+def test_the_swap_variant_runs_each_call_as_its_own_round_trip(tmp_path: Path) -> None:
+    """``--variants compiled,swap``: beside ``eclectus`` (the chain compiled into one graph)
+    ``eclectus/swap`` runs the same app with the import swap alone, every call a round trip,
+    on the same server; both answer what the stock client gets from the same engine."""
+    results = _eval(
+        tmp_path,
+        "map-reduce",
+        "--set",
+        "num_chunks=2",
+        "--sweep",
+        "map_tokens=4",
+        "--variants",
+        "compiled,swap",
+        "--no-plots",
+    )
+    measured = {r["system"]: r for r in results["runs"] if r["rep"] == 0}
+    assert set(measured) == {"eclectus", "eclectus/swap", "self"}
+    assert measured["eclectus"]["round_trips"] == 1
+    assert measured["eclectus/swap"]["round_trips"] == measured["eclectus/swap"]["num_calls"]
+    assert measured["eclectus/swap"]["output"] == measured["eclectus"]["output"]
+    assert measured["eclectus/swap"]["output"] == measured["self"]["output"]
+    described = {s["name"]: s["description"] for s in results["config"]["systems"]}
+    assert "import swap alone" in described["eclectus/swap"]
+    assert [b["engine"] for b in results["bounds"]] == ["eclectus"]  # one engine, one bound
+
+
+def test_an_unknown_variant_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["eval", "map-reduce", "--variants", "eager", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip().endswith("choose from ('compiled', 'swap')")
+
+
 def test_a_failing_system_is_reported_and_the_rest_still_measured(tmp_path: Path) -> None:
     """A baseline that cannot be reached fails each of its runs; the eval goes on, writes the
     report with those failures listed, and exits 1."""
