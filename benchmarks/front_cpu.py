@@ -201,11 +201,25 @@ def table(runs: list[Run]) -> str:
         for path, e in medians.items():
             if s is None or path == "straight":
                 continue
+            paired = round_ratios(runs, workload, path)
             lines.append(
-                f"| {workload} | {path} / straight | {e['duration'] / s['duration']:.2f}x | "
-                f"{e['ttft'] / s['ttft']:.2f}x | {e['front'] / s['front']:.2f}x | | | | |"
+                f"| {workload} | {path} / straight | {e['duration'] / s['duration']:.2f}x; "
+                f"per round {_spread(paired, 2)}x | {e['ttft'] / s['ttft']:.2f}x | "
+                f"{e['front'] / s['front']:.2f}x | | | | |"
             )
     return "\n".join(lines)
+
+
+def round_ratios(runs: list[Run], workload: str, path: str) -> list[float]:
+    """``path``'s duration over straight's, round by round (pure): the two ran back to
+    back, so a round's ratio sees the same machine state, which the medians' ratio over
+    rounds whose loads drift does not."""
+    straight = {r.round: r for r in runs if (r.workload, r.path) == (workload, "straight")}
+    return [
+        r.metrics["duration"] / straight[r.round].metrics["duration"]
+        for r in runs
+        if (r.workload, r.path) == (workload, path) and r.round in straight
+    ]
 
 
 def profile(

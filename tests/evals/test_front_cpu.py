@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from eclectus.benchmarks.front import cpu_seconds
-from eclectus.benchmarks.front_cpu import Run, front_path, table, top_entries
+from eclectus.benchmarks.front_cpu import Run, front_path, round_ratios, table, top_entries
 
 
 def test_cpu_seconds_grows_with_work_and_is_zero_for_a_gone_process() -> None:
@@ -45,6 +45,17 @@ def _run(path: str, r: int, duration: float, front_cpu_s: float) -> Run:
     return Run("random", path, r, 100, {"duration": duration, "mean_ttft_ms": 10.0}, cpu, 1.0)
 
 
+def test_the_round_ratio_pairs_each_round_with_its_own_straight_run() -> None:
+    """A slow round slows both paths: paired, its ratio is the same as the quiet rounds'."""
+    runs = [
+        run
+        for r, slow in ((1, 1.0), (2, 3.0), (3, 1.0))
+        for run in (_run("straight", r, 1.0 * slow, 0.5), _run("eclectus", r, 1.1 * slow, 0.4))
+    ]
+    assert [round(x, 6) for x in round_ratios(runs, "random", "eclectus")] == [1.1, 1.1, 1.1]
+    assert round_ratios(runs[:2], "random", "nowhere") == []
+
+
 def test_table_gives_each_front_its_own_ratio_against_straight() -> None:
     off = front_path("--admission off")
     assert (front_path(""), off) == ("eclectus", "eclectus --admission off")
@@ -58,7 +69,8 @@ def test_table_gives_each_front_its_own_ratio_against_straight() -> None:
         )
     ]
     rows = table(runs).splitlines()
-    assert "| random | eclectus / straight | 1.25x | 1.00x | 0.80x | | | | |" in rows
-    ratio = "| random | eclectus --admission off / straight | 1.10x | 1.00x | 0.60x | | | | |"
-    assert ratio in rows
+    ratio = "| random | eclectus / straight | 1.25x; per round 1.25 (1.25-1.25)x | 1.00x | 0.80x |"
+    assert f"{ratio} | | | |" in rows
+    ratio = "| random | eclectus --admission off / straight | 1.10x; per round 1.10 (1.10-1.10)x"
+    assert f"{ratio} | 1.00x | 0.60x | | | | |" in rows
     assert sum(row.startswith("| random | eclectus --admission off | 1.10") for row in rows) == 1
