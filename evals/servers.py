@@ -219,7 +219,9 @@ class ServerProcess:
 @dataclass
 class EclectusProcess(ServerProcess):
     """Eclectus with its built-in engine; traces its engine calls to ``trace_path``. One port
-    serves the WebSocket protocol, ``/v1`` and ``/metrics``."""
+    serves the WebSocket protocol, ``/v1`` and ``/metrics``, and (``--dev-endpoints``) the
+    ``POST /reset_prefix_cache`` that empties its engine's prefix cache between runs, as
+    vLLM's does."""
 
     trace_path: Path | None = None
     serve_flags: tuple[str, ...] = ()  # more ``eclectus serve`` flags (--engine-process on)
@@ -245,6 +247,7 @@ class EclectusProcess(ServerProcess):
             str(MAX_FRAME_BYTES),
             *self.budget.serve_args(),
             "--compact-json",  # JSON as the eval's vLLM writes it (VllmProcess.compact_json)
+            "--dev-endpoints",  # POST /reset_prefix_cache, as VLLM_SERVER_DEV_MODE gives vLLM
             *self.serve_flags,
         ]
         return cmd + (["--trace-file", str(self.trace_path)] if self.trace_path else [])
@@ -259,6 +262,9 @@ class EclectusProcess(ServerProcess):
             counters.get("eclectus_prompt_tokens_total", 0.0),
             counters.get("eclectus_prefix_cache_hit_tokens_total", 0.0),
         )
+
+    def reset_prefix_cache(self) -> bool:
+        return http_post(f"http://{HOST}:{self.port}/reset_prefix_cache") == 200
 
 
 @dataclass

@@ -94,6 +94,10 @@ class ServerConfig:
     max_auth_failures: int = 10  # per client address per auth_window_s, then refused
     auth_window_s: float = 60.0
     shutdown_timeout_s: float = 30.0  # SIGTERM: in-flight work may finish within this
+    # serve POST /reset_prefix_cache (vLLM's endpoint of its VLLM_SERVER_DEV_MODE): for
+    # benchmarks that must not serve one run from another's cache; off, as anyone who may
+    # call /v1 could flush every tenant's cache with it
+    dev_endpoints: bool = False
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:

@@ -249,6 +249,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "and no --engine builtin (docs/engines.md, 'Several front processes')",
     )
     parser.add_argument(
+        "--dev-endpoints",
+        action="store_true",
+        help="serve POST /reset_prefix_cache (vLLM's dev-mode endpoint): empties the "
+        "engine's prefix cache between benchmark runs",
+    )
+    parser.add_argument(
         "--log-level",
         default="INFO",
         choices=("DEBUG", "INFO", "WARNING", "ERROR"),

@@ -118,6 +118,11 @@ class AsyncEngine:
         """Release the prefix pinned by ``request_id`` (mutates; no-op if none)."""
         self._loop.submit(StepCommand("unpin", request_id))
 
+    async def reset_prefix_cache(self) -> None:
+        """Empty the prefix cache of every block no request holds, before the step loop
+        takes the next request submitted after this call (mutates)."""
+        self._loop.submit(StepCommand("reset_cache"))
+
     def check_constraint(self, sampling: SamplingParams) -> None:
         """Raise RequestRefused when ``sampling``'s constraint does not compile or its
         ``max_tokens`` cannot hold a valid output (blocking: compiles, cached; any thread)."""

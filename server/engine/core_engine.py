@@ -80,6 +80,8 @@ class EngineCore:
                 with self._lock:
                     self._compiling.add(request.request_id)
                 self._pool.submit(self._add_constrained, request)
+        elif command.kind == "reset_cache":
+            self._loop.submit(StepCommand("reset_cache"))
         else:
             assert command.kind in ("abort", "unpin"), command.kind
             with self._lock:

@@ -36,10 +36,11 @@ from eclectus.server.engine.request import (
 class CoreCommand:
     """One instruction to the core. ``add``: queue ``request`` (a constrained one is compiled
     first, off the step); ``abort`` / ``unpin``: as the Backend methods, by ``request_id``;
+    ``reset_cache``: as ``Backend.reset_prefix_cache``;
     ``check``: compile ``sampling``'s constraint and answer :class:`ConstraintChecked` with
     ``call_id``; ``shutdown``: stop stepping and exit."""
 
-    kind: Literal["add", "abort", "unpin", "check", "shutdown"]
+    kind: Literal["add", "abort", "unpin", "reset_cache", "check", "shutdown"]
     request_id: str = ""
     request: EngineRequest | None = None
     sampling: SamplingParams | None = None

@@ -217,6 +217,11 @@ class LLMEngine:
             seq.pin_prefix_tokens = 0
         self.block_manager.unpin(request_id)
 
+    def reset_prefix_cache(self) -> int:
+        """Empty the prefix cache of every block no request or pin holds (mutates; see
+        BlockManager.reset_prefix_cache). Returns the number of blocks forgotten."""
+        return self.block_manager.reset_prefix_cache()
+
     @property
     def grammar_backend(self) -> GrammarBackend:
         """The xgrammar compiler and cache, built on first use (mutates once)."""

@@ -176,6 +176,12 @@ class ProcessEngine:
         """Release the prefix pinned by ``request_id`` (mutates; no-op if none)."""
         self._post(CoreCommand("unpin", request_id))
 
+    async def reset_prefix_cache(self) -> None:
+        """Empty the core's prefix cache of every block no request holds, before it takes
+        the next request sent after this call (mutates: one command down the pipe, which
+        the core applies in order)."""
+        self._post(CoreCommand("reset_cache"))
+
     def check_constraint(self, sampling: SamplingParams) -> None:
         """Raise RequestRefused when ``sampling``'s constraint does not compile or its
         ``max_tokens`` cannot hold a valid output (blocking: the core compiles it, cached;

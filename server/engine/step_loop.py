@@ -1,7 +1,8 @@
 """StepLoop: the built-in engine's one step loop, whoever hosts it.
 
 One thread owns the LLMEngine and steps it while work exists, sleeping on a condition when
-idle. Other threads reach it only through :meth:`StepLoop.submit` (add, abort, unpin; applied
+idle. Other threads reach it only through :meth:`StepLoop.submit` (add, abort, unpin,
+reset_cache; applied
 in arrival order at the start of the next iteration) and :meth:`StepLoop.stop`. What one
 iteration produced (outputs, and the failures that end requests) goes to the host's
 :class:`OutputSink` in one call at the iteration's end, with the stats taken after it:
@@ -41,8 +42,8 @@ class StepCommand:
     """What another thread asks of the step loop; applied in arrival order at the start of
     the next iteration."""
 
-    kind: Literal["add", "abort", "unpin"]
-    request_id: str
+    kind: Literal["add", "abort", "unpin", "reset_cache"]
+    request_id: str = ""
     request: EngineRequest | None = None
     grammar: GrammarState | None = None  # "add": its matcher, built off the step thread
 
@@ -129,8 +130,11 @@ class StepLoop:
             output = self.engine.abort(command.request_id)
             if output is not None:
                 self._items.append(output)
-        else:
+        elif command.kind == "unpin":
             self.engine.unpin(command.request_id)
+        else:
+            forgotten = self.engine.reset_prefix_cache()
+            logger.info("prefix cache reset: %d cached blocks forgotten", forgotten)
 
     def _step(self) -> None:
         try:

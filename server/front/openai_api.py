@@ -142,6 +142,7 @@ class OpenAIApi:
         return [
             Route("/v1/models", self.models, methods=["GET"]),
             Route("/tokenize", self.tokenize, methods=["POST"]),  # vLLM's, at the root
+            Route("/reset_prefix_cache", self.reset_prefix_cache, methods=["POST"]),  # likewise
             Route("/v1/completions", self.completions, methods=["POST"]),
             Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
             Route("/v1/{rest:path}", self.not_found, methods=["GET", "POST"]),
@@ -206,6 +207,21 @@ class OpenAIApi:
             window = self.ctx.model.context_window
             answer = await tokenize(window, prompt_tokenizer, tokenize_request)
             return JSONResponse(answer)
+        except ApiError as exc:
+            return self._error(request, exc)
+
+    async def reset_prefix_cache(self, request: Request) -> Response:
+        """vLLM's dev-mode ``POST /reset_prefix_cache``: the engine forgets every cached
+        prefix no request holds before it takes the next request (``--dev-endpoints``)."""
+        try:
+            if not self.ctx.config.dev_endpoints:
+                raise ApiError(404, "POST /reset_prefix_cache needs eclectus serve --dev-endpoints")
+            self._admit(request)
+            reset = getattr(self.ctx.backend, "reset_prefix_cache", None)
+            if reset is None:
+                raise ApiError(501, "this server's engines cannot reset their prefix cache")
+            await reset()
+            return Response(status_code=200)
         except ApiError as exc:
             return self._error(request, exc)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from eclectus.protocol.kv_events import BlockRemoved
 from eclectus.protocol.sampling import SamplingParams
 from eclectus.server.engine.block_manager import BlockManager
 from eclectus.server.engine.prefix_cache import FreeBlockQueue
@@ -133,3 +134,29 @@ def test_random_workloads_leak_nothing(script: list[tuple[str, int]]) -> None:
         bm.unpin(request_id)
     bm.check_invariants([])
     assert bm.num_free_blocks == bm.num_blocks  # every block free (cached or not)
+
+
+def test_a_cache_reset_forgets_idle_blocks_and_keeps_held_ones() -> None:
+    """What ``POST /reset_prefix_cache`` does: a freed prefix is forgotten (the next request
+    computes it all, and the free queue reuses those blocks first), a running request's and
+    a pin's blocks stay cached, and the removal is published as one event."""
+    bm = BlockManager(16, BS, enable_kv_events=True)
+    idle = make_seq(list(range(12)), 0)
+    admit(bm, idle)
+    bm.free(idle)
+    held = make_seq([50 + i for i in range(9)], 1)
+    admit(bm, held)
+    pinned = make_seq([80 + i for i in range(8)], 2)
+    admit(bm, pinned)
+    assert bm.pin("p", pinned, 8) == 2
+    bm.free(pinned)
+    bm.take_events()
+    assert bm.num_cached_blocks == 3 + 2 + 2
+    assert bm.reset_prefix_cache() == 3
+    (removed,) = bm.take_events()
+    assert isinstance(removed, BlockRemoved) and len(removed.block_hashes) == 3
+    assert bm.num_cached_blocks == 4 and bm.num_free_blocks == 16 - 3 - 2
+    assert admit(bm, make_seq(list(range(12)), 3)) == 0  # computed again, as on a cold engine
+    assert admit(bm, make_seq([50 + i for i in range(9)], 4)) == 8  # still cached
+    bm.unpin("p")
+    assert bm.reset_prefix_cache() == 2 and bm.reset_prefix_cache() == 0

@@ -60,6 +60,21 @@ async def test_both_report_the_same_window(local: AsyncEngine, remote: ProcessEn
     assert remote.max_model_len == local.max_model_len == 4096
 
 
+async def test_a_cache_reset_reaches_the_core_before_the_next_request(
+    local: AsyncEngine, remote: ProcessEngine
+) -> None:
+    """Both engines: the same prompt hits the cache, and after ``reset_prefix_cache`` (one
+    command, applied in order before the next request) it is computed again."""
+    prompt = STORY * 4
+    for engine in (local, remote):
+        await collect(engine, request("warm", prompt, max_tokens=2))
+        hit = await collect(engine, request("hit", prompt, max_tokens=2))
+        await engine.reset_prefix_cache()
+        cold = await collect(engine, request("cold", prompt, max_tokens=2))
+        assert hit[-1].num_cached_tokens > 0 and cold[-1].num_cached_tokens == 0
+        await wait_until_idle(engine)
+
+
 SCHEMA = {
     "type": "object",
     "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},

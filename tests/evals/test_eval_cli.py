@@ -83,6 +83,13 @@ def test_the_swap_variant_runs_each_call_as_its_own_round_trip(tmp_path: Path) -
     described = {s["name"]: s["description"] for s in results["config"]["systems"]}
     assert "import swap alone" in described["eclectus/swap"]
     assert [b["engine"] for b in results["bounds"]] == ["eclectus"]  # one engine, one bound
+    # three runs of one document on one engine: its prefix cache is emptied before each
+    # (POST /reset_prefix_cache), so no run is served from an earlier run's cache
+    for rep in (-1, 0):
+        counts = {
+            (r["prompt_tokens"], r["cached_tokens"]) for r in results["runs"] if r["rep"] == rep
+        }
+        assert len(counts) == 1
 
 
 def test_an_unknown_variant_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -152,3 +152,39 @@ async def test_server_tokenizes_each_prompt_once_with_the_engines_ids(
         assert list(request.prompt_token_ids) == tokenizer.encode(text)  # type: ignore[attr-defined]
         assert request.prompt_token_ids[0] == tokenizer.bos_token_id  # type: ignore[attr-defined]
     await ws.close()
+
+
+async def test_a_prefix_cache_reset_makes_the_next_request_compute_its_prompt(
+    real_engine: object,
+) -> None:
+    """``POST /reset_prefix_cache`` (vLLM's dev-mode endpoint, behind --dev-endpoints): the
+    same prompt again is served from the cache before the reset and computed after it;
+    without the flag the endpoint is not there."""
+    import httpx
+
+    from eclectus.server.config import ServerConfig
+    from eclectus.server.front.app import start_server
+
+    prompt = "A ledger of the harbour's ships, their cargo and their ports of call. " * 12
+    body = {"model": "tiny", "prompt": prompt, "max_tokens": 2, "temperature": 0}
+
+    async def cached(http: httpx.AsyncClient, url: str) -> int:
+        answer = await http.post(f"{url}/v1/completions", json=body)
+        assert answer.status_code == 200, answer.text
+        return int(answer.json()["usage"]["prompt_tokens_details"]["cached_tokens"])
+
+    dev = ServerConfig(port=0, dev_endpoints=True)
+    server = await start_server(dev, real_engine, owns_backend=False)  # type: ignore[arg-type]
+    closed = await start_server(ServerConfig(port=0), real_engine, owns_backend=False)  # type: ignore[arg-type]
+    try:
+        async with httpx.AsyncClient(timeout=30) as http:
+            await cached(http, server.http_url)
+            assert await cached(http, server.http_url) > 100  # warm: the prompt's blocks hit
+            reset = await http.post(f"{server.http_url}/reset_prefix_cache")
+            assert reset.status_code == 200
+            assert await cached(http, server.http_url) == 0
+            refused = await http.post(f"{closed.http_url}/reset_prefix_cache")
+            assert refused.status_code == 404 and "--dev-endpoints" in refused.text
+    finally:
+        await server.close()
+        await closed.close()
