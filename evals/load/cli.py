@@ -169,7 +169,9 @@ def summarize(sweep: LoadSweep, k: float) -> Points:
     for series in sweep.series:
         for rate in sweep.rates:
             rounds = [
-                summarize_round(r.records, sweep.unloaded, k, r.window_s, r.num_preemptions)
+                summarize_round(
+                    r.records, sweep.unloaded, k, r.window_s, r.num_preemptions, r.engine
+                )
                 for r in sweep.runs
                 if r.series == series.name and r.rate == rate
             ]

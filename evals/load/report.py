@@ -79,6 +79,7 @@ def render(
         lines.append(f"| {series} | {rate if rate is not None else 'none'} | {ratio} |")
     for rate in sweep.rates:
         lines += _rate_tables(rate, points, kinds)
+    lines += _engine_table(sweep, points)
     lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
     return "\n".join(lines) + "\n"
 
@@ -120,6 +121,60 @@ def _rate_tables(rate: float, points: Points, kinds: list[str]) -> list[str]:
     return lines
 
 
+def _engine_table(sweep: LoadSweep, points: Points) -> list[str]:
+    """Where vLLM's time went, per series and rate (stats.EngineTime), against the
+    reference run alone; no lines when no series runs on vLLM (pure)."""
+    alone = sweep.unloaded_engine
+    rows = [
+        (series, rate, point)
+        for series, by_rate in points.items()
+        for rate, point in by_rate.items()
+        if point.spread("engine_itl_s") is not None
+    ]
+    if not rows:
+        return []
+    base = alone.itl_s if alone is not None else None
+    lines = [
+        "",
+        "## Where vLLM's time went (its own histograms, per run)",
+        "",
+        "A decoding request waits one step per token: the inter-token latency is the step time "
+        "at the batch it ran in, and its ratio to the unloaded one is the slowdown every "
+        "decode token pays however its call was ordered. Decoding: the mean number of "
+        "requests decoding per engine (Little's law over the run).",
+        "",
+        f"Unloaded (the reference alone): inter-token latency "
+        f"{_ms(base)}, engine queue {_ms(alone.queue_s if alone else None)}, decoding "
+        f"{_num(alone.decoding if alone else None)}.",
+        "",
+        "| series | programs/s | inter-token ms | × unloaded | decoding | vLLM queue ms |",
+        "|---|---|---|---|---|---|",
+    ]
+    for series, rate, point in rows:
+        itl = point.spread("engine_itl_s")
+        ratio = f"{itl.median / base:.1f}" if itl is not None and base else "–"
+        lines.append(
+            f"| {series} | {rate:g} | {_fmt(_scaled(itl, 1000), 1)} | {ratio} | "
+            f"{_fmt(point.spread('engine_decoding'), 1)} | "
+            f"{_fmt(_scaled(point.spread('engine_queue_s'), 1000), 0)} |"
+        )
+    return lines
+
+
+def _scaled(spread: Spread | None, factor: float) -> Spread | None:
+    if spread is None:
+        return None
+    return Spread(spread.median * factor, spread.low * factor, spread.high * factor)
+
+
+def _ms(seconds: float | None) -> str:
+    return "–" if seconds is None else f"{1000 * seconds:.1f} ms"
+
+
+def _num(value: float | None) -> str:
+    return "–" if value is None else f"{value:.1f}"
+
+
 def write_results(
     path: Path, config: dict[str, Any], sweep: LoadSweep, points: Points, k: float
 ) -> None:
@@ -133,6 +188,9 @@ def write_results(
             for (kind, shape), s in sorted(sweep.unloaded.items())
         ],
         "unloaded_records": [dataclasses.asdict(r) for r in sweep.unloaded_records],
+        "unloaded_engine": dataclasses.asdict(sweep.unloaded_engine)
+        if sweep.unloaded_engine is not None
+        else None,
         "runs": [dataclasses.asdict(run) for run in sweep.runs],
         "summary": {
             series: {

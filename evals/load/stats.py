@@ -10,7 +10,8 @@ Per round and program type: p50/p95/p99 end-to-end latency, the p95 *slowdown* (
 over the program's unloaded latency: a type meets its SLO at a point when it is <= k), and
 for chats the time to first token. Per round: programs completed per second and the goodput
 (programs finished within their SLO per second, both over the arrival window), failed and
-unfinished counts, and the engines' preemptions. Over the rounds of a point: the median of
+unfinished counts, the engines' preemptions, and where the engines' time went
+(:class:`EngineTime`, from vLLM's own histograms). Over the rounds of a point: the median of
 each, with its min-max.
 """
 
@@ -40,6 +41,37 @@ class TypeRound:
 
 
 @dataclass(frozen=True, slots=True)
+class EngineTime:
+    """Where one run's engine time went, from vLLM's histograms' sums and counts read
+    before and after it: ``itl_s`` the mean inter-token latency (what a decoding request
+    waits per token: the step time at the batch it ran in), ``queue_s`` the mean time a
+    request waited in vLLM's queue, ``decoding`` the mean number of requests decoding per
+    engine over the run (the summed decode time over the run's wall time: Little's law)."""
+
+    itl_s: float | None
+    queue_s: float | None
+    decoding: float | None
+
+    @classmethod
+    def between(
+        cls, before: dict[str, float], after: dict[str, float], wall_s: float, engines: int
+    ) -> EngineTime:
+        """From two readings of ``systems.ENGINE_TIMES`` (pure)."""
+
+        def mean(stem: str) -> float | None:
+            count = after[f"{stem}_count"] - before[f"{stem}_count"]
+            return (after[f"{stem}_sum"] - before[f"{stem}_sum"]) / count if count > 0 else None
+
+        decode = "vllm:request_decode_time_seconds_sum"
+        busy = after[decode] - before[decode]
+        return cls(
+            itl_s=mean("vllm:inter_token_latency_seconds"),
+            queue_s=mean("vllm:request_queue_time_seconds"),
+            decoding=busy / (wall_s * engines) if wall_s > 0 and engines else None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class RoundSummary:
     """One system's run at one rate."""
 
@@ -51,6 +83,9 @@ class RoundSummary:
     num_failed: int
     num_unfinished: int
     num_preemptions: float | None
+    engine_itl_s: float | None = None  # EngineTime's, None without vLLM's histograms
+    engine_queue_s: float | None = None
+    engine_decoding: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +169,7 @@ def summarize_round(
     k: float,
     window_s: float,
     num_preemptions: float | None = None,
+    engine: EngineTime | None = None,
 ) -> RoundSummary:
     """One run's numbers; ``window_s``: its arrival window (pure)."""
     by_kind: dict[str, list[ProgramRecord]] = defaultdict(list)
@@ -151,6 +187,9 @@ def summarize_round(
         num_failed=sum(r.error is not None for r in records),
         num_unfinished=sum(r.end_s is None and r.error is None for r in records),
         num_preemptions=num_preemptions,
+        engine_itl_s=engine.itl_s if engine else None,
+        engine_queue_s=engine.queue_s if engine else None,
+        engine_decoding=engine.decoding if engine else None,
     )
 
 

@@ -9,19 +9,21 @@ every system and app variant, alternated.
    arrivals, types, shapes and inputs) that every *series* (a system with one app variant)
    then runs, the order rotated each round so drift hits every series alike. Before each
    run the engines are let settle (nothing running) and their prefix caches emptied where
-   they allow it; the run's preemptions are the engines' counter before and after.
+   they allow it; the run's preemptions are the engines' counter before and after, and so
+   is where vLLM's time went (stats.EngineTime; the unloaded runs' too, for comparison).
 """
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from eclectus.evals.load.driver import ProgramRecord, run_alone, run_schedule
 from eclectus.evals.load.mix import Sizes, schedule, unloaded_schedule
 from eclectus.evals.load.programs import RunContext, Variant, run_handbook
-from eclectus.evals.load.stats import unloaded_latencies
+from eclectus.evals.load.stats import EngineTime, unloaded_latencies
 from eclectus.evals.load.systems import LoadSystem
 
 
@@ -54,6 +56,7 @@ class LoadRun:
     records: list[ProgramRecord]
     num_preemptions: float | None
     load_average: tuple[float, float, float]  # the machine's, as the run ended
+    engine: EngineTime | None = None  # None: engines without vLLM's histograms
 
 
 @dataclass
@@ -74,6 +77,7 @@ class LoadSweep:
     runs: list[LoadRun] = field(default_factory=list)
     unloaded: dict[tuple[str, int], float] = field(default_factory=dict)
     unloaded_records: list[ProgramRecord] = field(default_factory=list)
+    unloaded_engine: EngineTime | None = None  # the reference's engine, run alone
 
     @property
     def series(self) -> list[Series]:
@@ -99,7 +103,9 @@ class LoadSweep:
         reference = self.reference()
         specs = unloaded_schedule(self.mix, self.sizes, self.unloaded_reps, self.seed + 1)
         ctx = reference.context(self.sizes, handbook, "unloaded")
+        before, started = reference.system.engine_times(), time.monotonic()
         self.unloaded_records = run_alone(specs, ctx)
+        self.unloaded_engine = _engine_time(reference.system, before, time.monotonic() - started)
         self.unloaded = unloaded_latencies(self.unloaded_records)
         self.log(f"unloaded latencies on {reference.name}: " + ", ".join(
             f"{k}[{s}] {v:.2f} s" for (k, s), v in sorted(self.unloaded.items())
@@ -123,6 +129,7 @@ class LoadSweep:
             for engine in system.engines:
                 engine.reset_prefix_cache()
             before = system.preemptions()
+            times = system.engine_times()
             tag = f"r{round_}-{rate:g}-{series.name}"
             outcome = run_schedule(
                 specs, series.context(self.sizes, handbook, tag), self.drain_timeout_s
@@ -132,6 +139,7 @@ class LoadSweep:
             run = LoadRun(
                 series.name, rate, round_, seed, self.duration_s, outcome.wall_s,
                 outcome.records, preempted, os.getloadavg(),
+                _engine_time(system, times, outcome.wall_s),
             )  # fmt: skip
             self.runs.append(run)
             done = sum(r.finished for r in outcome.records)
@@ -141,3 +149,14 @@ class LoadSweep:
                 f"finished, load {run.load_average[0]:.1f}"
                 + (f", admitted limit {limit:g}" if limit is not None else "")
             )
+
+
+def _engine_time(
+    system: LoadSystem, before: dict[str, float] | None, wall_s: float
+) -> EngineTime | None:
+    """Where ``system``'s engines spent the ``wall_s`` since ``before`` was read (blocking
+    I/O: reads them again); None for engines without vLLM's histograms."""
+    after = system.engine_times()
+    if before is None or after is None:
+        return None
+    return EngineTime.between(before, after, wall_s, len(system.engines))

@@ -50,6 +50,14 @@ SESSION_FLAGS = (
 )  # fmt: skip
 PREEMPTIONS = ("vllm:num_preemptions_total", "eclectus_engine_preemptions_total")
 BUSY = ("vllm:num_requests_running", "vllm:num_requests_waiting", "eclectus_inflight")
+# vLLM's own histograms of where a request's time went (sums and counts, all engines)
+ENGINE_TIMES = (
+    "vllm:inter_token_latency_seconds_sum",
+    "vllm:inter_token_latency_seconds_count",
+    "vllm:request_queue_time_seconds_sum",
+    "vllm:request_queue_time_seconds_count",
+    "vllm:request_decode_time_seconds_sum",
+)
 
 
 @dataclass
@@ -90,6 +98,23 @@ class LoadSystem:
     def preemptions(self) -> float | None:
         """The engines' preemptions so far (blocking I/O)."""
         return self.counter(PREEMPTIONS)
+
+    def engine_times(self) -> dict[str, float] | None:
+        """vLLM's :data:`ENGINE_TIMES` so far, each summed over the system's engines; None
+        for engines that keep none (the built-in engine) (blocking I/O)."""
+        totals = dict.fromkeys(ENGINE_TIMES, 0.0)
+        seen: set[str] = set()
+        for engine in self.engines:
+            try:
+                samples = scrape(engine.metrics_url)
+            except OSError:
+                return None
+            for key, value in samples.items():
+                name = key.split("{", 1)[0]
+                if name in totals:
+                    totals[name] += value
+                    seen.add(name)
+        return totals if seen == set(ENGINE_TIMES) else None
 
     def admitted_limit(self) -> float | None:
         """The Eclectus server's admission cap now (``--max-engine-seqs auto``: what it

@@ -25,6 +25,7 @@ from eclectus.evals.load.mix import (
     unloaded_schedule,
 )
 from eclectus.evals.load.stats import (
+    EngineTime,
     PointSummary,
     max_rate_meeting_slo,
     percentile,
@@ -116,6 +117,35 @@ def test_a_round_counts_goodput_failures_and_the_slo() -> None:
     assert (summary.num_failed, summary.num_unfinished, summary.num_preemptions) == (1, 1, 3)
     assert summary.types["chat"].p95_slowdown == math.inf
     assert not PointSummary([summary]).meets_slo(5.0)
+
+
+def test_where_vllms_time_went_is_read_from_its_histograms_around_a_run() -> None:
+    """Two readings of vLLM's sums and counts (two engines summed): the mean inter-token
+    latency and queue time of what ran between them, the mean number decoding per engine;
+    a round carries them, and the report shows the inter-token latency against the
+    unloaded one."""
+    from eclectus.evals.load.report import _engine_table
+    from eclectus.evals.load.sweep import LoadSweep
+    from eclectus.evals.load.systems import ENGINE_TIMES
+
+    itl_sum, itl_count, queue_sum, queue_count, decode_sum = ENGINE_TIMES
+    before = {itl_sum: 1.0, itl_count: 100, queue_sum: 0.5, queue_count: 10, decode_sum: 4.0}
+    after = {itl_sum: 5.0, itl_count: 200, queue_sum: 2.5, queue_count: 20, decode_sum: 84.0}
+    times = EngineTime.between(before, after, wall_s=10.0, engines=2)
+    assert times == EngineTime(itl_s=0.04, queue_s=0.2, decoding=4.0)
+    idle = EngineTime.between(before, before, wall_s=10.0, engines=1)
+    assert (idle.itl_s, idle.queue_s, idle.decoding) == (None, None, 0.0)
+    summary = summarize_round([record("chat", 0.2)], {("chat", 0): 0.1}, 5.0, 1.0, 0, times)
+    assert (summary.engine_itl_s, summary.engine_decoding) == (0.04, 4.0)
+    sweep = LoadSweep([], {"chat": 1.0}, Sizes.quick(), (1.0,), 1.0, 1, 1.0)
+    sweep.unloaded_engine = EngineTime(itl_s=0.01, queue_s=0.0, decoding=1.0)
+    table = _engine_table(sweep, {"vllm": {1.0: PointSummary([summary])}})
+    assert "| vllm | 1 | 40.0 | 4.0 | 4.0 | 200 |" in table
+    assert _engine_table(sweep, {"eclectus": {1.0: PointSummary([record_round()])}}) == []
+
+
+def record_round() -> object:
+    return summarize_round([record("chat", 0.2)], {("chat", 0): 0.1}, 5.0, 1.0)
 
 
 def test_the_highest_rate_meeting_the_slo_stops_at_the_first_miss() -> None:
