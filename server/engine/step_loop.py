@@ -2,12 +2,11 @@
 
 One thread owns the LLMEngine and steps it while work exists, sleeping on a condition when
 idle. Other threads reach it only through :meth:`StepLoop.submit` (add, abort, unpin,
-reset_cache; applied
-in arrival order at the start of the next iteration) and :meth:`StepLoop.stop`. What one
-iteration produced (outputs, and the failures that end requests) goes to the host's
-:class:`OutputSink` in one call at the iteration's end, with the stats taken after it:
-AsyncEngine puts the items into its requests' asyncio queues, the engine core process sends
-them down its pipe as one message.
+reset_cache; applied in arrival order at the start of the next iteration) and
+:meth:`StepLoop.stop`. What one iteration produced (outputs, and the failures that end
+requests) goes to the host's :class:`OutputSink` in one call at the iteration's end, with the
+stats taken after it: AsyncEngine puts the items into its requests' asyncio queues, the
+engine core process sends them down its pipe as one message.
 
 A step that raises fails only the requests in that step; a request whose own parameters break
 sampling fails alone; a request the engine cannot take fails at its add; the loop keeps going.
