@@ -127,8 +127,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--reference",
-        default="eclectus",
-        help="the system the ratios are taken against (default eclectus)",
+        default=None,
+        help="the system the ratios are taken against (default: the first, eclectus; "
+        "eclectus/swap with --variants swap alone)",
     )
     parser.add_argument("--no-plots", action="store_true", help="write no PNG plots")
     Budget.add_arguments(parser)
@@ -214,6 +215,19 @@ def _config(
     }
 
 
+def reference(name: str | None, plan: LaunchPlan) -> str:
+    """The system the ratios are taken against: ``name``, or the plan's first system (pure;
+    ValueError naming the choices when ``name`` is not one of its systems)."""
+    names = system_names(plan)
+    if name is None:
+        return names[0]
+    if name not in names:
+        raise ValueError(
+            f"--reference {name}: not a system of this run; choose from " + ", ".join(names)
+        )
+    return name
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the comparison and write the results; 0 on success, 2 on bad arguments."""
     try:
@@ -241,11 +255,7 @@ def run(args: argparse.Namespace) -> int:
             vllm_executor=args.vllm_executor,
             variants=tuple(v.strip() for v in args.variants.split(",") if v.strip()),
         )
-        if args.reference not in system_names(plan):
-            raise ValueError(
-                f"--reference {args.reference}: not a system of this run; choose from "
-                + ", ".join(system_names(plan))
-            )
+        args.reference = reference(args.reference, plan)
     except ValueError as exc:
         print(f"eclectus eval: {exc}", file=sys.stderr)
         return 2

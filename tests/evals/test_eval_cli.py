@@ -92,6 +92,21 @@ def test_the_swap_variant_runs_each_call_as_its_own_round_trip(tmp_path: Path) -
         assert len(counts) == 1
 
 
+def test_the_reference_defaults_to_the_first_system(tmp_path: Path) -> None:
+    """Without --reference the ratios are against the first system: eclectus, or
+    eclectus/swap when only the swap variant runs; a name not in the run is refused."""
+    from eclectus.evals.budget import Budget
+    from eclectus.evals.cli import reference
+    from eclectus.evals.launch import LaunchPlan
+
+    plan = LaunchPlan(tmp_path, "tiny", Budget(), ("self",), tmp_path)
+    assert reference(None, plan) == "eclectus" and reference("self", plan) == "self"
+    swap = LaunchPlan(tmp_path, "tiny", Budget(), ("self",), tmp_path, variants=("swap",))
+    assert reference(None, swap) == "eclectus/swap"
+    with pytest.raises(ValueError, match="choose from eclectus/swap, self"):
+        reference("eclectus", swap)
+
+
 def test_an_unknown_variant_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["eval", "map-reduce", "--variants", "eager", "--out", str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip().endswith("choose from ('compiled', 'swap')")
