@@ -26,7 +26,7 @@ from eclectus.evals.plots import sweep_plot, timeline_plot
 from eclectus.evals.report import render_report, write_results
 from eclectus.evals.servers import VLLM_EXECUTORS, signals_raise
 from eclectus.evals.summary import summarize
-from eclectus.evals.systems import System
+from eclectus.evals.systems import VARIANTS, System, parse_choices
 from eclectus.evals.workloads import Workload, full_workloads, workload
 
 
@@ -253,7 +253,7 @@ def run(args: argparse.Namespace) -> int:
             args.proxy_handshake == "on",
             front_stream_interval=_front_stream_interval(args.front_stream_interval),
             vllm_executor=args.vllm_executor,
-            variants=tuple(v.strip() for v in args.variants.split(",") if v.strip()),
+            variants=parse_choices(args.variants, "--variants", VARIANTS),
         )
         args.reference = reference(args.reference, plan)
     except ValueError as exc:

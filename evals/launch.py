@@ -15,12 +15,9 @@ from eclectus.evals.servers import (
     ServerProcess,
     VllmProcess,
 )
-from eclectus.evals.systems import System
+from eclectus.evals.systems import VARIANTS, System
 
 BASELINES = ("self", "vllm", "eclectus-vllm", "pool", "openai=URL")
-# how each Eclectus system runs the app: "compiled" (its chains and graphs wrapped with
-# compile, the system's plain name) and "swap" (the import swap alone, NAME/swap)
-VARIANTS = ("compiled", "swap")
 # the pool's fronts: one Eclectus per routing policy, all over the same two vLLM engines
 POOL_ROUTINGS = ("graph", "round-robin", "least-loaded")
 
@@ -58,11 +55,8 @@ class LaunchPlan:
     variants: tuple[str, ...] = ("compiled",)
 
     def __post_init__(self) -> None:
-        if not self.variants or len(set(self.variants)) != len(self.variants):
-            raise ValueError(f"--variants {','.join(self.variants)}: name each variant once")
-        for variant in self.variants:
-            if variant not in VARIANTS:
-                raise ValueError(f"unknown variant {variant!r}; choose from {VARIANTS}")
+        if not self.variants or any(v not in VARIANTS for v in self.variants):
+            raise ValueError(f"variants {self.variants}: choose from {VARIANTS}")
         for entry in self.baselines:
             if entry not in BASELINES[:-1] and not entry.startswith("openai="):
                 raise ValueError(f"unknown baseline {entry!r}; choose from {BASELINES}")

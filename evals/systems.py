@@ -18,11 +18,26 @@ harness's own reads (/metrics, cache resets, the lower-bound chains) go direct.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from eclectus.evals.proxy import DelayProxy, Traffic
 from eclectus.evals.servers import EclectusProcess, EclectusRemoteProcess, ServerProcess
 from eclectus.recipes.target import Backend, Target
+
+# how an Eclectus system runs the app: "swap" the import swap alone, every call its own
+# round trip; "compiled" its chains and graphs wrapped with compile (both evals)
+Variant = Literal["swap", "compiled"]
+VARIANTS: tuple[Variant, ...] = ("swap", "compiled")
+
+
+def parse_choices(text: str, flag: str, choices: tuple[str, ...]) -> tuple[str, ...]:
+    """A comma-separated flag value, each entry one of ``choices``, each once (pure;
+    ValueError naming ``flag`` and the choices otherwise)."""
+    items = tuple(t.strip() for t in text.split(",") if t.strip())
+    if not items or any(t not in choices for t in items) or len(set(items)) != len(items):
+        raise ValueError(f"{flag} {text!r}: choose from {', '.join(choices)}, each once")
+    return items
 
 
 @dataclass

@@ -24,12 +24,12 @@ from typing import Any
 from eclectus.evals.budget import Budget
 from eclectus.evals.load.mix import PROGRAM_TYPES, Sizes, parse_mix
 from eclectus.evals.load.plots import goodput_plot, latency_plot
-from eclectus.evals.load.programs import VARIANTS
 from eclectus.evals.load.report import Points, render, write_results
 from eclectus.evals.load.stats import PointSummary, summarize_round
 from eclectus.evals.load.sweep import LoadSweep
 from eclectus.evals.load.systems import SYSTEMS, LoadPlan
 from eclectus.evals.servers import signals_raise
+from eclectus.evals.systems import VARIANTS, parse_choices
 from eclectus.server.flag_types import non_negative_float
 from eclectus.server.graph.policies import ProgramPolicy
 
@@ -90,14 +90,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     Budget.add_arguments(parser)
 
 
-def _csv(text: str, flag: str, choices: tuple[str, ...]) -> tuple[str, ...]:
-    items = tuple(t.strip() for t in text.split(",") if t.strip())
-    bad = [t for t in items if t not in choices]
-    if bad or not items:
-        raise ValueError(f"{flag} {text!r}: choose from {', '.join(choices)}")
-    return items
-
-
 def _rates(text: str) -> tuple[float, ...]:
     try:
         rates = tuple(sorted(float(t) for t in text.split(",")))
@@ -150,13 +142,13 @@ def _plan(args: argparse.Namespace) -> LoadPlan:
         ) from None
     model_dir = resolve_model_dir(args.model)
     return LoadPlan(
-        systems=_csv(args.systems or default, "--systems", SYSTEMS),
-        policies=_csv(args.policies, "--policies", tuple(p.value for p in ProgramPolicy)),
+        systems=parse_choices(args.systems or default, "--systems", SYSTEMS),
+        policies=parse_choices(args.policies, "--policies", tuple(p.value for p in ProgramPolicy)),
         model_dir=model_dir,
         model_name=args.model if model_dir.name != args.model else model_dir.name,
         budget=Budget.from_args(args),
         out_dir=args.out,
-        variants=_csv(args.variants, "--variants", VARIANTS),
+        variants=parse_choices(args.variants, "--variants", VARIANTS),
         vllm_python=args.vllm_python,
         max_engine_seqs=seqs,
         program_gaps=gaps,

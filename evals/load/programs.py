@@ -20,20 +20,19 @@ import random
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from langchain_core.messages import HumanMessage
 from langchain_core.output_parsers import StrOutputParser
 
 from eclectus.evals.fresh import fresh_text
 from eclectus.evals.load.mix import ProgramSpec, Sizes
+from eclectus.evals.systems import Variant
 from eclectus.recipes import chain_summary, map_reduce, multi_agent, shared_prompt, tool_agent
 from eclectus.recipes.graphs import prepare_graph
 from eclectus.recipes.target import ModelFactory, Target
 from eclectus.recipes.text import load_sample, split_chunks
 
-Variant = Literal["swap", "compiled"]
-VARIANTS: tuple[Variant, ...] = ("swap", "compiled")
 SAMPLES = {  # the bundled document each type reads (its recipe's)
     "chat": "field-guide",
     "map-reduce": "field-guide",

@@ -129,7 +129,7 @@ def _engine_table(sweep: LoadSweep, points: Points) -> list[str]:
         (series, rate, point)
         for series, by_rate in points.items()
         for rate, point in by_rate.items()
-        if point.spread("engine_itl_s") is not None
+        if point.engine_spread("itl_s") is not None
     ]
     if not rows:
         return []
@@ -151,12 +151,12 @@ def _engine_table(sweep: LoadSweep, points: Points) -> list[str]:
         "|---|---|---|---|---|---|",
     ]
     for series, rate, point in rows:
-        itl = point.spread("engine_itl_s")
+        itl = point.engine_spread("itl_s")
         ratio = f"{itl.median / base:.1f}" if itl is not None and base else "–"
         lines.append(
             f"| {series} | {rate:g} | {_fmt(_scaled(itl, 1000), 1)} | {ratio} | "
-            f"{_fmt(point.spread('engine_decoding'), 1)} | "
-            f"{_fmt(_scaled(point.spread('engine_queue_s'), 1000), 0)} |"
+            f"{_fmt(point.engine_spread('decoding'), 1)} | "
+            f"{_fmt(_scaled(point.engine_spread('queue_s'), 1000), 0)} |"
         )
     return lines
 

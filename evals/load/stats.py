@@ -40,13 +40,20 @@ class TypeRound:
     ttft_p95_s: float | None = None
 
 
+# vLLM's histograms EngineTime reads (each as its _sum and _count)
+ITL = "vllm:inter_token_latency_seconds"
+QUEUE = "vllm:request_queue_time_seconds"
+ENGINE_TIMES = tuple(f"{h}_{part}" for h in (ITL, QUEUE) for part in ("sum", "count"))
+
+
 @dataclass(frozen=True, slots=True)
 class EngineTime:
     """Where one run's engine time went, from vLLM's histograms' sums and counts read
     before and after it: ``itl_s`` the mean inter-token latency (what a decoding request
     waits per token: the step time at the batch it ran in), ``queue_s`` the mean time a
     request waited in vLLM's queue, ``decoding`` the mean number of requests decoding per
-    engine over the run (the summed decode time over the run's wall time: Little's law)."""
+    engine over the run (Little's law: the summed inter-token time, which is every
+    request's decode time, over the run's wall time)."""
 
     itl_s: float | None
     queue_s: float | None
@@ -56,18 +63,19 @@ class EngineTime:
     def between(
         cls, before: dict[str, float], after: dict[str, float], wall_s: float, engines: int
     ) -> EngineTime:
-        """From two readings of ``systems.ENGINE_TIMES`` (pure)."""
+        """From two readings of :data:`ENGINE_TIMES` (pure)."""
+
+        def delta(name: str) -> float:
+            return after[name] - before[name]
 
         def mean(stem: str) -> float | None:
-            count = after[f"{stem}_count"] - before[f"{stem}_count"]
-            return (after[f"{stem}_sum"] - before[f"{stem}_sum"]) / count if count > 0 else None
+            count = delta(f"{stem}_count")
+            return delta(f"{stem}_sum") / count if count > 0 else None
 
-        decode = "vllm:request_decode_time_seconds_sum"
-        busy = after[decode] - before[decode]
         return cls(
-            itl_s=mean("vllm:inter_token_latency_seconds"),
-            queue_s=mean("vllm:request_queue_time_seconds"),
-            decoding=busy / (wall_s * engines) if wall_s > 0 and engines else None,
+            itl_s=mean(ITL),
+            queue_s=mean(QUEUE),
+            decoding=delta(f"{ITL}_sum") / (wall_s * engines) if wall_s > 0 and engines else None,
         )
 
 
@@ -83,9 +91,7 @@ class RoundSummary:
     num_failed: int
     num_unfinished: int
     num_preemptions: float | None
-    engine_itl_s: float | None = None  # EngineTime's, None without vLLM's histograms
-    engine_queue_s: float | None = None
-    engine_decoding: float | None = None
+    engine: EngineTime | None = None  # None without vLLM's histograms
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +116,13 @@ class PointSummary:
     def spread(self, metric: str) -> Spread | None:
         """A RoundSummary field over the rounds (pure)."""
         values = [getattr(r, metric) for r in self.rounds if getattr(r, metric) is not None]
+        return Spread.of(values) if values else None
+
+    def engine_spread(self, metric: str) -> Spread | None:
+        """An EngineTime field over the rounds that have one (pure)."""
+        values = [
+            v for r in self.rounds if r.engine and (v := getattr(r.engine, metric)) is not None
+        ]
         return Spread.of(values) if values else None
 
     def type_spread(self, kind: str, metric: str) -> Spread | None:
@@ -187,9 +200,7 @@ def summarize_round(
         num_failed=sum(r.error is not None for r in records),
         num_unfinished=sum(r.end_s is None and r.error is None for r in records),
         num_preemptions=num_preemptions,
-        engine_itl_s=engine.itl_s if engine else None,
-        engine_queue_s=engine.queue_s if engine else None,
-        engine_decoding=engine.decoding if engine else None,
+        engine=engine,
     )
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from eclectus.evals.budget import Budget
+from eclectus.evals.load.stats import ENGINE_TIMES
 from eclectus.evals.servers import (
     EclectusProcess,
     EclectusRemoteProcess,
@@ -50,14 +51,6 @@ SESSION_FLAGS = (
 )  # fmt: skip
 PREEMPTIONS = ("vllm:num_preemptions_total", "eclectus_engine_preemptions_total")
 BUSY = ("vllm:num_requests_running", "vllm:num_requests_waiting", "eclectus_inflight")
-# vLLM's own histograms of where a request's time went (sums and counts, all engines)
-ENGINE_TIMES = (
-    "vllm:inter_token_latency_seconds_sum",
-    "vllm:inter_token_latency_seconds_count",
-    "vllm:request_queue_time_seconds_sum",
-    "vllm:request_queue_time_seconds_count",
-    "vllm:request_decode_time_seconds_sum",
-)
 
 
 @dataclass
@@ -81,40 +74,39 @@ class LoadSystem:
     def target(self) -> Target:
         return Target(self.backend, self.url, self.model)
 
-    def counter(self, names: tuple[str, ...]) -> float | None:
-        """The sum of these counters over the system's engines, all label sets; None when
-        none can be read (blocking I/O)."""
-        total, seen = 0.0, False
+    def _sums(self, names: tuple[str, ...]) -> tuple[dict[str, float], bool]:
+        """Each of these metrics that the engines report, summed over the engines and
+        their label sets; and whether every engine answered (blocking I/O)."""
+        sums: dict[str, float] = {}
+        every = True
         for engine in self.engines:
             try:
                 samples = scrape(engine.metrics_url)
             except OSError:
+                every = False
                 continue
             for key, value in samples.items():
-                if key.split("{", 1)[0] in names:
-                    total, seen = total + value, True
-        return total if seen else None
+                name = key.split("{", 1)[0]
+                if name in names:
+                    sums[name] = sums.get(name, 0.0) + value
+        return sums, every
+
+    def counter(self, names: tuple[str, ...]) -> float | None:
+        """The sum of these counters over the engines that answer, all label sets; None
+        when none can be read (blocking I/O)."""
+        sums, _ = self._sums(names)
+        return sum(sums.values()) if sums else None
 
     def preemptions(self) -> float | None:
         """The engines' preemptions so far (blocking I/O)."""
         return self.counter(PREEMPTIONS)
 
     def engine_times(self) -> dict[str, float] | None:
-        """vLLM's :data:`ENGINE_TIMES` so far, each summed over the system's engines; None
-        for engines that keep none (the built-in engine) (blocking I/O)."""
-        totals = dict.fromkeys(ENGINE_TIMES, 0.0)
-        seen: set[str] = set()
-        for engine in self.engines:
-            try:
-                samples = scrape(engine.metrics_url)
-            except OSError:
-                return None
-            for key, value in samples.items():
-                name = key.split("{", 1)[0]
-                if name in totals:
-                    totals[name] += value
-                    seen.add(name)
-        return totals if seen == set(ENGINE_TIMES) else None
+        """vLLM's ``stats.ENGINE_TIMES`` so far, each summed over the system's engines;
+        None when an engine does not answer or keeps none (the built-in engine), as a
+        partial sum would make a wrong difference (blocking I/O)."""
+        sums, every = self._sums(ENGINE_TIMES)
+        return sums if every and len(sums) == len(ENGINE_TIMES) else None
 
     def admitted_limit(self) -> float | None:
         """The Eclectus server's admission cap now (``--max-engine-seqs auto``: what it

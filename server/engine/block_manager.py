@@ -206,11 +206,8 @@ class BlockManager:
         whole prompt, as on a cold engine. Blocks a running request or a pin holds stay
         cached, as their KV is live. Returns the number of blocks forgotten."""
         idle = [b for b in self.blocks if b.block_hash is not None and b.ref_count == 0]
-        if idle and self.kv_events is not None:
-            hashes = [b.block_hash for b in idle if b.block_hash is not None]
-            self.kv_events.append(BlockRemoved(block_hashes=hashes, medium=MEDIUM_GPU))
         for block in idle:
-            self.cache.evict(block)
+            self._evict(block)
             self.free_queue.remove(block.block_id)  # uncached now: reused first
             self.free_queue.push(block.block_id, cached=False)
         return len(idle)

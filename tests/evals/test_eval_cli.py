@@ -109,7 +109,7 @@ def test_the_reference_defaults_to_the_first_system(tmp_path: Path) -> None:
 
 def test_an_unknown_variant_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["eval", "map-reduce", "--variants", "eager", "--out", str(tmp_path)]) == 2
-    assert capsys.readouterr().err.strip().endswith("choose from ('compiled', 'swap')")
+    assert capsys.readouterr().err.strip().endswith("choose from swap, compiled, each once")
 
 
 def test_a_failing_system_is_reported_and_the_rest_still_measured(tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ from eclectus.evals.load.mix import (
 from eclectus.evals.load.stats import (
     EngineTime,
     PointSummary,
+    Spread,
     max_rate_meeting_slo,
     percentile,
     summarize_round,
@@ -125,27 +126,26 @@ def test_where_vllms_time_went_is_read_from_its_histograms_around_a_run() -> Non
     a round carries them, and the report shows the inter-token latency against the
     unloaded one."""
     from eclectus.evals.load.report import _engine_table
+    from eclectus.evals.load.stats import ENGINE_TIMES
     from eclectus.evals.load.sweep import LoadSweep
-    from eclectus.evals.load.systems import ENGINE_TIMES
 
-    itl_sum, itl_count, queue_sum, queue_count, decode_sum = ENGINE_TIMES
-    before = {itl_sum: 1.0, itl_count: 100, queue_sum: 0.5, queue_count: 10, decode_sum: 4.0}
-    after = {itl_sum: 5.0, itl_count: 200, queue_sum: 2.5, queue_count: 20, decode_sum: 84.0}
+    itl_sum, itl_count, queue_sum, queue_count = ENGINE_TIMES
+    before = {itl_sum: 4.0, itl_count: 100, queue_sum: 0.5, queue_count: 10}
+    after = {itl_sum: 84.0, itl_count: 2100, queue_sum: 2.5, queue_count: 20}
     times = EngineTime.between(before, after, wall_s=10.0, engines=2)
     assert times == EngineTime(itl_s=0.04, queue_s=0.2, decoding=4.0)
     idle = EngineTime.between(before, before, wall_s=10.0, engines=1)
     assert (idle.itl_s, idle.queue_s, idle.decoding) == (None, None, 0.0)
-    summary = summarize_round([record("chat", 0.2)], {("chat", 0): 0.1}, 5.0, 1.0, 0, times)
-    assert (summary.engine_itl_s, summary.engine_decoding) == (0.04, 4.0)
+    unloaded = {("chat", 0): 0.1}
+    summary = summarize_round([record("chat", 0.2)], unloaded, 5.0, 1.0, 0, times)
+    assert summary.engine == times
+    assert PointSummary([summary]).engine_spread("decoding") == Spread(4.0, 4.0, 4.0)
     sweep = LoadSweep([], {"chat": 1.0}, Sizes.quick(), (1.0,), 1.0, 1, 1.0)
     sweep.unloaded_engine = EngineTime(itl_s=0.01, queue_s=0.0, decoding=1.0)
     table = _engine_table(sweep, {"vllm": {1.0: PointSummary([summary])}})
     assert "| vllm | 1 | 40.0 | 4.0 | 4.0 | 200 |" in table
-    assert _engine_table(sweep, {"eclectus": {1.0: PointSummary([record_round()])}}) == []
-
-
-def record_round() -> object:
-    return summarize_round([record("chat", 0.2)], {("chat", 0): 0.1}, 5.0, 1.0)
+    builtin = summarize_round([record("chat", 0.2)], unloaded, 5.0, 1.0)  # no histograms
+    assert _engine_table(sweep, {"eclectus": {1.0: PointSummary([builtin])}}) == []
 
 
 def test_the_highest_rate_meeting_the_slo_stops_at_the_first_miss() -> None:
@@ -255,3 +255,57 @@ def test_a_learned_batch_cap_is_a_setting_like_a_number(tmp_path: Path) -> None:
     assert set(systems) == {"eclectus-s16", "eclectus-sauto"}
     command = systems["eclectus-sauto"].server.command()
     assert command[command.index("--max-engine-seqs") + 1] == "auto"
+
+
+def test_vllms_histograms_are_summed_over_the_engines_and_a_silent_engine_voids_them() -> None:
+    """``LoadSystem.engine_times`` over real HTTP: two engines' pages (label sets summed)
+    add up; an engine without vLLM's histograms (the built-in engine), or one that does not
+    answer, gives None, as a partial sum would make a wrong difference; ``counter`` still
+    sums the engines that answer."""
+    import http.server
+    import threading
+    from types import SimpleNamespace
+
+    from eclectus.evals.load.systems import LoadSystem
+
+    vllm_page = (
+        'vllm:inter_token_latency_seconds_sum{model_name="tiny"} 2.0\n'
+        'vllm:inter_token_latency_seconds_count{model_name="tiny"} 100\n'
+        'vllm:request_queue_time_seconds_sum{model_name="tiny"} 0.5\n'
+        'vllm:request_queue_time_seconds_count{model_name="tiny"} 10\n'
+        'vllm:num_preemptions_total{model_name="tiny"} 3\n'
+    )
+    pages = {"/a": vllm_page, "/b": vllm_page, "/builtin": "eclectus_engine_preemptions_total 1\n"}
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = pages.get(self.path)
+            self.send_response(200 if body else 404)
+            self.end_headers()
+            self.wfile.write((body or "").encode())
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{httpd.server_address[1]}"
+
+    def system(*paths: str) -> LoadSystem:
+        engines = [SimpleNamespace(metrics_url=base + p) for p in paths]
+        return LoadSystem("s", "openai", "tiny", engines[0], engines, "")  # type: ignore[arg-type]
+
+    try:
+        times = system("/a", "/b").engine_times()
+        assert times == {
+            "vllm:inter_token_latency_seconds_sum": 4.0,
+            "vllm:inter_token_latency_seconds_count": 200.0,
+            "vllm:request_queue_time_seconds_sum": 1.0,
+            "vllm:request_queue_time_seconds_count": 20.0,
+        }
+        assert system("/builtin").engine_times() is None
+        assert system("/a", "/down").engine_times() is None
+        assert system("/a", "/down").preemptions() == 3.0
+        assert system("/a", "/builtin").preemptions() == 4.0
+    finally:
+        httpd.shutdown()
