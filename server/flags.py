@@ -11,6 +11,7 @@ from typing import get_args
 from eclectus.protocol.tool_formats import TOOL_FORMATS
 from eclectus.server.config import Admission, ServerConfig, read_token_file
 from eclectus.server.engine_flags import add_engine_arguments
+from eclectus.server.event_loop import LOOPS
 from eclectus.server.flag_types import (
     engine_seqs,
     non_negative_float,
@@ -253,6 +254,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="serve POST /reset_prefix_cache (vLLM's dev-mode endpoint): empties the "
         "engine's prefix cache between benchmark runs",
+    )
+    parser.add_argument(
+        "--loop",
+        choices=LOOPS,
+        default="auto",
+        help="the event loop (uvicorn's flag): uvloop, as vLLM's API server runs, or asyncio's "
+        "own; auto: uvloop when installed",
     )
     parser.add_argument(
         "--log-level",

@@ -15,6 +15,7 @@ import socket
 import sys
 from collections.abc import Callable
 
+from eclectus.server import event_loop
 from eclectus.server.backend import Backend
 from eclectus.server.config import ServerConfig
 from eclectus.server.engine.engine_config import EngineConfig
@@ -150,6 +151,7 @@ def run(args: argparse.Namespace, wrap: Callable[[Backend], Backend] | None = No
         return run_workers(args, wrap)
     try:
         config = config_from_args(args)
+        loop = event_loop.loop_factory(args.loop)
         if args.engine_urls:
             backend = load_remote(args, wrap)
         else:
@@ -159,7 +161,7 @@ def run(args: argparse.Namespace, wrap: Callable[[Backend], Backend] | None = No
         print(f"eclectus serve: {exc}", file=sys.stderr)
         return 2
     try:
-        asyncio.run(serve_forever(config, backend))
+        event_loop.run(serve_forever(config, backend), loop)
     except RemoteStartError as exc:  # an engine is unreachable or has another tokenizer
         print(f"eclectus serve: {exc}", file=sys.stderr)
         return 2

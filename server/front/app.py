@@ -34,6 +34,7 @@ from starlette.websockets import WebSocket
 from eclectus.protocol import HELLO_ACCEPTED, HELLO_HEADER, ModelCard
 from eclectus.server.backend import Backend
 from eclectus.server.config import ServerConfig
+from eclectus.server.event_loop import loop_factory
 from eclectus.server.front.auth import Authenticator
 from eclectus.server.front.connections import ConnectionGuard
 from eclectus.server.front.metrics import CONTENT_TYPE, Metrics, Scrape
@@ -355,8 +356,8 @@ def serve_in_thread(
 ) -> Iterator[EclectusServer]:
     """Run a server on its own event loop in a daemon thread; yields once it listens, and
     closes it and joins the thread on exit. The factory runs on the server's thread, and the
-    server owns (shuts down) what it builds."""
-    loop = asyncio.new_event_loop()
+    server owns (shuts down) what it builds. The loop is the one ``eclectus serve`` runs on."""
+    loop = loop_factory()()
     started = threading.Event()
     holder: dict[str, EclectusServer | BaseException] = {}
 

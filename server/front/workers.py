@@ -72,6 +72,7 @@ def run_workers(args: argparse.Namespace, wrap: Callable[[Backend], Backend] | N
     """Bind, start ``args.api_server_count`` workers on the socket, say where they serve,
     and wait for them (blocking); signals are passed on. 0 when all exit cleanly, 2 on
     bad flags or a worker that could not start."""
+    from eclectus.server import event_loop
     from eclectus.server.flags import config_from_args
     from eclectus.server.main import serving_line
 
@@ -81,6 +82,7 @@ def run_workers(args: argparse.Namespace, wrap: Callable[[Backend], Backend] | N
         return 2
     try:
         config = config_from_args(args)
+        event_loop.loop_factory(args.loop)  # uvloop asked for and missing: said here, once
     except ValueError as exc:
         print(f"eclectus serve: {exc}", file=sys.stderr)
         return 2
@@ -154,8 +156,7 @@ def worker_main(args: argparse.Namespace, port: int, index: int, ready: Queue[in
     """One worker: the flags' front, listening on ``port`` beside the others (SO_REUSEPORT)
     until SIGTERM (blocking). SIGINT is ignored: Ctrl-C reaches the whole process group, and
     the parent passes it on once."""
-    import asyncio
-
+    from eclectus.server import event_loop
     from eclectus.server.flags import config_from_args
     from eclectus.server.front.app import bind
     from eclectus.server.main import load_remote, serve_forever
@@ -171,10 +172,11 @@ def worker_main(args: argparse.Namespace, port: int, index: int, ready: Queue[in
     backend = load_remote(args, None)
     listener = bind(config.host, port, reuse_port=True)
     try:
-        asyncio.run(
+        event_loop.run(
             serve_forever(
                 config, backend, listener=listener, worker=index, on_ready=lambda: ready.put(index)
-            )
+            ),
+            event_loop.loop_factory(args.loop),
         )
     except RemoteStartError as exc:
         print(f"eclectus serve: {exc}", file=sys.stderr)
