@@ -3,19 +3,24 @@
 An engine that answers at once (instant_engine.py) behind ``eclectus serve --engine-url``, so
 every CPU cycle a request costs is the front's (plus the instant engine's small HTTP and the
 load client's). For each front size N in ``--counts`` (``--api-server-count N``; N = 1 is the
-plain single process), alternating over ``--rounds``: start the front, warm it up, let a
+plain single process), and for each set of ``--front-flags`` (repeat it to compare fronts
+with other flags, such as ``--loop asyncio``), alternating over ``--rounds``: start the
+front, warm it up, let a
 load client in its own process keep ``--concurrency`` keep-alive connections busy with
 ``/v1/completions`` requests (``--max-tokens`` tokens each, ``--stream`` for SSE) for
-``--seconds`` (the sizes' order reversed every other round), and count the requests
-completed and the CPU the front's processes spent.
+``--seconds`` (the fronts' order reversed every other round), and count the requests
+completed and the CPU the front's processes spent. ``--token-delay S`` has the engine space
+its streamed tokens as a real engine's steps do: then every token crosses the front in its
+own loop iteration, and the CPU per request, not the requests/s, is what to read.
 The load client is wrk (``--load-client wrk``; the default where ``wrk`` is on PATH: ``apt
 install wrk``), one thread, or else a raw-socket asyncio client in Python (``python``). The
 client shares the cores with the fronts, and what it spends a request caps the scaling the
 bench can show (docs/benchmarks.md): wrk spends a fraction of the Python client's.
-Prints one line per run, then per N the median requests/s with its spread, CPU per request,
-and the scaling against N = 1 measured in the same rounds (target: N = 2 gives >= 0.8 x 2 x
-one's). The machine's load average is printed with every run: on a shared machine, read the
-spread.
+Prints one line per run, then per front the median requests/s with its spread, CPU per
+request, and the ratio to N x the first front's requests/s measured in the same round (for N =
+2 against N = 1, the scaling; target >= 0.8 x 2 x one's) and of the CPU per request to the
+first's. The machine's load average is printed with every run: on a shared machine, read
+the spread.
 """
 
 from __future__ import annotations
@@ -173,14 +178,24 @@ def run_client(port: int, seconds: float, args: argparse.Namespace) -> tuple[int
 # -- one run ----------------------------------------------------------------------------------
 
 
+Front = tuple[int, tuple[str, ...]]  # processes (--api-server-count), more serve flags
+
+
+def front_label(front: Front) -> str:
+    """How a front is named in the output (pure)."""
+    count, flags = front
+    return " ".join([f"N={count}", *flags])
+
+
 def run_once(
-    engine: subprocess.Popen[str], engine_url: str, count: int, args: argparse.Namespace
+    engine: subprocess.Popen[str], engine_url: str, front_spec: Front, args: argparse.Namespace
 ) -> dict[str, float]:
-    """One front of ``count`` processes under load: requests/s, and CPU per request of the
-    front, the instant engine and the load client."""
+    """One front of ``count`` processes (and its flags) under load: requests/s, and CPU per
+    request of the front, the instant engine and the load client."""
+    count, flags = front_spec
     port = free_port()
     command = [sys.executable, "-m", "eclectus.server", "--model", "tiny", "--port", str(port)]
-    command += ["--engine-url", engine_url, "--log-level", "WARNING"]
+    command += ["--engine-url", engine_url, "--log-level", "WARNING", *flags]
     if count > 1:
         command += ["--api-server-count", str(count)]
     front = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, cwd="/tmp")
@@ -211,6 +226,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--stream", action="store_true")
     parser.add_argument(
+        "--front-flags",
+        action="append",
+        default=None,
+        help="more `eclectus serve` flags; repeat it for one front per set, alternated",
+    )
+    parser.add_argument(
+        "--token-delay", type=float, default=0.0, metavar="S", help="the engine's token pace"
+    )
+    parser.add_argument(
         "--load-client",
         choices=("wrk", "python"),
         default="wrk" if shutil.which("wrk") else "python",
@@ -226,23 +250,28 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.load_client == "wrk" and shutil.which("wrk") is None:
         parser.error("--load-client wrk: wrk is not on PATH (apt install wrk)")
-    counts = [int(c) for c in args.counts.split(",")]
-    print(f"load client: {args.load_client}", flush=True)
+    fronts: list[Front] = [
+        (int(count), tuple(flags.split()))
+        for count in args.counts.split(",")
+        for flags in args.front_flags or [""]
+    ]
+    print(f"load client: {args.load_client}, token delay {args.token_delay} s", flush=True)
+    delay = args.token_delay
     engine = subprocess.Popen(
-        [sys.executable, "-m", "eclectus.benchmarks.instant_engine"],
+        [sys.executable, "-m", "eclectus.benchmarks.instant_engine", f"--token-delay={delay}"],
         stderr=subprocess.PIPE,
         text=True,
     )
-    results: dict[int, list[dict[str, float]]] = {c: [] for c in counts}
+    results: dict[Front, list[dict[str, float]]] = {f: [] for f in fronts}
     try:
         url = wait_line(engine, r"on (http://\S+/v1)")
         for round_ in range(args.rounds):
-            for count in counts if round_ % 2 == 0 else counts[::-1]:  # neither always first
-                result = run_once(engine, url, count, args)
-                results[count].append(result)
+            for front in fronts if round_ % 2 == 0 else fronts[::-1]:  # none always first
+                result = run_once(engine, url, front, args)
+                results[front].append(result)
                 load = os.getloadavg()[0]
                 print(
-                    f"round {round_} N={count}: {result['rps']:.0f} req/s, "
+                    f"round {round_} {front_label(front)}: {result['rps']:.0f} req/s, "
                     f"CPU/req: front {result['cpu_ms']:.2f} ms, engine "
                     f"{result['engine_ms']:.2f} ms, client {result['client_ms']:.2f} ms "
                     f"(load {load:.2f})",
@@ -251,15 +280,21 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         engine.kill()
         engine.wait()
-    base = statistics.median(r["rps"] for r in results[counts[0]])
-    for count in counts:
-        rps = [r["rps"] for r in results[count]]
-        cpu = statistics.median(r["cpu_ms"] for r in results[count])
-        ratios = [r / (count * b["rps"]) for r, b in zip(rps, results[counts[0]], strict=True)]
+    first = results[fronts[0]]
+    base = statistics.median(r["rps"] for r in first)
+    for front in fronts:
+        count = front[0]
+        rps = [r["rps"] for r in results[front]]
+        cpu = [r["cpu_ms"] for r in results[front]]
+        ratios = [r / (count * b["rps"]) for r, b in zip(rps, first, strict=True)]
+        cpu_ratios = [r["cpu_ms"] / b["cpu_ms"] for r, b in zip(results[front], first, strict=True)]
         print(
-            f"N={count}: {statistics.median(rps):.0f} req/s ({min(rps):.0f}-{max(rps):.0f}), "
-            f"{cpu:.2f} ms CPU/req, {statistics.median(rps) / base:.2f}x N={counts[0]}; "
-            f"per round vs N x one: {', '.join(f'{x:.2f}' for x in ratios)}"
+            f"{front_label(front)}: {statistics.median(rps):.0f} req/s "
+            f"({min(rps):.0f}-{max(rps):.0f}), {statistics.median(cpu):.2f} ms CPU/req "
+            f"({min(cpu):.2f}-{max(cpu):.2f}), {statistics.median(rps) / base:.2f}x "
+            f"{front_label(fronts[0])}; per round vs N x the first: "
+            f"{', '.join(f'{x:.2f}' for x in ratios)}; CPU/req per round vs the first: "
+            f"{', '.join(f'{x:.2f}' for x in cpu_ratios)}"
         )
 
 

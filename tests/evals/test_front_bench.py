@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -87,3 +88,32 @@ def test_wrk_posts_the_body_to_completions_and_counts_the_answers() -> None:
     assert 0.5 < elapsed < 5 and cpu >= 0
     assert {path for path, _ in seen} == {"/v1/completions"}
     assert json.loads(seen[0][1]) == json.loads(request_body(4, stream=False))
+
+
+@pytest.mark.slow
+def test_the_bench_alternates_fronts_with_their_flags_and_reports_each(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Two fronts that differ in a flag, paced tokens, two short rounds: the fronts
+    alternate, and each gets a summary line with its ratios to the first."""
+    from eclectus.benchmarks.front import main
+
+    fronts = ["--counts", "1", "--front-flags", "", "--front-flags", "--loop asyncio"]
+    load = ["--seconds", "1", "--concurrency", "4", "--max-tokens", "4", "--stream"]
+    main([*fronts, *load, "--rounds", "2", "--token-delay", "0.002", "--load-client", "python"])
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "load client: python, token delay 0.002 s"
+    runs = [line for line in out if line.startswith("round ")]
+    assert [line.split(":")[0] for line in runs] == [
+        "round 0 N=1",
+        "round 0 N=1 --loop asyncio",
+        "round 1 N=1 --loop asyncio",
+        "round 1 N=1",
+    ]
+    first, second = out[-2:]
+    assert first.startswith("N=1: ") and "per round vs N x the first: 1.00, 1.00" in first
+    assert re.match(
+        r"N=1 --loop asyncio: [1-9]\d* req/s .* ms CPU/req .*; per round vs N x the first: "
+        r"\d+\.\d\d, \d+\.\d\d; CPU/req per round vs the first: \d+\.\d\d, \d+\.\d\d$",
+        second,
+    )
