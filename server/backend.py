@@ -74,9 +74,11 @@ class Backend(Protocol):
     # which the scheduler admits requests within; a backend without it admits up to
     # ``max_inflight``.
 
-    # Optional: ``async reset_prefix_cache() -> None``: forget every cached prefix no request
-    # holds, before the next request (the built-in engine; ``POST /reset_prefix_cache``
-    # with --dev-endpoints). A backend without it answers that endpoint 501.
+    # Optional: ``async reset_prefix_cache() -> bool``: forget every cached prefix no request
+    # holds, before the next request (``POST /reset_prefix_cache`` with --dev-endpoints);
+    # False when an engine kept its cache because requests hold its blocks (vLLM's
+    # ``{"success": false}``), EngineError when one cannot reset (the remote pool). A
+    # backend without it answers that endpoint 501.
 
     # Optional: ``check_constraint(sampling) -> None``, blocking (it may compile a grammar:
     # call it on a worker thread). Raises RequestRefused when ``sampling``'s structured

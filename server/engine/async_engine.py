@@ -118,10 +118,12 @@ class AsyncEngine:
         """Release the prefix pinned by ``request_id`` (mutates; no-op if none)."""
         self._loop.submit(StepCommand("unpin", request_id))
 
-    async def reset_prefix_cache(self) -> None:
+    async def reset_prefix_cache(self) -> bool:
         """Empty the prefix cache of every block no request holds, before the step loop
-        takes the next request submitted after this call (mutates)."""
+        takes the next request submitted after this call (mutates). True: blocks in use
+        stay cached, and the rest always go."""
         self._loop.submit(StepCommand("reset_cache"))
+        return True
 
     def check_constraint(self, sampling: SamplingParams) -> None:
         """Raise RequestRefused when ``sampling``'s constraint does not compile or its

@@ -176,11 +176,12 @@ class ProcessEngine:
         """Release the prefix pinned by ``request_id`` (mutates; no-op if none)."""
         self._post(CoreCommand("unpin", request_id))
 
-    async def reset_prefix_cache(self) -> None:
+    async def reset_prefix_cache(self) -> bool:
         """Empty the core's prefix cache of every block no request holds, before it takes
         the next request sent after this call (mutates: one command down the pipe, which
-        the core applies in order)."""
+        the core applies in order). True, as the in-process engine's."""
         self._post(CoreCommand("reset_cache"))
+        return True
 
     def check_constraint(self, sampling: SamplingParams) -> None:
         """Raise RequestRefused when ``sampling``'s constraint does not compile or its

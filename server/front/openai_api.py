@@ -53,7 +53,7 @@ from eclectus.protocol.openai_tools import (
 )
 from eclectus.protocol.sampling import COMPLETIONS_DEFAULT_MAX_TOKENS
 from eclectus.protocol.tool_formats import ToolFormatName
-from eclectus.server.backend import EngineOutput, RequestRefused, check_constraint
+from eclectus.server.backend import EngineError, EngineOutput, RequestRefused, check_constraint
 from eclectus.server.errors import ServerError
 from eclectus.server.front.app_handle import AppHandle
 from eclectus.server.front.auth import AuthFailure, bearer_token
@@ -211,17 +211,24 @@ class OpenAIApi:
             return self._error(request, exc)
 
     async def reset_prefix_cache(self, request: Request) -> Response:
-        """vLLM's dev-mode ``POST /reset_prefix_cache``: the engine forgets every cached
-        prefix no request holds before it takes the next request (``--dev-endpoints``)."""
+        """vLLM's dev-mode ``POST /reset_prefix_cache``: the engines forget every cached
+        prefix no request holds before they take the next request (``--dev-endpoints``).
+        Answers as vLLM does, ``{"success": bool}``: false when an engine kept its cache
+        because requests hold its blocks (retry). A remote engine that cannot reset is a
+        502 naming it. The token is checked first, so the 404 tells only a client that
+        may call it that the endpoint is off."""
         try:
+            self._admit(request)
             if not self.ctx.config.dev_endpoints:
                 raise ApiError(404, "POST /reset_prefix_cache needs eclectus serve --dev-endpoints")
-            self._admit(request)
             reset = getattr(self.ctx.backend, "reset_prefix_cache", None)
             if reset is None:
                 raise ApiError(501, "this server's engines cannot reset their prefix cache")
-            await reset()
-            return Response(status_code=200)
+            try:
+                success = await reset()
+            except EngineError as exc:
+                raise ApiError(502, str(exc)) from None
+            return JSONResponse({"success": bool(success)})
         except ApiError as exc:
             return self._error(request, exc)
 

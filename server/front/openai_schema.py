@@ -41,6 +41,8 @@ _ERROR_TYPES = {
     404: "not_found_error",
     429: "rate_limit_error",
     500: "server_error",
+    501: "server_error",
+    502: "server_error",  # an engine behind the front failed what was asked of it
     503: "service_unavailable",
 }
 

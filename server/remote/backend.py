@@ -310,6 +310,15 @@ class RemoteBackend:
         """Forget the prefix ``request_id`` pinned for routing (mutates)."""
         await self.pool.unpin(request_id)
 
+    async def reset_prefix_cache(self) -> bool:
+        """Empty every healthy engine's prefix cache (the front's ``POST
+        /reset_prefix_cache``); False when one kept it because requests hold its blocks.
+        EngineError naming each engine that cannot reset."""
+        all_reset, failures = await self.pool.reset_prefix_cache()
+        if failures:
+            raise EngineError("the prefix cache was not reset on " + "; ".join(failures))
+        return all_reset
+
     def capacity(self) -> EngineCapacity:
         """The healthy engines' batches (our cap per engine) and KV caches (their /metrics),
         summed, for the scheduler's admission (pure). KV unknown while any engine has not

@@ -131,6 +131,39 @@ class EngineClient:
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise EngineDown(f"{self.url}: {_describe(exc)}") from None
 
+    async def reset_prefix_cache(self) -> bool:
+        """Empty the engine's prefix cache: vLLM's dev-mode ``POST /reset_prefix_cache``
+        (Eclectus serves it too), else SGLang's ``POST /flush_cache``. False when the
+        engine kept it because requests still hold blocks (vLLM's ``{"success": false}``,
+        SGLang's 400); EngineRejected when it serves neither (vLLM started without
+        ``VLLM_SERVER_DEV_MODE=1``), EngineDown when it does not answer."""
+        status, text = await self._post_empty(f"{self.root}/reset_prefix_cache")
+        if status in (404, 405):
+            status, text = await self._post_empty(f"{self.root}/flush_cache")
+            if status in (404, 405):
+                raise EngineRejected(
+                    f"{self.url}: serves neither POST /reset_prefix_cache (vLLM: start it "
+                    "with VLLM_SERVER_DEV_MODE=1) nor POST /flush_cache (SGLang)",
+                    status,
+                )
+            return status == 200
+        if status != 200:
+            raise EngineDown(f"{self.url}: POST /reset_prefix_cache: HTTP {status}: {text[:200]}")
+        try:
+            answer = json.loads(text) if text.strip() else {}
+        except ValueError:
+            answer = {}
+        return not isinstance(answer, dict) or answer.get("success", True) is not False
+
+    async def _post_empty(self, url: str) -> tuple[int, str]:
+        """``POST url`` with no body: the status and the answer's text (EngineDown when the
+        engine does not answer)."""
+        try:
+            async with self._http().post(url, timeout=self._short) as response:
+                return response.status, await response.text(errors="replace")
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise EngineDown(f"{self.url}: {_describe(exc)}") from None
+
     async def stream_completion(self, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         """``POST /v1/completions`` with ``stream``: yield each SSE chunk until ``[DONE]``.
         Closing the iterator early closes the connection, which aborts the request in vLLM

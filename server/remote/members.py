@@ -78,6 +78,11 @@ class Member(Protocol):
     async def unpin(self, request_id: str) -> None:
         """Release a prefix the engine pinned for ``request_id`` (mutates; may be a no-op)."""
 
+    async def reset_prefix_cache(self) -> bool:
+        """Empty the engine's prefix cache of what no request holds (mutates; network).
+        False when the engine kept it; EngineRejected when it cannot reset."""
+        ...
+
     async def aclose(self) -> None:
         """Release connections (mutates)."""
 
@@ -111,6 +116,9 @@ class RemoteMember:
 
     async def unpin(self, request_id: str) -> None:
         """No-op: vLLM and SGLang have no pins (their caches evict by LRU)."""
+
+    async def reset_prefix_cache(self) -> bool:
+        return await self.client.reset_prefix_cache()
 
     async def aclose(self) -> None:
         await self.client.aclose()
@@ -238,6 +246,12 @@ class LocalMember:
 
     async def unpin(self, request_id: str) -> None:
         await self.backend.unpin(request_id)
+
+    async def reset_prefix_cache(self) -> bool:
+        reset = getattr(self.backend, "reset_prefix_cache", None)  # optional in Backend
+        if reset is None:
+            raise EngineRejected(f"{self.name}: this engine cannot reset its prefix cache", 501)
+        return bool(await reset())
 
     async def aclose(self) -> None:
         await self.backend.shutdown()

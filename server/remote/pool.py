@@ -38,7 +38,7 @@ from itertools import count
 
 from eclectus.server.backend import EngineRequest
 from eclectus.server.front.prompt import Prompt
-from eclectus.server.remote.errors import EngineDown, RemoteStartError
+from eclectus.server.remote.errors import EngineDown, EngineRejected, RemoteStartError
 from eclectus.server.remote.kv_index import chain_keys
 from eclectus.server.remote.kv_subscriber import KVEventSubscriber
 from eclectus.server.remote.load import EngineLoad
@@ -320,6 +320,28 @@ class EnginePool:
         for engine in self.engines:
             if engine.pins.pop(request_id, None) is not None:
                 await engine.member.unpin(request_id)
+
+    async def reset_prefix_cache(self) -> tuple[bool, list[str]]:
+        """Ask every healthy engine to empty its prefix cache (mutates; network); what this
+        front predicted one holds goes when it did (its KV events say so themselves: vLLM
+        publishes AllBlocksCleared). Whether every one did, and one reason per engine that
+        cannot (it serves no reset, or it does not answer). A down engine is skipped: its
+        prediction went when it was marked down."""
+        healthy = [e for e in self.engines if e.healthy]
+        results = await asyncio.gather(
+            *(e.member.reset_prefix_cache() for e in healthy), return_exceptions=True
+        )
+        all_reset, failures = True, []
+        for engine, result in zip(healthy, results, strict=True):
+            if isinstance(result, EngineDown | EngineRejected):
+                failures.append(str(result))
+            elif isinstance(result, BaseException):
+                raise result
+            elif result:
+                engine.prefixes.clear()
+            else:
+                all_reset = False
+        return all_reset, failures
 
     # -- health -------------------------------------------------------------------------
 
