@@ -6,7 +6,9 @@ for the client's dialects, real ``eclectus serve`` engines end to end."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -16,6 +18,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from eclectus.server.config import ServerConfig
 from eclectus.server.front.app import start_server
+from eclectus.server.remote.backend import RemoteBackend
 from eclectus.server.remote.client import EngineClient
 from eclectus.server.remote.errors import EngineRejected
 
@@ -81,6 +84,17 @@ def dev_and_plain() -> Iterator[tuple[str, str]]:
         plain.stop()
 
 
+@contextlib.asynccontextmanager
+async def _front(urls: list[str], **config: Any) -> AsyncIterator[tuple[RemoteBackend, str]]:
+    """A front over the engines at ``urls``: its backend and its HTTP URL; closed after."""
+    backend = remote_backend(urls)
+    server = await start_server(ServerConfig(port=0, **config), backend)
+    try:
+        yield backend, server.http_url
+    finally:
+        await server.close()
+
+
 async def _cached(http: httpx.AsyncClient, url: str) -> int:
     body = {"model": "tiny", "prompt": PROMPT, "max_tokens": 2, "temperature": 0}
     answer = await http.post(f"{url}/v1/completions", json=body)
@@ -92,54 +106,44 @@ async def test_the_front_resets_the_engines_cache_and_its_own_prediction(
     dev_and_plain: tuple[str, str],
 ) -> None:
     dev_url, _ = dev_and_plain
-    backend = remote_backend([dev_url])
-    server = await start_server(ServerConfig(port=0, dev_endpoints=True), backend)
-    try:
-        async with httpx.AsyncClient(timeout=60) as http:
-            await _cached(http, server.http_url)
-            assert await _cached(http, server.http_url) > 100  # the engine holds the prompt
-            assert len(backend.pool.engines[0].prefixes) > 0  # and the front predicts it
-            reset = await http.post(f"{server.http_url}/reset_prefix_cache")
-            assert (reset.status_code, reset.json()) == (200, {"success": True})
-            assert len(backend.pool.engines[0].prefixes) == 0
-            assert await _cached(http, server.http_url) == 0  # computed again
-    finally:
-        await server.close()
+    async with (
+        _front([dev_url], dev_endpoints=True) as (backend, url),
+        httpx.AsyncClient(timeout=60) as http,
+    ):
+        await _cached(http, url)
+        assert await _cached(http, url) > 100  # the engine holds the prompt
+        assert len(backend.pool.engines[0].prefixes) > 0  # and the front predicts it
+        reset = await http.post(f"{url}/reset_prefix_cache")
+        assert (reset.status_code, reset.json()) == (200, {"success": True})
+        assert len(backend.pool.engines[0].prefixes) == 0
+        assert await _cached(http, url) == 0  # computed again
 
 
 async def test_an_engine_that_cannot_reset_is_a_502_naming_it(
     dev_and_plain: tuple[str, str],
 ) -> None:
     dev_url, plain_url = dev_and_plain
-    backend = remote_backend([dev_url, plain_url])
-    server = await start_server(ServerConfig(port=0, dev_endpoints=True), backend)
-    try:
-        async with httpx.AsyncClient(timeout=60) as http:
-            reset = await http.post(f"{server.http_url}/reset_prefix_cache")
-            assert reset.status_code == 502
-            error = reset.json()["error"]
-            assert error["type"] == "server_error"
-            assert plain_url in error["message"] and dev_url not in error["message"]
-            assert "VLLM_SERVER_DEV_MODE=1" in error["message"]
-            health = await http.get(f"{server.http_url}/healthz")
-            assert health.status_code == 200  # the front keeps serving
-    finally:
-        await server.close()
+    async with (
+        _front([dev_url, plain_url], dev_endpoints=True) as (_, url),
+        httpx.AsyncClient(timeout=60) as http,
+    ):
+        reset = await http.post(f"{url}/reset_prefix_cache")
+        assert reset.status_code == 502
+        error = reset.json()["error"]
+        assert error["type"] == "server_error"
+        assert plain_url in error["message"] and dev_url not in error["message"]
+        assert "VLLM_SERVER_DEV_MODE=1" in error["message"]
+        assert (await http.get(f"{url}/healthz")).status_code == 200  # it keeps serving
 
 
 async def test_the_token_is_checked_before_the_endpoint_says_it_is_off(
     dev_and_plain: tuple[str, str],
 ) -> None:
     dev_url, _ = dev_and_plain
-    server = await start_server(ServerConfig(port=0, token="secret"), remote_backend([dev_url]))
-    try:
-        async with httpx.AsyncClient(timeout=60) as http:
-            anonymous = await http.post(f"{server.http_url}/reset_prefix_cache")
-            assert anonymous.status_code == 401
-            signed = await http.post(
-                f"{server.http_url}/reset_prefix_cache",
-                headers={"Authorization": "Bearer secret"},
-            )
-            assert signed.status_code == 404 and "--dev-endpoints" in signed.text
-    finally:
-        await server.close()
+    async with _front([dev_url], token="secret") as (_, url), httpx.AsyncClient() as http:
+        anonymous = await http.post(f"{url}/reset_prefix_cache")
+        assert anonymous.status_code == 401
+        signed = await http.post(
+            f"{url}/reset_prefix_cache", headers={"Authorization": "Bearer secret"}
+        )
+        assert signed.status_code == 404 and "--dev-endpoints" in signed.text
