@@ -63,6 +63,10 @@ class AppState:
     tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)  # node id -> task
     pins: PinTable = field(default_factory=PinTable)
     closed: bool = False
+    # set once close_app has failed every pending variable: a second close (the session's
+    # own, racing the server's shutdown) waits for it, so the failures reach the session's
+    # outbox before it writes its close frame
+    close_done: asyncio.Event = field(default_factory=asyncio.Event)
     # node id -> the exact ids of a call's prompt known before dispatch: /v1 token-id
     # prompts (the call's segments are then only its output), sent as they are so ids that
     # no text round-trips to stay exact; and /v1 text prompts, tokenized once on arrival
@@ -143,19 +147,24 @@ class GraphScheduler:
     async def close_app(self, app: AppState, message: str = "session closed") -> None:
         """Cancel the session's queued and running work, abort its engine requests, release
         its pins and fail its pending variables with ``message`` (mutates). Other sessions
-        are untouched."""
+        are untouched. A close already under way is waited for, not begun again: every
+        caller returns once the session's variables are final."""
         if app.closed:
+            await app.close_done.wait()
             return
         app.closed = True
-        self.queue.remove(q for q in self.queue if q.app is app)
-        tasks = list(app.tasks.values())
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        app.graph.close(message)
-        await self._unpin(app.pins.release_all())
-        self._apps.pop(app.session_id, None)
-        self._pump()
+        try:
+            self.queue.remove(q for q in self.queue if q.app is app)
+            tasks = list(app.tasks.values())
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            app.graph.close(message)
+            await self._unpin(app.pins.release_all())
+            self._apps.pop(app.session_id, None)
+            self._pump()
+        finally:
+            app.close_done.set()
 
     async def close_all(self, message: str) -> None:
         """:meth:`close_app` every open session, failing their pending work with ``message``

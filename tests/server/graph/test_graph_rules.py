@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 from sched_helpers import call, make_scheduler, submit
+from scripted_engine import ScriptedEngine
 
 from eclectus.server.errors import ServerError
 from eclectus.server.graph.graph import NodeState, VarState
@@ -149,3 +151,23 @@ async def test_snapshot_shows_each_open_session_with_its_depth() -> None:
     assert sched.snapshot() == [SessionSnapshot("s1", "t1", 2), SessionSnapshot("s2", None, 0)]
     await sched.close_app(second)
     assert [s.session_id for s in sched.snapshot()] == ["s1"]
+
+
+async def test_a_close_under_way_is_waited_for_by_a_second_close() -> None:
+    """Shutdown closes every app while each session closes its own: the second close returns
+    only once the first has failed the pending variables, so a session never writes its
+    close frame before those failures (they were once lost in that race)."""
+    engine = ScriptedEngine(hold=True)
+    sched = make_scheduler(engine)
+    app = sched.open_app("s")
+    submit(sched, app, calls=[call("c", "x")], gets=[{"var": "x"}])
+    while not engine.requests:  # the call is in the engine, held there
+        await asyncio.sleep(0)
+    assert app.graph.vars["x"].state is VarState.PENDING
+    shutdown = asyncio.ensure_future(sched.close_app(app, "the server is shutting down"))
+    await asyncio.sleep(0)  # the shutdown's close is under way, waiting on the call's task
+    await sched.close_app(app, "session closed")
+    variable = app.graph.vars["x"]
+    assert variable.state is VarState.FAILED
+    assert variable.error_message == "the server is shutting down"
+    await shutdown
