@@ -2,8 +2,11 @@
 eclectus.benchmarks.front_cpu --vllm-python /opt/vllm-venv/bin/python``.
 
 One stock vLLM server (its API server and its EngineCore in two processes, the model run in
-the EngineCore: ``--distributed-executor-backend uni``) and one ``eclectus serve
---engine-url`` in front of it. vLLM's own client (``vllm.benchmarks.serve --backend openai
+the EngineCore: ``VllmProcess``'s uni executor, as every eval runs it) and one ``eclectus
+serve --engine-url`` in front of it. ``--cpu-layout apart`` runs the EngineCore on a core of
+its own and everything else on the rest, as on a host whose accelerator is its own
+(evals/cpus.py).
+ vLLM's own client (``vllm.benchmarks.serve --backend openai
 --endpoint /v1/completions --ignore-eos --request-rate inf``, evals/vllm_bench.py) runs each
 workload straight at vLLM and through Eclectus, the order alternating per round, the prefix
 cache emptied before each run. Around each run the CPU seconds (user + system, /proc) of
@@ -37,6 +40,7 @@ from pathlib import Path
 
 from eclectus.benchmarks.front import children, cpu_seconds
 from eclectus.evals.budget import Budget
+from eclectus.evals.cpus import CpuLayout, add_layout_argument
 from eclectus.evals.servers import EclectusRemoteProcess, ServerProcess, VllmProcess
 from eclectus.evals.vllm_bench import WORKLOADS, run_bench
 
@@ -47,21 +51,6 @@ SPY_RATE = 200  # py-spy samples a second
 IDLE_LEAVES = frozenset(
     {"_worker", "Condition.wait", "EpollSelector.select", "_PollLikeSelector.select", "Runner.run"}
 )
-
-
-@dataclass
-class SplitVllmProcess(VllmProcess):
-    """Stock vLLM as it deploys by default: the API server in one process, the EngineCore
-    (running the model itself, no worker process spinning beside it) in another."""
-
-    def command(self) -> list[str]:
-        return [*super().command(), "--distributed-executor-backend", "uni"]
-
-    def environment(self) -> dict[str, str]:
-        env = super().environment()
-        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"
-        env["OMP_NUM_THREADS"] = str(self.budget.num_threads)
-        return env
 
 
 def load_average() -> float:
@@ -253,14 +242,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--py-spy", type=Path, default=None, help="profile the fronts into DIR")
     parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "front-cpu")
     parser.add_argument("--startup-timeout", type=float, default=900.0)
+    add_layout_argument(parser)
     args = parser.parse_args(argv)
+    try:
+        layout = CpuLayout.parse(args.cpu_layout)
+    except ValueError as exc:
+        parser.error(str(exc))
+    layout.pin_self()  # the servers and vLLM's bench client start off the engine cores
     from eclectus.models.presets import resolve_model_dir
 
     model_dir = resolve_model_dir(args.model)
     workloads = args.workloads.split(",")
     args.out.mkdir(parents=True, exist_ok=True)
     budget = Budget()
-    vllm = SplitVllmProcess(
+    vllm = VllmProcess(
         "vllm",
         model_dir,
         budget,
@@ -268,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         python=args.vllm_python,
         served_name=model_dir.name,
         startup_timeout_s=args.startup_timeout,
+        cpus=layout,
     )
     fronts = {
         front_path(flags): EclectusRemoteProcess(
@@ -278,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
             serve_flags=tuple(flags.split()),
             engines=[vllm],
             startup_timeout_s=args.startup_timeout,
+            cpus=layout,
         )
         for i, flags in enumerate(args.front_flags or [""])
     }
@@ -314,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         for front in fronts.values():
             front.stop()
         vllm.stop()
+    print(f"CPU layout: {layout.describe()}")
     print(datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"))
     return 0
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from eclectus.evals.budget import Budget
+from eclectus.evals.cpus import CpuLayout, add_layout_argument
 from eclectus.evals.harness import Harness
 from eclectus.evals.launch import LaunchPlan, launched, system_names
 from eclectus.evals.plots import sweep_plot, timeline_plot
@@ -132,6 +133,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "eclectus/swap with --variants swap alone)",
     )
     parser.add_argument("--no-plots", action="store_true", help="write no PNG plots")
+    add_layout_argument(parser)
     Budget.add_arguments(parser)
 
 
@@ -200,6 +202,7 @@ def _config(
         "rtt_ms": args.rtt_ms,
         "proxy_handshake": args.proxy_handshake,
         "vllm_executor": args.vllm_executor,
+        "cpu_layout": plan.cpus.describe(),
         "budget": plan.budget.as_dict(),
         "reference": args.reference,
         "systems": [
@@ -254,6 +257,7 @@ def run(args: argparse.Namespace) -> int:
             front_stream_interval=_front_stream_interval(args.front_stream_interval),
             vllm_executor=args.vllm_executor,
             variants=parse_choices(args.variants, "--variants", VARIANTS),
+            cpus=CpuLayout.parse(args.cpu_layout),
         )
         args.reference = reference(args.reference, plan)
     except ValueError as exc:

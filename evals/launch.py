@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eclectus.evals.budget import Budget
+from eclectus.evals.cpus import SHARED, CpuLayout
 from eclectus.evals.servers import (
     EclectusProcess,
     EclectusRemoteProcess,
@@ -37,7 +38,7 @@ class LaunchPlan:
     ``front_stream_interval``: their ``--engine-stream-interval`` (likewise).
     ``proxy_handshake``: with a round-trip delay, each new client connection also pays the TCP
     handshake's round trip (evals/proxy.py). ``vllm_executor``: how every vLLM runs its model
-    (``VllmProcess.executor``)."""
+    (``VllmProcess.executor``). ``cpus``: where the servers' processes run (evals/cpus.py)."""
 
     model_dir: Path
     model_name: str
@@ -53,6 +54,7 @@ class LaunchPlan:
     vllm_executor: str = "uni"  # VllmProcess.executor of every vLLM started
     front_stream_interval: str | None = None  # the fronts' --engine-stream-interval; None: default
     variants: tuple[str, ...] = ("compiled",)
+    cpus: CpuLayout = SHARED
 
     def __post_init__(self) -> None:
         if not self.variants or any(v not in VARIANTS for v in self.variants):
@@ -86,6 +88,7 @@ class LaunchPlan:
             enforce_eager=self.vllm_eager,
             priority=priority,
             executor=self.vllm_executor,
+            cpus=self.cpus,
         )
 
     def front(self, name: str, engines: list[VllmProcess], routing: str | None) -> ServerProcess:
@@ -100,6 +103,7 @@ class LaunchPlan:
             routing=routing,
             max_background=self.front_max_background,
             stream_interval=self.front_stream_interval,
+            cpus=self.cpus,
         )
 
 
@@ -244,12 +248,14 @@ def launched(plan: LaunchPlan, log: object = print) -> Iterator[list[System]]:
     """Start the servers of ``plan`` (one at a time, so startups do not compete), yield the
     systems, and stop everything on exit (mutates: child processes, proxies)."""
     plan.out_dir.mkdir(parents=True, exist_ok=True)
+    plan.cpus.pin_self()  # what starts from here starts on the non-engine cores
     ours = EclectusProcess(
         "eclectus",
         plan.model_dir,
         plan.budget,
         plan.out_dir / "server-eclectus.log",
         trace_path=plan.out_dir / "eclectus-trace.jsonl",
+        cpus=plan.cpus,
     )
     servers = plan_servers(plan)
     for traced in [ours, *servers.fronts]:

@@ -175,7 +175,7 @@ def render_report(
         "",
         "Budgets (every engine): "
         + ", ".join(f"{k}={v}" for k, v in config["budget"].items())
-        + ".",
+        + f". CPU layout: {config.get('cpu_layout', 'shared')}.",
         "",
         "| system | what it is | threads |",
         "|---|---|---|",

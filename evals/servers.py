@@ -32,6 +32,7 @@ from types import FrameType
 from typing import IO
 
 from eclectus.evals.budget import Budget
+from eclectus.evals.cpus import SHARED, CpuLayout, descendants
 from eclectus.recipes.observe import scrape
 
 HOST = "127.0.0.1"
@@ -110,6 +111,7 @@ class ServerProcess:
     log_path: Path
     startup_timeout_s: float = 300.0
     port: int = field(default_factory=free_port)
+    cpus: CpuLayout = SHARED  # its engines' cores, once it answers
     proc: subprocess.Popen[str] | None = None
     startup_s: float = 0.0
     _log: IO[str] | None = None
@@ -177,6 +179,13 @@ class ServerProcess:
             self.stop()
             raise
         self.startup_s = time.perf_counter() - started
+        self.cpus.pin_engines(self.engine_pids())
+
+    def engine_pids(self) -> list[int]:
+        """The processes that run the model (reads /proc): everything the server started
+        (vLLM's EngineCore, the built-in engine's core process); none for a front whose
+        engines are elsewhere."""
+        return descendants(self.proc.pid) if self.proc is not None else []
 
     def stop(self) -> None:
         """Stop the process this object started and whatever it started (its process group:
@@ -298,6 +307,9 @@ class EclectusRemoteProcess(EclectusProcess):
     @property
     def engine_name(self) -> str:
         return self.engines[0].name
+
+    def engine_pids(self) -> list[int]:
+        return []  # its engines are servers of their own, pinned when they started
 
     def counters(self) -> dict[str, float]:
         """The engines' counters, summed name by name (blocking I/O)."""

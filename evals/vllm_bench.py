@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eclectus.evals.budget import Budget
+from eclectus.evals.cpus import SHARED, CpuLayout, add_layout_argument
 from eclectus.evals.servers import (
     VLLM_EXECUTORS,
     EclectusProcess,
@@ -176,10 +177,13 @@ def servers(
     engine_process: str = "on",
     vllm_executor: str = "uni",
     eclectus_flags: tuple[str, ...] = (),
+    cpus: CpuLayout = SHARED,
 ) -> Iterator[list[ServerProcess]]:
     """Stock vLLM (``VllmProcess.executor`` ``vllm_executor``) and Eclectus on ``model_dir``
     (one Eclectus server per ``engine_process`` mode: "off", "on" or "both", each also given
-    ``eclectus_flags``), started one after the other, stopped after."""
+    ``eclectus_flags``), started one after the other, stopped after; their engines on
+    ``cpus``' engine cores (an engine in the front's process, ``--engine-process off``,
+    stays with the front)."""
     started: list[ServerProcess] = []
     eclectus = [
         EclectusProcess(
@@ -189,6 +193,7 @@ def servers(
             log_dir / f"server-{name}.log",
             startup_timeout_s=startup_timeout_s,
             serve_flags=(*flags, *eclectus_flags),
+            cpus=cpus,
         )
         for name, flags in ENGINE_PROCESS_SERVERS[engine_process]
     ]
@@ -203,6 +208,7 @@ def servers(
                 served_name=model_dir.name,
                 startup_timeout_s=startup_timeout_s,
                 executor=vllm_executor,
+                cpus=cpus,
             ),
             *eclectus,
         ):
@@ -291,6 +297,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=900.0,
         help="seconds a server may take to answer (vLLM needs minutes on a busy CPU)",
     )
+    add_layout_argument(parser)
     Budget.add_arguments(parser)
 
 
@@ -307,6 +314,12 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    try:
+        layout = CpuLayout.parse(args.cpu_layout)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    layout.pin_self()  # the servers and vLLM's bench client start off the engine cores
     args.out.mkdir(parents=True, exist_ok=True)
     budget = Budget.from_args(args)
     runs: list[Run] = []
@@ -321,6 +334,7 @@ def run(args: argparse.Namespace) -> int:
                 args.startup_timeout,
                 args.engine_process,
                 args.vllm_executor,
+                cpus=layout,
             ) as started:
                 for r in range(args.rounds + 1):  # round 0 warms up
                     k = r % len(started)
@@ -342,7 +356,8 @@ def run(args: argparse.Namespace) -> int:
     print(text)
     header = (
         f"{datetime.datetime.now().isoformat(timespec='seconds')}, {platform.machine()}, "
-        f"budget {budget.as_dict()}, command: {' '.join(sys.argv)}"
+        f"budget {budget.as_dict()}, CPU layout {layout.describe()}, "
+        f"command: {' '.join(sys.argv)}"
     )
     (args.out / "table.md").write_text(header + "\n\n" + text + "\n")
     (args.out / "runs.json").write_text(json.dumps([r.__dict__ for r in runs], indent=1))

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from eclectus.evals.budget import Budget
+from eclectus.evals.cpus import CpuLayout, add_layout_argument
 from eclectus.evals.load.mix import PROGRAM_TYPES, Sizes, parse_mix
 from eclectus.evals.load.plots import goodput_plot, latency_plot
 from eclectus.evals.load.report import Points, render, write_results
@@ -87,6 +88,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=1, help="the schedules' seed")
     parser.add_argument("--out", type=Path, default=Path("eval-results/load"))
     parser.add_argument("--no-plots", action="store_true", help="write no PNG plots")
+    add_layout_argument(parser)
     Budget.add_arguments(parser)
 
 
@@ -152,6 +154,7 @@ def _plan(args: argparse.Namespace) -> LoadPlan:
         vllm_python=args.vllm_python,
         max_engine_seqs=seqs,
         program_gaps=gaps,
+        cpus=CpuLayout.parse(args.cpu_layout),
     )
 
 
@@ -197,6 +200,7 @@ def run(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     systems = plan.build()
     sweep = LoadSweep(systems, mix, sizes, seed=args.seed, log=_log, **settings)
+    plan.cpus.pin_self()  # the servers and the programs' clients start off the engine cores
     with signals_raise():
         started = []
         try:
@@ -209,10 +213,10 @@ def run(args: argparse.Namespace) -> int:
         finally:
             for server in reversed(started):  # the fronts before the engines they use
                 server.stop()
-    return _write(args, sweep)
+    return _write(args, sweep, plan.cpus)
 
 
-def _write(args: argparse.Namespace, sweep: LoadSweep) -> int:
+def _write(args: argparse.Namespace, sweep: LoadSweep, layout: CpuLayout) -> int:
     k = args.slo_factor
     points = summarize(sweep, k)
     loads = [run.load_average[0] for run in sweep.runs]
@@ -221,6 +225,7 @@ def _write(args: argparse.Namespace, sweep: LoadSweep) -> int:
         + shlex.join(sys.argv[2:] if sys.argv[1:2] == ["eval"] else sys.argv[1:]),
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "machine": _machine(),
+        "cpu_layout": layout.describe(),
         "load_average": f"{min(loads):.1f}–{max(loads):.1f}" if loads else "–",
         "systems": [{"name": s.name, "description": s.description} for s in sweep.systems],
         "sizes": {f: getattr(sweep.sizes, f) for f in sweep.sizes.__dataclass_fields__},

@@ -55,7 +55,8 @@ def render(
         "# Many programs at once (`eclectus eval load`)",
         "",
         f"- command: `{config['command']}`",
-        f"- date: {config['date']}; machine: {config['machine']}",
+        f"- date: {config['date']}; machine: {config['machine']}; "
+        f"CPU layout: {config.get('cpu_layout', 'shared')}",
         f"- mix: {', '.join(f'{t} {w:.0%}' for t, w in sweep.mix.items())}; "
         f"{sweep.duration_s:g} s of Poisson arrivals per run, drain timeout "
         f"{sweep.drain_timeout_s:g} s; {sweep.rounds} round(s) per rate, systems alternated",

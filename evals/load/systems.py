@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from eclectus.evals.budget import Budget
+from eclectus.evals.cpus import SHARED, CpuLayout
 from eclectus.evals.load.stats import ENGINE_TIMES
 from eclectus.evals.servers import (
     EclectusProcess,
@@ -155,6 +156,7 @@ class LoadPlan:
     vllm_python: str | None = None
     max_engine_seqs: tuple[str, ...] = ("32",)
     program_gaps: tuple[str, ...] = ("1",)
+    cpus: CpuLayout = SHARED  # where the servers' processes run (evals/cpus.py)
     servers: list[ServerProcess] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -220,6 +222,7 @@ class LoadPlan:
                 self.budget,
                 self.out_dir / f"server-{self.named('eclectus', setting)}.log",
                 serve_flags=self.eclectus_flags(setting),
+                cpus=self.cpus,
             )
             if "self" in self.systems:
                 stock = LoadSystem(
@@ -253,6 +256,7 @@ class LoadPlan:
             priority=True,
             tool_call_parser="hermes",  # the tool agent's calls (tiny's template is Hermes)
             prompt_tokens_details=True,  # cached tokens are not attained service (las)
+            cpus=self.cpus,
         )
 
     def _front(
@@ -266,6 +270,7 @@ class LoadPlan:
             serve_flags=self.eclectus_flags(setting),
             engines=list(engines),
             routing=routing,
+            cpus=self.cpus,
         )
 
     def _stock(self, name: str, vllm: VllmProcess, priority: bool) -> LoadSystem:
