@@ -17,6 +17,10 @@ class Budget:
     ``max_num_batched_tokens`` / ``max_num_seqs``: the per-step token and sequence budgets.
     ``num_threads``: torch threads of the model worker (vLLM on CPU binds one per core it
     is given; both systems get the same count).
+    ``num_kv_blocks``: the KV pool in blocks exactly, over ``kv_cache_gib`` (vLLM's
+    ``--num-gpu-blocks-override``, Eclectus's ``--num-kv-blocks``); None: from the GiB. A
+    small pool makes the engine's KV capacity, not its step, limit the batch, as a large
+    model's does on a GPU (Parrot's "latency-oriented" vLLM held 4,096 tokens).
     """
 
     block_size: int = 32
@@ -24,6 +28,7 @@ class Budget:
     max_num_batched_tokens: int = 2048
     max_num_seqs: int = 128
     num_threads: int = 1
+    num_kv_blocks: int | None = None
 
     def __post_init__(self) -> None:
         if self.block_size < 1 or self.block_size % 32:
@@ -31,6 +36,8 @@ class Budget:
         for name in ("kv_cache_gib", "max_num_batched_tokens", "max_num_seqs", "num_threads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
+        if self.num_kv_blocks is not None and self.num_kv_blocks < 1:
+            raise ValueError("num_kv_blocks must be >= 1")
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
@@ -53,8 +60,24 @@ class Budget:
         return [
             part
             for name, value in self.as_dict().items()
+            if value is not None
             for part in (f"--{name.replace('_', '-')}", str(value))
         ]
+
+    def vllm_args(self) -> list[str]:
+        """The vLLM flags that size its engine to this budget, beside the environment's
+        ``VLLM_CPU_KVCACHE_SPACE`` and ``OMP_NUM_THREADS`` (pure)."""
+        args = [
+            "--block-size",
+            str(self.block_size),
+            "--max-num-seqs",
+            str(self.max_num_seqs),
+            "--max-num-batched-tokens",
+            str(self.max_num_batched_tokens),
+        ]
+        if self.num_kv_blocks is not None:
+            args += ["--num-gpu-blocks-override", str(self.num_kv_blocks)]
+        return args
 
     def as_dict(self) -> dict[str, Any]:
         """The budget as plain data, for results.json (pure)."""

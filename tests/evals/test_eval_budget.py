@@ -11,7 +11,7 @@ import pytest
 
 from eclectus.evals.budget import Budget
 from eclectus.evals.serve import build_parser
-from eclectus.evals.servers import EclectusProcess
+from eclectus.evals.servers import EclectusProcess, VllmProcess
 from eclectus.server.engine.engine_config import EngineConfig, GiB
 from eclectus.server.engine_flags import engine_config_from_args
 from eclectus.server.flags import add_arguments
@@ -32,6 +32,24 @@ def test_serve_args_size_the_engine_as_the_budget_says() -> None:
         max_num_seqs=8,
         num_threads=1,
     )
+
+
+def test_a_pool_in_blocks_reaches_both_engines_under_their_own_flags(tmp_path: Path) -> None:
+    """``num_kv_blocks`` is `eclectus serve --num-kv-blocks` and vLLM's
+    ``--num-gpu-blocks-override``; unset, neither flag is given."""
+    small = dataclasses.replace(BUDGET, num_kv_blocks=96)
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert engine_config_from_args(parser.parse_args(small.serve_args())).num_kv_blocks == 96
+    command = VllmProcess("v", tmp_path, small, tmp_path / "log").command()
+    assert command[command.index("--num-gpu-blocks-override") + 1] == "96"
+    assert "--num-gpu-blocks-override" not in VllmProcess("v", tmp_path, BUDGET, tmp_path).command()
+    assert "--num-kv-blocks" not in BUDGET.serve_args()
+    flags = argparse.ArgumentParser()
+    Budget.add_arguments(flags)
+    assert Budget.from_args(flags.parse_args(small.serve_args())) == small
+    with pytest.raises(ValueError, match="num_kv_blocks must be >= 1"):
+        dataclasses.replace(BUDGET, num_kv_blocks=0)
 
 
 def test_the_eval_launcher_takes_every_serve_flag_and_a_trace_file(tmp_path: Path) -> None:
