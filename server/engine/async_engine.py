@@ -132,8 +132,7 @@ class AsyncEngine:
 
     def capacity(self) -> EngineCapacity:
         """The batch and KV pool the scheduler admits requests within (pure)."""
-        kv_tokens = self.stats().num_total_blocks * self.config.block_size
-        return EngineCapacity(1, self.config.max_num_seqs, kv_tokens or None)
+        return self.config.capacity(self.stats().num_total_blocks)
 
     def stats(self) -> EngineStats:
         """The snapshot taken after the latest step (pure)."""

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from eclectus.protocol.kv_events import KVEventsConfig
+from eclectus.server.engine.request import EngineCapacity
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -91,6 +92,13 @@ class EngineConfig:
     def compact_json(self) -> bool:
         """Whether every JSON constraint is compact (``--compact-json``)."""
         return self.json_whitespace == "compact"
+
+    def capacity(self, num_total_blocks: int) -> EngineCapacity:
+        """What an engine of this config with a pool of ``num_total_blocks`` holds at once,
+        for the scheduler's admission (pure)."""
+        kv_tokens = num_total_blocks * self.block_size
+        shared = self.block_size if self.enable_prefix_caching else None
+        return EngineCapacity(1, self.max_num_seqs, kv_tokens or None, shared)
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> EngineConfig:

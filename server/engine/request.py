@@ -91,6 +91,9 @@ class EngineCapacity:
     num_engines: int = 1
     max_seqs: int | None = None  # sequences all of them run at once (their batches summed)
     kv_tokens: int | None = None  # their KV caches, in tokens, summed
+    # the block size at which every engine shares a prompt's leading full blocks between the
+    # requests it runs at once (prefix caching on); None: no sharing, or not said
+    shared_block_size: int | None = None
 
 
 class EngineError(RuntimeError):

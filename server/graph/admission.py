@@ -20,8 +20,12 @@ budgets and KV pool; a remote pool's per-engine cap and each vLLM's KV cache, fr
 2. **KV**: a request reserves its prompt plus its ``max_tokens`` (the most KV it can come to
    hold) before it is sent, and waits, in rank order, while the reservations would pass
    ``kv_admit_fraction`` of the KV cache, so a burst of long prompts never makes the engine
-   preempt and recompute. Shared prefixes are counted once per request (an over-estimate:
-   the cache shares them); one request is always let in alone, however large.
+   preempt and recompute. Where the engines share prefixes (``shared_block_size``: prefix
+   caching on), a prompt's leading full blocks that a request already admitted holds are
+   counted once, as the engine holds them once: twenty chats over one 1,000-token system
+   prompt reserve it once, not twenty times. Blocks are keyed by a hash chain of their ids
+   (each block's key covers every id before it, as the engines' prefix caches key them). One
+   request is always let in alone, however large.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ import asyncio
 import heapq
 import itertools
 import math
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,28 +50,43 @@ def backend_capacity(backend: Any) -> EngineCapacity:
     return capacity() if capacity is not None else EngineCapacity()
 
 
+def block_keys(token_ids: Sequence[int], block_size: int) -> tuple[int, ...]:
+    """One key per full block of ``token_ids``, each chaining the key before it, so equal
+    keys mean equal prefixes up to that block's end, as a prefix cache matches them (pure)."""
+    keys: list[int] = []
+    key = hash(("block_size", block_size))
+    for end in range(block_size, len(token_ids) + 1, block_size):
+        key = hash((key, tuple(token_ids[end - block_size : end])))
+        keys.append(key)
+    return tuple(keys)
+
+
+@dataclass(slots=True, eq=False)
+class KvReservation:
+    """One request's hold on the KV budget: its prompt's full blocks (``keys``, shared
+    with other holders of the same keys, ``block_size`` tokens each) and what is its alone
+    (``private``: the prompt's last partial block and every token it may write). A plain
+    class, not a generator: a task the loop discards mid-wait must still give it back."""
+
+    admission: Admission
+    keys: tuple[int, ...]
+    block_size: int
+    private: int
+    priority: float
+
+    async def __aenter__(self) -> None:
+        await self.admission._reserve(self)
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.admission._release(self)
+
+
 @dataclass(order=True, slots=True)
 class _Waiter:
     priority: float
     seq: int
-    tokens: int = field(compare=False)
+    reservation: KvReservation = field(compare=False)
     granted: asyncio.Future[None] = field(compare=False)
-
-
-class KvReservation:
-    """One request's hold on the KV budget (a plain class, not a generator: a task the
-    loop discards mid-wait must still give its tokens back)."""
-
-    def __init__(self, admission: Admission, tokens: int, priority: float) -> None:
-        self.admission = admission
-        self.tokens = tokens
-        self.priority = priority
-
-    async def __aenter__(self) -> None:
-        await self.admission._reserve(self.tokens, self.priority)
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.admission._release(self.tokens)
 
 
 class Admission:
@@ -76,6 +97,7 @@ class Admission:
         self.config = config
         self.num_reserved_tokens = 0
         self.num_kv_waits = 0  # requests that waited for KV room (metrics, tests)
+        self._held: Counter[int] = Counter()  # block key -> admitted requests holding it
         self._waiters: list[_Waiter] = []
         self._seq = itertools.count()
         # --max-engine-seqs auto: the batch at the engines' knee, learned as they decode
@@ -122,18 +144,31 @@ class Admission:
         kv = backend_capacity(self.backend).kv_tokens
         return None if kv is None else int(kv * self.config.kv_admit_fraction)
 
-    def kv(self, tokens: int, priority: float) -> KvReservation:
-        """``async with`` it to hold ``tokens`` of KV while inside (mutates: the
-        reservations); entering waits, behind waiters of a smaller ``priority``, while they
-        would not fit."""
-        return KvReservation(self, tokens, priority)
+    def kv(self, token_ids: Sequence[int], max_tokens: int, priority: float) -> KvReservation:
+        """``async with`` it to hold the KV of a request with prompt ``token_ids`` that may
+        write ``max_tokens`` while inside (pure until entered; entering mutates the
+        reservations and waits, behind waiters of a smaller ``priority``, while it would not
+        fit)."""
+        block_size = backend_capacity(self.backend).shared_block_size or 0
+        keys = block_keys(token_ids, block_size) if block_size else ()
+        private = len(token_ids) - len(keys) * block_size + max_tokens
+        return KvReservation(self, keys, block_size, private, priority)
 
-    async def _reserve(self, tokens: int, priority: float) -> None:
-        if not self._waiters and self._fits(tokens):
-            self.num_reserved_tokens += tokens
+    def cost(self, reservation: KvReservation) -> int:
+        """Tokens ``reservation`` would add to the reserved ones now: its private tokens and
+        its blocks no admitted request holds yet (pure)."""
+        new_blocks = sum(1 for key in reservation.keys if not self._held[key])
+        return reservation.private + new_blocks * reservation.block_size
+
+    async def _reserve(self, reservation: KvReservation) -> None:
+        if not self._waiters and self._fits(reservation):
+            self._hold(reservation)
             return
         waiter = _Waiter(
-            priority, next(self._seq), tokens, asyncio.get_running_loop().create_future()
+            reservation.priority,
+            next(self._seq),
+            reservation,
+            asyncio.get_running_loop().create_future(),
         )
         heapq.heappush(self._waiters, waiter)
         self.num_kv_waits += 1
@@ -141,29 +176,45 @@ class Admission:
             await waiter.granted
         except asyncio.CancelledError:
             if waiter.granted.done() and not waiter.granted.cancelled():
-                self._release(tokens)  # granted as it was cancelled: give it back
-            else:
+                self._release(reservation)  # granted as it was cancelled: give it back
+            elif waiter in self._waiters:  # (a grant pass may have dropped it already)
                 self._waiters.remove(waiter)
                 heapq.heapify(self._waiters)
                 self._grant()
             raise
 
-    def _fits(self, tokens: int) -> bool:
+    def _fits(self, reservation: KvReservation) -> bool:
         budget = self.kv_budget()
         return (
             budget is None
             or self.num_reserved_tokens == 0
-            or self.num_reserved_tokens + tokens <= budget
+            or self.num_reserved_tokens + self.cost(reservation) <= budget
         )
 
-    def _release(self, tokens: int) -> None:
-        self.num_reserved_tokens -= tokens
+    def _hold(self, reservation: KvReservation) -> None:
+        self.num_reserved_tokens += self.cost(reservation)
+        self._held.update(reservation.keys)
+
+    def _release(self, reservation: KvReservation) -> None:
+        freed = reservation.private
+        for key in reservation.keys:
+            self._held[key] -= 1
+            if not self._held[key]:
+                del self._held[key]
+                freed += reservation.block_size
+        self.num_reserved_tokens -= freed
         assert self.num_reserved_tokens >= 0, self.num_reserved_tokens
         self._grant()
 
     def _grant(self) -> None:
         """Let the best waiters in while they fit, in rank order (mutates)."""
-        while self._waiters and self._fits(self._waiters[0].tokens):
-            waiter = heapq.heappop(self._waiters)
-            self.num_reserved_tokens += waiter.tokens
+        while self._waiters:
+            waiter = self._waiters[0]
+            if waiter.granted.done():  # its task was cancelled and has not run yet: drop it
+                heapq.heappop(self._waiters)
+                continue
+            if not self._fits(waiter.reservation):
+                return
+            heapq.heappop(self._waiters)
+            self._hold(waiter.reservation)
             waiter.granted.set_result(None)

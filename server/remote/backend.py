@@ -327,10 +327,13 @@ class RemoteBackend:
         whole queue in at once, out of the scheduler's order."""
         healthy = [e for e in self.pool.engines if e.healthy] or self.pool.engines
         kv = [e.load.kv_tokens for e in healthy]
+        shared = {e.load.shared_block_size for e in healthy}
         return EngineCapacity(
             num_engines=max(len(healthy), 1),
             max_seqs=sum(e.max_inflight for e in healthy) or None,
             kv_tokens=sum(k for k in kv if k is not None) if kv and None not in kv else None,
+            # sharing is counted only where every engine shares at one block size
+            shared_block_size=shared.pop() if len(shared) == 1 else None,
         )
 
     def stats(self) -> EngineStats:

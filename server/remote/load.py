@@ -29,12 +29,16 @@ class EngineLoad:
     kv_usage: float | None = None
     kv_tokens: int | None = None  # the KV cache's size in tokens (vLLM: cache_config_info)
     num_preemptions: int | None = None  # requests the engine preempted so far
+    # its block size where it caches prefixes (cache_config_info's block_size with
+    # enable_prefix_caching True): requests it runs at once share their common full blocks
+    shared_block_size: int | None = None
 
 
 def parse_load(text: str) -> EngineLoad:
     """The load a Prometheus text page reports (pure)."""
     sums: dict[str, float] = {}
     kv_tokens = None
+    shared: set[int | None] = set()
     for line in text.splitlines():
         if not line or line.startswith("#"):
             continue
@@ -42,6 +46,7 @@ def parse_load(text: str) -> EngineLoad:
         name = name_part.split("{", 1)[0].strip()
         if name == CACHE_INFO:
             kv_tokens = (kv_tokens or 0) + _cache_tokens(name_part)
+            shared.add(_shared_block_size(name_part))
         try:
             number = float(value)
         except ValueError:
@@ -56,6 +61,7 @@ def parse_load(text: str) -> EngineLoad:
         kv_usage=next((sums[n] for n in KV_USAGE if n in sums), _eclectus_usage(sums)),
         kv_tokens=kv_tokens or None,
         num_preemptions=_first_int(sums, PREEMPTIONS),
+        shared_block_size=shared.pop() if len(shared) == 1 else None,
     )
 
 
@@ -68,6 +74,18 @@ def _cache_tokens(sample: str) -> int:
         return int(labels["num_gpu_blocks"]) * int(labels["block_size"])
     except (KeyError, ValueError):
         return 0
+
+
+def _shared_block_size(sample: str) -> int | None:
+    """The block size one ``cache_config_info`` sample shares prefixes at: its
+    ``block_size`` where ``enable_prefix_caching`` is True, else None (pure)."""
+    labels = dict(LABEL.findall(sample))
+    if labels.get("enable_prefix_caching") != "True":
+        return None
+    try:
+        return int(labels["block_size"])
+    except (KeyError, ValueError):
+        return None
 
 
 def _first_int(sums: dict[str, float], names: tuple[str, ...]) -> int | None:

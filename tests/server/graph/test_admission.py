@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 from collections.abc import AsyncIterator
 
 from hypothesis import HealthCheck, given, settings
@@ -14,15 +15,22 @@ from sched_helpers import call, drain, make_scheduler, order, submit
 from scripted_engine import ScriptedEngine
 
 from eclectus.server.backend import EngineCapacity, EngineOutput, EngineRequest
+from eclectus.server.graph.admission import block_keys
 
 
 class CappedEngine(ScriptedEngine):
     """The scripted engine with a batch and a KV cache of its own; records the most
     requests it ever ran at once, and the most prompt + max_tokens they held together."""
 
-    def __init__(self, max_seqs: int | None, kv_tokens: int | None = None, **kwargs: object):
+    def __init__(
+        self,
+        max_seqs: int | None,
+        kv_tokens: int | None = None,
+        shared_block_size: int | None = None,
+        **kwargs: object,
+    ):
         super().__init__(**kwargs)  # type: ignore[arg-type]
-        self._capacity = EngineCapacity(1, max_seqs, kv_tokens)
+        self._capacity = EngineCapacity(1, max_seqs, kv_tokens, shared_block_size)
         self.most_running = 0
         self.most_held = 0
         self._held = 0
@@ -139,6 +147,74 @@ async def test_kv_reservations_never_pass_the_cache() -> None:
     assert sched.admission.num_reserved_tokens == 0
 
 
+async def test_a_shared_prefix_is_reserved_once_where_the_engine_shares_it() -> None:
+    """Eight calls over one ~110-token preamble, each with its own short question, on a KV
+    cache of 600 tokens: counted per request (~124 tokens each) only four fit; the engine
+    holds the preamble's full blocks once, and so does admission, so all eight run
+    together. On an engine that does not share prefixes the same calls still go four at a
+    time."""
+    preamble = "The handbook of the harbor says this about every ferry and every boat. " * 4
+    calls = [
+        call(f"c{i}", f"v{i}", text=f"{preamble}Question {i}: why?", max_tokens=8) for i in range(8)
+    ]
+    gets = [{"var": f"v{i}"} for i in range(8)]
+    for shared, most_running in ((16, 8), (None, 4)):
+        engine = CappedEngine(max_seqs=64, kv_tokens=600, shared_block_size=shared, hold=True)
+        sched = make_scheduler(engine)
+        submit(sched, sched.open_app("chats"), calls=calls, gets=gets)
+        for _ in range(50):
+            await asyncio.sleep(0)
+        assert len(engine.requests) == most_running, shared
+        engine.release()
+        await drain(sched, rounds=5000)
+        assert sched.admission.num_reserved_tokens == 0
+
+
+def test_block_keys_chain_each_block_to_every_id_before_it() -> None:
+    """Equal keys at block i mean equal ids up to its end; a partial block has no key."""
+    a, b = block_keys(range(70), 32), block_keys([*range(32), 99, *range(33, 64)], 32)
+    assert len(a) == 2 and len(block_keys(range(31), 32)) == 0
+    assert a[0] == b[0] and a[1] != b[1]
+    assert block_keys([*range(32, 64), *range(32)], 32)[1] != a[1]  # same ids, other prefix
+    assert block_keys(range(64), 16)[1] != a[0]  # block sizes never match each other
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    prompts=st.lists(
+        st.tuples(st.integers(0, 3), st.integers(0, 80), st.integers(0, 20)),
+        min_size=1,
+        max_size=12,
+    ),
+    order=st.randoms(),
+)
+def test_reserved_tokens_are_the_distinct_blocks_held_plus_each_private_part(
+    prompts: list[tuple[int, int, int]], order: random.Random
+) -> None:
+    """Whatever prompts (a few shared preambles, tails of any length) are admitted and
+    released in whatever order, the reserved count is the distinct full blocks held times
+    the block size plus each holder's own tokens, and it returns to 0."""
+
+    async def scenario() -> None:
+        engine = CappedEngine(max_seqs=64, kv_tokens=None, shared_block_size=8)
+        admission = make_scheduler(engine).admission
+        held = []
+        for preamble, tail, most in prompts:
+            ids = [1000 + preamble] * 40 + list(range(tail))
+            reservation = admission.kv(ids, most, 0.0)
+            await reservation.__aenter__()
+            held.append(reservation)
+            distinct = {k for r in held for k in r.keys}
+            expected = 8 * len(distinct) + sum(r.private for r in held)
+            assert admission.num_reserved_tokens == expected
+        order.shuffle(held)
+        for reservation in held:
+            await reservation.__aexit__(None, None, None)
+        assert admission.num_reserved_tokens == 0 and not admission._held
+
+    asyncio.run(scenario())
+
+
 async def test_a_request_larger_than_the_cache_runs_alone() -> None:
     """One request over the whole KV budget is not refused: it runs when nothing else
     holds the cache."""
@@ -179,3 +255,27 @@ async def test_cancelling_a_maps_output_stops_its_running_instances() -> None:
     await drain(sched)
     assert sorted(engine.aborted) == sorted(r.request_id for r in engine.requests)
     assert len(engine.requests) == 2 and not sched.queue
+
+
+async def test_waiters_cancelled_together_leave_no_state_behind() -> None:
+    """Two requests waiting for KV room are cancelled at once (a session closed, the loop
+    shutting down): the grant pass skips the cancelled ones instead of granting them, and
+    the reservations end at 0 with nobody waiting."""
+    engine = CappedEngine(max_seqs=64, kv_tokens=100)
+    admission = make_scheduler(engine).admission
+    first = admission.kv([1] * 60, 30, 0.0)
+    await first.__aenter__()
+
+    async def wait() -> None:
+        async with admission.kv([2] * 60, 30, 1.0):
+            raise AssertionError("granted while the first holds the cache")
+
+    waiting = [asyncio.create_task(wait()) for _ in range(2)]
+    await asyncio.sleep(0)
+    assert len(admission._waiters) == 2
+    for task in waiting:
+        task.cancel()
+    await first.__aexit__(None, None, None)  # a grant pass before the tasks see the cancel
+    results = await asyncio.gather(*waiting, return_exceptions=True)
+    assert all(isinstance(r, asyncio.CancelledError) for r in results)
+    assert admission.num_reserved_tokens == 0 and not admission._waiters

@@ -12,6 +12,7 @@ from ws_helpers import RawClient
 
 from eclectus.server.config import ServerConfig
 from eclectus.server.front.app import start_server
+from eclectus.server.front.prompt import Front
 
 pytestmark = pytest.mark.slow
 
@@ -55,3 +56,46 @@ async def test_kv_admission_keeps_a_burst_of_long_prompts_from_preempting() -> N
     assert preempted_off > 0  # the burst does thrash when sent at once
     assert preempted_on == 0
     assert texts_on == texts_off  # greedy: the same answers either way
+
+
+def shared_preamble_frame() -> dict:
+    """Eight prompts over one long preamble, each with its own question, writing 24 tokens."""
+    preamble = "Notes: " + " ".join(f"harbor{j}" for j in range(40)) + "\n"
+    calls = [
+        {
+            "id": f"c{i}",
+            "segments": [
+                {"text": preamble + f"Question {i}: what about boat {i}?"},
+                {"gen": f"v{i}", "sampling": {"max_tokens": 24, "ignore_eos": True}},
+            ],
+        }
+        for i in range(NUM_PROMPTS)
+    ]
+    gets = [{"var": f"v{i}"} for i in range(NUM_PROMPTS)]
+    return {"type": "submit", "id": "s", "calls": calls, "gets": gets}
+
+
+async def test_a_shared_preamble_is_reserved_once_and_still_never_preempts() -> None:
+    """Eight prompts sharing a preamble on a pool that holds about two of them counted
+    whole: admission counts the preamble's blocks once, as the engine's prefix cache holds
+    them, so more run at once, and the engine still never preempts."""
+    from eclectus.server.engine import AsyncEngine
+
+    engine = AsyncEngine.from_config(model="tiny", num_kv_blocks=40, block_size=16)
+    async with await start_server(ServerConfig(port=0), engine, owns_backend=True) as server:
+        frame = shared_preamble_frame()
+        prompt = frame["calls"][0]["segments"][0]["text"]
+        whole = len(Front.load("tiny").encode([prompt])) + 24
+        assert 2 * whole <= 40 * 16 * 0.95 < 3 * whole  # two fit when counted whole
+        most = 0
+        async with connect(server.url) as ws:
+            client = RawClient(ws)
+            await client.hello()
+            assert (await client.ask(frame))["type"] == "ack"
+            answers = asyncio.ensure_future(client.values(NUM_PROMPTS))
+            while not answers.done():
+                most = max(most, server.scheduler.num_inflight)
+                await asyncio.sleep(0.001)
+            assert len(await asyncio.wait_for(answers, 120)) == NUM_PROMPTS
+        assert most > 2
+        assert engine.stats().num_preemptions == 0

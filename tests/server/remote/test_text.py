@@ -98,6 +98,23 @@ def test_parse_load_reads_the_kv_cache_size_and_preemptions() -> None:
     assert parse_load("eclectus_engine_preemptions_total 4\n").num_preemptions == 4
 
 
+def test_parse_load_reads_the_block_size_prefixes_are_shared_at() -> None:
+    """An engine caching prefixes shares them at its block size; one that does not, or
+    data-parallel engines that disagree, share none the admission may count."""
+    info = (
+        'vllm:cache_config_info{{block_size="{b}",enable_prefix_caching="{on}",'
+        'engine="{e}",num_gpu_blocks="10"}} 1.0\n'
+    )
+    on = info.format(b=32, on="True", e=0)
+    assert parse_load(VLLM_METRICS + on).shared_block_size == 32
+    assert parse_load(VLLM_METRICS + on + info.format(b=32, on="True", e=1)).shared_block_size == 32
+    assert parse_load(VLLM_METRICS + info.format(b=32, on="False", e=0)).shared_block_size is None
+    assert (
+        parse_load(VLLM_METRICS + on + info.format(b=16, on="True", e=1)).shared_block_size is None
+    )
+    assert parse_load(VLLM_METRICS).shared_block_size is None
+
+
 async def test_the_builtin_member_reports_its_engines_kv_cache() -> None:
     """The built-in engine as a pool member reports the KV cache the scheduler admits
     within (its blocks x block size), beside its load."""
