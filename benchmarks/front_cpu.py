@@ -94,6 +94,14 @@ class Run:
     def cpu_ms_per_request(self, role: str) -> float:
         return 1000.0 * self.cpu_s[role] / self.num_requests
 
+    def engine_wait_s(self) -> float:
+        """The run's duration less the EngineCore's CPU seconds around it: how long the
+        engine waited for work during the run, offset alike for every path by its idle
+        polling while the client starts (pure). With the engine on a core of its own
+        (``--cpu-layout apart``) its CPU seconds are its busy time, so a hop that held work
+        back from it shows here, whatever the machine's speed did to the duration."""
+        return self.metrics["duration"] - self.cpu_s["vllm_core"]
+
     def front_role(self) -> str:
         """The process that fronted this run: vLLM's API server straight, else the front."""
         return "vllm_api" if self.path == "straight" else self.path
@@ -165,8 +173,8 @@ def table(runs: list[Run]) -> str:
     """Per workload and path: medians and ranges of duration, TTFT, CPU per request."""
     lines = [
         "| workload | path | duration s | TTFT ms | front CPU ms/req | vLLM API ms/req | "
-        "EngineCore ms/req | rounds | load |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        "EngineCore ms/req | engine waits s | rounds | load |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for workload in dict.fromkeys(r.workload for r in runs):
         medians: dict[str, dict[str, float]] = {}
@@ -180,9 +188,10 @@ def table(runs: list[Run]) -> str:
                 "front": [r.cpu_ms_per_request(r.front_role()) for r in mine],
                 "api": [r.cpu_ms_per_request("vllm_api") for r in mine],
                 "core": [r.cpu_ms_per_request("vllm_core") for r in mine],
+                "wait": [r.engine_wait_s() for r in mine],
             }
             medians[path] = {k: statistics.median(v) for k, v in cols.items()}
-            cells = [_spread(v, 2 if k == "duration" else 1) for k, v in cols.items()]
+            cells = [_spread(v, 2 if k in ("duration", "wait") else 1) for k, v in cols.items()]
             loads = [r.load for r in mine]
             load = f"{min(loads):.1f}-{max(loads):.1f}"
             lines.append(f"| {workload} | {path} | {' | '.join(cells)} | {len(mine)} | {load} |")
@@ -191,10 +200,11 @@ def table(runs: list[Run]) -> str:
             if s is None or path == "straight":
                 continue
             paired = round_ratios(runs, workload, path)
+            waits = round_wait_differences(runs, workload, path)
             lines.append(
                 f"| {workload} | {path} / straight | {e['duration'] / s['duration']:.2f}x; "
                 f"per round {_spread(paired, 2)}x | {e['ttft'] / s['ttft']:.2f}x | "
-                f"{e['front'] / s['front']:.2f}x | | | | |"
+                f"{e['front'] / s['front']:.2f}x | | | {_spread(waits, 3)} more per round | | |"
             )
     return "\n".join(lines)
 
@@ -206,6 +216,17 @@ def round_ratios(runs: list[Run], workload: str, path: str) -> list[float]:
     straight = {r.round: r for r in runs if (r.workload, r.path) == (workload, "straight")}
     return [
         r.metrics["duration"] / straight[r.round].metrics["duration"]
+        for r in runs
+        if (r.workload, r.path) == (workload, path) and r.round in straight
+    ]
+
+
+def round_wait_differences(runs: list[Run], workload: str, path: str) -> list[float]:
+    """How much longer the engine waited for work through ``path`` than straight, round by
+    round, in seconds (pure; :meth:`Run.engine_wait_s`)."""
+    straight = {r.round: r for r in runs if (r.workload, r.path) == (workload, "straight")}
+    return [
+        r.engine_wait_s() - straight[r.round].engine_wait_s()
         for r in runs
         if (r.workload, r.path) == (workload, path) and r.round in straight
     ]

@@ -8,7 +8,14 @@ import time
 from pathlib import Path
 
 from eclectus.benchmarks.front import cpu_seconds
-from eclectus.benchmarks.front_cpu import Run, front_path, round_ratios, table, top_entries
+from eclectus.benchmarks.front_cpu import (
+    Run,
+    front_path,
+    round_ratios,
+    round_wait_differences,
+    table,
+    top_entries,
+)
 
 
 def test_cpu_seconds_grows_with_work_and_is_zero_for_a_gone_process() -> None:
@@ -56,6 +63,14 @@ def test_the_round_ratio_pairs_each_round_with_its_own_straight_run() -> None:
     assert round_ratios(runs[:2], "random", "nowhere") == []
 
 
+def test_the_engine_waits_are_the_duration_less_its_busy_seconds() -> None:
+    """A run of 3 s whose EngineCore spent 2 s of CPU left the engine 1 s without work; the
+    difference between paths is taken round by round."""
+    runs = [_run("straight", 1, 2.5, 0.5), _run("eclectus", 1, 3.0, 0.4)]
+    assert [r.engine_wait_s() for r in runs] == [0.5, 1.0]
+    assert round_wait_differences(runs, "random", "eclectus") == [0.5]
+
+
 def test_table_gives_each_front_its_own_ratio_against_straight() -> None:
     off = front_path("--admission off")
     assert (front_path(""), off) == ("eclectus", "eclectus --admission off")
@@ -70,7 +85,7 @@ def test_table_gives_each_front_its_own_ratio_against_straight() -> None:
     ]
     rows = table(runs).splitlines()
     ratio = "| random | eclectus / straight | 1.25x; per round 1.25 (1.25-1.25)x | 1.00x | 0.80x |"
-    assert f"{ratio} | | | |" in rows
+    assert f"{ratio} | | 0.250 (0.250-0.250) more per round | | |" in rows
     ratio = "| random | eclectus --admission off / straight | 1.10x; per round 1.10 (1.10-1.10)x"
-    assert f"{ratio} | 1.00x | 0.60x | | | | |" in rows
+    assert f"{ratio} | 1.00x | 0.60x | | | 0.100 (0.100-0.100) more per round | | |" in rows
     assert sum(row.startswith("| random | eclectus --admission off | 1.10") for row in rows) == 1
