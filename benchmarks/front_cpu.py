@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import math
 import signal
 import statistics
 import subprocess
@@ -115,11 +116,23 @@ def num_prompts(workload: str) -> int:
 def measure(
     python: str, server: ServerProcess, procs: Processes, workload: str, seed: int, out: Path
 ) -> tuple[dict[str, float], dict[str, float], float]:
-    """One client run (blocking); its metrics, the CPU each role spent during it, the load."""
-    before = procs.sample()
+    """One client run (blocking); its metrics (the client's, and ``engine_steps``: the
+    steps vLLM ran for it), the CPU each role spent during it, the load."""
+    before, steps = procs.sample(), engine_steps(server)
     metrics = run_bench(python, server, Path(server.model_dir), workload, seed, out)
     after = procs.sample()
+    metrics["engine_steps"] = engine_steps(server) - steps
     return metrics, {k: after[k] - before[k] for k in after}, load_average()
+
+
+def engine_steps(server: ServerProcess) -> float:
+    """The steps vLLM has run so far (its ``vllm:iteration_tokens_total`` histogram's
+    count; through a front, its engines' summed) (blocking I/O)."""
+    return sum(
+        value
+        for name, value in server.counters().items()
+        if name.split("{", 1)[0] == "vllm:iteration_tokens_total_count"
+    )
 
 
 @contextlib.contextmanager
@@ -173,8 +186,8 @@ def table(runs: list[Run]) -> str:
     """Per workload and path: medians and ranges of duration, TTFT, CPU per request."""
     lines = [
         "| workload | path | duration s | TTFT ms | front CPU ms/req | vLLM API ms/req | "
-        "EngineCore ms/req | engine waits s | rounds | load |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        "EngineCore ms/req | engine waits s | engine steps | rounds | load |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for workload in dict.fromkeys(r.workload for r in runs):
         medians: dict[str, dict[str, float]] = {}
@@ -189,9 +202,11 @@ def table(runs: list[Run]) -> str:
                 "api": [r.cpu_ms_per_request("vllm_api") for r in mine],
                 "core": [r.cpu_ms_per_request("vllm_core") for r in mine],
                 "wait": [r.engine_wait_s() for r in mine],
+                "steps": [r.metrics.get("engine_steps", math.nan) for r in mine],
             }
             medians[path] = {k: statistics.median(v) for k, v in cols.items()}
-            cells = [_spread(v, 2 if k in ("duration", "wait") else 1) for k, v in cols.items()]
+            digits = {"duration": 2, "wait": 2, "steps": 0}
+            cells = [_spread(v, digits.get(k, 1)) for k, v in cols.items()]
             loads = [r.load for r in mine]
             load = f"{min(loads):.1f}-{max(loads):.1f}"
             lines.append(f"| {workload} | {path} | {' | '.join(cells)} | {len(mine)} | {load} |")
@@ -204,7 +219,8 @@ def table(runs: list[Run]) -> str:
             lines.append(
                 f"| {workload} | {path} / straight | {e['duration'] / s['duration']:.2f}x; "
                 f"per round {_spread(paired, 2)}x | {e['ttft'] / s['ttft']:.2f}x | "
-                f"{e['front'] / s['front']:.2f}x | | | {_spread(waits, 3)} more per round | | |"
+                f"{e['front'] / s['front']:.2f}x | | | {_spread(waits, 3)} more per round "
+                "| | | |"
             )
     return "\n".join(lines)
 

@@ -85,7 +85,7 @@ def test_table_gives_each_front_its_own_ratio_against_straight() -> None:
     ]
     rows = table(runs).splitlines()
     ratio = "| random | eclectus / straight | 1.25x; per round 1.25 (1.25-1.25)x | 1.00x | 0.80x |"
-    assert f"{ratio} | | 0.250 (0.250-0.250) more per round | | |" in rows
+    assert f"{ratio} | | 0.250 (0.250-0.250) more per round | | | |" in rows
     ratio = "| random | eclectus --admission off / straight | 1.10x; per round 1.10 (1.10-1.10)x"
-    assert f"{ratio} | 1.00x | 0.60x | | | 0.100 (0.100-0.100) more per round | | |" in rows
+    assert f"{ratio} | 1.00x | 0.60x | | | 0.100 (0.100-0.100) more per round | | | |" in rows
     assert sum(row.startswith("| random | eclectus --admission off | 1.10") for row in rows) == 1
