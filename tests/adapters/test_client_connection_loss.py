@@ -19,6 +19,7 @@ from eclectus.adapters.client import (
     ConnectionLost,
     Gen,
     Session,
+    VariableFailed,
     connect,
     connect_sync,
 )
@@ -63,7 +64,9 @@ async def test_killed_server_fails_pending_gets_and_streams() -> None:
 
 @pytest.mark.slow
 def test_server_shutdown_fails_a_blocking_get() -> None:
-    """A clean shutdown (close code 1001) under a blocking get: ConnectionLost saying so."""
+    """A clean shutdown under a blocking get: the get fails with the server's answer
+    (``cancelled``, the server is shutting down: docs/protocol.md, "Shutdown"), then the
+    socket closes with 1001 and the session is closed, its reason saying so."""
     outcome: list[BaseException] = []
     started = threading.Event()
     with serve_live() as live:
@@ -85,10 +88,13 @@ def test_server_shutdown_fails_a_blocking_get() -> None:
             time.sleep(0.01)  # until it is generating
         assert live.server.scheduler.num_inflight == 1
     waiter.join(30)
-    app.close()
     (error,) = outcome
-    assert isinstance(error, ConnectionLost) and error.close_code == 1001
+    assert isinstance(error, VariableFailed) and error.code == "cancelled"
     assert "shutting down" in str(error)
+    assert app.closed
+    with pytest.raises(ConnectionError, match=r"shutting down \(close code 1001\)"):
+        app.call(["more", Gen()])
+    app.close()
 
 
 async def test_peer_closing_with_an_error_code(peer: FakePeer, peer_app: Session) -> None:
