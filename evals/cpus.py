@@ -26,8 +26,6 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-LAYOUTS = ("shared", "apart")
-
 
 @dataclass(frozen=True, slots=True)
 class CpuLayout:
@@ -67,9 +65,9 @@ class CpuLayout:
         if not sep:
             raise ValueError(f"--cpu-layout {text!r}: choose shared, apart, or ENGINE/OTHER cores")
         layout = cls(text, _cores(engine, text), _cores(other, text))
-        missing = (layout.engine_cpus or frozenset()) | (layout.other_cpus or frozenset())
-        if missing - cores:
-            raise ValueError(f"--cpu-layout {text}: no core {sorted(missing - cores)} here")
+        named = (layout.engine_cpus or frozenset()) | (layout.other_cpus or frozenset())
+        if named - cores:
+            raise ValueError(f"--cpu-layout {text}: no core {sorted(named - cores)} here")
         return layout
 
     def describe(self) -> str:
