@@ -23,8 +23,10 @@ budgets and KV pool; a remote pool's per-engine cap and each vLLM's KV cache, fr
    preempt and recompute. Where the engines share prefixes (``shared_block_size``: prefix
    caching on), a prompt's leading full blocks that a request already admitted holds are
    counted once, as the engine holds them once: twenty chats over one 1,000-token system
-   prompt reserve it once, not twenty times. Blocks are keyed by a hash chain of their ids
-   (each block's key covers every id before it, as the engines' prefix caches key them). One
+   prompt reserve it once, not twenty times. Blocks are keyed as the built-in engine's prefix
+   cache keys them (``prefix_cache.hash_block_tokens``: each key chains every id before it,
+   from a root salted with the tenant, whose KV no other tenant shares; a remote engine gets
+   the tenant as ``cache_salt``). Only while a KV budget applies are the keys computed. One
    request is always let in alone, however large.
 """
 
@@ -41,6 +43,7 @@ from typing import Any
 
 from eclectus.server.backend import EngineCapacity
 from eclectus.server.config import ServerConfig
+from eclectus.server.engine.prefix_cache import BlockHash, hash_block_tokens, root_hash
 from eclectus.server.graph.batch_knee import BatchKnee, DecodeMark
 
 
@@ -50,13 +53,15 @@ def backend_capacity(backend: Any) -> EngineCapacity:
     return capacity() if capacity is not None else EngineCapacity()
 
 
-def block_keys(token_ids: Sequence[int], block_size: int) -> tuple[int, ...]:
-    """One key per full block of ``token_ids``, each chaining the key before it, so equal
-    keys mean equal prefixes up to that block's end, as a prefix cache matches them (pure)."""
-    keys: list[int] = []
-    key = hash(("block_size", block_size))
+def block_keys(
+    token_ids: Sequence[int], block_size: int, tenant: str | None
+) -> tuple[BlockHash, ...]:
+    """One key per full block of ``token_ids``, chained as the engine's prefix cache chains
+    them: equal keys mean the same tenant and equal ids up to that block's end (pure)."""
+    keys: list[BlockHash] = []
+    key = root_hash(tenant)
     for end in range(block_size, len(token_ids) + 1, block_size):
-        key = hash((key, tuple(token_ids[end - block_size : end])))
+        key = hash_block_tokens(key, token_ids[end - block_size : end])
         keys.append(key)
     return tuple(keys)
 
@@ -69,7 +74,7 @@ class KvReservation:
     class, not a generator: a task the loop discards mid-wait must still give it back."""
 
     admission: Admission
-    keys: tuple[int, ...]
+    keys: tuple[BlockHash, ...]
     block_size: int
     private: int
     priority: float
@@ -97,7 +102,7 @@ class Admission:
         self.config = config
         self.num_reserved_tokens = 0
         self.num_kv_waits = 0  # requests that waited for KV room (metrics, tests)
-        self._held: Counter[int] = Counter()  # block key -> admitted requests holding it
+        self._held: Counter[BlockHash] = Counter()  # block key -> admitted requests holding it
         self._waiters: list[_Waiter] = []
         self._seq = itertools.count()
         # --max-engine-seqs auto: the batch at the engines' knee, learned as they decode
@@ -144,13 +149,16 @@ class Admission:
         kv = backend_capacity(self.backend).kv_tokens
         return None if kv is None else int(kv * self.config.kv_admit_fraction)
 
-    def kv(self, token_ids: Sequence[int], max_tokens: int, priority: float) -> KvReservation:
-        """``async with`` it to hold the KV of a request with prompt ``token_ids`` that may
-        write ``max_tokens`` while inside (pure until entered; entering mutates the
+    def kv(
+        self, token_ids: Sequence[int], max_tokens: int, priority: float, tenant: str | None
+    ) -> KvReservation:
+        """``async with`` it to hold the KV of ``tenant``'s request with prompt ``token_ids``
+        that may write ``max_tokens`` while inside (pure until entered; entering mutates the
         reservations and waits, behind waiters of a smaller ``priority``, while it would not
         fit)."""
-        block_size = backend_capacity(self.backend).shared_block_size or 0
-        keys = block_keys(token_ids, block_size) if block_size else ()
+        shared = backend_capacity(self.backend).shared_block_size
+        block_size = shared if shared and self.kv_budget() is not None else 0
+        keys = block_keys(token_ids, block_size, tenant) if block_size else ()
         private = len(token_ids) - len(keys) * block_size + max_tokens
         return KvReservation(self, keys, block_size, private, priority)
 

@@ -72,7 +72,7 @@ async def run_call(
         most = gen.sampling.max_tokens
         if most is None:
             most = max(scheduler.backend.max_model_len - len(prompt), 0)
-        async with scheduler.admission.kv(prompt.token_ids, most, priority):
+        async with scheduler.admission.kv(prompt.token_ids, most, priority, app.tenant):
             request = scheduler.request(
                 app,
                 node,

@@ -170,38 +170,61 @@ async def test_a_shared_prefix_is_reserved_once_where_the_engine_shares_it() -> 
         assert sched.admission.num_reserved_tokens == 0
 
 
+async def test_a_prefix_is_shared_within_a_tenant_only() -> None:
+    """The same eight calls, each from its own tenant: the engine keeps every tenant's KV
+    apart, so admission counts each preamble whole and four run at once."""
+    preamble = "The handbook of the harbor says this about every ferry and every boat. " * 4
+    engine = CappedEngine(max_seqs=64, kv_tokens=600, shared_block_size=16, hold=True)
+    sched = make_scheduler(engine)
+    for i in range(8):
+        chat = call(f"c{i}", f"v{i}", text=f"{preamble}Question {i}: why?", max_tokens=8)
+        submit(sched, sched.open_app(f"chat{i}", tenant=f"t{i}"), calls=[chat],
+               gets=[{"var": f"v{i}"}])  # fmt: skip
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert len(engine.requests) == 4
+    engine.release()
+    await drain(sched, rounds=5000)
+    assert sched.admission.num_reserved_tokens == 0
+
+
 def test_block_keys_chain_each_block_to_every_id_before_it() -> None:
-    """Equal keys at block i mean equal ids up to its end; a partial block has no key."""
-    a, b = block_keys(range(70), 32), block_keys([*range(32), 99, *range(33, 64)], 32)
-    assert len(a) == 2 and len(block_keys(range(31), 32)) == 0
+    """Equal keys at block i mean the same tenant and equal ids up to its end; a partial
+    block has no key."""
+    a = block_keys(range(70), 32, None)
+    b = block_keys([*range(32), 99, *range(33, 64)], 32, None)
+    assert len(a) == 2 and len(block_keys(range(31), 32, None)) == 0
     assert a[0] == b[0] and a[1] != b[1]
-    assert block_keys([*range(32, 64), *range(32)], 32)[1] != a[1]  # same ids, other prefix
-    assert block_keys(range(64), 16)[1] != a[0]  # block sizes never match each other
+    assert block_keys([*range(32, 64), *range(32)], 32, None)[1] != a[1]  # other prefix
+    assert block_keys(range(70), 32, "t1")[0] != a[0]  # other tenant
 
 
 @settings(max_examples=50, deadline=None)
 @given(
     prompts=st.lists(
-        st.tuples(st.integers(0, 3), st.integers(0, 80), st.integers(0, 20)),
+        st.tuples(
+            st.integers(0, 3), st.integers(0, 80), st.integers(0, 20), st.sampled_from([None, "t"])
+        ),
         min_size=1,
         max_size=12,
     ),
     order=st.randoms(),
 )
 def test_reserved_tokens_are_the_distinct_blocks_held_plus_each_private_part(
-    prompts: list[tuple[int, int, int]], order: random.Random
+    prompts: list[tuple[int, int, int, str | None]], order: random.Random
 ) -> None:
-    """Whatever prompts (a few shared preambles, tails of any length) are admitted and
-    released in whatever order, the reserved count is the distinct full blocks held times
-    the block size plus each holder's own tokens, and it returns to 0."""
+    """Whatever prompts (a few shared preambles, tails of any length, two tenants) are
+    admitted and released in whatever order, the reserved count is the distinct full blocks
+    held times the block size plus each holder's own tokens, and it returns to 0."""
 
     async def scenario() -> None:
-        engine = CappedEngine(max_seqs=64, kv_tokens=None, shared_block_size=8)
+        engine = CappedEngine(max_seqs=64, kv_tokens=10**9, shared_block_size=8)
         admission = make_scheduler(engine).admission
         held = []
-        for preamble, tail, most in prompts:
+        for preamble, tail, most, tenant in prompts:
             ids = [1000 + preamble] * 40 + list(range(tail))
-            reservation = admission.kv(ids, most, 0.0)
+            reservation = admission.kv(ids, most, 0.0, tenant)
+            assert len(reservation.keys) == (40 + tail) // 8
             await reservation.__aenter__()
             held.append(reservation)
             distinct = {k for r in held for k in r.keys}
@@ -263,11 +286,11 @@ async def test_waiters_cancelled_together_leave_no_state_behind() -> None:
     the reservations end at 0 with nobody waiting."""
     engine = CappedEngine(max_seqs=64, kv_tokens=100)
     admission = make_scheduler(engine).admission
-    first = admission.kv([1] * 60, 30, 0.0)
+    first = admission.kv([1] * 60, 30, 0.0, None)
     await first.__aenter__()
 
     async def wait() -> None:
-        async with admission.kv([2] * 60, 30, 1.0):
+        async with admission.kv([2] * 60, 30, 1.0, None):
             raise AssertionError("granted while the first holds the cache")
 
     waiting = [asyncio.create_task(wait()) for _ in range(2)]
