@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import re
@@ -40,6 +39,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from eclectus.evals.cpus import children
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -71,16 +72,6 @@ def cpu_seconds(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / _CLK_TCK  # utime, stime (after comm)
-
-
-def children(pid: int) -> list[int]:
-    """The live child processes of ``pid`` (reads /proc)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(stat.parent.name))
-    return found
 
 
 def tree_cpu_s(pid: int) -> float:

@@ -5,9 +5,8 @@ One stock vLLM server (its API server and its EngineCore in two processes, the m
 the EngineCore: ``VllmProcess``'s uni executor, as every eval runs it) and one ``eclectus
 serve --engine-url`` in front of it. ``--cpu-layout apart`` runs the EngineCore on a core of
 its own and everything else on the rest, as on a host whose accelerator is its own
-(evals/cpus.py).
- vLLM's own client (``vllm.benchmarks.serve --backend openai
---endpoint /v1/completions --ignore-eos --request-rate inf``, evals/vllm_bench.py) runs each
+(evals/cpus.py). vLLM's own client (``vllm.benchmarks.serve --backend openai --endpoint
+/v1/completions --ignore-eos --request-rate inf``, evals/vllm_bench.py) runs each
 workload straight at vLLM and through Eclectus, the order alternating per round, the prefix
 cache emptied before each run. Around each run the CPU seconds (user + system, /proc) of
 every process are read, so each path's front is charged per request: vLLM's API server
@@ -39,10 +38,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from eclectus.benchmarks.front import children, cpu_seconds
+from eclectus.benchmarks.front import cpu_seconds
 from eclectus.evals.budget import Budget
-from eclectus.evals.cpus import CpuLayout, add_layout_argument
-from eclectus.evals.servers import EclectusRemoteProcess, ServerProcess, VllmProcess
+from eclectus.evals.cpus import CpuLayout, add_layout_argument, children
+from eclectus.evals.servers import (
+    EclectusRemoteProcess,
+    ServerProcess,
+    VllmProcess,
+    sum_counter,
+)
 from eclectus.evals.vllm_bench import WORKLOADS, run_bench
 
 SPY_RATE = 200  # py-spy samples a second
@@ -128,11 +132,7 @@ def measure(
 def engine_steps(server: ServerProcess) -> float:
     """The steps vLLM has run so far (its ``vllm:iteration_tokens_total`` histogram's
     count; through a front, its engines' summed) (blocking I/O)."""
-    return sum(
-        value
-        for name, value in server.counters().items()
-        if name.split("{", 1)[0] == "vllm:iteration_tokens_total_count"
-    )
+    return sum_counter(server.counters(), "vllm:iteration_tokens_total_count")
 
 
 @contextlib.contextmanager

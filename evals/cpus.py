@@ -104,21 +104,31 @@ def pin_process(pid: int, cpus: frozenset[int]) -> None:
             continue
 
 
+def children(pid: int) -> list[int]:
+    """The live child processes of ``pid`` (reads /proc)."""
+    return _children_of().get(pid, [])
+
+
 def descendants(pid: int) -> list[int]:
     """Every live process below ``pid`` (reads /proc), children before grandchildren."""
-    parents: dict[int, list[int]] = {}
+    children_of = _children_of()
+    found, frontier = [], [pid]
+    while frontier:
+        frontier = [c for p in frontier for c in children_of.get(p, [])]
+        found += frontier
+    return found
+
+
+def _children_of() -> dict[int, list[int]]:
+    """Every live process's children, by parent pid (reads /proc once)."""
+    children_of: dict[int, list[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
         except (OSError, IndexError, ValueError):
             continue
-        parents.setdefault(ppid, []).append(int(stat.parent.name))
-    found, frontier = [], [pid]
-    while frontier:
-        children = [c for p in frontier for c in parents.get(p, [])]
-        found += children
-        frontier = children
-    return found
+        children_of.setdefault(ppid, []).append(int(stat.parent.name))
+    return children_of
 
 
 def add_layout_argument(parser: argparse.ArgumentParser) -> None:

@@ -438,8 +438,8 @@ class VllmProcess(ServerProcess):
         return tempfile.gettempdir()
 
     def token_counts(self, counters: dict[str, float]) -> tuple[float, float]:
-        prompt = _sum_prefixed(counters, "vllm:prompt_tokens_total")
-        hits = _sum_prefixed(counters, "vllm:prefix_cache_hits_total")
+        prompt = sum_counter(counters, "vllm:prompt_tokens_total")
+        hits = sum_counter(counters, "vllm:prefix_cache_hits_total")
         return prompt, hits
 
     def reset_prefix_cache(self) -> bool:
@@ -464,6 +464,6 @@ def _signal_group(pgid: int, signum: int) -> None:
         os.killpg(pgid, signum)
 
 
-def _sum_prefixed(counters: dict[str, float], name: str) -> float:
+def sum_counter(counters: dict[str, float], name: str) -> float:
     """Sum of a counter over its label sets (``name`` or ``name{...}``) (pure)."""
     return sum(v for k, v in counters.items() if k == name or k.startswith(name + "{"))

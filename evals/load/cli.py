@@ -18,6 +18,7 @@ import platform
 import shlex
 import sys
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +29,10 @@ from eclectus.evals.load.plots import goodput_plot, latency_plot
 from eclectus.evals.load.report import Points, render, write_results
 from eclectus.evals.load.stats import PointSummary, summarize_round
 from eclectus.evals.load.sweep import LoadSweep
-from eclectus.evals.load.systems import SYSTEMS, LoadPlan
+from eclectus.evals.load.systems import DEFAULT_LAS_RATE, SYSTEMS, LoadPlan
 from eclectus.evals.servers import signals_raise
 from eclectus.evals.systems import VARIANTS, parse_choices
-from eclectus.server.flag_types import non_negative_float
+from eclectus.server.flag_types import non_negative_float, positive_float
 from eclectus.server.graph.policies import ProgramPolicy
 
 
@@ -84,7 +85,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--las-rates",
-        default=None,
+        default=DEFAULT_LAS_RATE,
         metavar="TOKENS_PER_S",
         help="the Eclectus servers' --las-tokens-per-s, comma-separated (one server each; "
         "default: the server's): attained service worth one second of arrival under las, fair",
@@ -141,22 +142,8 @@ def _plan(args: argparse.Namespace) -> LoadPlan:
             f"--max-engine-seqs {args.max_engine_seqs}: integers >= 1, none or auto, "
             "comma-separated"
         )
-    gaps = tuple(t.strip() for t in args.program_gaps.split(","))
-    try:
-        for gap in gaps:
-            non_negative_float(gap)  # the check `eclectus serve --program-gap` makes
-    except argparse.ArgumentTypeError:
-        raise ValueError(
-            f"--program-gaps {args.program_gaps}: seconds >= 0, comma-separated"
-        ) from None
-    rates = () if args.las_rates is None else tuple(t.strip() for t in args.las_rates.split(","))
-    for rate in rates:
-        try:
-            ok = float(rate) > 0
-        except ValueError:
-            ok = False
-        if not ok:
-            raise ValueError(f"--las-rates {args.las_rates}: tokens/s > 0, comma-separated")
+    gaps = _serve_values(args.program_gaps, "--program-gaps", non_negative_float, "seconds >= 0")
+    rates = _serve_values(args.las_rates, "--las-rates", positive_float, "tokens/s > 0")
     model_dir = resolve_model_dir(args.model)
     return LoadPlan(
         systems=parse_choices(args.systems or default, "--systems", SYSTEMS),
@@ -169,9 +156,23 @@ def _plan(args: argparse.Namespace) -> LoadPlan:
         vllm_python=args.vllm_python,
         max_engine_seqs=seqs,
         program_gaps=gaps,
-        **({"las_rates": rates} if rates else {}),
+        las_rates=rates,
         cpus=CpuLayout.parse(args.cpu_layout),
     )
+
+
+def _serve_values(
+    text: str, flag: str, check: Callable[[str], object], what: str
+) -> tuple[str, ...]:
+    """A comma-separated list of an ``eclectus serve`` flag's values, each held to the check
+    that flag makes (pure; ValueError naming ``flag`` when one fails it)."""
+    values = tuple(t.strip() for t in text.split(","))
+    try:
+        for value in values:
+            check(value)
+    except argparse.ArgumentTypeError:
+        raise ValueError(f"{flag} {text}: {what}, comma-separated") from None
+    return values
 
 
 def summarize(sweep: LoadSweep, k: float) -> Points:

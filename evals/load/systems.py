@@ -45,6 +45,8 @@ SYSTEMS = ("vllm", "vllm-priority", "self", "eclectus", "eclectus-vllm", "pool")
 POOL_ROUTINGS = ("graph", "least-loaded", "round-robin")
 # an Eclectus server's (--program-policy, --max-engine-seqs, --program-gap)
 Setting = tuple[str, str, str, str]  # policy, max engine seqs, program gap, LAS tokens/s
+# the server's --las-tokens-per-s, as the eval's --las-rates default writes it
+DEFAULT_LAS_RATE = f"{PolicyParams().las_tokens_per_s:g}"
 NEEDS_VLLM = {"vllm", "vllm-priority", "eclectus-vllm", "pool"}
 # hundreds of programs, each its own session and connection, all from this one address
 SESSION_FLAGS = (
@@ -157,7 +159,7 @@ class LoadPlan:
     vllm_python: str | None = None
     max_engine_seqs: tuple[str, ...] = ("32",)
     program_gaps: tuple[str, ...] = ("1",)
-    las_rates: tuple[str, ...] = (f"{PolicyParams().las_tokens_per_s:g}",)
+    las_rates: tuple[str, ...] = (DEFAULT_LAS_RATE,)
     cpus: CpuLayout = SHARED  # where the servers' processes run (evals/cpus.py)
     servers: list[ServerProcess] = field(default_factory=list)
 
