@@ -169,8 +169,9 @@ class Admission:
         return reservation.private + new_blocks * reservation.block_size
 
     async def _reserve(self, reservation: KvReservation) -> None:
-        if not self._waiters and self._fits(reservation):
-            self._hold(reservation)
+        cost = self.cost(reservation)
+        if not self._waiters and self._fits(cost):
+            self._hold(reservation, cost)
             return
         waiter = _Waiter(
             reservation.priority,
@@ -191,16 +192,16 @@ class Admission:
                 self._grant()
             raise
 
-    def _fits(self, reservation: KvReservation) -> bool:
+    def _fits(self, cost: int) -> bool:
         budget = self.kv_budget()
         return (
             budget is None
             or self.num_reserved_tokens == 0
-            or self.num_reserved_tokens + self.cost(reservation) <= budget
+            or self.num_reserved_tokens + cost <= budget
         )
 
-    def _hold(self, reservation: KvReservation) -> None:
-        self.num_reserved_tokens += self.cost(reservation)
+    def _hold(self, reservation: KvReservation, cost: int) -> None:
+        self.num_reserved_tokens += cost
         self._held.update(reservation.keys)
 
     def _release(self, reservation: KvReservation) -> None:
@@ -221,8 +222,9 @@ class Admission:
             if waiter.granted.done():  # its task was cancelled and has not run yet: drop it
                 heapq.heappop(self._waiters)
                 continue
-            if not self._fits(waiter.reservation):
+            cost = self.cost(waiter.reservation)
+            if not self._fits(cost):
                 return
             heapq.heappop(self._waiters)
-            self._hold(waiter.reservation)
+            self._hold(waiter.reservation, cost)
             waiter.granted.set_result(None)

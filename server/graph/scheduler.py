@@ -147,8 +147,8 @@ class GraphScheduler:
     async def close_app(self, app: AppState, message: str = "session closed") -> None:
         """Cancel the session's queued and running work, abort its engine requests, release
         its pins and fail its pending variables with ``message`` (mutates). Other sessions
-        are untouched. A close already under way is waited for, not begun again: every
-        caller returns once the session's variables are final."""
+        are untouched. A close already under way is waited for, not begun again: a second
+        caller returns when the first close has finished."""
         if app.closed:
             await app.close_done.wait()
             return

@@ -45,8 +45,9 @@ def parse_load(text: str) -> EngineLoad:
         name_part, _, value = line.rpartition(" ")
         name = name_part.split("{", 1)[0].strip()
         if name == CACHE_INFO:
-            kv_tokens = (kv_tokens or 0) + _cache_tokens(name_part)
-            shared.add(_shared_block_size(name_part))
+            labels = dict(LABEL.findall(name_part))
+            kv_tokens = (kv_tokens or 0) + _cache_tokens(labels)
+            shared.add(_shared_block_size(labels))
         try:
             number = float(value)
         except ValueError:
@@ -65,21 +66,19 @@ def parse_load(text: str) -> EngineLoad:
     )
 
 
-def _cache_tokens(sample: str) -> int:
+def _cache_tokens(labels: dict[str, str]) -> int:
     """Tokens of KV cache one ``cache_config_info`` sample's labels describe (pure): its
     blocks (``num_gpu_blocks``, vLLM's name on every device) times their size; 0 when a
     label is missing or not a number."""
-    labels = dict(LABEL.findall(sample))
     try:
         return int(labels["num_gpu_blocks"]) * int(labels["block_size"])
     except (KeyError, ValueError):
         return 0
 
 
-def _shared_block_size(sample: str) -> int | None:
-    """The block size one ``cache_config_info`` sample shares prefixes at: its
+def _shared_block_size(labels: dict[str, str]) -> int | None:
+    """The block size one ``cache_config_info`` sample's labels share prefixes at: its
     ``block_size`` where ``enable_prefix_caching`` is True, else None (pure)."""
-    labels = dict(LABEL.findall(sample))
     if labels.get("enable_prefix_caching") != "True":
         return None
     try:
