@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from eclectus.evals.cpus import SHARED, CpuLayout, descendants, pin_process
+from eclectus.evals.cpus import SHARED, CpuLayout, children, descendants, pin_process
 from eclectus.evals.servers import HOST, ServerProcess, http_get
 
 CORES = frozenset(os.sched_getaffinity(0))
@@ -81,11 +81,14 @@ def test_descendants_are_children_then_grandchildren() -> None:
     parent = subprocess.Popen([sys.executable, "-c", code])
     try:
         for _ in range(200):
-            found = descendants(os.getpid())
-            if len(found) >= 2:
+            below = descendants(parent.pid)
+            if below:
                 break
             subprocess.run(["sleep", "0.05"], check=True)
-        assert found[0] == parent.pid and len(found) == 2
+        assert len(below) == 1 and children(parent.pid) == below
+        mine = descendants(os.getpid())
+        assert parent.pid in children(os.getpid())
+        assert mine.index(parent.pid) < mine.index(below[0])
     finally:
         parent.kill()
         parent.wait()
