@@ -129,22 +129,50 @@ def test_auto_is_a_config_value_and_bad_values_are_named() -> None:
 
 
 class SteppedEngine(CappedEngine):
-    """The capped engine whose every output takes ``t0 + c * running`` seconds, as a batched
-    decode step does."""
+    """The capped engine stepping on a virtual clock, as a batched decode does: each step
+    gives every request waiting on it its next output and takes ``t0 + c * batch`` seconds of
+    ``clock``. The time is virtual so that a loaded machine (CI runs the tests in parallel)
+    cannot stretch the steps: the fit sees exactly the engine's step time."""
 
     def __init__(self, max_seqs: int, t0: float, c: float) -> None:
         super().__init__(max_seqs=max_seqs)
         self.t0, self.c = t0, c
+        self.clock = Clock()
+        self.batches: list[int] = []
+        self._waiting: list[asyncio.Future[None]] = []
+        self._stepper: asyncio.Task[None] | None = None
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
         async for output in super().generate(request):
-            await asyncio.sleep(self.t0 + self.c * len(self.running))
+            await self._next_step()
             yield output
+
+    async def _next_step(self) -> None:
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiting.append(waiter)
+        if self._stepper is None or self._stepper.done():
+            self._stepper = asyncio.create_task(self._steps())
+        await waiter
+
+    async def _steps(self) -> None:
+        while True:
+            for _ in range(10):  # let the requests that just got an output come back
+                await asyncio.sleep(0)
+            if not self._waiting:
+                return
+            batch, self._waiting = self._waiting, []
+            self.batches.append(len(batch))
+            self.clock.now += self.t0 + self.c * len(batch)
+            for waiter in batch:
+                if not waiter.done():
+                    waiter.set_result(None)
 
 
 async def test_the_scheduler_learns_the_knee_from_the_engines_steps() -> None:
     engine = SteppedEngine(max_seqs=64, t0=0.003, c=0.001)  # knee at 0.9: 27
     sched = make_scheduler(engine, max_engine_seqs="auto", max_inflight=64)
+    assert sched.admission.knee is not None
+    sched.admission.knee = BatchKnee(clock=engine.clock)  # the engine's time, not the machine's
     assert sched.admission.max_inflight() == 64  # nothing learned: the engine's batch
     for i, width in enumerate((4, 12, 24, 40)):  # waves of different batch sizes
         submit(sched, sched.open_app(f"wave{i}"), **map_frame(f"m{i}", width))
@@ -153,11 +181,13 @@ async def test_the_scheduler_learns_the_knee_from_the_engines_steps() -> None:
                 break
             await asyncio.sleep(0.02)
         await drain(sched, rounds=50)
+    assert max(engine.batches) >= 24  # the waves did batch
     knee = sched.admission.knee
-    assert knee is not None
     fit = knee.fit()
-    assert fit is not None and fit.c > 0 and fit.t0 > 0
-    assert 8 <= sched.admission.max_inflight() < 64
+    assert fit is not None
+    # per token: a step gives each request a piece of about 3 tokens, so t0 / c holds
+    assert fit.t0 / fit.c == pytest.approx(3.0, rel=0.05)
+    assert 26 <= sched.admission.max_inflight() <= 28
     assert sched.gauges()["step_per_seq_seconds"] == fit.c
 
 
