@@ -30,10 +30,13 @@ def test_adapter_packages_load_no_server_module() -> None:
 
 
 # what the Backend contract takes from the engine package: its torch-free request types
-# (the engine owns them) and the package's own light __init__
+# (the engine owns them), its block-hash chain (stdlib only: admission keys a prompt's blocks
+# as the engine's prefix cache does, docs/architecture.md "Admission") and the package's own
+# light __init__
 ENGINE_CONTRACT = {
     "eclectus.server.engine",
     "eclectus.server.engine.engine_config",
+    "eclectus.server.engine.prefix_cache",
     "eclectus.server.engine.request",
 }
 
