@@ -6,7 +6,12 @@ The agent answers a question about the input document with two tools over it: ``
 size, the first ``tool_rounds`` turns force a tool call (``bind_tools(tool_choice=...,
 strict=True)``, the arguments constrained to the tool's schema, so they parse by
 construction, on stock vLLM too); the last turn answers without tools. So a run makes
-``tool_rounds + 1`` model calls, in sequence.
+``tool_rounds + 1`` model calls, in sequence, when every forced call closes within
+``tool_tokens``. A call the model runs to its budget unclosed (``tiny`` writes whitespace
+runs inside the arguments, which JSON allows and stock vLLM's grammar too) parses as no call:
+by default the loop asks again, as a ReAct agent does, so the run's length depends on its
+input (7-23 model calls over 16 inputs on ``tiny``); with ``retry_failed_calls=False`` the
+failed turn counts as its round and every run makes exactly ``tool_rounds + 1`` calls.
 
 Compiled, every tool turn is a client cut: a tool runs on the client (it is Python), the
 model's reply must be parsed into tool calls there, and ``add_messages`` needs the
@@ -51,6 +56,7 @@ class ToolAgentParams:
     tool_tokens: int = 48  # a tool call (its shortest takes ~30 tokens on tiny)
     answer_tokens: int = 96
     max_hits: int = 3  # sentences a lookup returns
+    retry_failed_calls: bool = True  # a forced turn that parsed as no call is asked again
 
     def __post_init__(self) -> None:
         if self.tool_rounds < 0:
@@ -76,9 +82,11 @@ def make_tools(text: str, max_hits: int) -> list[BaseTool]:
     return [lookup, count_words]
 
 
-def rounds_done(state: MessagesState) -> int:
-    """Tool turns so far: the ToolMessages' answering AI turns (pure)."""
-    return sum(1 for m in state["messages"] if isinstance(m, AIMessage) and m.tool_calls)
+def rounds_done(state: MessagesState, retry_failed_calls: bool = True) -> int:
+    """Tool rounds so far (pure): the AI turns that made a call, or, without retries, every
+    AI turn (before the answer, each one is a forced tool turn)."""
+    turns = [m for m in state["messages"] if isinstance(m, AIMessage)]
+    return sum(1 for m in turns if m.tool_calls) if retry_failed_calls else len(turns)
 
 
 def build_app(params: ToolAgentParams, models: ModelFactory, text: str) -> Any:
@@ -96,11 +104,12 @@ def build_app(params: ToolAgentParams, models: ModelFactory, text: str) -> Any:
     answer = prompt | models.chat(params.answer_tokens) | (lambda m: {"messages": [m]})
 
     def act(state: MessagesState, config: RunnableConfig) -> dict[str, list[Any]]:
-        turn = rounds_done(state)
+        turn = rounds_done(state, params.retry_failed_calls)
         return {"messages": [forced[turn % len(forced)].invoke(state, config)]}
 
     def route(state: MessagesState) -> str:
-        return "agent" if rounds_done(state) < params.tool_rounds else "answer"
+        done = rounds_done(state, params.retry_failed_calls)
+        return "agent" if done < params.tool_rounds else "answer"
 
     builder = StateGraph(MessagesState)
     builder.add_node("agent", act)  # a forced tool call (Python: it picks the tool)

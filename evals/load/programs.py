@@ -158,6 +158,9 @@ async def _tool_agent(
         question_tokens=sizes.question_tokens,
         tool_tokens=sizes.tool_tokens,
         answer_tokens=sizes.tool_answer_tokens,
+        # a forced call tiny runs to its budget unclosed counts as its turn: every instance
+        # makes 3 model calls, as the per-type SLO assumes (with retries, 7-23 on tiny)
+        retry_failed_calls=False,
     )
     app = prepare_graph(models, tool_agent.build_app(params, models, text), "tool-agent")
     head = split_chunks(text, params.question_tokens, 1)[0]

@@ -47,3 +47,17 @@ def test_the_tools_read_the_document() -> None:
     assert lookup.invoke({"term": "owls"}) == "Owls hunt at night.\nOwls hoot."
     assert lookup.invoke({"term": "bats"}) == "No sentence mentions 'bats'."
     assert count_words.invoke({"text": "a b  c"}) == 3
+
+
+def test_without_retries_a_failed_call_counts_as_its_round(embedded: Embedded) -> None:
+    """retry_failed_calls=False: a forced call tiny runs to its budget unclosed is its
+    round, so every mode makes exactly rounds + 1 calls (with retries this input makes
+    more: test_tool_agent_runs_in_every_mode)."""
+    params = ToolAgentParams(tool_rounds=3, retry_failed_calls=False, **SMALL)
+    ours, eager, stock = run_three_modes(embedded, "tool-agent", params)
+    assert ours.output == eager.output and stock.output
+    for result in (ours, eager, stock):
+        assert result.num_calls == result.details["model turns"] == 4
+    # this input's first forced call runs to the budget: fewer calls than rounds
+    assert ours.details["tool calls"] == eager.details["tool calls"] == stock.details["tool calls"]
+    assert ours.details["tool calls"] < 3
