@@ -18,6 +18,7 @@ from pathlib import Path
 import openai
 import pytest
 
+from eclectus.evals.cpus import children
 from eclectus.server.config import ServerConfig
 from eclectus.server.engine import EngineConfig, ProcessEngine
 from eclectus.server.front.app import EclectusServer, start_server
@@ -51,18 +52,6 @@ async def test_v1_serves_then_answers_errors_when_the_core_dies(server: Eclectus
     assert json.loads(health.read())["status"] == "ok"  # the server lives on
 
 
-def _children(pid: int) -> list[int]:
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            found.append(int(stat.parent.name))
-    return found
-
-
 @pytest.fixture
 def ctrl_c_server() -> Iterator[subprocess.Popen[str]]:
     proc = subprocess.Popen(
@@ -85,7 +74,7 @@ def test_ctrl_c_stops_the_server_and_its_core(ctrl_c_server: subprocess.Popen[st
     for line in ctrl_c_server.stderr:
         if re.search(r"eclectus serving .* on ws://", line):  # after its signal handlers
             break
-    cores = _children(ctrl_c_server.pid)
+    cores = children(ctrl_c_server.pid)
     assert len(cores) == 1
     os.killpg(ctrl_c_server.pid, signal.SIGINT)
     assert ctrl_c_server.wait(timeout=60) == 0
