@@ -16,7 +16,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from eclectus.evals.load.stats import PointSummary, Spread, max_rate_meeting_slo
+from eclectus.evals.load.stats import PointSummary, Spread, max_rate_meeting_slo, slo_crossing
 from eclectus.evals.load.sweep import LoadSweep
 
 Points = dict[str, dict[float, PointSummary]]  # series -> rate -> its rounds
@@ -46,6 +46,11 @@ def best_rates(points: Points, k: float) -> dict[str, float | None]:
     return {series: max_rate_meeting_slo(by_rate, k) for series, by_rate in points.items()}
 
 
+def slo_crossings(points: Points, k: float) -> dict[str, tuple[float, bool] | None]:
+    """Each series' interpolated SLO crossing (:func:`slo_crossing`) (pure)."""
+    return {series: slo_crossing(by_rate, k) for series, by_rate in points.items()}
+
+
 def render(
     config: dict[str, Any], sweep: LoadSweep, points: Points, k: float, plots: list[str]
 ) -> str:
@@ -71,13 +76,29 @@ def render(
     for (kind, shape), seconds in sorted(sweep.unloaded.items()):
         lines.append(f"| {kind} | {shape or '–'} | {seconds:.3f} | {k * seconds:.2f} |")
     rates = best_rates(points, k)
+    crossings = slo_crossings(points, k)
     reference = sweep.reference().name
     lines += ["", "## Highest rate at which every type's p95 meets the SLO", ""]
-    lines += ["| series | programs/s | ÷ reference |", "|---|---|---|"]
+    lines += [
+        "The crossing: where the worst type's median p95 slowdown reaches the SLO, "
+        "interpolated between the highest rate meeting it and the next swept one (≥: no "
+        "rate past it to interpolate to).",
+        "",
+        "| series | programs/s | ÷ reference | crossing | ÷ reference |",
+        "|---|---|---|---|---|",
+    ]
     for series, rate in rates.items():
-        base = rates.get(reference)
+        base, base_crossing = rates.get(reference), crossings.get(reference)
         ratio = f"{rate / base:.2f}" if rate and base else "–"
-        lines.append(f"| {series} | {rate if rate is not None else 'none'} | {ratio} |")
+        crossing = crossings[series]
+        shown, over = "none", "–"
+        if crossing is not None:
+            shown = f"{'' if crossing[1] else '≥ '}{crossing[0]:.2f}"
+            if base_crossing is not None and base_crossing[1] and crossing[1]:
+                over = f"{crossing[0] / base_crossing[0]:.2f}"
+        lines.append(
+            f"| {series} | {rate if rate is not None else 'none'} | {ratio} | {shown} | {over} |"
+        )
     for rate in sweep.rates:
         lines += _rate_tables(rate, points, kinds)
     lines += _engine_table(sweep, points)
@@ -201,6 +222,10 @@ def write_results(
             for series, by_rate in points.items()
         },
         "max_rate_meeting_slo": best_rates(points, k),
+        "slo_crossing": {
+            series: None if c is None else {"rate": c[0], "interpolated": c[1]}
+            for series, c in slo_crossings(points, k).items()
+        },
     }
     # an unfinished program's latency is infinite: JSON's Infinity, as Python writes it
     path.write_text(json.dumps(data, indent=1), encoding="utf-8")

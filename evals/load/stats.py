@@ -134,13 +134,21 @@ class PointSummary:
         ]
         return Spread.of(values) if values else None
 
+    def worst_slowdown(self) -> float:
+        """The largest of the types' median p95 slowdowns: the point meets an SLO of ``k``
+        when it is <= k (pure; inf with no rounds, or with a type never measured; 0 with
+        rounds of no programs)."""
+        if not self.rounds:
+            return INF
+        kinds = {kind for r in self.rounds for kind in r.types}
+        spreads = [self.type_spread(kind, "p95_slowdown") for kind in kinds]
+        if any(s is None for s in spreads):
+            return INF
+        return max((s.median for s in spreads if s is not None), default=0.0)
+
     def meets_slo(self, k: float) -> bool:
         """Every type's median p95 slowdown within ``k`` (pure)."""
-        kinds = {kind for r in self.rounds for kind in r.types}
-        return bool(self.rounds) and all(
-            (s := self.type_spread(kind, "p95_slowdown")) is not None and s.median <= k
-            for kind in kinds
-        )
+        return self.worst_slowdown() <= k
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -227,3 +235,23 @@ def max_rate_meeting_slo(points: dict[float, PointSummary], k: float) -> float |
             break
         best = rate
     return best
+
+
+def slo_crossing(points: dict[float, PointSummary], k: float) -> tuple[float, bool] | None:
+    """Where the worst type's p95 slowdown crosses ``k``, between the highest rate meeting
+    the SLO (:func:`max_rate_meeting_slo`) and the next swept rate, interpolated linearly in
+    the rate; ``(rate, True)``. A knee read off the swept rates alone moves in whole grid
+    steps; this one moves with the slowdowns. Where no rate past the best was swept, or the
+    next one left programs unfinished (an infinite slowdown), ``(best, False)``: a lower
+    bound. None when the lowest rate misses (pure). Linear in between: where slowdown
+    grows faster than linearly toward saturation, as it does, the crossing read is early."""
+    best = max_rate_meeting_slo(points, k)
+    if best is None:
+        return None
+    above = [rate for rate in sorted(points) if rate > best]
+    if not above:
+        return best, False
+    low, high = points[best].worst_slowdown(), points[above[0]].worst_slowdown()
+    if math.isinf(high):
+        return best, False
+    return best + (k - low) / (high - low) * (above[0] - best), True

@@ -32,6 +32,7 @@ from eclectus.evals.load.stats import (
     Spread,
     max_rate_meeting_slo,
     percentile,
+    slo_crossing,
     summarize_round,
     unloaded_latencies,
 )
@@ -159,6 +160,25 @@ def test_the_highest_rate_meeting_the_slo_stops_at_the_first_miss() -> None:
     points = {1.0: point(0.2), 2.0: point(0.3), 4.0: point(0.9), 8.0: point(0.2)}
     assert max_rate_meeting_slo(points, 5.0) == 2.0
     assert max_rate_meeting_slo({1.0: point(0.9)}, 5.0) is None
+
+
+def test_the_slo_crossing_is_interpolated_between_the_last_rate_meeting_it_and_the_next() -> None:
+    unloaded = {("chat", 0): 0.1, ("map-reduce", 4): 1.0}
+
+    def point(chat: float | None, reduce: float = 1.0) -> PointSummary:
+        records = [record("chat", chat), record("map-reduce", reduce, shape=4)]
+        return PointSummary([summarize_round(records, unloaded, 5.0, 1.0)])
+
+    # the worst type decides: 3x (chat) at 2/s, 9x (map-reduce) at 4/s: 5x a third of the way
+    points = {1.0: point(0.2), 2.0: point(0.3), 4.0: point(0.2, reduce=9.0)}
+    assert points[4.0].worst_slowdown() == pytest.approx(9.0)
+    crossing = slo_crossing(points, 5.0)
+    assert crossing is not None and crossing[1]
+    assert crossing[0] == pytest.approx(2.0 + (5 - 3) / (9 - 3) * 2.0)
+    assert slo_crossing({1.0: point(0.2), 2.0: point(0.3)}, 5.0) == (2.0, False)  # no rate past
+    unfinished = {1.0: point(0.2), 2.0: point(None)}  # a program still running: no slope
+    assert slo_crossing(unfinished, 5.0) == (1.0, False)
+    assert slo_crossing({1.0: point(0.9)}, 5.0) is None
 
 
 def test_no_slo_without_a_finished_unloaded_run() -> None:
