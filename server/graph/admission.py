@@ -144,10 +144,12 @@ class Admission:
 
     def kv_budget(self) -> int | None:
         """Tokens of KV the admitted requests may reserve together; None: no limit (pure)."""
-        if self.config.admission == "off":
+        return self._budget(backend_capacity(self.backend))
+
+    def _budget(self, capacity: EngineCapacity) -> int | None:
+        if self.config.admission == "off" or capacity.kv_tokens is None:
             return None
-        kv = backend_capacity(self.backend).kv_tokens
-        return None if kv is None else int(kv * self.config.kv_admit_fraction)
+        return int(capacity.kv_tokens * self.config.kv_admit_fraction)
 
     def kv(
         self, token_ids: Sequence[int], max_tokens: int, priority: float, tenant: str | None
@@ -156,8 +158,9 @@ class Admission:
         that may write ``max_tokens`` while inside (pure until entered; entering mutates the
         reservations and waits, behind waiters of a smaller ``priority``, while it would not
         fit)."""
-        shared = backend_capacity(self.backend).shared_block_size
-        block_size = shared if shared and self.kv_budget() is not None else 0
+        capacity = backend_capacity(self.backend)  # read once: dispatch asks it per call
+        budgeted = self._budget(capacity) is not None  # keys only while a KV budget applies
+        block_size = (capacity.shared_block_size or 0) if budgeted else 0
         keys = block_keys(token_ids, block_size, tenant) if block_size else ()
         private = len(token_ids) - len(keys) * block_size + max_tokens
         return KvReservation(self, keys, block_size, private, priority)

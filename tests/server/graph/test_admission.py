@@ -199,6 +199,19 @@ def test_block_keys_chain_each_block_to_every_id_before_it() -> None:
     assert block_keys(range(70), 32, "t1")[0] != a[0]  # other tenant
 
 
+def test_blocks_are_keyed_only_while_a_kv_budget_applies() -> None:
+    """The dispatch path hashes a prompt's blocks only where they count: with a KV budget.
+    Without one (the engine's KV unknown, or admission off) the whole prompt is private."""
+    ids = list(range(40))
+    budgeted = CappedEngine(max_seqs=8, kv_tokens=4096, shared_block_size=8)
+    assert len(make_scheduler(budgeted).admission.kv(ids, 4, 0.0, None).keys) == 5
+    unknown = CappedEngine(max_seqs=8, kv_tokens=None, shared_block_size=8)
+    off = make_scheduler(budgeted, admission="off")
+    for admission in (make_scheduler(unknown).admission, off.admission):
+        reservation = admission.kv(ids, 4, 0.0, None)
+        assert reservation.keys == () and reservation.private == 44
+
+
 @settings(max_examples=50, deadline=None)
 @given(
     prompts=st.lists(
