@@ -16,7 +16,13 @@ import math
 from pathlib import Path
 from typing import Any
 
-from eclectus.evals.load.stats import PointSummary, Spread, max_rate_meeting_slo, slo_crossing
+from eclectus.evals.load.stats import (
+    PointSummary,
+    SloCrossing,
+    Spread,
+    max_rate_meeting_slo,
+    slo_crossing,
+)
 from eclectus.evals.load.sweep import LoadSweep
 
 Points = dict[str, dict[float, PointSummary]]  # series -> rate -> its rounds
@@ -46,7 +52,7 @@ def best_rates(points: Points, k: float) -> dict[str, float | None]:
     return {series: max_rate_meeting_slo(by_rate, k) for series, by_rate in points.items()}
 
 
-def slo_crossings(points: Points, k: float) -> dict[str, tuple[float, bool] | None]:
+def slo_crossings(points: Points, k: float) -> dict[str, SloCrossing | None]:
     """Each series' interpolated SLO crossing (:func:`slo_crossing`) (pure)."""
     return {series: slo_crossing(by_rate, k) for series, by_rate in points.items()}
 
@@ -93,9 +99,9 @@ def render(
         crossing = crossings[series]
         shown, over = "none", "–"
         if crossing is not None:
-            shown = f"{'' if crossing[1] else '≥ '}{crossing[0]:.2f}"
-            if base_crossing is not None and base_crossing[1] and crossing[1]:
-                over = f"{crossing[0] / base_crossing[0]:.2f}"
+            shown = f"{'' if crossing.interpolated else '≥ '}{crossing.rate:.2f}"
+            if base_crossing and base_crossing.interpolated and crossing.interpolated:
+                over = f"{crossing.rate / base_crossing.rate:.2f}"
         lines.append(
             f"| {series} | {rate if rate is not None else 'none'} | {ratio} | {shown} | {over} |"
         )
@@ -223,7 +229,7 @@ def write_results(
         },
         "max_rate_meeting_slo": best_rates(points, k),
         "slo_crossing": {
-            series: None if c is None else {"rate": c[0], "interpolated": c[1]}
+            series: None if c is None else c._asdict()
             for series, c in slo_crossings(points, k).items()
         },
     }

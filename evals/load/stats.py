@@ -21,6 +21,7 @@ import math
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from eclectus.evals.load.driver import ProgramRecord
 
@@ -237,21 +238,30 @@ def max_rate_meeting_slo(points: dict[float, PointSummary], k: float) -> float |
     return best
 
 
-def slo_crossing(points: dict[float, PointSummary], k: float) -> tuple[float, bool] | None:
+class SloCrossing(NamedTuple):
+    """Where a series' worst type reaches its SLO: ``rate``, interpolated between two swept
+    rates, or, ``interpolated`` False, the highest swept rate meeting it (a lower bound)."""
+
+    rate: float
+    interpolated: bool
+
+
+def slo_crossing(points: dict[float, PointSummary], k: float) -> SloCrossing | None:
     """Where the worst type's p95 slowdown crosses ``k``, between the highest rate meeting
     the SLO (:func:`max_rate_meeting_slo`) and the next swept rate, interpolated linearly in
-    the rate; ``(rate, True)``. A knee read off the swept rates alone moves in whole grid
+    the rate. A knee read off the swept rates alone moves in whole grid
     steps; this one moves with the slowdowns. Where no rate past the best was swept, or the
-    next one left programs unfinished (an infinite slowdown), ``(best, False)``: a lower
-    bound. None when the lowest rate misses (pure). Linear in between: where slowdown
-    grows faster than linearly toward saturation, as it does, the crossing read is early."""
+    next one left programs unfinished (an infinite slowdown), the best rate, not
+    interpolated: a lower bound. None when the lowest rate misses (pure). Linear in
+    between: where slowdown grows faster than linearly toward saturation, as it does, the
+    crossing read is early."""
     best = max_rate_meeting_slo(points, k)
     if best is None:
         return None
     above = [rate for rate in sorted(points) if rate > best]
     if not above:
-        return best, False
+        return SloCrossing(best, False)
     low, high = points[best].worst_slowdown(), points[above[0]].worst_slowdown()
     if math.isinf(high):
-        return best, False
-    return best + (k - low) / (high - low) * (above[0] - best), True
+        return SloCrossing(best, False)
+    return SloCrossing(best + (k - low) / (high - low) * (above[0] - best), True)

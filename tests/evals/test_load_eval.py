@@ -173,8 +173,8 @@ def test_the_slo_crossing_is_interpolated_between_the_last_rate_meeting_it_and_t
     points = {1.0: point(0.2), 2.0: point(0.3), 4.0: point(0.2, reduce=9.0)}
     assert points[4.0].worst_slowdown() == pytest.approx(9.0)
     crossing = slo_crossing(points, 5.0)
-    assert crossing is not None and crossing[1]
-    assert crossing[0] == pytest.approx(2.0 + (5 - 3) / (9 - 3) * 2.0)
+    assert crossing is not None and crossing.interpolated
+    assert crossing.rate == pytest.approx(2.0 + (5 - 3) / (9 - 3) * 2.0)
     assert slo_crossing({1.0: point(0.2), 2.0: point(0.3)}, 5.0) == (2.0, False)  # no rate past
     unfinished = {1.0: point(0.2), 2.0: point(None)}  # a program still running: no slope
     assert slo_crossing(unfinished, 5.0) == (1.0, False)
@@ -267,7 +267,7 @@ def test_quick_mode_writes_a_report_of_the_right_shape(tmp_path: Path) -> None:
     programs = [p for run in results["runs"] for p in run["records"]]
     assert programs and all(p["end_s"] is not None and p["error"] is None for p in programs)
     assert {u["type"] for u in results["unloaded"]} == set(PROGRAM_TYPES)
-    assert set(results["max_rate_meeting_slo"]) == series
+    assert set(results["max_rate_meeting_slo"]) == set(results["slo_crossing"]) == series
     # the built-in engine's preemption counter is read before and after every run
     assert all(run["num_preemptions"] is not None for run in results["runs"])
     report = (out / "report.md").read_text()
