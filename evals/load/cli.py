@@ -32,7 +32,7 @@ from eclectus.evals.load.sweep import LoadSweep
 from eclectus.evals.load.systems import DEFAULT_LAS_RATE, SYSTEMS, LoadPlan
 from eclectus.evals.servers import signals_raise
 from eclectus.evals.systems import VARIANTS, parse_choices
-from eclectus.server.flag_types import non_negative_float, positive_float
+from eclectus.server.flag_types import engine_seqs, non_negative_float, positive_float
 from eclectus.server.graph.policies import ProgramPolicy
 
 
@@ -136,12 +136,9 @@ def _plan(args: argparse.Namespace) -> LoadPlan:
     if args.vllm_python and not Path(args.vllm_python).is_file():
         raise ValueError(f"--vllm-python {args.vllm_python}: no such file")
     default = ",".join(SYSTEMS) if args.vllm_python else "self,eclectus"
-    seqs = tuple(t.strip().lower() for t in args.max_engine_seqs.split(","))
-    if any(t not in ("none", "auto") and not (t.isdigit() and int(t) >= 1) for t in seqs):
-        raise ValueError(
-            f"--max-engine-seqs {args.max_engine_seqs}: integers >= 1, none or auto, "
-            "comma-separated"
-        )
+    seqs = _serve_values(
+        args.max_engine_seqs.lower(), "--max-engine-seqs", engine_seqs, "integers >= 1, none, auto"
+    )
     gaps = _serve_values(args.program_gaps, "--program-gaps", non_negative_float, "seconds >= 0")
     rates = _serve_values(args.las_rates, "--las-rates", positive_float, "tokens/s > 0")
     model_dir = resolve_model_dir(args.model)

@@ -294,6 +294,15 @@ def test_a_learned_batch_cap_is_a_setting_like_a_number(tmp_path: Path) -> None:
     assert set(systems) == {"eclectus-s16", "eclectus-sauto"}
     command = systems["eclectus-sauto"].server.command()
     assert command[command.index("--max-engine-seqs") + 1] == "auto"
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert _plan(parser.parse_args(["load", "--max-engine-seqs", "8,AUTO"])).max_engine_seqs == (
+        "8",
+        "auto",
+    )
+    for bad in ("0", "16,x", "2.5"):  # what `eclectus serve --max-engine-seqs` refuses
+        with pytest.raises(ValueError, match=r"--max-engine-seqs .*: integers >= 1, none, auto"):
+            _plan(parser.parse_args(["load", "--max-engine-seqs", bad]))
 
 
 def test_vllms_histograms_are_summed_over_the_engines_and_a_silent_engine_voids_them() -> None:
