@@ -71,6 +71,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--unloaded-reps", type=int, default=None, help="runs per type alone")
     parser.add_argument(
+        "--capacity-burst",
+        type=int,
+        default=0,
+        metavar="N",
+        help="after the sweep, per round: N programs of the mix arriving at once on every "
+        "system; how fast each drains them is its capacity (default 0: none)",
+    )
+    parser.add_argument(
         "--max-engine-seqs",
         default="32",
         metavar="N|none|auto",
@@ -120,11 +128,14 @@ def _sweep_args(args: argparse.Namespace) -> dict[str, Any]:
         "drain_timeout_s": args.drain_timeout or (30.0 if quick else 60.0),
         "unloaded_reps": args.unloaded_reps or (1 if quick else 3),
         "warmup": not quick,  # CI checks the report's shape, not speed
+        "capacity_programs": args.capacity_burst,
     }
     if settings["duration_s"] <= 0 or settings["drain_timeout_s"] <= 0:
         raise ValueError("--duration and --drain-timeout must be > 0")
     if settings["rounds"] < 1 or settings["unloaded_reps"] < 1:
         raise ValueError("--rounds and --unloaded-reps must be >= 1")
+    if settings["capacity_programs"] < 0:
+        raise ValueError("--capacity-burst must be >= 0 (0: no capacity runs)")
     if not args.slo_factor > 0:
         raise ValueError("--slo-factor must be > 0")
     return settings

@@ -135,16 +135,23 @@ def schedule(
     if not rate > 0 or not duration_s > 0:
         raise ValueError(f"rate and duration must be > 0, got {rate} and {duration_s}")
     rng = random.Random(seed)
-    kinds, weights = list(mix), list(mix.values())
     specs: list[ProgramSpec] = []
     now = rng.expovariate(rate)
     while now < duration_s:
-        kind = rng.choices(kinds, weights)[0]
-        low, high = shape_range(kind, sizes)
-        shape = rng.randint(low, high) if high else 0
-        specs.append(ProgramSpec(len(specs), kind, now, shape, rng.randrange(1 << 30)))
+        specs.append(_draw(rng, len(specs), now, mix, sizes))
         now += rng.expovariate(rate)
     return specs
+
+
+def _draw(
+    rng: random.Random, index: int, arrival_s: float, mix: dict[str, float], sizes: Sizes
+) -> ProgramSpec:
+    """One program arriving at ``arrival_s``: its type by ``mix``, its shape uniformly in
+    the type's range, its input's seed (mutates ``rng``)."""
+    kind = rng.choices(list(mix), list(mix.values()))[0]
+    low, high = shape_range(kind, sizes)
+    shape = rng.randint(low, high) if high else 0
+    return ProgramSpec(index, kind, arrival_s, shape, rng.randrange(1 << 30))
 
 
 def unloaded_schedule(
@@ -161,3 +168,12 @@ def unloaded_schedule(
             for _ in range(reps):
                 specs.append(ProgramSpec(len(specs), kind, 0.0, shape, rng.randrange(1 << 30)))
     return specs
+
+
+def burst(num_programs: int, mix: dict[str, float], sizes: Sizes, seed: int) -> list[ProgramSpec]:
+    """``num_programs`` programs all arriving at once, their types drawn by ``mix``: the
+    backlog a capacity run drains (pure: seeded)."""
+    if num_programs < 1:
+        raise ValueError(f"a burst needs at least one program, got {num_programs}")
+    rng = random.Random(seed)
+    return [_draw(rng, index, 0.0, mix, sizes) for index in range(num_programs)]

@@ -4,8 +4,9 @@ report.md: the configuration, the SLO (each type's unloaded latencies on the ref
 per app variant one table per rate (a row per system: programs completed per second, goodput,
 share within the SLO, failed and unfinished programs, preemptions, each type's p95 latency and
 the chats' time to first token), the per-type p50/p99 beside them, and the highest rate at
-which every type's p95 met the SLO, with its ratio to the reference's. Every figure is the
-median over the rounds with its min-max.
+which every type's p95 met the SLO, with its ratio to the reference's; with capacity runs,
+how fast each series drained a burst, against the reference's SLO crossing. Every figure is
+the median over the rounds with its min-max.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from eclectus.evals.load.stats import (
+    Drain,
     PointSummary,
     SloCrossing,
     Spread,
+    drain,
     max_rate_meeting_slo,
     slo_crossing,
 )
@@ -55,6 +58,16 @@ def best_rates(points: Points, k: float) -> dict[str, float | None]:
 def slo_crossings(points: Points, k: float) -> dict[str, SloCrossing | None]:
     """Each series' interpolated SLO crossing (:func:`slo_crossing`) (pure)."""
     return {series: slo_crossing(by_rate, k) for series, by_rate in points.items()}
+
+
+def capacities(sweep: LoadSweep) -> dict[str, list[Drain]]:
+    """Each series' capacity runs, round by round (pure)."""
+    drains: dict[str, list[Drain]] = {}
+    for run in sweep.bursts:
+        drains.setdefault(run.series, []).append(
+            drain(run.records, run.wall_s, run.num_preemptions)
+        )
+    return drains
 
 
 def render(
@@ -105,11 +118,48 @@ def render(
         lines.append(
             f"| {series} | {rate if rate is not None else 'none'} | {ratio} | {shown} | {over} |"
         )
+    lines += _capacity_table(capacities(sweep), crossings.get(reference), reference)
     for rate in sweep.rates:
         lines += _rate_tables(rate, points, kinds)
     lines += _engine_table(sweep, points)
     lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
     return "\n".join(lines) + "\n"
+
+
+def _capacity_table(
+    drains: dict[str, list[Drain]], base: SloCrossing | None, reference: str
+) -> list[str]:
+    """How fast each series drained its bursts, against the reference's SLO crossing; no
+    lines without capacity runs (pure)."""
+    if not drains:
+        return []
+    num = max(d.num_programs for runs in drains.values() for d in runs)
+    lines = [
+        "",
+        f"## Capacity: {num} programs arriving at once",
+        "",
+        "Programs finished per second, to the last one's end. Arrivals faster than this for "
+        "long queue without bound, under any order: a series' capacity over the reference's "
+        "SLO crossing is the most its order could raise the knee over the reference's.",
+        "",
+        "| series | finished | drained/s | ÷ reference | preempt | ÷ reference's crossing |",
+        "|---|---|---|---|---|---|",
+    ]
+    ref = drains.get(reference)
+    ref_median = Spread.of([d.per_s for d in ref]).median if ref else None
+    for series, runs in drains.items():
+        per_s = Spread.of([d.per_s for d in runs])
+        preempted = [d.num_preemptions for d in runs if d.num_preemptions is not None]
+        finished = f"{sum(d.num_finished for d in runs)}/{sum(d.num_programs for d in runs)}"
+        ratio = f"{per_s.median / ref_median:.2f}" if ref_median else "–"
+        ceiling = "–"
+        if base is not None:  # ≤: the reference met every rate swept, a lower bound
+            ceiling = f"{'' if base.interpolated else '≤ '}{per_s.median / base.rate:.2f}"
+        lines.append(
+            f"| {series} | {finished} | {_fmt(per_s)} | {ratio} | "
+            f"{_fmt(Spread.of(preempted), 0) if preempted else '–'} | {ceiling} |"
+        )
+    return lines
 
 
 def _rate_tables(rate: float, points: Points, kinds: list[str]) -> list[str]:
@@ -220,6 +270,11 @@ def write_results(
         if sweep.unloaded_engine is not None
         else None,
         "runs": [dataclasses.asdict(run) for run in sweep.runs],
+        "bursts": [dataclasses.asdict(run) for run in sweep.bursts],
+        "capacity": {
+            series: [dataclasses.asdict(d) for d in drains]
+            for series, drains in capacities(sweep).items()
+        },
         "summary": {
             series: {
                 f"{rate:g}": [dataclasses.asdict(r) for r in point.rounds]

@@ -265,3 +265,24 @@ def slo_crossing(points: dict[float, PointSummary], k: float) -> SloCrossing | N
     if math.isinf(high):
         return SloCrossing(best, False)
     return SloCrossing(best + (k - low) / (high - low) * (above[0] - best), True)
+
+
+@dataclass(frozen=True, slots=True)
+class Drain:
+    """One capacity run: a burst of programs arriving at once, and how fast a system
+    finished them. ``per_s``: programs finished per second, to the last one's end (every
+    program finished) or to the drain timeout (a lower bound: some did not)."""
+
+    num_programs: int
+    num_finished: int
+    per_s: float
+    num_preemptions: float | None
+
+
+def drain(records: list[ProgramRecord], wall_s: float, num_preemptions: float | None) -> Drain:
+    """A capacity run's :class:`Drain`: ``records`` all arrived at 0, ``wall_s`` the run's
+    length to the drain's end (pure)."""
+    finished = [r.end_s for r in records if r.finished and r.end_s is not None]
+    span = max(finished) if len(finished) == len(records) and finished else wall_s
+    per_s = len(finished) / span if span > 0 else 0.0
+    return Drain(len(records), len(finished), per_s, num_preemptions)

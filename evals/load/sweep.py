@@ -11,17 +11,22 @@ every system and app variant, alternated.
    run the engines are let settle (nothing running) and their prefix caches emptied where
    they allow it; the run's preemptions are the engines' counter before and after, and so
    is where vLLM's time went (stats.EngineTime; the unloaded runs' too, for comparison).
+3. **Capacity** (``capacity_programs`` > 0): per round, ``capacity_programs`` programs of the
+   mix arriving at once, run on every series as a sweep round is; how fast each drains the
+   backlog is the most programs/s it sustains (stats.drain). A rate above it
+   queues without bound, so no order meets every SLO there for long.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from eclectus.evals.load.driver import ProgramRecord, run_alone, run_schedule
-from eclectus.evals.load.mix import Sizes, schedule, unloaded_schedule
+from eclectus.evals.load.mix import ProgramSpec, Sizes, burst, schedule, unloaded_schedule
 from eclectus.evals.load.programs import RunContext, Variant, run_handbook
 from eclectus.evals.load.stats import EngineTime, unloaded_latencies
 from eclectus.evals.load.systems import LoadSystem
@@ -73,8 +78,10 @@ class LoadSweep:
     unloaded_reps: int = 3
     seed: int = 1
     warmup: bool = True
+    capacity_programs: int = 0  # a burst of this many per round; 0: no capacity runs
     log: Callable[[str], None] = print
     runs: list[LoadRun] = field(default_factory=list)
+    bursts: list[LoadRun] = field(default_factory=list)  # the capacity runs (rate: inf)
     unloaded: dict[tuple[str, int], float] = field(default_factory=dict)
     unloaded_records: list[ProgramRecord] = field(default_factory=list)
     unloaded_engine: EngineTime | None = None  # the reference's engine, run alone
@@ -112,43 +119,77 @@ class LoadSweep:
         ))  # fmt: skip
 
     def run(self) -> None:
-        """Every rate, round and series (mutates ``runs``)."""
+        """Every rate, round and series, then the capacity runs if any (mutates ``runs``,
+        ``bursts``)."""
         for rate in self.rates:
             for round_ in range(self.rounds):
                 self.run_round(rate, round_)
+        if self.capacity_programs:
+            for round_ in range(self.rounds):
+                self.run_burst(round_)
 
     def run_round(self, rate: float, round_: int) -> None:
         seed = self.seed * 1_000 + round_ * 97 + int(rate * 1_000)
         specs = schedule(rate, self.duration_s, self.mix, self.sizes, seed)
-        handbook = run_handbook(seed, self.sizes)
+        for series in self._rotated(round_):
+            run = self._run_series(series, specs, rate, round_, seed, self.duration_s)
+            self.runs.append(run)
+            self._log_run(f"rate {rate:g}", run, series)
+
+    def run_burst(self, round_: int) -> None:
+        """One capacity round: ``capacity_programs`` arriving at once, on every series
+        (mutates ``bursts``)."""
+        seed = self.seed * 1_000 + round_ * 97 + 777_777  # apart from every rate's seeds
+        specs = burst(self.capacity_programs, self.mix, self.sizes, seed)
+        for series in self._rotated(round_):
+            run = self._run_series(series, specs, math.inf, round_, seed, 0.0)
+            self.bursts.append(run)
+            self._log_run(f"burst of {len(specs)}", run, series)
+
+    def _rotated(self, round_: int) -> list[Series]:
+        """The series in this round's order: rotated by one each round, so drift over the
+        run hits every series alike (pure)."""
         order = self.series
         shift = round_ % len(order)
-        for series in order[shift:] + order[:shift]:
-            system = series.system
-            system.settle()
-            for engine in system.engines:
-                engine.reset_prefix_cache()
-            before = system.preemptions()
-            times = system.engine_times()
-            tag = f"r{round_}-{rate:g}-{series.name}"
-            outcome = run_schedule(
-                specs, series.context(self.sizes, handbook, tag), self.drain_timeout_s
-            )
-            after = system.preemptions()
-            preempted = after - before if before is not None and after is not None else None
-            run = LoadRun(
-                series.name, rate, round_, seed, self.duration_s, outcome.wall_s,
-                outcome.records, preempted, os.getloadavg(),
-                _engine_time(system, times, outcome.wall_s),
-            )  # fmt: skip
-            self.runs.append(run)
-            done = sum(r.finished for r in outcome.records)
-            limit = system.admitted_limit()
-            self.log(
-                f"rate {rate:g} round {round_} {series.name}: {done}/{len(outcome.records)} "
-                f"finished, load {run.load_average[0]:.1f}"
-                + (f", admitted limit {limit:g}" if limit is not None else "")
-            )
+        return order[shift:] + order[:shift]
+
+    def _run_series(
+        self,
+        series: Series,
+        specs: list[ProgramSpec],
+        rate: float,
+        round_: int,
+        seed: int,
+        window_s: float,
+    ) -> LoadRun:
+        """``specs`` on ``series`` from a settled engine with an empty prefix cache
+        (blocking; network)."""
+        system = series.system
+        system.settle()
+        for engine in system.engines:
+            engine.reset_prefix_cache()
+        before = system.preemptions()
+        times = system.engine_times()
+        tag = f"r{round_}-{rate:g}-{series.name}"
+        handbook = run_handbook(seed, self.sizes)
+        outcome = run_schedule(
+            specs, series.context(self.sizes, handbook, tag), self.drain_timeout_s
+        )
+        after = system.preemptions()
+        preempted = after - before if before is not None and after is not None else None
+        return LoadRun(
+            series.name, rate, round_, seed, window_s, outcome.wall_s, outcome.records,
+            preempted, os.getloadavg(), _engine_time(system, times, outcome.wall_s),
+        )  # fmt: skip
+
+    def _log_run(self, what: str, run: LoadRun, series: Series) -> None:
+        done = sum(r.finished for r in run.records)
+        limit = series.system.admitted_limit()
+        self.log(
+            f"{what} round {run.round} {series.name}: {done}/{len(run.records)} finished, "
+            f"load {run.load_average[0]:.1f}"
+            + (f", admitted limit {limit:g}" if limit is not None else "")
+        )
 
 
 def _engine_time(

@@ -21,15 +21,20 @@ from eclectus.evals.load.mix import (
     DEFAULT_MIX,
     PROGRAM_TYPES,
     Sizes,
+    burst,
     parse_mix,
     schedule,
     shape_range,
     unloaded_schedule,
 )
+from eclectus.evals.load.report import _capacity_table
 from eclectus.evals.load.stats import (
+    Drain,
     EngineTime,
     PointSummary,
+    SloCrossing,
     Spread,
+    drain,
     max_rate_meeting_slo,
     percentile,
     slo_crossing,
@@ -181,6 +186,42 @@ def test_the_slo_crossing_is_interpolated_between_the_last_rate_meeting_it_and_t
     assert slo_crossing({1.0: point(0.9)}, 5.0) is None
 
 
+def test_a_burst_arrives_at_once_drawn_by_the_mix_and_seeded() -> None:
+    specs = burst(200, DEFAULT_MIX, Sizes(), seed=5)
+    assert len(specs) == 200 and {s.arrival_s for s in specs} == {0.0}
+    assert [s.index for s in specs] == list(range(200))
+    assert {s.kind for s in specs} == set(DEFAULT_MIX)
+    for spec in specs:
+        low, high = shape_range(spec.kind, Sizes())
+        assert low <= spec.shape <= high
+    assert burst(200, DEFAULT_MIX, Sizes(), seed=5) == specs
+    assert burst(200, DEFAULT_MIX, Sizes(), seed=6) != specs
+    with pytest.raises(ValueError, match="at least one program"):
+        burst(0, DEFAULT_MIX, Sizes(), seed=5)
+
+
+def test_a_drain_counts_to_the_last_end_or_to_the_timeout() -> None:
+    done = [record("chat", 2.0), record("chat", 4.0), record("chat", 1.0)]  # arrived at 1.0
+    assert drain(done, wall_s=9.0, num_preemptions=2) == Drain(3, 3, 3 / 5.0, 2)
+    cut = [*done, record("chat", None)]  # one still running at the drain timeout
+    assert drain(cut, wall_s=10.0, num_preemptions=None) == Drain(4, 3, 0.3, None)
+
+
+def test_the_capacity_table_sets_each_drain_against_the_references_crossing() -> None:
+    drains = {
+        "vllm": [Drain(10, 10, 3.0, 5), Drain(10, 10, 4.0, 7), Drain(10, 10, 3.5, 6)],
+        "front": [Drain(10, 10, 4.0, 0), Drain(10, 10, 5.0, 0), Drain(10, 10, 4.5, 0)],
+    }
+    table = "\n".join(_capacity_table(drains, SloCrossing(3.0, True), "vllm"))
+    assert "## Capacity: 10 programs arriving at once" in table
+    assert "| vllm | 30/30 | 3.50 (3.00–4.00) | 1.00 | 6 (5–7) | 1.17 |" in table
+    assert "| front | 30/30 | 4.50 (4.00–5.00) | 1.29 | 0 | 1.50 |" in table
+    # the reference met every swept rate: its crossing is a lower bound, the ratio a bound
+    table = "\n".join(_capacity_table(drains, SloCrossing(3.0, False), "vllm"))
+    assert "| front | 30/30 | 4.50 (4.00–5.00) | 1.29 | 0 | ≤ 1.50 |" in table
+    assert _capacity_table({}, SloCrossing(3.0, True), "vllm") == []
+
+
 def test_no_slo_without_a_finished_unloaded_run() -> None:
     with pytest.raises(ValueError, match="no unloaded run of chat"):
         unloaded_latencies([record("chat", None, error="down")])
@@ -253,8 +294,9 @@ def test_quick_mode_writes_a_report_of_the_right_shape(tmp_path: Path) -> None:
     /v1, two rates, every program type: every run's programs finish, results.json holds
     every run and program, report.md its tables, and the plots are written."""
     out = tmp_path / "load"
+    command = [sys.executable, "-m", "eclectus", "eval", "load", "--quick"]
     done = subprocess.run(
-        [sys.executable, "-m", "eclectus", "eval", "load", "--quick", "--out", str(out)],
+        [*command, "--capacity-burst", "3", "--out", str(out)],
         capture_output=True,
         text=True,
         timeout=600,
@@ -268,12 +310,18 @@ def test_quick_mode_writes_a_report_of_the_right_shape(tmp_path: Path) -> None:
     assert programs and all(p["end_s"] is not None and p["error"] is None for p in programs)
     assert {u["type"] for u in results["unloaded"]} == set(PROGRAM_TYPES)
     assert set(results["max_rate_meeting_slo"]) == set(results["slo_crossing"]) == series
+    # a capacity round per round: 3 programs at once on every series, every one finished
+    assert {run["series"] for run in results["bursts"]} == set(results["capacity"]) == series
+    for drains in results["capacity"].values():
+        assert [(d["num_programs"], d["num_finished"]) for d in drains] == [(3, 3)]
+        assert drains[0]["per_s"] > 0
     # the built-in engine's preemption counter is read before and after every run
     assert all(run["num_preemptions"] is not None for run in results["runs"])
     report = (out / "report.md").read_text()
     for heading in (
         "## Unloaded latencies",
         "## Highest rate",
+        "## Capacity: 3 programs arriving at once",
         "## 1 programs/s",
         "## 2 programs/s",
     ):
