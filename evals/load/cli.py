@@ -16,6 +16,7 @@ import datetime
 import os
 import platform
 import shlex
+import statistics
 import sys
 from collections import defaultdict
 from collections.abc import Callable
@@ -26,7 +27,7 @@ from eclectus.evals.budget import Budget
 from eclectus.evals.cpus import CpuLayout, add_layout_argument
 from eclectus.evals.load.mix import PROGRAM_TYPES, Sizes, parse_mix
 from eclectus.evals.load.plots import goodput_plot, latency_plot
-from eclectus.evals.load.report import Points, render, write_results
+from eclectus.evals.load.report import Points, capacities, render, write_results
 from eclectus.evals.load.stats import PointSummary, summarize_round
 from eclectus.evals.load.sweep import LoadSweep
 from eclectus.evals.load.systems import DEFAULT_LAS_RATE, SYSTEMS, LoadPlan
@@ -261,7 +262,14 @@ def _write(args: argparse.Namespace, sweep: LoadSweep, layout: CpuLayout) -> int
         slo = {
             kind: k * max(v for (t, _), v in sweep.unloaded.items() if t == kind) for kind in kinds
         }
-        plots = [latency_plot(args.out, points, kinds, slo), goodput_plot(args.out, points)]
+        capacity = {
+            series: statistics.median(d.per_s for d in drains)
+            for series, drains in capacities(sweep).items()
+        }
+        plots = [
+            latency_plot(args.out, points, kinds, slo),
+            goodput_plot(args.out, points, capacity),
+        ]
     write_results(args.out / "results.json", config, sweep, points, k)
     (args.out / "report.md").write_text(render(config, sweep, points, k, plots), encoding="utf-8")
     print(f"wrote {args.out / 'report.md'} and results.json", file=sys.stderr)
