@@ -138,9 +138,9 @@ def _capacity_table(
         "",
         f"## Capacity: {num} programs arriving at once",
         "",
-        "Programs finished per second, to the last one's end. Arrivals faster than this for "
-        "long queue without bound, under any order: a series' capacity over the reference's "
-        "SLO crossing is the most its order could raise the knee over the reference's.",
+        "Programs finished per second, to the last one's end. Arrivals that outpace it for "
+        "long queue without bound under any order, so a series' capacity over the reference's "
+        "SLO crossing is about the most its order could raise the knee over the reference's.",
         "",
         "| series | finished | drained/s | ÷ reference | preempt | ÷ reference's crossing |",
         "|---|---|---|---|---|---|",
