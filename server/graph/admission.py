@@ -18,7 +18,8 @@ budgets and KV pool; a remote pool's per-engine cap and each vLLM's KV cache, fr
    throughput knee, learned from its decode steps (batch_knee.py). Task groups and map
    instances count like any call.
 2. **KV**: a request reserves its prompt plus its ``max_tokens`` (the most KV it can come to
-   hold) before it is sent, and waits, in rank order, while the reservations would pass
+   hold; in whole blocks where the engines' block size is known, as they allocate it) before
+   it is sent, and waits, in rank order, while the reservations would pass
    ``kv_admit_fraction`` of the KV cache, so a burst of long prompts never makes the engine
    preempt and recompute. Where the engines share prefixes (``shared_block_size``: prefix
    caching on), a prompt's leading full blocks that a request already admitted holds are
@@ -163,6 +164,8 @@ class Admission:
         block_size = (capacity.shared_block_size or 0) if budgeted else 0
         keys = block_keys(token_ids, block_size, tenant) if block_size else ()
         private = len(token_ids) - len(keys) * block_size + max_tokens
+        if block_size:  # the engine holds whole blocks: the last partial one counts whole
+            private = -(-private // block_size) * block_size
         return KvReservation(self, keys, block_size, private, priority)
 
     def cost(self, reservation: KvReservation) -> int:

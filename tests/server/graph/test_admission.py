@@ -212,6 +212,18 @@ def test_blocks_are_keyed_only_while_a_kv_budget_applies() -> None:
         assert reservation.keys == () and reservation.private == 44
 
 
+def test_what_a_request_holds_alone_is_counted_in_whole_blocks() -> None:
+    """The engine allocates whole blocks: a prompt's last partial block and the tokens the
+    request may write are reserved rounded up to the block, or a full batch of them would
+    pass the KV cache by up to a block a request and the engine would preempt."""
+    engine = CappedEngine(max_seqs=8, kv_tokens=4096, shared_block_size=8)
+    admission = make_scheduler(engine).admission
+    assert admission.kv(list(range(43)), 4, 0.0, None).private == 8  # 3 + 4 -> one block
+    assert admission.kv(list(range(43)), 6, 0.0, None).private == 16  # 3 + 6 -> two
+    assert admission.kv(list(range(40)), 8, 0.0, None).private == 8  # exactly one
+    assert admission.kv(list(range(40)), 0, 0.0, None).private == 0
+
+
 @settings(max_examples=50, deadline=None)
 @given(
     prompts=st.lists(
