@@ -16,7 +16,6 @@ import datetime
 import os
 import platform
 import shlex
-import statistics
 import sys
 from collections import defaultdict
 from collections.abc import Callable
@@ -28,7 +27,7 @@ from eclectus.evals.cpus import CpuLayout, add_layout_argument
 from eclectus.evals.load.mix import PROGRAM_TYPES, Sizes, parse_mix
 from eclectus.evals.load.plots import goodput_plot, latency_plot
 from eclectus.evals.load.report import Points, capacities, render, write_results
-from eclectus.evals.load.stats import PointSummary, summarize_round
+from eclectus.evals.load.stats import PointSummary, drained, summarize_round
 from eclectus.evals.load.sweep import LoadSweep
 from eclectus.evals.load.systems import DEFAULT_LAS_RATE, SYSTEMS, LoadPlan
 from eclectus.evals.servers import signals_raise
@@ -245,6 +244,7 @@ def run(args: argparse.Namespace) -> int:
 def _write(args: argparse.Namespace, sweep: LoadSweep, layout: CpuLayout) -> int:
     k = args.slo_factor
     points = summarize(sweep, k)
+    drains = capacities(sweep)
     loads = [run.load_average[0] for run in sweep.runs]
     config = {
         "command": "eclectus eval "
@@ -262,16 +262,14 @@ def _write(args: argparse.Namespace, sweep: LoadSweep, layout: CpuLayout) -> int
         slo = {
             kind: k * max(v for (t, _), v in sweep.unloaded.items() if t == kind) for kind in kinds
         }
-        capacity = {
-            series: statistics.median(d.per_s for d in drains)
-            for series, drains in capacities(sweep).items()
-        }
+        capacity = {series: drained(runs).median for series, runs in drains.items()}
         plots = [
             latency_plot(args.out, points, kinds, slo),
             goodput_plot(args.out, points, capacity),
         ]
-    write_results(args.out / "results.json", config, sweep, points, k)
-    (args.out / "report.md").write_text(render(config, sweep, points, k, plots), encoding="utf-8")
+    write_results(args.out / "results.json", config, sweep, points, k, drains)
+    report = render(config, sweep, points, k, plots, drains)
+    (args.out / "report.md").write_text(report, encoding="utf-8")
     print(f"wrote {args.out / 'report.md'} and results.json", file=sys.stderr)
     failed = sum(r.error is not None for run in sweep.runs for r in run.records)
     if failed:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 from eclectus.evals.load.stats import PointSummary, Spread
 
@@ -22,7 +23,7 @@ def _pyplot():  # type: ignore[no-untyped-def]
     return plt
 
 
-def _line(ax, rates: list[float], spreads: list[Spread | None], label: str) -> str | None:  # type: ignore[no-untyped-def]
+def _line(ax, rates: list[float], spreads: list[Spread | None], label: str) -> Any:  # type: ignore[no-untyped-def]
     """One series' medians with min-max bars; its colour (None: nothing finite to draw)."""
     shown = [(r, s) for r, s in zip(rates, spreads, strict=True) if s and math.isfinite(s.median)]
     if not shown:
@@ -32,9 +33,7 @@ def _line(ax, rates: list[float], spreads: list[Spread | None], label: str) -> s
     low = [s.median - s.low for _, s in shown]
     high = [(s.high - s.median) if math.isfinite(s.high) else 0.0 for _, s in shown]
     bars = ax.errorbar(xs, ys, yerr=[low, high], marker="o", capsize=3, label=label)
-    from matplotlib.colors import to_hex  # loaded with pyplot already
-
-    return to_hex(bars.lines[0].get_color())
+    return bars.lines[0].get_color()
 
 
 def latency_plot(out_dir: Path, points: Points, kinds: list[str], slo: dict[str, float]) -> str:

@@ -23,6 +23,7 @@ from eclectus.evals.load.stats import (
     SloCrossing,
     Spread,
     drain,
+    drained,
     max_rate_meeting_slo,
     slo_crossing,
 )
@@ -71,9 +72,14 @@ def capacities(sweep: LoadSweep) -> dict[str, list[Drain]]:
 
 
 def render(
-    config: dict[str, Any], sweep: LoadSweep, points: Points, k: float, plots: list[str]
+    config: dict[str, Any],
+    sweep: LoadSweep,
+    points: Points,
+    k: float,
+    plots: list[str],
+    drains: dict[str, list[Drain]],
 ) -> str:
-    """report.md's text (pure)."""
+    """report.md's text; ``drains``: :func:`capacities` (pure)."""
     kinds = sorted({r.kind for run in sweep.runs for r in run.records})
     lines = [
         "# Many programs at once (`eclectus eval load`)",
@@ -118,7 +124,7 @@ def render(
         lines.append(
             f"| {series} | {rate if rate is not None else 'none'} | {ratio} | {shown} | {over} |"
         )
-    lines += _capacity_table(capacities(sweep), crossings.get(reference), reference)
+    lines += _capacity_table(drains, crossings.get(reference), reference)
     for rate in sweep.rates:
         lines += _rate_tables(rate, points, kinds)
     lines += _engine_table(sweep, points)
@@ -146,9 +152,9 @@ def _capacity_table(
         "|---|---|---|---|---|---|",
     ]
     ref = drains.get(reference)
-    ref_median = Spread.of([d.per_s for d in ref]).median if ref else None
+    ref_median = drained(ref).median if ref else None
     for series, runs in drains.items():
-        per_s = Spread.of([d.per_s for d in runs])
+        per_s = drained(runs)
         preempted = [d.num_preemptions for d in runs if d.num_preemptions is not None]
         finished = f"{sum(d.num_finished for d in runs)}/{sum(d.num_programs for d in runs)}"
         ratio = f"{per_s.median / ref_median:.2f}" if ref_median else "–"
@@ -254,7 +260,12 @@ def _num(value: float | None) -> str:
 
 
 def write_results(
-    path: Path, config: dict[str, Any], sweep: LoadSweep, points: Points, k: float
+    path: Path,
+    config: dict[str, Any],
+    sweep: LoadSweep,
+    points: Points,
+    k: float,
+    drains: dict[str, list[Drain]],
 ) -> None:
     """results.json: the configuration, the unloaded records and latencies, every run with
     every program, the per-round summaries and the highest rates (mutates disk)."""
@@ -272,8 +283,7 @@ def write_results(
         "runs": [dataclasses.asdict(run) for run in sweep.runs],
         "bursts": [dataclasses.asdict(run) for run in sweep.bursts],
         "capacity": {
-            series: [dataclasses.asdict(d) for d in drains]
-            for series, drains in capacities(sweep).items()
+            series: [dataclasses.asdict(d) for d in runs] for series, runs in drains.items()
         },
         "summary": {
             series: {

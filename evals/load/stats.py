@@ -279,6 +279,11 @@ class Drain:
     num_preemptions: float | None
 
 
+def drained(drains: list[Drain]) -> Spread:
+    """Programs/s drained over a series' capacity rounds (pure)."""
+    return Spread.of([d.per_s for d in drains])
+
+
 def drain(records: list[ProgramRecord], wall_s: float, num_preemptions: float | None) -> Drain:
     """A capacity run's :class:`Drain`: ``records`` all arrived at 0, ``wall_s`` the run's
     length to the drain's end (pure)."""
